@@ -1,0 +1,23 @@
+#include "perftracker/core/metric_sample.h"
+
+namespace perftracker {
+
+std::string_view MetricName(Metric metric) {
+  switch (metric) {
+    case Metric::kGpuSmActivity: return "gpu_sm_activity";
+    case Metric::kGpuDramActivity: return "gpu_dram_activity";
+    case Metric::kGpuSmClockMhz: return "gpu_sm_clock_mhz";
+    case Metric::kGpuThrottleReasons: return "gpu_throttle_reasons";
+    case Metric::kPcieTxBytesPerSec: return "pcie_tx_bytes_per_s";
+    case Metric::kPcieRxBytesPerSec: return "pcie_rx_bytes_per_s";
+    case Metric::kNvlinkBytesPerSec: return "nvlink_bytes_per_s";
+    case Metric::kNicTxBytesPerSec: return "nic_tx_bytes_per_s";
+    case Metric::kNicRxBytesPerSec: return "nic_rx_bytes_per_s";
+    case Metric::kCpuUtilization: return "cpu_utilization";
+    case Metric::kRunQueueDelayFraction: return "run_queue_delay_fraction";
+    case Metric::kMemoryRssBytes: return "memory_rss_bytes";
+  }
+  return "unknown";
+}
+
+}  // namespace perftracker

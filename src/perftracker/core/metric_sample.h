@@ -1,0 +1,37 @@
+// MetricSample: one hardware / host measurement at a point in time (NVML, /proc, NIC, ...).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+namespace perftracker {
+
+enum class Metric : uint16_t {
+  kGpuSmActivity = 0,      // fraction 0..1
+  kGpuDramActivity = 1,    // fraction 0..1
+  kGpuSmClockMhz = 2,
+  kGpuThrottleReasons = 3, // bit mask
+  kPcieTxBytesPerSec = 4,
+  kPcieRxBytesPerSec = 5,
+  kNvlinkBytesPerSec = 6,
+  kNicTxBytesPerSec = 7,
+  kNicRxBytesPerSec = 8,
+  kCpuUtilization = 9,     // fraction of one core
+  kRunQueueDelayFraction = 10,  // run-queue wait time / wall time
+  kMemoryRssBytes = 11,
+};
+inline constexpr int kNumMetrics = 12;
+
+std::string_view MetricName(Metric metric);
+
+struct MetricSample {
+  int64_t time_ns = 0;
+  double value = 0;
+  uint32_t source = 0;  // device index, interface index or thread id the sample belongs to
+  Metric metric = Metric::kGpuSmActivity;
+  uint16_t reserved = 0;
+};
+static_assert(std::is_trivially_copyable_v<MetricSample>);
+
+}  // namespace perftracker

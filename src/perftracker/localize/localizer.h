@@ -1,0 +1,45 @@
+// Localizer: compares the WorkerSummaries of all workers of one window and names the
+// culprits. (Algorithm: see localizer.cc's header comment.)
+//
+// Scale: Add() copies only a compact per-(worker, function) record (tens of bytes) and a
+// job-wide interned function key, so 100,000 workers x 300 functions fit in a few GB and
+// callers need not keep the WorkerSummaries around.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "perftracker/localize/diagnosis.h"
+#include "perftracker/summary/worker_summary.h"
+
+namespace perftracker {
+
+struct LocalizerOptions {
+  // A finding is material when it costs at least this share of the median iteration time.
+  double material_share = 0.05;
+  // Robust outlier threshold: |x - median| / (1.4826 * MAD) above this is anomalous.
+  double outlier_z = 3.5;
+  // Relative effect also required: the worker must differ from the peer median by this much.
+  double min_relative_effect = 0.2;
+  // At most this many findings in the diagnosis.
+  size_t max_findings = 20;
+};
+
+class Localizer {
+ public:
+  explicit Localizer(LocalizerOptions options = {});
+  ~Localizer();
+  Localizer(const Localizer&) = delete;
+  Localizer& operator=(const Localizer&) = delete;
+
+  void Add(const WorkerSummary& worker);
+  // Adds a note the report shows (a skipped file, a missing worker).
+  void AddNote(std::string note);
+  Diagnosis Finish();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace perftracker

@@ -1,0 +1,38 @@
+// WindowSummarizer: turns one worker's Event stream for one window into a WorkerSummary.
+// (Algorithm description: see window_summarizer.cc's header comment.)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "perftracker/core/event_sink.h"
+#include "perftracker/core/function_table.h"
+#include "perftracker/summary/worker_summary.h"
+
+namespace perftracker {
+
+struct SummarizerOptions {
+  // Per-track reorder buffer: events may arrive this many positions out of start order and
+  // still be nested correctly. Bounds memory independently of trace size.
+  size_t reorder_window = 4096;
+};
+
+class WindowSummarizer : public EventSink {
+ public:
+  // `functions` resolves the function ids of incoming events; not owned, must outlive this.
+  explicit WindowSummarizer(const FunctionTable* functions, SummarizerOptions options = {});
+  ~WindowSummarizer() override;
+
+  void OnTrack(const TrackInfo& track) override;
+  void OnEvent(const Event& event) override;
+  void OnMetric(const MetricSample& sample) override;
+
+  // Flushes everything buffered and returns the summary. Call once.
+  WorkerSummary Finish();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace perftracker

@@ -1,0 +1,89 @@
+// WorkerSummary: one worker's behaviour pattern over one window. This is what leaves the
+// host (a few KB) and what the localizer compares across workers; raw events never do.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "perftracker/core/event.h"
+#include "perftracker/core/metric_sample.h"
+#include "perftracker/summary/quantile_sketch.h"
+
+namespace perftracker {
+
+// A hardware metric's level and fluctuation while one function ran.
+struct FunctionMetric {
+  Metric metric = Metric::kGpuSmActivity;
+  double mean = 0;
+  double stddev = 0;
+};
+
+struct FunctionSummary {
+  static constexpr uint32_t kNoParent = UINT32_MAX;
+
+  std::string key;   // portable identity: FunctionTable::Key of the call path
+  std::string name;  // the leaf name, for display
+  EventKind kind = EventKind::kTorchOp;
+  uint32_t parent = kNoParent;  // index of the enclosing function in WorkerSummary::functions
+
+  uint64_t count = 0;
+  int64_t total_ns = 0;     // inclusive time of all calls in the window
+  int64_t self_ns = 0;      // total_ns minus time in nested calls on the same track
+  // Time of the calls on the critical path: host calls while no device work ran (on a
+  // host-only job: all of their time on the main thread), device calls: all of it.
+  int64_t critical_ns = 0;
+  int64_t idle_gap_before_ns = 0;  // idle time of the track just before each call, summed
+  uint64_t bytes = 0;              // bytes moved (memcpy, memset, collectives)
+  QuantileSketch durations;        // per-call duration, ns
+  std::vector<FunctionMetric> metrics;
+
+  double achieved_bytes_per_s() const {
+    return total_ns > 0 ? static_cast<double>(bytes) * 1e9 / static_cast<double>(total_ns) : 0;
+  }
+};
+
+// One iteration (ProfilerStep#N in a trace, a learned iteration online) and where its time
+// went. compute: device kernels (or, on host-only jobs, host work outside communication,
+// data loading and synchronization); communication: collectives; wait: the main thread
+// blocked on the device or a collective; data: data loading; host_only: time in which no
+// device ran anything (0 when the worker has no device tracks).
+struct IterationSummary {
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
+  int64_t compute_ns = 0;
+  int64_t communication_ns = 0;
+  int64_t wait_ns = 0;
+  int64_t data_ns = 0;
+  int64_t host_only_ns = 0;
+};
+
+// Named counters of what went wrong with the input (Perfetto's stats table): bad data is
+// counted, the first offender kept, and the report shows it.
+struct SummaryStats {
+  uint64_t events = 0;
+  uint64_t dropped_events = 0;       // lost before they reached us (full rings)
+  uint64_t out_of_order_events = 0;  // arrived too late to be nested; counted flat
+  uint64_t malformed_events = 0;     // e.g. end before start
+  std::string first_problem;
+};
+
+struct WorkerSummary {
+  int32_t rank = -1;
+  std::string host;
+  std::string source;  // where it came from: a trace file path, a collector address
+  int64_t window_start_ns = 0;
+  int64_t window_end_ns = 0;
+  bool has_device = false;  // saw at least one device (GPU) track
+  std::vector<IterationSummary> iterations;
+  std::vector<FunctionSummary> functions;
+  SummaryStats stats;
+
+  int64_t window_ns() const { return window_end_ns - window_start_ns; }
+  // Median iteration duration; the window length when no iteration markers were seen.
+  int64_t median_iteration_ns() const;
+  // Number of iterations the totals cover (at least 1).
+  size_t iteration_count() const { return iterations.empty() ? 1 : iterations.size(); }
+};
+
+}  // namespace perftracker
