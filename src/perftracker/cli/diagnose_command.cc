@@ -1,0 +1,274 @@
+#include "perftracker/cli/diagnose_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "perftracker/localize/localizer.h"
+#include "perftracker/report/report.h"
+#include "perftracker/summary/window_summarizer.h"
+
+namespace perftracker {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool IsTraceFileName(const fs::path& p) {
+  const std::string name = p.filename().string();
+  auto ends_with = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends_with(".json") || ends_with(".json.gz");
+}
+
+// Expands files and directories (recursively) into a sorted list of trace files.
+StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const auto& path : paths) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    if (ec || !fs::exists(st)) {
+      return Status::NotFound(fmt::format("{}: no such file or directory", path));
+    }
+    if (fs::is_directory(st)) {
+      std::vector<std::string> found;
+      for (auto it = fs::recursive_directory_iterator(
+               path, fs::directory_options::skip_permission_denied, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        if (it->is_regular_file(ec) && IsTraceFileName(it->path())) {
+          found.push_back(it->path().string());
+        }
+      }
+      if (ec) return Status::InvalidArgument(fmt::format("{}: cannot read directory: {}", path,
+                                                         ec.message()));
+      if (found.empty()) {
+        return Status::NotFound(fmt::format(
+            "{}: no trace files (*.json, *.json.gz) in this directory; point diagnose at the "
+            "files torch.profiler's export_chrome_trace wrote",
+            path));
+      }
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else {
+      files.push_back(path);
+    }
+  }
+  return files;
+}
+
+struct ImportResult {
+  std::string path;
+  bool ok = false;
+  std::string error;
+  WorkerSummary summary;
+};
+
+ImportResult ImportOne(const std::string& path, const KinetoImportOptions& import_options) {
+  ImportResult result;
+  result.path = path;
+  FunctionTable functions;
+  WindowSummarizer summarizer(&functions);
+  StatusOr<KinetoTraceInfo> info = ImportKinetoFile(path, &functions, &summarizer, import_options);
+  if (!info.ok()) {
+    result.error = info.status().message();
+    return result;
+  }
+  result.summary = summarizer.Finish();
+  result.summary.rank = info->rank;
+  result.summary.source = path;
+  if (info->events_malformed > 0) {
+    result.summary.stats.malformed_events += info->events_malformed;
+    if (result.summary.stats.first_problem.empty()) {
+      result.summary.stats.first_problem = info->first_malformed;
+    }
+  }
+  if (info->events_emitted == 0) {
+    result.error = fmt::format(
+        "{}: the trace holds no events perftracker can use (no complete \"X\" events); was "
+        "the profiler's active phase empty?",
+        path);
+    return result;
+  }
+  result.ok = true;
+  return result;
+}
+
+bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
+
+}  // namespace
+
+CLI::App* AddDiagnoseCommand(CLI::App& app, DiagnoseOptions* options) {
+  CLI::App* cmd = app.add_subcommand(
+      "diagnose",
+      "Diagnose a job from the per-rank trace files torch.profiler wrote "
+      "(Kineto / Chrome trace JSON, .json or .json.gz): names the slow worker, function and "
+      "resource.");
+  cmd->add_option("paths", options->paths,
+                  "Trace files or directories (searched recursively for *.json, *.json.gz)")
+      ->required();
+  cmd->add_option("--format", options->format, "Report on stdout: text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->default_val("text");
+  cmd->add_option("--html", options->html_path,
+                  "Also write a self-contained HTML report (heat map, per-worker charts) here");
+  cmd->add_option("--rank", options->rank,
+                  "Rank of the single trace file given, when neither its distributedInfo nor "
+                  "its name (rank3, rank-3, rank_3) says it")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--time-unit", options->time_unit,
+                  "Unit of ts/dur in the traces: auto (µs unless the trace says "
+                  "displayTimeUnit ns), us or ns")
+      ->check(CLI::IsMember({"auto", "us", "ns"}))
+      ->default_val("auto");
+  cmd->add_option("--material-share", options->material_share,
+                  "A finding is material when it costs at least this share of the iteration")
+      ->check(CLI::Range(0.0001, 1.0))
+      ->default_val(0.05);
+  cmd->add_option("-j,--jobs", options->jobs, "Files imported in parallel (0 = one per core)")
+      ->check(CLI::Range(0, 256))
+      ->default_val(0);
+  cmd->add_flag("--color", options->color, "Colour the text report");
+  return cmd;
+}
+
+int RunDiagnose(const DiagnoseOptions& options) {
+  StatusOr<std::vector<std::string>> files = ExpandInputs(options.paths);
+  if (!files.ok()) {
+    fmt::print(stderr, "perftracker: {}\n", files.status().message());
+    return 2;
+  }
+  if (options.rank && files->size() != 1) {
+    fmt::print(stderr,
+               "perftracker: --rank applies to a single trace file, but {} were given; name "
+               "each file with its rank (e.g. trace_rank3.json) instead\n",
+               files->size());
+    return 2;
+  }
+
+  KinetoImportOptions import_options;
+  import_options.rank = options.rank;
+  if (options.time_unit == "us") import_options.time_unit = TraceTimeUnit::kMicroseconds;
+  if (options.time_unit == "ns") import_options.time_unit = TraceTimeUnit::kNanoseconds;
+
+  // Import in parallel: each file has its own table and summarizer (bounded memory each).
+  std::vector<ImportResult> results(files->size());
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> done{0};
+  std::mutex progress_mu;
+  const bool progress = StderrIsTerminal() && files->size() > 1;
+  const size_t threads = std::min<size_t>(
+      files->size(),
+      options.jobs > 0 ? static_cast<size_t>(options.jobs)
+                       : std::max(1u, std::thread::hardware_concurrency()));
+  auto worker = [&] {
+    for (size_t i = next++; i < files->size(); i = next++) {
+      results[i] = ImportOne((*files)[i], import_options);
+      const size_t n = ++done;
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        fmt::print(stderr, "\rperftracker: imported {}/{} trace files", n, files->size());
+        if (n == files->size()) fmt::print(stderr, "\n");
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+
+  // Keep the good ones; a rank claimed twice keeps its first file.
+  std::vector<WorkerSummary> workers;
+  std::vector<std::pair<std::string, std::string>> skipped;
+  std::map<int32_t, std::string> rank_source;
+  for (auto& r : results) {
+    if (r.ok) {
+      auto [it, inserted] = rank_source.emplace(r.summary.rank, r.path);
+      if (!inserted) {
+        r.ok = false;
+        r.error = fmt::format("{}: rank {} was already read from {}; each rank needs its own "
+                              "trace file",
+                              r.path, r.summary.rank, it->second);
+      }
+    }
+    if (r.ok) {
+      workers.push_back(std::move(r.summary));
+    } else {
+      skipped.emplace_back(r.path, r.error);
+    }
+  }
+
+  if (workers.empty()) {
+    if (skipped.size() == 1) {
+      fmt::print(stderr, "perftracker: {}\n", skipped[0].second);
+    } else {
+      for (const auto& [path, error] : skipped) {
+        fmt::print(stderr, "perftracker: skipped {}\n", error);
+      }
+      fmt::print(stderr, "perftracker: none of the {} trace files could be read\n",
+                 skipped.size());
+    }
+    return 2;
+  }
+  for (const auto& [path, error] : skipped) {
+    fmt::print(stderr, "perftracker: skipped {}\n", error);
+  }
+
+  LocalizerOptions localizer_options;
+  localizer_options.material_share = options.material_share;
+  Localizer localizer(localizer_options);
+  for (const auto& w : workers) localizer.Add(w);
+  for (const auto& [path, error] : skipped) localizer.AddNote("skipped " + error);
+  Diagnosis diagnosis = localizer.Finish();
+
+  ReportInput input;
+  input.diagnosis = &diagnosis;
+  input.workers = &workers;
+  input.title = options.paths.size() == 1 ? options.paths[0]
+                                           : fmt::format("{} trace files", files->size());
+
+  if (!options.html_path.empty()) {
+    std::ofstream out(options.html_path, std::ios::binary | std::ios::trunc);
+    out << RenderHtml(input);
+    out.close();
+    if (!out) {
+      fmt::print(stderr, "perftracker: {}: cannot write the HTML report: {}\n", options.html_path,
+                 std::strerror(errno));
+      return 2;
+    }
+  }
+
+  if (options.format == "json") {
+    nlohmann::json report = nlohmann::json::parse(RenderJson(input), nullptr, false);
+    if (report.is_discarded() || !report.is_object()) {
+      fmt::print(stderr, "perftracker: internal error: the JSON report is not valid JSON\n");
+      return 2;
+    }
+    nlohmann::json skipped_json = nlohmann::json::array();
+    for (const auto& [path, error] : skipped) {
+      skipped_json.push_back({{"path", path}, {"error", error}});
+    }
+    report["skipped_inputs"] = std::move(skipped_json);
+    fmt::print("{}\n", report.dump(2));
+  } else {
+    TextOptions text_options;
+    text_options.color = options.color;
+    fmt::print("{}", RenderText(input, text_options));
+    if (!options.html_path.empty()) fmt::print("HTML report: {}\n", options.html_path);
+  }
+  return skipped.empty() ? 0 : 1;
+}
+
+}  // namespace perftracker

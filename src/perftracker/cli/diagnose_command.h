@@ -1,0 +1,35 @@
+// `perftracker diagnose`: offline diagnosis of per-rank trace files.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perftracker/sources/kineto/kineto_importer.h"
+
+namespace CLI {
+class App;
+}
+
+namespace perftracker {
+
+struct DiagnoseOptions {
+  std::vector<std::string> paths;
+  std::string format = "text";
+  std::string html_path;
+  std::optional<int32_t> rank;
+  std::string time_unit = "auto";
+  double material_share = 0.05;
+  int jobs = 0;  // import threads; 0 = one per core
+  bool color = false;
+};
+
+// Registers the subcommand; `options` must outlive the app.
+CLI::App* AddDiagnoseCommand(CLI::App& app, DiagnoseOptions* options);
+
+// Runs the diagnosis and returns the process exit code:
+// 0 = diagnosed, every input imported; 1 = diagnosed, some inputs skipped (named on stderr);
+// 2 = bad usage or nothing could be diagnosed (one error line on stderr).
+int RunDiagnose(const DiagnoseOptions& options);
+
+}  // namespace perftracker

@@ -1,0 +1,42 @@
+// The `perftracker` command.
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "perftracker/cli/diagnose_command.h"
+
+#ifndef PERFTRACKER_VERSION
+#define PERFTRACKER_VERSION "0.0.0"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "perftracker: tells you why a distributed training job is slow: which worker, which "
+      "function, which resource."};
+  app.set_version_flag("--version", "perftracker " PERFTRACKER_VERSION);
+  app.require_subcommand(1);
+  perftracker::DiagnoseOptions diagnose;
+  CLI::App* diagnose_cmd = perftracker::AddDiagnoseCommand(app, &diagnose);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line: what is wrong and where to look.
+    fmt::print(stderr, "perftracker: {} (see perftracker --help)\n", e.what());
+    return 2;
+  }
+  try {
+    if (diagnose_cmd->parsed()) return perftracker::RunDiagnose(diagnose);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "perftracker: internal error: {}\n", e.what());
+    return 2;
+  }
+  return 2;
+}
