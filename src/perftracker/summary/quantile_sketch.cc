@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace perftracker {
 namespace {
@@ -104,9 +105,18 @@ double QuantileSketch::Quantile(double q) const {
 bool QuantileSketch::Restore(int32_t offset, std::vector<uint64_t> buckets, uint64_t zero_count,
                              double sum, double min, double max) {
   if (buckets.size() > static_cast<size_t>(kDefaultMaxBuckets)) return false;
+  // The highest bucket index must be representable.
+  if (!buckets.empty() &&
+      offset > std::numeric_limits<int32_t>::max() - static_cast<int32_t>(buckets.size() - 1)) {
+    return false;
+  }
   uint64_t total = zero_count;
-  for (uint64_t b : buckets) total += b;
-  if (total > 0 && (std::isnan(min) || std::isnan(max) || min > max)) return false;
+  for (uint64_t b : buckets) {
+    if (b > std::numeric_limits<uint64_t>::max() - total) return false;  // count overflow
+    total += b;
+  }
+  if (!std::isfinite(sum)) return false;
+  if (total > 0 && (!std::isfinite(min) || !std::isfinite(max) || min > max)) return false;
   offset_ = offset;
   buckets_ = std::move(buckets);
   zero_count_ = zero_count;

@@ -30,6 +30,10 @@ class WindowSummarizer : public EventSink {
   // Flushes everything buffered and returns the summary. Call once.
   WorkerSummary Finish();
 
+  // Debug / test accessor: the largest number of events any track's reorder buffer held.
+  // Never exceeds SummarizerOptions::reorder_window + 1.
+  size_t peak_reorder_buffer() const;
+
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;

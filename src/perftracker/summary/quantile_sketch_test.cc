@@ -1,0 +1,157 @@
+#include "perftracker/summary/quantile_sketch.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace perftracker {
+namespace {
+
+// The exact quantile under the sketch's rank convention: sorted[floor(q * (n - 1))].
+double Exact(const std::vector<double>& sorted, double q) {
+  return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
+}
+
+std::vector<double> LogNormal(size_t n, double mu, double sigma, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> dist(mu, sigma);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+constexpr double kTolerance = QuantileSketch::kDefaultRelativeAccuracy + 1e-9;
+const std::vector<double> kQuantiles = {0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999};
+
+TEST(QuantileSketchTest, RelativeAccuracyOnLogNormalDurations) {
+  // Kernel-like durations: median ~ 50 us, a long right tail.
+  std::vector<double> values = LogNormal(100000, std::log(50e3), 0.5, 1);
+  QuantileSketch sketch;
+  for (double v : values) sketch.Add(v);
+  std::sort(values.begin(), values.end());
+  EXPECT_EQ(sketch.count(), values.size());
+  for (double q : kQuantiles) {
+    const double exact = Exact(values, q);
+    EXPECT_LE(std::abs(sketch.Quantile(q) - exact) / exact, kTolerance) << "q=" << q;
+  }
+  EXPECT_DOUBLE_EQ(sketch.Quantile(0), values.front());
+  EXPECT_DOUBLE_EQ(sketch.Quantile(1), values.back());
+  EXPECT_DOUBLE_EQ(sketch.min(), values.front());
+  EXPECT_DOUBLE_EQ(sketch.max(), values.back());
+  EXPECT_LE(sketch.buckets().size(), static_cast<size_t>(QuantileSketch::kDefaultMaxBuckets));
+}
+
+TEST(QuantileSketchTest, MergeOfPartsEqualsSketchOfWhole) {
+  // Wide enough that both the parts and the whole collapse their low buckets.
+  const std::vector<double> values = LogNormal(30000, std::log(1e5), 1.5, 2);
+  QuantileSketch whole;
+  QuantileSketch parts[3];
+  for (size_t i = 0; i < values.size(); ++i) {
+    whole.Add(values[i]);
+    parts[i % 3].Add(values[i]);
+  }
+  parts[1].Add(0.0);
+  whole.Add(0.0);
+  QuantileSketch merged;
+  for (const auto& p : parts) merged.Merge(p);
+  EXPECT_EQ(merged.offset(), whole.offset());
+  EXPECT_EQ(merged.buckets(), whole.buckets());
+  EXPECT_EQ(merged.zero_count(), whole.zero_count());
+  EXPECT_EQ(merged.count(), whole.count());
+  EXPECT_DOUBLE_EQ(merged.min(), whole.min());
+  EXPECT_DOUBLE_EQ(merged.max(), whole.max());
+  EXPECT_NEAR(merged.sum(), whole.sum(), 1e-9 * whole.sum());
+  for (double q : kQuantiles) EXPECT_DOUBLE_EQ(merged.Quantile(q), whole.Quantile(q)) << q;
+
+  // Merging into an empty sketch, and merging an empty one, change nothing.
+  QuantileSketch empty;
+  merged.Merge(empty);
+  EXPECT_EQ(merged.buckets(), whole.buckets());
+}
+
+TEST(QuantileSketchTest, CollapseKeepsUpperQuantilesAccurate) {
+  // Log-uniform over 9 decades: far more than kDefaultMaxBuckets buckets.
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> exponent(0, 9);
+  std::vector<double> values(50000);
+  for (double& v : values) v = std::pow(10.0, exponent(rng));
+  QuantileSketch sketch;
+  for (double v : values) sketch.Add(v);
+  std::sort(values.begin(), values.end());
+  EXPECT_EQ(sketch.buckets().size(), static_cast<size_t>(QuantileSketch::kDefaultMaxBuckets));
+  EXPECT_EQ(sketch.count(), values.size());
+  // Kept buckets cover [max / gamma^96, max]: about the top 1.7 decades, i.e. q >= ~0.82.
+  for (double q : {0.85, 0.9, 0.95, 0.99, 0.999}) {
+    const double exact = Exact(values, q);
+    EXPECT_LE(std::abs(sketch.Quantile(q) - exact) / exact, kTolerance) << "q=" << q;
+  }
+  // Collapsed quantiles are under-resolved but never above the truth of the kept range.
+  EXPECT_LE(sketch.Quantile(0.5), Exact(values, 0.9));
+  EXPECT_DOUBLE_EQ(sketch.Quantile(0), values.front());
+}
+
+TEST(QuantileSketchTest, EmptyZeroAndNegativeValues) {
+  QuantileSketch empty;
+  EXPECT_EQ(empty.count(), 0u);
+  EXPECT_EQ(empty.Quantile(0.5), 0);
+  EXPECT_EQ(empty.min(), 0);
+  EXPECT_EQ(empty.max(), 0);
+  EXPECT_EQ(empty.mean(), 0);
+
+  QuantileSketch s;
+  s.Add(-5);
+  s.Add(0);
+  s.Add(10);
+  s.Add(std::numeric_limits<double>::quiet_NaN());  // ignored
+  EXPECT_EQ(s.count(), 3u);
+  EXPECT_EQ(s.zero_count(), 2u);
+  EXPECT_DOUBLE_EQ(s.Quantile(0), -5);
+  EXPECT_DOUBLE_EQ(s.Quantile(0.5), 0);
+  EXPECT_DOUBLE_EQ(s.Quantile(1), 10);
+  EXPECT_DOUBLE_EQ(s.sum(), 5);
+  EXPECT_DOUBLE_EQ(s.min(), -5);
+
+  QuantileSketch zeros;
+  zeros.Add(0, 1000);
+  EXPECT_EQ(zeros.count(), 1000u);
+  EXPECT_TRUE(zeros.buckets().empty());
+  EXPECT_EQ(zeros.Quantile(0.99), 0);
+}
+
+TEST(QuantileSketchTest, RestoreRoundTripsAndValidates) {
+  QuantileSketch original;
+  for (double v : LogNormal(1000, 10, 1, 4)) original.Add(v);
+  original.Add(0, 3);
+  QuantileSketch restored;
+  ASSERT_TRUE(restored.Restore(original.offset(), original.buckets(), original.zero_count(),
+                               original.sum(), original.min(), original.max()));
+  EXPECT_EQ(restored.count(), original.count());
+  EXPECT_EQ(restored.buckets(), original.buckets());
+  for (double q : kQuantiles) EXPECT_DOUBLE_EQ(restored.Quantile(q), original.Quantile(q));
+
+  QuantileSketch bad;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  // Too many buckets.
+  EXPECT_FALSE(bad.Restore(0, std::vector<uint64_t>(QuantileSketch::kDefaultMaxBuckets + 1, 1),
+                           0, 1, 1, 2));
+  // min above max, NaN or infinite bounds on a non-empty sketch.
+  EXPECT_FALSE(bad.Restore(0, {1, 2}, 0, 3, 5, 1));
+  EXPECT_FALSE(bad.Restore(0, {1}, 0, 1, nan, 1));
+  EXPECT_FALSE(bad.Restore(0, {1}, 0, 1, 1, inf));
+  EXPECT_FALSE(bad.Restore(0, {1}, 0, nan, 1, 1));
+  // Counts that overflow when added up.
+  EXPECT_FALSE(bad.Restore(0, {UINT64_MAX, 2}, 0, 1, 1, 2));
+  // Bucket range that overflows the index type.
+  EXPECT_FALSE(bad.Restore(INT32_MAX - 1, {1, 1, 1}, 0, 1, 1, 2));
+  // An empty sketch restores fine.
+  EXPECT_TRUE(bad.Restore(0, {}, 0, 0, 0, 0));
+  EXPECT_EQ(bad.count(), 0u);
+}
+
+}  // namespace
+}  // namespace perftracker

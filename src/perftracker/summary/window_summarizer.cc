@@ -1,0 +1,791 @@
+// WindowSummarizer: one worker's Event stream for one window -> WorkerSummary.
+//
+// Pipeline, per event:
+//
+//   OnEvent ─► validate (end >= start, known function id; else stats.malformed_events)
+//          ─► window bounds, iteration markers (recorded at arrival: order-independent)
+//          ─► per-track reorder buffer ─► Process(): nesting, identity, accounting
+//
+// Reorder buffer. Each track has a bounded min-heap ordered by (start, longer duration
+// first, arrival). When it holds more than options.reorder_window events, the smallest is
+// popped and processed, so an event may arrive up to reorder_window positions late and
+// still nest correctly; parents (same start, longer) are processed before their children.
+// An event that arrives after a later-ordered event of its track was already processed
+// ("after its slot was flushed") is counted in stats.out_of_order_events and summarized
+// flat: root stack, self = total, no idle gap. Finish() drains host tracks first, then the
+// others, and before a device event is processed the host tracks are advanced up to its
+// start, so a kernel usually finds its launch already processed.
+//
+// Nesting. Per track a stack of open frames (time containment). A processed event first
+// closes the frames that ended at or before its start (their self time = duration minus
+// the clipped durations of their direct children); a child that overruns its parent is
+// clipped to the parent's end for the parent's accounting (clock rounding in traces).
+//
+// Identity. Functions are re-interned into the summarizer's own FunctionTable. The parent
+// of a host call is the nearest enclosing *user-level* frame (annotation, python call,
+// optimizer step, data load); torch ops, runtime calls etc. in between are skipped, so
+// "aten::mm" under record_function "block" is "annotation:block > torch_op:aten::mm"
+// however aten nests internally. Iteration frames (ProfilerStep#N) are transparent: not
+// part of any key, not a function; they only define iterations. If the source already
+// interned the function with a parent chain, that chain is used as is (source Key()).
+// Device events (kernels, memcpy/memset, device collectives) take the user-level parent
+// the host launch with the same correlation id had; the correlation map is a direct-mapped
+// array (slot = id mod size; CUDA correlation ids are sequential, so this evicts the
+// oldest) — an unknown or evicted launch gives a root key.
+//
+// Time grid. Quantities that depend on what *other* tracks did at the same time (critical
+// path on device workers, iteration breakdown, metric levels during a function) cannot be
+// computed exactly in bounded memory when tracks arrive in any order. They are accumulated
+// in a TimeGrid: at most kGridBins power-of-two-wide time bins, coarsened (bins merged in
+// pairs) whenever the span of the window would need more. Each row of the grid sums one
+// quantity per bin (device busy ns, device compute ns, per host thread: top-level busy,
+// communication, sync and data-load ns; per metric: sample count, sum, sum of squares), and
+// each function keeps a sparse list of (bin, ns it ran in the bin). The approximation:
+// inside a bin, activities are assumed independent and uniformly spread. So
+//  - a host call's critical time on a device worker = sum over bins of its ns in the bin x
+//    (1 - device busy fraction of the bin), device busy = sum over device tracks clamped to
+//    the bin width (overlapping streams are counted once only up to the bin width);
+//  - a metric's level during a function = the samples of each bin weighted by the share of
+//    the bin the function ran in (reported when at least one sample's worth of weight);
+//  - an iteration's breakdown sums the bins it covers, weighting its two edge bins by
+//    overlap.
+// The error is bounded by the bin width, i.e. window length / kGridBins (about 1 ms for a
+// 4 s window).
+//
+// Critical path: device calls count fully. Host calls on a worker with device tracks count
+// for the part not overlapped by device activity (above). On a host-only worker, calls on
+// the thread that carries the iteration markers (else the busiest host thread) count fully,
+// calls on other threads not at all.
+//
+// Memory: reorder buffers (tracks x reorder_window x 48 bytes), the open-frame stacks
+// (nesting depth), the correlation array (8 MiB, allocated on the first correlated launch),
+// the grid (rows x kGridBins x 8 bytes, rows allocated when first used, per-thread rows for
+// at most kMaxHostTrackRows threads) and per function accumulators (its sketch and at most
+// 2 x kGridBins sparse bins). Nothing grows with the number of events.
+#include "perftracker/summary/window_summarizer.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace perftracker {
+namespace {
+
+constexpr int64_t kGridBins = 4096;
+constexpr size_t kMaxHostTrackRows = 32;
+constexpr uint32_t kCorrelationSlots = 1u << 20;
+constexpr uint32_t kNone = UINT32_MAX;
+// A function reports a metric only when at least this many samples' worth of weight fell
+// inside its executions.
+constexpr double kMinMetricSampleWeight = 1.0;
+
+bool IsUserLevel(EventKind kind) {
+  return kind == EventKind::kUserAnnotation || kind == EventKind::kPythonCall ||
+         kind == EventKind::kOptimizerStep || kind == EventKind::kDataLoad;
+}
+
+bool IsDeviceKind(EventKind kind) {
+  return kind == EventKind::kGpuKernel || kind == EventKind::kMemcpy ||
+         kind == EventKind::kMemset;
+}
+
+bool MovesBytes(EventKind kind) {
+  return kind == EventKind::kMemcpy || kind == EventKind::kMemset ||
+         kind == EventKind::kCollective;
+}
+
+// Categories tracked per host thread; a frame only adds to a category when no enclosing
+// frame on its track already did (nested collectives are counted once).
+enum HostCategory : uint8_t { kCatComm = 1, kCatSync = 2, kCatData = 4 };
+
+uint8_t CategoryOf(EventKind kind) {
+  switch (kind) {
+    case EventKind::kCollective: return kCatComm;
+    case EventKind::kSync: return kCatSync;
+    case EventKind::kDataLoad: return kCatData;
+    default: return 0;
+  }
+}
+
+// Fixed number of time bins over the window; see the file comment.
+class TimeGrid {
+ public:
+  int NewRow() {
+    rows_.emplace_back();
+    return static_cast<int>(rows_.size()) - 1;
+  }
+  int shift() const { return shift_; }
+  int64_t width() const { return int64_t{1} << shift_; }
+  bool empty() const { return !init_; }
+
+  // Makes [start, end] addressable, coarsening or moving the grid if needed.
+  void Cover(int64_t start, int64_t end) {
+    if (!init_) {
+      init_ = true;
+      while ((end >> shift_) - (start >> shift_) + 1 > kGridBins) ++shift_;
+      base_ = min_ = start >> shift_;
+      max_ = end >> shift_;
+      return;
+    }
+    for (;;) {
+      const int64_t lo = std::min(min_, start >> shift_);
+      const int64_t hi = std::max(max_, end >> shift_);
+      if (hi - lo + 1 <= kGridBins) {
+        if (lo < base_) {
+          Rebase(hi - kGridBins + 1);  // room below: the grid is extending downwards
+        } else if (hi >= base_ + kGridBins) {
+          Rebase(lo);
+        }
+        min_ = lo;
+        max_ = hi;
+        return;
+      }
+      Coarsen();
+    }
+  }
+
+  // Calls f(bin, overlap_ns) for each bin overlapping [start, end). Cover() first.
+  template <typename F>
+  void ForEachOverlap(int64_t start, int64_t end, F&& f) const {
+    if (end <= start) return;
+    for (int64_t bin = start >> shift_; bin <= (end - 1) >> shift_; ++bin) {
+      const int64_t lo = std::max(start, bin << shift_);
+      const int64_t hi = std::min(end, (bin + 1) << shift_);
+      f(bin, hi - lo);
+    }
+  }
+
+  void AddSpan(int row, int64_t start, int64_t end) {
+    ForEachOverlap(start, end, [&](int64_t bin, int64_t ns) {
+      Slot(row, bin) += static_cast<double>(ns);
+    });
+  }
+  void AddPoint(int row, int64_t time, double value) { Slot(row, time >> shift_) += value; }
+
+  double At(int row, int64_t bin) const {
+    const auto& r = rows_[static_cast<size_t>(row)];
+    const int64_t rel = bin - base_;
+    if (r.empty() || rel < 0 || rel >= kGridBins) return 0;
+    return r[static_cast<size_t>(rel)];
+  }
+  // Fraction in [0,1] of bin `bin` that row `row` (ns per bin) covers.
+  double Fraction(int row, int64_t bin) const {
+    return std::min(1.0, At(row, bin) / static_cast<double>(width()));
+  }
+  // Sum of the row over [start, end), edge bins weighted by overlap; with `clamp`, a bin
+  // counts at most its width (union approximation of overlapping tracks).
+  double Sum(int row, int64_t start, int64_t end, bool clamp) const {
+    if (row < 0 || !init_) return 0;
+    double sum = 0;
+    const double w = static_cast<double>(width());
+    ForEachOverlap(start, end, [&](int64_t bin, int64_t ns) {
+      double v = At(row, bin);
+      if (clamp) v = std::min(v, w);
+      sum += v * static_cast<double>(ns) / w;
+    });
+    return sum;
+  }
+
+ private:
+  double& Slot(int row, int64_t bin) {
+    auto& r = rows_[static_cast<size_t>(row)];
+    if (r.empty()) r.assign(kGridBins, 0.0);
+    return r[static_cast<size_t>(bin - base_)];
+  }
+
+  void Rebase(int64_t new_base) {
+    for (auto& r : rows_) {
+      if (r.empty()) continue;
+      std::vector<double> moved(kGridBins, 0.0);
+      for (int64_t i = 0; i < kGridBins; ++i) {
+        const int64_t rel = base_ + i - new_base;
+        if (rel >= 0 && rel < kGridBins) moved[static_cast<size_t>(rel)] = r[static_cast<size_t>(i)];
+      }
+      r = std::move(moved);
+    }
+    base_ = new_base;
+  }
+
+  void Coarsen() {
+    const int64_t new_base = base_ >> 1;
+    for (auto& r : rows_) {
+      if (r.empty()) continue;
+      std::vector<double> merged(kGridBins, 0.0);
+      for (int64_t i = 0; i < kGridBins; ++i) {
+        merged[static_cast<size_t>(((base_ + i) >> 1) - new_base)] += r[static_cast<size_t>(i)];
+      }
+      r = std::move(merged);
+    }
+    base_ = new_base;
+    min_ >>= 1;
+    max_ >>= 1;
+    ++shift_;
+  }
+
+  bool init_ = false;
+  int shift_ = 0;
+  int64_t base_ = 0;  // bin index of slot 0
+  int64_t min_ = 0;   // lowest and highest bin used
+  int64_t max_ = 0;
+  std::vector<std::vector<double>> rows_;
+};
+
+// A function's time per grid bin, sparse; bins recorded at `shift` are rescaled lazily
+// when the grid coarsens.
+struct SparseBins {
+  int shift = 0;
+  std::vector<std::pair<int64_t, double>> bins;
+
+  void Add(int grid_shift, int64_t bin, double ns) {
+    if (grid_shift != shift) Rescale(grid_shift);
+    if (!bins.empty() && bins.back().first == bin) {
+      bins.back().second += ns;
+      return;
+    }
+    bins.emplace_back(bin, ns);
+    if (bins.size() > 2 * static_cast<size_t>(kGridBins)) Compact();
+  }
+  void Rescale(int grid_shift) {
+    for (auto& b : bins) b.first >>= (grid_shift - shift);
+    shift = grid_shift;
+    Compact();
+  }
+  void Compact() {
+    std::sort(bins.begin(), bins.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    size_t out = 0;
+    for (size_t i = 0; i < bins.size(); ++i) {
+      if (out > 0 && bins[out - 1].first == bins[i].first) {
+        bins[out - 1].second += bins[i].second;
+      } else {
+        bins[out++] = bins[i];
+      }
+    }
+    bins.resize(out);
+  }
+};
+
+struct FunctionAcc {
+  uint64_t count = 0;
+  int64_t total_ns = 0;
+  int64_t self_ns = 0;
+  int64_t idle_gap_ns = 0;
+  int64_t device_ns = 0;  // time of calls on device tracks (all critical)
+  uint64_t bytes = 0;
+  QuantileSketch durations;
+  std::vector<std::pair<uint32_t, int64_t>> host_ns_by_track;  // (track index, ns)
+  SparseBins bins;
+
+  void AddHost(uint32_t track, int64_t ns) {
+    for (auto& [t, v] : host_ns_by_track) {
+      if (t == track) {
+        v += ns;
+        return;
+      }
+    }
+    host_ns_by_track.emplace_back(track, ns);
+  }
+  int64_t HostNs(uint32_t track) const {
+    for (const auto& [t, v] : host_ns_by_track) if (t == track) return v;
+    return 0;
+  }
+  bool OnTrack(uint32_t track) const {
+    for (const auto& tv : host_ns_by_track) if (tv.first == track) return true;
+    return false;
+  }
+};
+
+struct Pending {
+  Event event;
+  uint64_t seq = 0;
+};
+
+// Heap order: std::push_heap keeps the *largest* on top, so "less" means "later".
+struct PendingLater {
+  bool operator()(const Pending& a, const Pending& b) const {
+    if (a.event.start_ns != b.event.start_ns) return a.event.start_ns > b.event.start_ns;
+    if (a.event.duration_ns() != b.event.duration_ns()) {
+      return a.event.duration_ns() < b.event.duration_ns();
+    }
+    return a.seq > b.seq;
+  }
+};
+
+struct Frame {
+  int64_t start = 0;
+  int64_t end = 0;          // clipped to the enclosing frame's end
+  uint32_t function = kNone;  // kNone for iteration frames
+  uint32_t identity_parent = kNone;  // parent for the keys of calls nested in this frame
+  int64_t child_ns = 0;
+  uint8_t categories = 0;   // categories open in this frame or its ancestors
+};
+
+struct Iteration {
+  int64_t start = 0;
+  int64_t end = 0;
+};
+
+struct TrackState {
+  TrackInfo info;
+  uint32_t index = 0;  // position in the summarizer's track list
+  bool device = false;
+  std::vector<Pending> heap;
+  uint64_t seq = 0;
+  size_t peak_buffered = 0;
+  bool processed_any = false;
+  int64_t last_start = 0;  // order key of the last processed event
+  int64_t last_duration = 0;
+  std::vector<Frame> stack;
+  int function_frames = 0;  // frames on the stack that are functions (not iterations)
+  bool has_toplevel = false;
+  int64_t last_toplevel_end = 0;
+  int64_t toplevel_busy_ns = 0;
+  std::vector<Iteration> iterations;
+  // Grid rows of this host thread (-1 = none: device track or over kMaxHostTrackRows).
+  int row_busy = -1, row_comm = -1, row_sync = -1, row_data = -1;
+};
+
+}  // namespace
+
+class WindowSummarizer::Impl {
+ public:
+  Impl(const FunctionTable* functions, SummarizerOptions options)
+      : source_(functions), options_(options) {
+    if (options_.reorder_window == 0) options_.reorder_window = 1;
+    row_device_busy_ = grid_.NewRow();
+    row_device_compute_ = grid_.NewRow();
+    row_device_comm_ = grid_.NewRow();
+  }
+
+  void OnTrack(const TrackInfo& info) {
+    TrackState& t = Track(info.track_id);
+    t.info = info;
+    if (info.kind == TrackKind::kDeviceStream) {
+      t.device = true;
+      has_device_ = true;
+    }
+  }
+
+  void OnEvent(const Event& ev) {
+    ++stats_.events;
+    if (ev.end_ns < ev.start_ns) {
+      Problem(stats_.malformed_events, ev, "end before start");
+      return;
+    }
+    if (ev.function_id >= source_->size()) {
+      Problem(stats_.malformed_events, ev, "unknown function id");
+      return;
+    }
+    if (!window_init_) {
+      window_init_ = true;
+      window_start_ = ev.start_ns;
+      window_end_ = ev.end_ns;
+    } else {
+      window_start_ = std::min(window_start_, ev.start_ns);
+      window_end_ = std::max(window_end_, ev.end_ns);
+    }
+    const bool known = tracks_.count(ev.track_id) != 0;
+    TrackState& t = Track(ev.track_id);
+    if (!known && (IsDeviceKind(ev.kind) || (ev.flags & kEventFlagOnDevice))) {
+      t.info.kind = TrackKind::kDeviceStream;
+      t.device = true;
+    }
+    if (t.device || (ev.flags & kEventFlagOnDevice)) has_device_ = true;
+    if (ev.kind == EventKind::kIteration) t.iterations.push_back({ev.start_ns, ev.end_ns});
+
+    if (t.processed_any &&
+        (ev.start_ns < t.last_start ||
+         (ev.start_ns == t.last_start && ev.duration_ns() > t.last_duration))) {
+      Problem(stats_.out_of_order_events, ev,
+              "arrived after its place in the reorder buffer was flushed "
+              "(raise SummarizerOptions::reorder_window)");
+      if (ev.kind != EventKind::kIteration) ProcessFlat(t, ev);
+      return;
+    }
+    t.heap.push_back({ev, t.seq++});
+    std::push_heap(t.heap.begin(), t.heap.end(), PendingLater{});
+    t.peak_buffered = std::max(t.peak_buffered, t.heap.size());
+    if (t.heap.size() > options_.reorder_window) PopAndProcess(t);
+  }
+
+  void OnMetric(const MetricSample& sample) {
+    const auto m = static_cast<size_t>(sample.metric);
+    if (m >= static_cast<size_t>(kNumMetrics) || !std::isfinite(sample.value)) return;
+    if (metric_rows_[m][0] < 0) {
+      for (int& row : metric_rows_[m]) row = grid_.NewRow();
+    }
+    grid_.Cover(sample.time_ns, sample.time_ns);
+    grid_.AddPoint(metric_rows_[m][0], sample.time_ns, 1.0);
+    grid_.AddPoint(metric_rows_[m][1], sample.time_ns, sample.value);
+    grid_.AddPoint(metric_rows_[m][2], sample.time_ns, sample.value * sample.value);
+  }
+
+  size_t peak_reorder_buffer() const {
+    size_t peak = 0;
+    for (const auto& t : track_list_) peak = std::max(peak, t->peak_buffered);
+    return peak;
+  }
+
+  WorkerSummary Finish();
+
+ private:
+  TrackState& Track(uint32_t id) {
+    auto it = tracks_.find(id);
+    if (it != tracks_.end()) return *track_list_[it->second];
+    tracks_.emplace(id, track_list_.size());
+    track_list_.push_back(std::make_unique<TrackState>());
+    TrackState& t = *track_list_.back();
+    t.index = static_cast<uint32_t>(track_list_.size() - 1);
+    t.info.track_id = id;
+    t.info.name = "track " + std::to_string(id);
+    return t;
+  }
+  static uint32_t TrackIndex(const TrackState& t) { return t.index; }
+
+  void Problem(uint64_t& counter, const Event& ev, const char* what) {
+    ++counter;
+    if (stats_.first_problem.empty()) {
+      stats_.first_problem = std::string(what) + ": event on track " +
+                             std::to_string(ev.track_id) + ", function id " +
+                             std::to_string(ev.function_id) + ", start " +
+                             std::to_string(ev.start_ns) + " ns, end " +
+                             std::to_string(ev.end_ns) + " ns";
+    }
+  }
+
+  void PopAndProcess(TrackState& t) {
+    std::pop_heap(t.heap.begin(), t.heap.end(), PendingLater{});
+    const Event ev = t.heap.back().event;
+    t.heap.pop_back();
+    if (t.device) AdvanceHostTracks(ev.start_ns);
+    Process(t, ev);
+  }
+
+  // Processes host events that start no later than `time`, so that a device event finds
+  // the launch it correlates with.
+  void AdvanceHostTracks(int64_t time) {
+    for (auto& tp : track_list_) {
+      TrackState& h = *tp;
+      if (h.device) continue;
+      while (!h.heap.empty() && h.heap.front().event.start_ns <= time) PopAndProcess(h);
+    }
+  }
+
+  void Drain(TrackState& t) {
+    while (!t.heap.empty()) PopAndProcess(t);
+    while (!t.stack.empty()) CloseFrame(t);
+  }
+
+  void CloseFrame(TrackState& t) {
+    const Frame f = t.stack.back();
+    t.stack.pop_back();
+    if (f.function == kNone) return;
+    --t.function_frames;
+    functions_acc_[f.function].self_ns += std::max<int64_t>(0, f.end - f.start - f.child_ns);
+  }
+
+  uint32_t MapChain(uint32_t source_id) {
+    if (chain_map_.size() <= source_id) chain_map_.resize(source_->size(), kNone);
+    if (chain_map_[source_id] != kNone) return chain_map_[source_id];
+    const auto& e = source_->Get(source_id);
+    const uint32_t parent = e.parent == FunctionTable::kNoParent ? kNone : MapChain(e.parent);
+    const uint32_t mine =
+        Intern(e.kind, e.name, parent == kNone ? FunctionTable::kNoParent : parent);
+    chain_map_[source_id] = mine;
+    return mine;
+  }
+
+  uint32_t Intern(EventKind kind, std::string_view name, uint32_t parent) {
+    const uint32_t id = table_.Intern(kind, name, parent);
+    if (functions_acc_.size() <= id) functions_acc_.resize(id + 1);
+    return id;
+  }
+
+  // The summarizer's function id of `ev` nested under user-level function `parent`.
+  uint32_t Resolve(const Event& ev, uint32_t parent) {
+    const auto& e = source_->Get(ev.function_id);
+    if (e.parent != FunctionTable::kNoParent) return MapChain(ev.function_id);
+    const uint64_t memo_key = (uint64_t{ev.function_id} << 32) | parent;
+    auto it = resolved_.find(memo_key);
+    if (it != resolved_.end()) return it->second;
+    const uint32_t id =
+        Intern(e.kind, e.name, parent == kNone ? FunctionTable::kNoParent : parent);
+    resolved_.emplace(memo_key, id);
+    return id;
+  }
+
+  void RememberLaunch(uint32_t correlation, uint32_t parent) {
+    if (correlations_.empty()) correlations_.assign(kCorrelationSlots, {0, kNone});
+    correlations_[correlation % kCorrelationSlots] = {correlation, parent};
+  }
+  uint32_t LaunchParent(uint32_t correlation) const {
+    if (correlation == 0 || correlations_.empty()) return kNone;
+    const auto& slot = correlations_[correlation % kCorrelationSlots];
+    return slot.first == correlation ? slot.second : kNone;
+  }
+
+  void EnsureHostRows(TrackState& t) {
+    if (t.device || t.row_busy >= 0 || host_tracks_with_rows_ >= kMaxHostTrackRows) return;
+    ++host_tracks_with_rows_;
+    t.row_busy = grid_.NewRow();
+    t.row_comm = grid_.NewRow();
+    t.row_sync = grid_.NewRow();
+    t.row_data = grid_.NewRow();
+  }
+
+  // Accounting common to nested and flat events.
+  void Account(TrackState& t, const Event& ev, uint32_t fn, bool toplevel,
+               uint8_t open_categories) {
+    FunctionAcc& acc = functions_acc_[fn];
+    const int64_t dur = ev.duration_ns();
+    ++acc.count;
+    acc.total_ns += dur;
+    acc.durations.Add(static_cast<double>(dur));
+    if (MovesBytes(ev.kind)) acc.bytes += ev.payload;
+
+    grid_.Cover(ev.start_ns, ev.end_ns);
+    const int shift = grid_.shift();
+    grid_.ForEachOverlap(ev.start_ns, ev.end_ns, [&](int64_t bin, int64_t ns) {
+      acc.bins.Add(shift, bin, static_cast<double>(ns));
+    });
+
+    const bool device = t.device || (ev.flags & kEventFlagOnDevice);
+    if (device) {
+      acc.device_ns += dur;
+      // Device busy/compute/comm only for top-level device calls: nested device ranges
+      // would count the same time twice.
+      if (toplevel) {
+        grid_.AddSpan(row_device_busy_, ev.start_ns, ev.end_ns);
+        if (ev.kind == EventKind::kCollective) {
+          grid_.AddSpan(row_device_comm_, ev.start_ns, ev.end_ns);
+        } else if (ev.kind == EventKind::kGpuKernel) {
+          grid_.AddSpan(row_device_compute_, ev.start_ns, ev.end_ns);
+        }
+      }
+      return;
+    }
+    acc.AddHost(TrackIndex(t), dur);
+    if (toplevel) t.toplevel_busy_ns += dur;
+    EnsureHostRows(t);
+    if (t.row_busy < 0) return;
+    if (toplevel) grid_.AddSpan(t.row_busy, ev.start_ns, ev.end_ns);
+    const uint8_t cat = CategoryOf(ev.kind);
+    if (cat != 0 && (open_categories & cat) == 0) {
+      const int row = cat == kCatComm ? t.row_comm : cat == kCatSync ? t.row_sync : t.row_data;
+      grid_.AddSpan(row, ev.start_ns, ev.end_ns);
+    }
+  }
+
+  void ProcessFlat(TrackState& t, const Event& ev) {
+    const uint32_t fn = Resolve(ev, kNone);
+    functions_acc_[fn].self_ns += ev.duration_ns();
+    Account(t, ev, fn, /*toplevel=*/false, /*open_categories=*/0);
+  }
+
+  void Process(TrackState& t, const Event& ev) {
+    t.processed_any = true;
+    t.last_start = ev.start_ns;
+    t.last_duration = ev.duration_ns();
+    while (!t.stack.empty() && t.stack.back().end <= ev.start_ns) CloseFrame(t);
+    Frame* top = t.stack.empty() ? nullptr : &t.stack.back();
+    Frame frame;
+    frame.start = ev.start_ns;
+    frame.end = top ? std::min(ev.end_ns, top->end) : ev.end_ns;
+    if (top) top->child_ns += frame.end - frame.start;
+    uint32_t parent = top ? top->identity_parent : kNone;
+    const uint8_t open = top ? top->categories : 0;
+    frame.categories = open | CategoryOf(ev.kind);
+
+    if (ev.kind == EventKind::kIteration) {
+      frame.identity_parent = parent;
+      t.stack.push_back(frame);
+      return;
+    }
+    const bool device = t.device || (ev.flags & kEventFlagOnDevice);
+    if (device) {
+      const uint32_t launch = LaunchParent(ev.correlation);
+      if (launch != kNone) parent = launch;
+    }
+    const uint32_t fn = Resolve(ev, parent);
+    const bool toplevel = t.function_frames == 0;
+    if (toplevel) {
+      if (t.has_toplevel && ev.start_ns > t.last_toplevel_end) {
+        functions_acc_[fn].idle_gap_ns += ev.start_ns - t.last_toplevel_end;
+      }
+      t.last_toplevel_end = t.has_toplevel ? std::max(t.last_toplevel_end, ev.end_ns) : ev.end_ns;
+      t.has_toplevel = true;
+    }
+    Account(t, ev, fn, toplevel, open);
+    if (!device && ev.correlation != 0) RememberLaunch(ev.correlation, parent);
+
+    frame.function = fn;
+    frame.identity_parent = IsUserLevel(source_->Get(ev.function_id).kind) ||
+                                    IsUserLevel(ev.kind)
+                                ? fn
+                                : parent;
+    t.stack.push_back(frame);
+    ++t.function_frames;
+  }
+
+  void BuildIterations(WorkerSummary& out, const TrackState* iter_track) const;
+  void BuildMetrics(const FunctionAcc& acc, FunctionSummary& fs) const;
+
+  const FunctionTable* source_;
+  SummarizerOptions options_;
+  FunctionTable table_;
+  std::vector<FunctionAcc> functions_acc_;
+  std::unordered_map<uint64_t, uint32_t> resolved_;  // (source id, parent) -> own id
+  std::vector<uint32_t> chain_map_;                  // source id -> own id (chained sources)
+  std::vector<std::pair<uint32_t, uint32_t>> correlations_;  // slot -> (correlation, parent)
+  std::unordered_map<uint32_t, size_t> tracks_;               // track id -> index
+  std::vector<std::unique_ptr<TrackState>> track_list_;
+  size_t host_tracks_with_rows_ = 0;
+  TimeGrid grid_;
+  int row_device_busy_ = -1, row_device_compute_ = -1, row_device_comm_ = -1;
+  std::array<std::array<int, 3>, kNumMetrics> metric_rows_ = [] {
+    std::array<std::array<int, 3>, kNumMetrics> rows{};
+    for (auto& r : rows) r = {-1, -1, -1};
+    return rows;
+  }();
+  bool has_device_ = false;
+  bool window_init_ = false;
+  int64_t window_start_ = 0;
+  int64_t window_end_ = 0;
+  SummaryStats stats_;
+};
+
+void WindowSummarizer::Impl::BuildMetrics(const FunctionAcc& acc, FunctionSummary& fs) const {
+  const double width = static_cast<double>(grid_.width());
+  for (int m = 0; m < kNumMetrics; ++m) {
+    const auto& rows = metric_rows_[static_cast<size_t>(m)];
+    if (rows[0] < 0) continue;
+    double weight = 0, sum = 0, sum_sq = 0;
+    for (const auto& [bin, ns] : acc.bins.bins) {
+      const double n = grid_.At(rows[0], bin);
+      if (n == 0) continue;
+      const double w = std::min(1.0, ns / width);
+      weight += w * n;
+      sum += w * grid_.At(rows[1], bin);
+      sum_sq += w * grid_.At(rows[2], bin);
+    }
+    if (weight < kMinMetricSampleWeight) continue;
+    FunctionMetric fm;
+    fm.metric = static_cast<Metric>(m);
+    fm.mean = sum / weight;
+    fm.stddev = std::sqrt(std::max(0.0, sum_sq / weight - fm.mean * fm.mean));
+    fs.metrics.push_back(fm);
+  }
+}
+
+void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out,
+                                             const TrackState* iter_track) const {
+  if (iter_track == nullptr) return;
+  std::vector<Iteration> its = iter_track->iterations;
+  std::sort(its.begin(), its.end(),
+            [](const Iteration& a, const Iteration& b) { return a.start < b.start; });
+  auto ns = [](double v) { return static_cast<int64_t>(std::llround(std::max(0.0, v))); };
+  for (const Iteration& it : its) {
+    IterationSummary s;
+    s.start_ns = it.start;
+    s.duration_ns = it.end - it.start;
+    const double comm_host = grid_.Sum(iter_track->row_comm, it.start, it.end, true);
+    const double sync = grid_.Sum(iter_track->row_sync, it.start, it.end, true);
+    s.data_ns = ns(grid_.Sum(iter_track->row_data, it.start, it.end, true));
+    if (out.has_device) {
+      s.compute_ns = ns(grid_.Sum(row_device_compute_, it.start, it.end, true));
+      s.communication_ns = ns(grid_.Sum(row_device_comm_, it.start, it.end, true));
+      s.wait_ns = ns(sync + comm_host);
+      s.host_only_ns = ns(static_cast<double>(s.duration_ns) -
+                          grid_.Sum(row_device_busy_, it.start, it.end, true));
+    } else {
+      const double busy = grid_.Sum(iter_track->row_busy, it.start, it.end, true);
+      s.communication_ns = ns(comm_host);
+      s.wait_ns = ns(sync);
+      s.compute_ns = ns(busy - comm_host - sync - static_cast<double>(s.data_ns));
+    }
+    out.iterations.push_back(s);
+  }
+}
+
+WorkerSummary WindowSummarizer::Impl::Finish() {
+  for (auto& t : track_list_) if (!t->device) Drain(*t);
+  for (auto& t : track_list_) if (t->device) Drain(*t);
+
+  WorkerSummary out;
+  out.window_start_ns = window_start_;
+  out.window_end_ns = window_end_;
+  out.has_device = has_device_;
+  out.stats = stats_;
+
+  // The iteration thread carries the most iteration markers; the critical thread of a
+  // host-only worker is that one, else the busiest host thread.
+  const TrackState* iter_track = nullptr;
+  const TrackState* busiest = nullptr;
+  for (const auto& tp : track_list_) {
+    const TrackState& t = *tp;
+    if (!t.iterations.empty() &&
+        (iter_track == nullptr || t.iterations.size() > iter_track->iterations.size())) {
+      iter_track = &t;
+    }
+    if (!t.device && t.info.kind == TrackKind::kHostThread &&
+        (busiest == nullptr || t.toplevel_busy_ns > busiest->toplevel_busy_ns)) {
+      busiest = &t;
+    }
+  }
+  const TrackState* critical_track = iter_track ? iter_track : busiest;
+  const uint32_t critical_index = critical_track ? TrackIndex(*critical_track) : kNone;
+
+  const int shift = grid_.shift();
+  out.functions.reserve(table_.size());
+  for (uint32_t id = 0; id < table_.size(); ++id) {
+    FunctionAcc& acc = functions_acc_[id];
+    if (acc.bins.shift != shift) acc.bins.Rescale(shift);
+    const auto& e = table_.Get(id);
+    FunctionSummary fs;
+    fs.key = table_.Key(id);
+    fs.name = std::string(e.name);
+    fs.kind = e.kind;
+    fs.parent = e.parent == FunctionTable::kNoParent ? FunctionSummary::kNoParent : e.parent;
+    fs.count = acc.count;
+    fs.total_ns = acc.total_ns;
+    fs.self_ns = acc.self_ns;
+    fs.idle_gap_before_ns = acc.idle_gap_ns;
+    fs.bytes = acc.bytes;
+    fs.durations = std::move(acc.durations);
+    if (acc.device_ns > 0) {
+      fs.critical_ns = acc.device_ns;
+    } else if (out.has_device) {
+      double uncovered = 0;
+      for (const auto& [bin, ns] : acc.bins.bins) {
+        uncovered += ns * (1.0 - grid_.Fraction(row_device_busy_, bin));
+      }
+      fs.critical_ns = std::min(acc.total_ns, static_cast<int64_t>(std::llround(uncovered)));
+    } else if (critical_index != kNone) {
+      fs.critical_ns = acc.HostNs(critical_index);
+    }
+    // Metrics: device functions and functions that ran on the iteration (critical) thread.
+    if (acc.device_ns > 0 || (critical_index != kNone && acc.OnTrack(critical_index))) {
+      BuildMetrics(acc, fs);
+    }
+    out.functions.push_back(std::move(fs));
+  }
+  BuildIterations(out, iter_track);
+  return out;
+}
+
+WindowSummarizer::WindowSummarizer(const FunctionTable* functions, SummarizerOptions options)
+    : impl_(std::make_unique<Impl>(functions, options)) {}
+WindowSummarizer::~WindowSummarizer() = default;
+
+void WindowSummarizer::OnTrack(const TrackInfo& track) { impl_->OnTrack(track); }
+void WindowSummarizer::OnEvent(const Event& event) { impl_->OnEvent(event); }
+void WindowSummarizer::OnMetric(const MetricSample& sample) { impl_->OnMetric(sample); }
+WorkerSummary WindowSummarizer::Finish() { return impl_->Finish(); }
+size_t WindowSummarizer::peak_reorder_buffer() const { return impl_->peak_reorder_buffer(); }
+
+}  // namespace perftracker

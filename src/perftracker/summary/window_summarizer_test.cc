@@ -1,0 +1,421 @@
+#include "perftracker/summary/window_summarizer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace perftracker {
+namespace {
+
+constexpr uint32_t kMain = 1;
+constexpr uint32_t kOther = 2;
+constexpr uint32_t kStream = 7;
+
+// Builds an event stream by hand: a flat source FunctionTable (like the trace importers)
+// feeding a WindowSummarizer.
+class StreamBuilder {
+ public:
+  explicit StreamBuilder(SummarizerOptions options = {}) : summarizer_(&functions_, options) {}
+
+  void HostTrack(uint32_t id) { summarizer_.OnTrack({id, TrackKind::kHostThread, -1, "thread"}); }
+  void DeviceTrack(uint32_t id) {
+    summarizer_.OnTrack({id, TrackKind::kDeviceStream, 0, "stream"});
+  }
+
+  Event Make(uint32_t track, EventKind kind, std::string_view name, int64_t start, int64_t end,
+             uint32_t correlation = 0, uint64_t payload = 0) {
+    Event e;
+    e.start_ns = start;
+    e.end_ns = end;
+    e.kind = kind;
+    e.function_id = functions_.Intern(kind, name);
+    e.track_id = track;
+    e.correlation = correlation;
+    e.payload = payload;
+    return e;
+  }
+  void Emit(uint32_t track, EventKind kind, std::string_view name, int64_t start, int64_t end,
+            uint32_t correlation = 0, uint64_t payload = 0) {
+    summarizer_.OnEvent(Make(track, kind, name, start, end, correlation, payload));
+  }
+  void Metric(Metric metric, int64_t time, double value) {
+    MetricSample s;
+    s.metric = metric;
+    s.time_ns = time;
+    s.value = value;
+    summarizer_.OnMetric(s);
+  }
+
+  FunctionTable& functions() { return functions_; }
+  WindowSummarizer& summarizer() { return summarizer_; }
+  WorkerSummary Finish() { return summarizer_.Finish(); }
+
+ private:
+  FunctionTable functions_;
+  WindowSummarizer summarizer_;
+};
+
+const FunctionSummary* Find(const WorkerSummary& s, const std::string& key) {
+  for (const auto& f : s.functions) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+std::string Keys(const WorkerSummary& s) {
+  std::string all;
+  for (const auto& f : s.functions) all += "  " + f.key + "\n";
+  return all;
+}
+
+#define ASSERT_FN(var, summary, key)                                               \
+  const FunctionSummary* var = Find(summary, key);                                 \
+  ASSERT_NE(var, nullptr) << "missing " << (key) << "; have:\n" << Keys(summary)
+
+TEST(WindowSummarizerTest, NestingGivesUserLevelKeysAndSelfTime) {
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.Emit(kMain, EventKind::kUserAnnotation, "compute_block", 0, 100);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::linear", 10, 60);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 20, 50);
+  b.Emit(kMain, EventKind::kRuntimeCall, "cudaLaunchKernel", 25, 30);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 70, 80);  // directly under the annotation
+  WorkerSummary s = b.Finish();
+
+  ASSERT_FN(block, s, "annotation:compute_block");
+  ASSERT_FN(linear, s, "annotation:compute_block > torch_op:aten::linear");
+  // aten::mm's key skips the aten::linear it ran in: identity is the user-level stack.
+  ASSERT_FN(mm, s, "annotation:compute_block > torch_op:aten::mm");
+  ASSERT_FN(launch, s, "annotation:compute_block > runtime:cudaLaunchKernel");
+  EXPECT_EQ(s.functions.size(), 4u) << Keys(s);
+
+  EXPECT_EQ(block->count, 1u);
+  EXPECT_EQ(block->total_ns, 100);
+  EXPECT_EQ(block->self_ns, 100 - 50 - 10);  // linear and the second mm ran inside
+  EXPECT_EQ(linear->total_ns, 50);
+  EXPECT_EQ(linear->self_ns, 20);
+  EXPECT_EQ(mm->count, 2u);
+  EXPECT_EQ(mm->total_ns, 40);
+  EXPECT_EQ(mm->self_ns, 25 + 10);
+  EXPECT_EQ(launch->self_ns, 5);
+  EXPECT_EQ(mm->name, "aten::mm");
+  EXPECT_EQ(mm->kind, EventKind::kTorchOp);
+
+  // parent indices point at the enclosing user-level function.
+  EXPECT_EQ(block->parent, FunctionSummary::kNoParent);
+  EXPECT_EQ(&s.functions[mm->parent], block);
+  EXPECT_EQ(&s.functions[linear->parent], block);
+  EXPECT_EQ(s.window_start_ns, 0);
+  EXPECT_EQ(s.window_end_ns, 100);
+  EXPECT_FALSE(s.has_device);
+  EXPECT_EQ(s.stats.events, 5u);
+  EXPECT_EQ(s.stats.out_of_order_events, 0u);
+}
+
+TEST(WindowSummarizerTest, PythonFramesAndIterationMarkersShapeIdentity) {
+  StreamBuilder b;
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#3", 0, 1000);
+  b.Emit(kMain, EventKind::kPythonCall, "train.py(10): step", 0, 900);
+  b.Emit(kMain, EventKind::kPythonCall, "model.py(5): forward", 10, 500);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 20, 30);
+  b.Emit(kMain, EventKind::kOptimizerStep, "Optimizer.step#SGD.step", 600, 800);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::add_", 610, 620);
+  WorkerSummary s = b.Finish();
+
+  EXPECT_NE(Find(s, "python:train.py(10): step > python:model.py(5): forward > torch_op:aten::mm"),
+            nullptr)
+      << Keys(s);
+  EXPECT_NE(Find(s, "python:train.py(10): step > optimizer_step:Optimizer.step#SGD.step > "
+                    "torch_op:aten::add_"),
+            nullptr)
+      << Keys(s);
+  for (const auto& f : s.functions) {
+    EXPECT_EQ(f.key.find("ProfilerStep"), std::string::npos) << f.key;
+    EXPECT_NE(f.kind, EventKind::kIteration);
+  }
+  ASSERT_EQ(s.iterations.size(), 1u);
+  EXPECT_EQ(s.iterations[0].duration_ns, 1000);
+}
+
+TEST(WindowSummarizerTest, SourceParentChainIsRespected) {
+  StreamBuilder b;
+  FunctionTable& ft = b.functions();
+  const uint32_t outer = ft.Intern(EventKind::kPythonCall, "train");
+  const uint32_t inner = ft.Intern(EventKind::kPythonCall, "helper", outer);
+  const uint32_t op = ft.Intern(EventKind::kTorchOp, "aten::relu", inner);
+  Event e;
+  e.track_id = kMain;
+  e.kind = EventKind::kTorchOp;
+  e.function_id = op;
+  e.start_ns = 5;
+  e.end_ns = 9;
+  // Emitted alone, with no enclosing frames: the key still comes from the source's chain.
+  b.summarizer().OnEvent(e);
+  WorkerSummary s = b.Finish();
+  ASSERT_FN(f, s, "python:train > python:helper > torch_op:aten::relu");
+  EXPECT_EQ(f->count, 1u);
+  ASSERT_NE(f->parent, FunctionSummary::kNoParent);
+  EXPECT_EQ(s.functions[f->parent].key, "python:train > python:helper");
+  EXPECT_EQ(s.functions[f->parent].count, 0u);  // on the path, not called in this window
+}
+
+TEST(WindowSummarizerTest, ReordersWithinTheWindow) {
+  // Agent-style order: a call is emitted when it ends, so children come before parents.
+  StreamBuilder b(SummarizerOptions{16});
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 20, 50);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::linear", 10, 60);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 70, 80);
+  b.Emit(kMain, EventKind::kUserAnnotation, "compute_block", 0, 100);
+  // A parent with the same start as its child must still come first.
+  b.Emit(kMain, EventKind::kTorchOp, "aten::relu", 200, 210);
+  b.Emit(kMain, EventKind::kUserAnnotation, "act", 200, 250);
+  WorkerSummary s = b.Finish();
+  EXPECT_EQ(s.stats.out_of_order_events, 0u);
+  ASSERT_FN(mm, s, "annotation:compute_block > torch_op:aten::mm");
+  EXPECT_EQ(mm->count, 2u);
+  ASSERT_FN(relu, s, "annotation:act > torch_op:aten::relu");
+  ASSERT_FN(block, s, "annotation:compute_block");
+  EXPECT_EQ(block->self_ns, 40);
+}
+
+TEST(WindowSummarizerTest, LateEventBeyondTheWindowIsCountedAndFlat) {
+  StreamBuilder b(SummarizerOptions{2});
+  b.Emit(kMain, EventKind::kUserAnnotation, "block", 0, 1000);
+  for (int i = 0; i < 10; ++i) {
+    b.Emit(kMain, EventKind::kTorchOp, "aten::add", 100 + i * 50, 120 + i * 50);
+  }
+  // Belongs inside "block" at t=10, but 10 later events were already flushed.
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mul", 10, 20);
+  WorkerSummary s = b.Finish();
+  EXPECT_EQ(s.stats.out_of_order_events, 1u);
+  EXPECT_NE(s.stats.first_problem.find("reorder_window"), std::string::npos)
+      << s.stats.first_problem;
+  ASSERT_FN(late, s, "torch_op:aten::mul");  // root stack
+  EXPECT_EQ(late->count, 1u);
+  EXPECT_EQ(late->self_ns, 10);
+  ASSERT_FN(add, s, "annotation:block > torch_op:aten::add");
+  EXPECT_EQ(add->count, 10u);
+  EXPECT_EQ(s.window_start_ns, 0);
+}
+
+TEST(WindowSummarizerTest, HostOnlyIterationBreakdown) {
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.HostTrack(kOther);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t t = i * 2000;
+    const int64_t extra = i * 500;  // the second iteration computes 500 ns longer
+    b.Emit(kMain, EventKind::kDataLoad, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+           t, t + 100);
+    b.Emit(kMain, EventKind::kUserAnnotation, "forward", t + 100, t + 600 + extra);
+    b.Emit(kMain, EventKind::kTorchOp, "aten::mm", t + 150, t + 550 + extra);
+    b.Emit(kMain, EventKind::kCollective, "record_param_comms", t + 600 + extra, t + 900 + extra);
+    // A nested collective must not be counted twice.
+    b.Emit(kMain, EventKind::kCollective, "gloo:all_reduce", t + 610 + extra, t + 890 + extra);
+    b.Emit(kMain, EventKind::kOptimizerStep, "Optimizer.step#SGD.step", t + 900 + extra,
+           t + 1000 + extra);
+    // A helper thread's work is attributed by time but is not on the critical path.
+    b.Emit(kOther, EventKind::kTorchOp, "aten::copy_", t + 200, t + 400);
+  }
+  // Iteration markers often arrive after their content (and on their own schedule).
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 1000);
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#2", 2000, 3500);
+  WorkerSummary s = b.Finish();
+
+  ASSERT_EQ(s.iterations.size(), 2u);
+  const IterationSummary& a = s.iterations[0];
+  EXPECT_EQ(a.start_ns, 0);
+  EXPECT_EQ(a.duration_ns, 1000);
+  EXPECT_EQ(a.data_ns, 100);
+  EXPECT_EQ(a.communication_ns, 300);
+  EXPECT_EQ(a.wait_ns, 0);
+  EXPECT_EQ(a.compute_ns, 1000 - 100 - 300);
+  EXPECT_EQ(a.host_only_ns, 0);
+  const IterationSummary& c = s.iterations[1];
+  EXPECT_EQ(c.start_ns, 2000);
+  EXPECT_EQ(c.duration_ns, 1500);
+  EXPECT_EQ(c.compute_ns, 1500 - 100 - 300);
+  EXPECT_EQ(s.median_iteration_ns(), 1500);
+
+  ASSERT_FN(mm, s, "annotation:forward > torch_op:aten::mm");
+  EXPECT_EQ(mm->critical_ns, mm->total_ns);
+  ASSERT_FN(copy, s, "torch_op:aten::copy_");
+  EXPECT_EQ(copy->critical_ns, 0);
+  ASSERT_FN(gloo, s, "collective:gloo:all_reduce");
+  EXPECT_EQ(gloo->count, 2u);
+}
+
+TEST(WindowSummarizerTest, DeviceKernelsTakeTheLaunchStack) {
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.DeviceTrack(kStream);
+  b.Emit(kMain, EventKind::kUserAnnotation, "compute_block", 0, 100);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 10, 50);
+  b.Emit(kMain, EventKind::kKernelLaunch, "cudaLaunchKernel", 20, 25, /*correlation=*/7);
+  b.Emit(kMain, EventKind::kRuntimeCall, "cudaMemcpyAsync", 60, 65, /*correlation=*/8);
+  // Importers emit all host events first, then the device ones.
+  b.Emit(kStream, EventKind::kGpuKernel, "sgemm_128x64", 30, 90, 7);
+  b.Emit(kStream, EventKind::kMemcpy, "Memcpy HtoD", 95, 105, 8, /*payload=*/1000);
+  b.Emit(kStream, EventKind::kGpuKernel, "orphan_kernel", 110, 120, 99);
+  WorkerSummary s = b.Finish();
+  EXPECT_TRUE(s.has_device);
+  ASSERT_FN(k, s, "annotation:compute_block > kernel:sgemm_128x64");
+  EXPECT_EQ(k->critical_ns, 60);
+  ASSERT_FN(copy, s, "annotation:compute_block > memcpy:Memcpy HtoD");
+  EXPECT_EQ(copy->bytes, 1000u);
+  EXPECT_DOUBLE_EQ(copy->achieved_bytes_per_s(), 1000 * 1e9 / 10);
+  EXPECT_NE(Find(s, "kernel:orphan_kernel"), nullptr) << Keys(s);
+}
+
+TEST(WindowSummarizerTest, KernelBeforeItsLaunchIsRootWhenFlushedEarly) {
+  StreamBuilder b(SummarizerOptions{1});
+  b.DeviceTrack(kStream);
+  b.Emit(kStream, EventKind::kGpuKernel, "early_kernel", 30, 40, 5);
+  b.Emit(kStream, EventKind::kGpuKernel, "early_kernel", 50, 60, 6);
+  b.Emit(kStream, EventKind::kGpuKernel, "early_kernel", 70, 80, 7);
+  b.Emit(kMain, EventKind::kUserAnnotation, "block", 0, 100);
+  b.Emit(kMain, EventKind::kKernelLaunch, "cudaLaunchKernel", 10, 12, 5);
+  WorkerSummary s = b.Finish();
+  // Each kernel was processed before its launch was seen: root stack, not "block > ...".
+  ASSERT_FN(k, s, "kernel:early_kernel");
+  EXPECT_EQ(k->count, 3u);
+  EXPECT_EQ(Find(s, "annotation:block > kernel:early_kernel"), nullptr) << Keys(s);
+}
+
+TEST(WindowSummarizerTest, IdleGapBeforeTopLevelCalls) {
+  StreamBuilder b;
+  b.DeviceTrack(kStream);
+  b.Emit(kStream, EventKind::kGpuKernel, "k", 0, 10);
+  b.Emit(kStream, EventKind::kGpuKernel, "k", 30, 40);
+  b.Emit(kStream, EventKind::kGpuKernel, "k", 45, 50);
+  b.Emit(kStream, EventKind::kGpuKernel, "other", 50, 60);  // back to back: no gap
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 1000);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::a", 0, 100);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::inner", 10, 20);  // nested: no gap of its own
+  b.Emit(kMain, EventKind::kTorchOp, "aten::b", 400, 500);    // the iteration is transparent
+  WorkerSummary s = b.Finish();
+  ASSERT_FN(k, s, "kernel:k");
+  EXPECT_EQ(k->idle_gap_before_ns, 20 + 5);
+  ASSERT_FN(other, s, "kernel:other");
+  EXPECT_EQ(other->idle_gap_before_ns, 0);
+  ASSERT_FN(bb, s, "torch_op:aten::b");
+  EXPECT_EQ(bb->idle_gap_before_ns, 300);
+  ASSERT_FN(inner, s, "torch_op:aten::inner");
+  EXPECT_EQ(inner->idle_gap_before_ns, 0);
+}
+
+TEST(WindowSummarizerTest, HostOnlyTimeAndCriticalPathOnADeviceWorker) {
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.DeviceTrack(kStream);
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 1000);
+  b.Emit(kMain, EventKind::kPythonCall, "prepare_batch", 0, 200);    // GPU idle meanwhile
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 300, 600);          // GPU busy meanwhile
+  b.Emit(kMain, EventKind::kSync, "cudaDeviceSynchronize", 600, 700);
+  b.Emit(kStream, EventKind::kGpuKernel, "sgemm", 200, 500);
+  b.Emit(kStream, EventKind::kCollective, "ncclKernel_AllReduce_RING_LL_Sum_float", 500, 700,
+         0, 4096);
+  WorkerSummary s = b.Finish();
+  ASSERT_EQ(s.iterations.size(), 1u);
+  const IterationSummary& it = s.iterations[0];
+  EXPECT_EQ(it.host_only_ns, 1000 - 500);
+  EXPECT_EQ(it.compute_ns, 300);
+  EXPECT_EQ(it.communication_ns, 200);
+  EXPECT_EQ(it.wait_ns, 100);
+  ASSERT_FN(prep, s, "python:prepare_batch");
+  EXPECT_EQ(prep->critical_ns, 200);
+  ASSERT_FN(mm, s, "torch_op:aten::mm");
+  EXPECT_EQ(mm->critical_ns, 0);
+  ASSERT_FN(nccl, s, "collective:ncclKernel_AllReduce_RING_LL_Sum_float");
+  EXPECT_EQ(nccl->critical_ns, 200);
+  EXPECT_EQ(nccl->bytes, 4096u);
+}
+
+TEST(WindowSummarizerTest, MetricsDuringAFunction) {
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 2000);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::busy", 0, 1000);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::quiet", 1000, 2000);
+  for (int i = 0; i < 10; ++i) {
+    b.Metric(Metric::kRunQueueDelayFraction, 50 + i * 100, i % 2 ? 0.6 : 0.4);
+    b.Metric(Metric::kRunQueueDelayFraction, 1050 + i * 100, 0.0);
+  }
+  WorkerSummary s = b.Finish();
+  ASSERT_FN(busy, s, "torch_op:aten::busy");
+  ASSERT_EQ(busy->metrics.size(), 1u);
+  EXPECT_EQ(busy->metrics[0].metric, Metric::kRunQueueDelayFraction);
+  EXPECT_NEAR(busy->metrics[0].mean, 0.5, 1e-9);
+  EXPECT_NEAR(busy->metrics[0].stddev, 0.1, 1e-9);
+  ASSERT_FN(quiet, s, "torch_op:aten::quiet");
+  ASSERT_EQ(quiet->metrics.size(), 1u);
+  EXPECT_NEAR(quiet->metrics[0].mean, 0.0, 1e-9);
+}
+
+TEST(WindowSummarizerTest, MalformedEventsAreCountedAndSkipped) {
+  StreamBuilder b;
+  b.Emit(kMain, EventKind::kTorchOp, "aten::ok", 0, 10);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::backwards", 50, 40);
+  Event unknown;
+  unknown.function_id = 12345;
+  unknown.track_id = kMain;
+  unknown.end_ns = 5;
+  b.summarizer().OnEvent(unknown);
+  WorkerSummary s = b.Finish();
+  EXPECT_EQ(s.stats.events, 3u);
+  EXPECT_EQ(s.stats.malformed_events, 2u);
+  EXPECT_NE(s.stats.first_problem.find("end before start"), std::string::npos)
+      << s.stats.first_problem;
+  EXPECT_EQ(Find(s, "torch_op:aten::backwards"), nullptr);
+  EXPECT_EQ(s.window_end_ns, 10);
+}
+
+TEST(WindowSummarizerTest, MemoryIsBoundedByTheReorderWindow) {
+  constexpr size_t kWindow = 64;
+  StreamBuilder b(SummarizerOptions{kWindow});
+  b.HostTrack(kMain);
+  b.DeviceTrack(kStream);
+  const Event step = b.Make(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 1);
+  const Event block = b.Make(kMain, EventKind::kUserAnnotation, "block", 0, 1);
+  const Event op = b.Make(kMain, EventKind::kTorchOp, "aten::mm", 0, 1);
+  const Event kernel = b.Make(kStream, EventKind::kGpuKernel, "sgemm", 0, 1);
+  constexpr int kEvents = 1'000'000;
+  for (int i = 0; i < kEvents / 4; ++i) {
+    const int64_t t = int64_t{i} * 1000;
+    Event e = step;
+    e.start_ns = t;
+    e.end_ns = t + 1000;
+    if (i % 100 == 0) b.summarizer().OnEvent(e);
+    e = block;
+    e.start_ns = t;
+    e.end_ns = t + 900;
+    b.summarizer().OnEvent(e);
+    // Slightly shuffled within the track: still inside the window.
+    e = op;
+    e.start_ns = t + 200 + (i % 3) * 10;
+    e.end_ns = e.start_ns + 100;
+    e.correlation = static_cast<uint32_t>(i + 1);
+    b.summarizer().OnEvent(e);
+    e = kernel;
+    e.start_ns = t + 400;
+    e.end_ns = t + 700;
+    e.correlation = static_cast<uint32_t>(i + 1);
+    b.summarizer().OnEvent(e);
+    b.summarizer().OnEvent(e);
+    ASSERT_LE(b.summarizer().peak_reorder_buffer(), kWindow + 1);
+  }
+  WorkerSummary s = b.Finish();
+  EXPECT_LE(b.summarizer().peak_reorder_buffer(), kWindow + 1);
+  EXPECT_EQ(s.stats.out_of_order_events, 0u);
+  EXPECT_EQ(s.functions.size(), 3u) << Keys(s);
+  EXPECT_EQ(s.iterations.size(), static_cast<size_t>(kEvents / 4 / 100));
+  ASSERT_FN(mm, s, "annotation:block > torch_op:aten::mm");
+  EXPECT_EQ(mm->count, static_cast<uint64_t>(kEvents / 4));
+  ASSERT_FN(k, s, "annotation:block > kernel:sgemm");
+  EXPECT_EQ(k->count, static_cast<uint64_t>(kEvents / 2));
+}
+
+}  // namespace
+}  // namespace perftracker
