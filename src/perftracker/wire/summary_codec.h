@@ -1,0 +1,30 @@
+// Wire form of WorkerSummary and Diagnosis (protobuf schema perftracker.v1, see
+// perftracker.proto). The generated types never leave wire/: callers only see perftracker
+// structs and bytes.
+//
+// Decoding validates everything a later layer relies on (string-table and parent indices in
+// range, kinds / metrics / categories known, sketches consistent, sizes bounded) and returns
+// a DataLoss Status with one line saying what is wrong; corrupt, truncated or random bytes
+// never crash and never allocate without bound.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "perftracker/core/status.h"
+#include "perftracker/localize/diagnosis.h"
+#include "perftracker/summary/worker_summary.h"
+
+namespace perftracker {
+
+// Encoded messages above this size are rejected by the decoders (a WorkerSummary is
+// normally a few tens of KB; see docs/performance.md "Summary size").
+inline constexpr size_t kMaxWireMessageBytes = 64u << 20;
+
+std::string EncodeWorkerSummary(const WorkerSummary& summary);
+StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes);
+
+std::string EncodeDiagnosis(const Diagnosis& diagnosis);
+StatusOr<Diagnosis> DecodeDiagnosis(std::string_view bytes);
+
+}  // namespace perftracker

@@ -1,0 +1,302 @@
+#include "perftracker/wire/summary_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+namespace perftracker {
+namespace {
+
+WorkerSummary SampleSummary() {
+  WorkerSummary s;
+  s.rank = 17;
+  s.host = "node-3";
+  s.source = "/traces/rank17.json.gz";
+  s.window_start_ns = 1'682'725'898'236'567'000;
+  s.window_end_ns = s.window_start_ns + 2'500'000'000;
+  s.has_device = true;
+  s.iterations.push_back({s.window_start_ns, 1'000'000, 600'000, 200'000, 50'000, 10'000, 90'000});
+  s.iterations.push_back({s.window_start_ns + 1'000'000, 1'100'000, 1, 2, 3, 4, 5});
+
+  FunctionSummary root;
+  root.key = "annotation:compute_block";
+  root.name = "compute_block";
+  root.kind = EventKind::kUserAnnotation;
+  root.count = 2;
+  root.total_ns = 900'000;
+  root.self_ns = 100'000;
+  root.critical_ns = 50'000;
+  root.idle_gap_before_ns = 12;
+  root.durations.Add(400'000);
+  root.durations.Add(500'000);
+  root.metrics.push_back({Metric::kCpuUtilization, 0.93, 0.04});
+  s.functions.push_back(root);
+
+  FunctionSummary mm;
+  mm.key = "annotation:compute_block > torch_op:aten::mm";
+  mm.name = "aten::mm";
+  mm.kind = EventKind::kTorchOp;
+  mm.parent = 0;
+  mm.count = 1000;
+  mm.total_ns = 123'456'789;
+  mm.self_ns = 100'000'000;
+  mm.critical_ns = 3;
+  for (int i = 1; i <= 1000; ++i) mm.durations.Add(1000.0 * i);
+  mm.durations.Add(0);
+  s.functions.push_back(mm);
+
+  FunctionSummary nccl;
+  nccl.key = "annotation:compute_block > collective:nccl:all_reduce";
+  nccl.name = "nccl:all_reduce";
+  nccl.kind = EventKind::kCollective;
+  nccl.parent = 0;
+  nccl.count = 3;
+  nccl.bytes = 3ull << 30;
+  nccl.durations.Add(7e6, 3);
+  nccl.metrics.push_back({Metric::kNicTxBytesPerSec, 1.2e10, 3e8});
+  nccl.metrics.push_back({Metric::kGpuSmActivity, 0.1, 0.0});
+  s.functions.push_back(nccl);
+
+  // Same leaf name as function 1 under a different parent: shares the string table entry.
+  FunctionSummary mm2 = mm;
+  mm2.key = "torch_op:aten::mm";
+  mm2.parent = FunctionSummary::kNoParent;
+  s.functions.push_back(mm2);
+
+  // A key that does not follow the parent rule (hand-built): must travel explicitly.
+  FunctionSummary odd;
+  odd.key = "custom key that is not derivable";
+  odd.name = "odd";
+  odd.kind = EventKind::kGc;
+  odd.parent = 5;  // refers forward: allowed when the key is explicit
+  s.functions.push_back(odd);
+  FunctionSummary tail;
+  tail.key = "gc:tail";
+  tail.name = "tail";
+  tail.kind = EventKind::kGc;
+  s.functions.push_back(tail);
+
+  s.stats.events = 1'000'000;
+  s.stats.dropped_events = 5;
+  s.stats.out_of_order_events = 7;
+  s.stats.malformed_events = 1;
+  s.stats.first_problem = "end before start: event on track 3";
+  return s;
+}
+
+void ExpectSketchEq(const QuantileSketch& a, const QuantileSketch& b) {
+  EXPECT_EQ(a.count(), b.count());
+  EXPECT_EQ(a.offset(), b.offset());
+  EXPECT_EQ(a.buckets(), b.buckets());
+  EXPECT_EQ(a.zero_count(), b.zero_count());
+  EXPECT_EQ(a.sum(), b.sum());
+  EXPECT_EQ(a.min(), b.min());
+  EXPECT_EQ(a.max(), b.max());
+}
+
+void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
+  EXPECT_EQ(a.rank, b.rank);
+  EXPECT_EQ(a.host, b.host);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.window_start_ns, b.window_start_ns);
+  EXPECT_EQ(a.window_end_ns, b.window_end_ns);
+  EXPECT_EQ(a.has_device, b.has_device);
+  ASSERT_EQ(a.iterations.size(), b.iterations.size());
+  for (size_t i = 0; i < a.iterations.size(); ++i) {
+    const auto& x = a.iterations[i];
+    const auto& y = b.iterations[i];
+    EXPECT_EQ(x.start_ns, y.start_ns);
+    EXPECT_EQ(x.duration_ns, y.duration_ns);
+    EXPECT_EQ(x.compute_ns, y.compute_ns);
+    EXPECT_EQ(x.communication_ns, y.communication_ns);
+    EXPECT_EQ(x.wait_ns, y.wait_ns);
+    EXPECT_EQ(x.data_ns, y.data_ns);
+    EXPECT_EQ(x.host_only_ns, y.host_only_ns);
+  }
+  ASSERT_EQ(a.functions.size(), b.functions.size());
+  for (size_t i = 0; i < a.functions.size(); ++i) {
+    SCOPED_TRACE("function " + std::to_string(i));
+    const auto& x = a.functions[i];
+    const auto& y = b.functions[i];
+    EXPECT_EQ(x.key, y.key);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.kind, y.kind);
+    EXPECT_EQ(x.parent, y.parent);
+    EXPECT_EQ(x.count, y.count);
+    EXPECT_EQ(x.total_ns, y.total_ns);
+    EXPECT_EQ(x.self_ns, y.self_ns);
+    EXPECT_EQ(x.critical_ns, y.critical_ns);
+    EXPECT_EQ(x.idle_gap_before_ns, y.idle_gap_before_ns);
+    EXPECT_EQ(x.bytes, y.bytes);
+    ExpectSketchEq(x.durations, y.durations);
+    ASSERT_EQ(x.metrics.size(), y.metrics.size());
+    for (size_t m = 0; m < x.metrics.size(); ++m) {
+      EXPECT_EQ(x.metrics[m].metric, y.metrics[m].metric);
+      EXPECT_EQ(x.metrics[m].mean, y.metrics[m].mean);
+      EXPECT_EQ(x.metrics[m].stddev, y.metrics[m].stddev);
+    }
+  }
+  EXPECT_EQ(a.stats.events, b.stats.events);
+  EXPECT_EQ(a.stats.dropped_events, b.stats.dropped_events);
+  EXPECT_EQ(a.stats.out_of_order_events, b.stats.out_of_order_events);
+  EXPECT_EQ(a.stats.malformed_events, b.stats.malformed_events);
+  EXPECT_EQ(a.stats.first_problem, b.stats.first_problem);
+}
+
+TEST(SummaryCodecTest, WorkerSummaryRoundTripsEveryField) {
+  const WorkerSummary s = SampleSummary();
+  const std::string bytes = EncodeWorkerSummary(s);
+  auto decoded = DecodeWorkerSummary(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  ExpectSummaryEq(s, *decoded);
+  // Derivable keys are not sent: only the hand-built one is in the bytes.
+  EXPECT_EQ(bytes.find("compute_block > torch_op"), std::string::npos);
+  EXPECT_NE(bytes.find("custom key that is not derivable"), std::string::npos);
+}
+
+TEST(SummaryCodecTest, EmptySummaryRoundTrips) {
+  WorkerSummary s;
+  auto decoded = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  ExpectSummaryEq(s, *decoded);
+}
+
+TEST(SummaryCodecTest, DiagnosisRoundTripsEveryField) {
+  Diagnosis d;
+  d.num_workers = 128;
+  d.median_iteration_ns = 1.25e8;
+  Finding f;
+  f.code = "PT-STRAGGLER-FUNCTION";
+  f.category = FindingCategory::kGpuHardware;
+  f.title = "rank 3 runs aten::mm 2.1x slower than its peers";
+  f.workers = {3, -1};
+  f.victims = {0, 1, 2};
+  f.function = "aten::mm";
+  f.function_key = "annotation:block > torch_op:aten::mm";
+  f.resource = "GPU";
+  f.lost_ns_per_iteration = 4.2e7;
+  f.lost_share = 0.33;
+  f.material = true;
+  f.evidence = {{"p50 on rank 3", "41.2 ms"}, {"median p50 of peers", "19.6 ms"}};
+  d.findings.push_back(f);
+  d.findings.push_back(Finding{});
+  d.notes = {"rank 7: no trace", "2 events out of order"};
+
+  auto decoded = DecodeDiagnosis(EncodeDiagnosis(d));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_EQ(decoded->num_workers, d.num_workers);
+  EXPECT_EQ(decoded->median_iteration_ns, d.median_iteration_ns);
+  EXPECT_EQ(decoded->notes, d.notes);
+  ASSERT_EQ(decoded->findings.size(), 2u);
+  const Finding& g = decoded->findings[0];
+  EXPECT_EQ(g.code, f.code);
+  EXPECT_EQ(g.category, f.category);
+  EXPECT_EQ(g.title, f.title);
+  EXPECT_EQ(g.workers, f.workers);
+  EXPECT_EQ(g.victims, f.victims);
+  EXPECT_EQ(g.function, f.function);
+  EXPECT_EQ(g.function_key, f.function_key);
+  EXPECT_EQ(g.resource, f.resource);
+  EXPECT_EQ(g.lost_ns_per_iteration, f.lost_ns_per_iteration);
+  EXPECT_EQ(g.lost_share, f.lost_share);
+  EXPECT_EQ(g.material, f.material);
+  ASSERT_EQ(g.evidence.size(), 2u);
+  EXPECT_EQ(g.evidence[1].label, f.evidence[1].label);
+  EXPECT_EQ(g.evidence[1].value, f.evidence[1].value);
+  EXPECT_TRUE(decoded->has_material_finding());
+}
+
+TEST(SummaryCodecTest, TruncatedMessagesAreRejectedWithAClearMessage) {
+  const std::string bytes = EncodeWorkerSummary(SampleSummary());
+  size_t rejected = 0;
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto decoded = DecodeWorkerSummary(std::string_view(bytes).substr(0, n));
+    if (!decoded.ok()) {
+      ++rejected;
+      EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+      EXPECT_NE(decoded.status().message().find("WorkerSummary"), std::string::npos)
+          << decoded.status().message();
+    }
+  }
+  // A protobuf prefix that ends on a field boundary is itself a valid (smaller) message;
+  // most cuts fall inside a field.
+  EXPECT_GT(rejected, bytes.size() / 2);
+  auto cut = DecodeWorkerSummary(std::string_view(bytes).substr(0, bytes.size() - 1));
+  EXPECT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("protobuf parsing failed"), std::string::npos)
+      << cut.status().message();
+}
+
+TEST(SummaryCodecTest, CorruptedAndRandomBytesNeverCrash) {
+  const std::string bytes = EncodeWorkerSummary(SampleSummary());
+  std::mt19937 rng(42);
+  size_t ok = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string mutated = bytes;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < flips; ++i) {
+      mutated[rng() % mutated.size()] = static_cast<char>(rng());
+    }
+    auto decoded = DecodeWorkerSummary(mutated);
+    if (decoded.ok()) {
+      ++ok;
+      // Whatever decodes satisfies the invariants later layers rely on.
+      const auto& fs = decoded->functions;
+      for (size_t i = 0; i < fs.size(); ++i) {
+        if (fs[i].parent != FunctionSummary::kNoParent) {
+          ASSERT_LT(fs[i].parent, fs.size());
+        }
+        ASSERT_LT(static_cast<int>(fs[i].kind), kNumEventKinds);
+      }
+    } else {
+      EXPECT_FALSE(decoded.status().message().empty());
+    }
+  }
+  for (int trial = 0; trial < 5000; ++trial) {
+    std::string random(rng() % 512, '\0');
+    for (char& c : random) c = static_cast<char>(rng());
+    (void)DecodeWorkerSummary(random);
+    (void)DecodeDiagnosis(random);
+  }
+  SUCCEED() << ok << " mutated messages still decoded";
+}
+
+TEST(SummaryCodecTest, SemanticCorruptionIsNamed) {
+  WorkerSummary s = SampleSummary();
+  s.functions[1].parent = 99;  // out of range
+  auto bad_parent = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_FALSE(bad_parent.ok());
+  EXPECT_NE(bad_parent.status().message().find("rank 17, function 1 (aten::mm): parent index 99"),
+            std::string::npos)
+      << bad_parent.status().message();
+
+  s = SampleSummary();
+  s.functions[2].kind = static_cast<EventKind>(200);
+  auto bad_kind = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_FALSE(bad_kind.ok());
+  EXPECT_NE(bad_kind.status().message().find("unknown event kind 200"), std::string::npos)
+      << bad_kind.status().message();
+
+  s = SampleSummary();
+  s.functions[0].metrics[0].metric = static_cast<Metric>(999);
+  auto bad_metric = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_FALSE(bad_metric.ok());
+  EXPECT_NE(bad_metric.status().message().find("unknown metric 999"), std::string::npos);
+
+  s = SampleSummary();
+  s.window_end_ns = s.window_start_ns - 1;
+  EXPECT_FALSE(DecodeWorkerSummary(EncodeWorkerSummary(s)).ok());
+
+  Diagnosis d;
+  d.findings.push_back(Finding{});
+  d.findings[0].category = static_cast<FindingCategory>(77);
+  auto bad_category = DecodeDiagnosis(EncodeDiagnosis(d));
+  ASSERT_FALSE(bad_category.ok());
+  EXPECT_NE(bad_category.status().message().find("unknown category 77"), std::string::npos);
+
+  EXPECT_FALSE(DecodeWorkerSummary(std::string(kMaxWireMessageBytes + 1, '\0')).ok());
+}
+
+}  // namespace
+}  // namespace perftracker
