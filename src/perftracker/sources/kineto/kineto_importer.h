@@ -18,6 +18,8 @@ enum class TraceTimeUnit : uint8_t { kAuto, kMicroseconds, kNanoseconds };
 
 struct KinetoImportOptions {
   std::optional<int32_t> rank;  // overrides distributedInfo and the file name
+  // kAuto: microseconds (the Chrome trace format), unless the document says
+  // "displayTimeUnit": "ns" before its first event and its timestamps are integers.
   TraceTimeUnit time_unit = TraceTimeUnit::kAuto;
 };
 
@@ -30,16 +32,29 @@ struct KinetoTraceInfo {
   uint64_t events_skipped = 0;    // well-formed but irrelevant (metadata, flows, instants)
   uint64_t events_malformed = 0;  // missing / bad ts, dur, name ...
   std::string first_malformed;    // description of the first malformed event
+  uint64_t names_truncated = 0;   // event names longer than the cap, kept truncated
+  uint64_t tracks = 0;            // host threads + device streams seen
+  TraceTimeUnit time_unit = TraceTimeUnit::kMicroseconds;  // the unit actually applied
+  bool bare_list = false;         // the document was a bare list of events (torch 1.13 CPU-only)
 };
 
 // Streaming importer: feed chunks split at any byte, then call Finish().
+// Memory stays bounded whatever the input: only one event object that spans two chunks is
+// ever copied, and strings are capped while copying.
 class KinetoImporter {
  public:
-  // `source_name` is used in error messages (normally the file path).
+  // Names longer than this are truncated (at a UTF-8 boundary) and counted.
+  static constexpr size_t kMaxNameBytes = 4096;
+
+  // `source_name` is used in error messages (normally the file path) and, when the trace
+  // has no distributedInfo.rank, to find the rank in its base name ("rank3", "rank-3", ...).
   KinetoImporter(std::string source_name, FunctionTable* functions, EventSink* sink,
                  KinetoImportOptions options = {});
   ~KinetoImporter();
+  KinetoImporter(const KinetoImporter&) = delete;
+  KinetoImporter& operator=(const KinetoImporter&) = delete;
 
+  // Returns the first fatal error (and keeps returning it); bad events are only counted.
   Status Parse(const char* data, size_t size);
   // End of input: validates the document is complete and resolves the rank.
   StatusOr<KinetoTraceInfo> Finish();
@@ -50,7 +65,12 @@ class KinetoImporter {
 };
 
 // Reads a .json or .json.gz file in fixed-size chunks (memory does not grow with the file).
+// Compression is recognised by its magic bytes, not by the file name; concatenated gzip
+// members are read one after the other.
 StatusOr<KinetoTraceInfo> ImportKinetoFile(const std::string& path, FunctionTable* functions,
                                            EventSink* sink, KinetoImportOptions options = {});
+
+// The rank number in a trace file's base name ("rank3", "Rank-3", "rank_3"), if any.
+std::optional<int32_t> RankFromFileName(const std::string& path);
 
 }  // namespace perftracker

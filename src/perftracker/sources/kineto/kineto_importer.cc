@@ -1,0 +1,1184 @@
+// Kineto / Chrome-trace importer.
+//
+// Input: what torch.profiler's export_chrome_trace (Kineto) writes, either
+//   - the object form {"schemaVersion": 1, "distributedInfo": {...}, "traceEvents": [...], ...}
+//     with its keys in any order (old Kineto writes "displayTimeUnit" after the events, new
+//     Kineto before them; distributedInfo may come after the events), or
+//   - the bare-list form [ {...}, {...} ] of torch 1.13 CPU-only traces (no "cat" at all,
+//     pid "CPU functions", integer µs timestamps).
+// ImportKinetoFile adds plain / gzip detection by magic bytes (concatenated members too).
+//
+// Algorithm (a chunked tokenizer in the spirit of Perfetto's ChunkedTraceReader):
+//   1. A byte-level state machine walks the document structure outside the events: top-level
+//      keys, and values it does not need, which are skipped without building anything. It
+//      is resumable at every byte, so chunks may split keys, strings or numbers anywhere.
+//      It captures only distributedInfo (its depth-1 members; nested pg_config lists are
+//      replaced by a placeholder while streaming, so a 10k-rank job costs nothing) and
+//      displayTimeUnit.
+//   2. Inside the events array, each event object is parsed in place by KinetoEventParser
+//      (the hot path: a hand-written field scanner, one pass, no allocation; it decodes only
+//      ph, cat, name, pid, tid, ts, dur and args.{device, stream, correlation, bytes,
+//      "In msg nelems", dtype}).
+//   3. When an event object runs past the end of a chunk, EventCarry copies just that object
+//      (tracking depth / string / escape state so it knows where the object ends) and the
+//      parser runs again once the object is complete. EventCarry keeps at most
+//      kMaxKeptStringBytes of any string, so a 50 MB name costs 32 KB, and gives up (counts
+//      the event as malformed) past kMaxCarryBytes of structure. Memory is therefore bounded
+//      by the chunk size plus one capped event, whatever the file size.
+// Invariant: the emitted events do not depend on where the chunks are split (tests feed every
+// split size), except for events over kMaxCarryBytes, which are only parsed when they lie in
+// one chunk.
+//
+// Timestamps: Chrome-trace ts / dur are µs, integers or fractional ("4458676983543.183"); they
+// are converted to ns exactly from their decimal digits (not through a double). A document
+// whose "displayTimeUnit" is "ns" before the first event has ns timestamps (as Perfetto reads
+// it), unless its timestamps carry a fraction: Kineto built with DISPLAY_TRACE_IN_NS writes
+// "ns" but keeps µs with 3 decimals. When "ns" only appears after events were read as µs
+// (integer timestamps), the import stops and asks for --time-unit. Options override all this.
+//
+// Category → EventKind (pid/tid may be numbers or strings):
+//   cpu_op (legacy "Operator")             kTorchOp
+//   user_annotation                         kUserAnnotation
+//   python_function                         kPythonCall
+//   kernel                                  kGpuKernel on device; "nccl*" kernels kCollective
+//                                           (payload = "In msg nelems" × sizeof(dtype))
+//   gpu_memcpy                              kMemcpy on device, payload = args.bytes,
+//                                           kEventFlagPageable when the name says Pageable
+//   gpu_memset                              kMemset on device, payload = args.bytes
+//   cuda_runtime / cuda_driver              cudaLaunch* / cuLaunch* / *GraphLaunch: kKernelLaunch;
+//                                           cuda{Device,Stream,Event}Synchronize,
+//                                           cudaStreamWaitEvent (and cu*/hip* twins): kSync;
+//                                           anything else kRuntimeCall
+//   cuda_sync                               kSync on the device stream it was recorded on
+//   gpu_user_annotation                     kUserAnnotation on device
+//   host names, for cpu_op / user_annotation / no category:
+//     "ProfilerStep#N"                      kIteration, named "ProfilerStep" (no step number)
+//     "nccl:*", "gloo:*"                    kCollective (payload from args when present)
+//     "Optimizer.step#*"                    kOptimizerStep
+//     "enumerate(DataLoader)*", "*DataLoaderIter.__next__*"   kDataLoad
+//   no category (torch 1.13 CPU-only): names with "::" or autograd nodes ("AddmmBackward0")
+//   kTorchOp, any other name kUserAnnotation (record_function).
+//   Skipped and counted: "Trace" (the profiler span), flows (s / f / ac2g / fwdbwd),
+//   metadata (M), instants (i / I), counters (C), unknown categories.
+// Device events (kernel, gpu_memcpy, gpu_memset, cuda_sync, gpu_user_annotation) go on a
+// kDeviceStream track (device = args.device or pid, stream = args.stream or tid); the others
+// on a kHostThread track per (pid, tid). B / E pairs are matched per host track with a stack.
+// Functions are interned with FunctionTable::kNoParent: nesting is rebuilt by the summarizer.
+#include "perftracker/sources/kineto/kineto_importer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "perftracker/sources/kineto/kineto_event_classifier.h"
+#include "perftracker/sources/kineto/kineto_event_parser.h"
+
+namespace perftracker {
+namespace {
+
+constexpr size_t kMaxKeyBytes = 64;
+constexpr size_t kMaxCaptureBytes = 64 * 1024;
+constexpr size_t kMaxOpenSlicesPerTrack = 1024;
+
+inline bool IsWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+std::string DescribeByte(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  if (u >= 0x20 && u < 0x7f) return std::string("'") + c + "'";
+  static constexpr char kHex[] = "0123456789abcdef";
+  return std::string("byte 0x") + kHex[u >> 4] + kHex[u & 15];
+}
+
+bool IsBinaryByte(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return (u < 0x20 && !IsWs(c)) || u == 0x7f;
+}
+
+// Collects one event object that spans chunks. It tracks the JSON structure (depth, strings,
+// escapes) to know where the object ends, and keeps only what the event parser may need:
+// every byte outside strings, and at most kMaxKeptStringBytes of each string, never cutting
+// an escape sequence, so that a 50 MB name costs 32 KB. Past kMaxCarryBytes of kept bytes
+// the object is marked oversized and dropped (counted as malformed by the caller).
+class EventCarry {
+ public:
+  static constexpr size_t kMaxKeptStringBytes = 32 * 1024;
+  static constexpr size_t kMaxCarryBytes = 16 * 1024 * 1024;
+
+  void Start(uint64_t offset) {
+    bytes_.clear();
+    depth_ = 0;
+    in_string_ = false;
+    escape_ = false;
+    unicode_left_ = 0;
+    string_kept_ = 0;
+    string_cut_ = false;
+    oversized_ = false;
+    offset_ = offset;
+  }
+
+  // Consumes [p, end); returns one past the object's closing brace, or nullptr when the
+  // object continues in the next chunk.
+  const char* Consume(const char* p, const char* end) {
+    while (p < end) {
+      const char c = *p++;
+      if (in_string_) {
+        const bool unit_start = !escape_ && unicode_left_ == 0;
+        if (escape_) {
+          escape_ = false;
+          if (c == 'u') unicode_left_ = 4;
+        } else if (unicode_left_ > 0) {
+          --unicode_left_;
+        } else if (c == '\\') {
+          escape_ = true;
+        } else if (c == '"') {
+          in_string_ = false;
+          Keep(c);
+          continue;
+        }
+        if (!string_cut_ && unit_start && string_kept_ >= kMaxKeptStringBytes) string_cut_ = true;
+        if (!string_cut_) {
+          Keep(c);
+          ++string_kept_;
+        }
+        continue;
+      }
+      Keep(c);
+      if (c == '"') {
+        in_string_ = true;
+        string_kept_ = 0;
+        string_cut_ = false;
+      } else if (c == '{' || c == '[') {
+        ++depth_;
+      } else if ((c == '}' || c == ']') && --depth_ == 0) {
+        return p;
+      }
+    }
+    return nullptr;
+  }
+
+  bool oversized() const { return oversized_; }
+  const std::string& bytes() const { return bytes_; }
+  uint64_t offset() const { return offset_; }
+  void Release() {
+    bytes_.clear();
+    if (bytes_.capacity() > (1u << 20)) bytes_.shrink_to_fit();
+  }
+
+ private:
+  void Keep(char c) {
+    if (oversized_) return;
+    if (bytes_.size() >= kMaxCarryBytes) {
+      oversized_ = true;
+      bytes_.clear();
+      bytes_.shrink_to_fit();
+      return;
+    }
+    bytes_.push_back(c);
+  }
+
+  std::string bytes_;
+  uint32_t depth_ = 0;
+  bool in_string_ = false;
+  bool escape_ = false;
+  uint8_t unicode_left_ = 0;
+  bool string_cut_ = false;
+  bool oversized_ = false;
+  size_t string_kept_ = 0;
+  uint64_t offset_ = 0;
+};
+
+// Calls fn(key, value) for each member of a flat JSON object (nested values were replaced
+// by a placeholder while capturing). String values come without their quotes.
+template <typename Fn>
+void ForEachFlatMember(std::string_view obj, Fn fn) {
+  size_t i = 0;
+  auto skip_ws = [&] {
+    while (i < obj.size() && IsWs(obj[i])) ++i;
+  };
+  auto read_string = [&](std::string_view* out) {
+    const size_t start = ++i;
+    while (i < obj.size() && obj[i] != '"') i += obj[i] == '\\' ? 2 : 1;
+    if (i >= obj.size()) return false;
+    *out = obj.substr(start, i - start);
+    ++i;
+    return true;
+  };
+  skip_ws();
+  if (i >= obj.size() || obj[i] != '{') return;
+  ++i;
+  for (;;) {
+    skip_ws();
+    if (i >= obj.size() || obj[i] != '"') return;
+    std::string_view key;
+    if (!read_string(&key)) return;
+    skip_ws();
+    if (i >= obj.size() || obj[i] != ':') return;
+    ++i;
+    skip_ws();
+    if (i >= obj.size()) return;
+    std::string_view value;
+    if (obj[i] == '"') {
+      if (!read_string(&value)) return;
+    } else {
+      const size_t start = i;
+      while (i < obj.size() && obj[i] != ',' && obj[i] != '}' && !IsWs(obj[i])) ++i;
+      value = obj.substr(start, i - start);
+    }
+    fn(key, value);
+    skip_ws();
+    if (i >= obj.size() || obj[i] != ',') return;
+    ++i;
+  }
+}
+
+std::optional<int64_t> ParseInt(std::string_view s) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr == s.data()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::optional<int32_t> RankFromFileName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  for (char& c : base) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (size_t pos = base.find("rank"); pos != std::string::npos; pos = base.find("rank", pos + 1)) {
+    size_t i = pos + 4;
+    if (i < base.size() && (base[i] == '-' || base[i] == '_')) ++i;
+    size_t j = i;
+    while (j < base.size() && j - i < 9 && std::isdigit(static_cast<unsigned char>(base[j]))) ++j;
+    if (j > i) {
+      int32_t rank = 0;
+      std::from_chars(base.data() + i, base.data() + j, rank);
+      return rank;
+    }
+  }
+  return std::nullopt;
+}
+
+class KinetoImporter::Impl {
+ public:
+  Impl(std::string source, FunctionTable* functions, EventSink* sink, KinetoImportOptions options)
+      : source_(std::move(source)), functions_(functions), sink_(sink), options_(options) {}
+
+  Status Parse(const char* data, size_t size);
+  StatusOr<KinetoTraceInfo> Finish();
+
+ private:
+  enum class State : uint8_t {
+    kDocStart,
+    kTopKeyOrEnd,
+    kTopKey,
+    kTopColon,
+    kTopValue,
+    kTopSkipScalar,
+    kTopSkipString,
+    kTopSkipContainer,
+    kTopAfterValue,
+    kEventsElem,
+    kEventsAfterElem,
+    kEventCarry,
+    kDocEnd,
+  };
+  enum class Capture : uint8_t { kNone, kDistributedInfo, kDisplayTimeUnit };
+
+  struct OpenSlice {
+    int64_t start_ns = 0;
+    uint64_t payload = 0;
+    uint32_t function_id = 0;
+    uint32_t correlation = 0;
+    EventKind kind = EventKind::kTorchOp;
+    uint8_t flags = 0;
+    bool keep = false;
+  };
+
+  uint64_t Offset(const char* p) const { return chunk_offset_ + static_cast<uint64_t>(p - chunk_); }
+  Status Fail(StatusCode code, const std::string& what);
+  Status DataError(const std::string& what) { return Fail(StatusCode::kDataLoss, what); }
+  Status NotATrace(const std::string& what) {
+    return Fail(StatusCode::kInvalidArgument, "not a trace: " + what);
+  }
+
+  Status DocStart(char c, const char* p);
+  Status TopValue(const char* p);
+  const char* StartEvent(const char* p, const char* end);
+  const char* ContinueCarry(const char* p, const char* end);
+  void EndEventsArray();
+  Status FinishCapture();
+
+  void HandleEvent(const KinetoRawEvent& ev, uint64_t offset);
+  void HandleEnd(const KinetoRawEvent& ev, int64_t ts_ns, uint64_t offset);
+  bool DecideUnit(const TraceNumber& ts);
+  uint32_t TrackFor(const KinetoRawEvent& ev, bool on_device);
+  uint64_t PayloadOf(const KinetoRawEvent& ev, const KinetoEventClass& c) const;
+  void Malformed(uint64_t offset, const std::string& what, std::string_view name = {});
+
+  const std::string source_;
+  FunctionTable* const functions_;
+  EventSink* const sink_;
+  const KinetoImportOptions options_;
+
+  Status error_;
+  State state_ = State::kDocStart;
+  const char* chunk_ = nullptr;
+  uint64_t chunk_offset_ = 0;
+  uint64_t bytes_read_ = 0;
+
+  // Top-level object.
+  bool bare_list_ = false;
+  bool saw_trace_events_ = false;
+  bool top_first_member_ = true;
+  std::string key_;
+  bool key_escape_ = false;
+  Capture capture_ = Capture::kNone;
+  std::string capture_buf_;
+  bool capture_overflow_ = false;
+  uint32_t skip_depth_ = 0;
+  bool skip_in_string_ = false;
+  bool skip_escape_ = false;
+
+  // Events.
+  KinetoEventParser parser_;
+  KinetoRawEvent raw_;
+  EventCarry carry_;
+  uint64_t elements_ = 0;  // elements of the events array seen so far
+
+  // Time unit.
+  bool unit_decided_ = false;
+  bool micros_ = true;
+  bool first_ts_fractional_ = false;
+  bool display_ns_ = false;
+  uint64_t first_event_offset_ = 0;
+
+  // Tracks.
+  std::unordered_map<std::string, uint32_t> tracks_;
+  std::string track_key_;
+  std::string last_track_key_;
+  uint32_t last_track_id_ = 0;
+  bool have_last_track_ = false;
+  std::unordered_map<uint32_t, std::vector<OpenSlice>> open_slices_;
+
+  // distributedInfo.
+  std::optional<int32_t> dist_rank_;
+  int32_t world_size_ = -1;
+  std::string backend_;
+
+  // Statistics.
+  uint64_t emitted_ = 0;
+  uint64_t skipped_ = 0;
+  uint64_t malformed_ = 0;
+  uint64_t names_truncated_ = 0;
+  std::string first_malformed_;
+};
+
+Status KinetoImporter::Impl::Fail(StatusCode code, const std::string& what) {
+  const std::string msg = source_ + ": " + what;
+  switch (code) {
+    case StatusCode::kNotFound: error_ = Status::NotFound(msg); break;
+    case StatusCode::kDataLoss: error_ = Status::DataLoss(msg); break;
+    case StatusCode::kInternal: error_ = Status::Internal(msg); break;
+    default: error_ = Status::InvalidArgument(msg); break;
+  }
+  return error_;
+}
+
+void KinetoImporter::Impl::Malformed(uint64_t offset, const std::string& what,
+                                     std::string_view name) {
+  ++malformed_;
+  if (!first_malformed_.empty()) return;
+  first_malformed_ = "event at byte " + std::to_string(offset);
+  if (!name.empty()) {
+    first_malformed_ += " (\"";
+    first_malformed_ += name.substr(0, 80);
+    first_malformed_ += "\")";
+  }
+  first_malformed_ += ": " + what;
+}
+
+Status KinetoImporter::Impl::DocStart(char c, const char* p) {
+  const std::string where = " at byte " + std::to_string(Offset(p));
+  const std::string expected =
+      "expected an object with a \"traceEvents\" array (what torch.profiler's "
+      "export_chrome_trace writes)";
+  if (c == '{') {
+    state_ = State::kTopKeyOrEnd;
+    return Status::Ok();
+  }
+  if (c == '[') {
+    bare_list_ = true;
+    saw_trace_events_ = true;
+    state_ = State::kEventsElem;
+    return Status::Ok();
+  }
+  if (c == '-' || (c >= '0' && c <= '9')) return NotATrace("the document is a JSON number; " + expected);
+  if (c == '"') return NotATrace("the document is a JSON string; " + expected);
+  if (IsBinaryByte(c) || static_cast<unsigned char>(c) >= 0x80) {
+    return NotATrace("binary data (" + DescribeByte(c) + where +
+                     "), not JSON text; only .json and gzip-compressed .json.gz are read");
+  }
+  return NotATrace("not JSON: the text starts with " + DescribeByte(c) + where +
+                   " where a JSON document starts with '{' or '['; " + expected);
+}
+
+Status KinetoImporter::Impl::TopValue(const char* p) {
+  const char c = *p;
+  if (key_ == "traceEvents") {
+    if (c != '[') {
+      return NotATrace("\"traceEvents\" is not an array (found " + DescribeByte(c) + " at byte " +
+                       std::to_string(Offset(p)) + ")");
+    }
+    saw_trace_events_ = true;
+    elements_ = 0;
+    state_ = State::kEventsElem;
+    return Status::Ok();
+  }
+  capture_ = key_ == "distributedInfo"   ? Capture::kDistributedInfo
+             : key_ == "displayTimeUnit" ? Capture::kDisplayTimeUnit
+                                         : Capture::kNone;
+  capture_buf_.clear();
+  capture_overflow_ = false;
+  if (c == '"') {
+    state_ = State::kTopSkipString;
+    skip_escape_ = false;
+  } else if (c == '{' || c == '[') {
+    state_ = State::kTopSkipContainer;
+    skip_depth_ = 0;
+    skip_in_string_ = false;
+    skip_escape_ = false;
+  } else if (c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n') {
+    state_ = State::kTopSkipScalar;
+  } else {
+    return DataError("invalid JSON at byte " + std::to_string(Offset(p)) + ": " + DescribeByte(c) +
+                     " is not a value (after \"" + key_ + "\":)");
+  }
+  return Status::Ok();
+}
+
+Status KinetoImporter::Impl::FinishCapture() {
+  if (capture_overflow_) return Status::Ok();
+  if (capture_ == Capture::kDisplayTimeUnit) {
+    if (capture_buf_ == "ns") {
+      if (options_.time_unit == TraceTimeUnit::kAuto && unit_decided_ && !first_ts_fractional_) {
+        return Fail(StatusCode::kInvalidArgument,
+                    "\"displayTimeUnit\": \"ns\" comes after the events (the first one at byte " +
+                        std::to_string(first_event_offset_) +
+                        "), which were already read as microseconds; pass --time-unit ns if the "
+                        "timestamps are nanoseconds, or --time-unit us if they are microseconds");
+      }
+      display_ns_ = true;
+    }
+  } else if (capture_ == Capture::kDistributedInfo) {
+    ForEachFlatMember(capture_buf_, [&](std::string_view key, std::string_view value) {
+      if (key == "rank") {
+        if (auto v = ParseInt(value); v && *v >= 0 && *v <= INT32_MAX) dist_rank_ = static_cast<int32_t>(*v);
+      } else if (key == "world_size") {
+        if (auto v = ParseInt(value); v && *v > 0 && *v <= INT32_MAX) world_size_ = static_cast<int32_t>(*v);
+      } else if (key == "backend") {
+        backend_ = std::string(value.substr(0, 64));
+      }
+    });
+  }
+  capture_ = Capture::kNone;
+  capture_buf_.clear();
+  return Status::Ok();
+}
+
+void KinetoImporter::Impl::EndEventsArray() {
+  state_ = bare_list_ ? State::kDocEnd : State::kTopAfterValue;
+}
+
+const char* KinetoImporter::Impl::StartEvent(const char* p, const char* end) {
+  ++elements_;
+  if (parser_.Parse(p, end, &raw_) == KinetoEventParser::Result::kOk) {
+    HandleEvent(raw_, Offset(p));
+    state_ = State::kEventsAfterElem;
+    return parser_.object_end();
+  }
+  // Incomplete (the object runs past this chunk) or invalid: let EventCarry find its end.
+  carry_.Start(Offset(p));
+  state_ = State::kEventCarry;
+  return ContinueCarry(p, end);
+}
+
+const char* KinetoImporter::Impl::ContinueCarry(const char* p, const char* end) {
+  const char* object_end = carry_.Consume(p, end);
+  if (object_end == nullptr) return end;
+  state_ = State::kEventsAfterElem;
+  if (carry_.oversized()) {
+    Malformed(carry_.offset(), "event larger than " +
+                                   std::to_string(EventCarry::kMaxCarryBytes >> 20) +
+                                   " MiB after capping its strings; skipped");
+  } else {
+    const std::string& bytes = carry_.bytes();
+    const auto result = parser_.Parse(bytes.data(), bytes.data() + bytes.size(), &raw_);
+    if (result == KinetoEventParser::Result::kOk) {
+      HandleEvent(raw_, carry_.offset());
+    } else if (result == KinetoEventParser::Result::kSyntaxError) {
+      Malformed(carry_.offset(), std::string("invalid JSON in the event at its byte ") +
+                                     std::to_string(parser_.error_offset()) + ": " +
+                                     parser_.error());
+    } else {
+      Malformed(carry_.offset(), "invalid JSON in the event (it ends early)");
+    }
+  }
+  carry_.Release();
+  return object_end;
+}
+
+bool KinetoImporter::Impl::DecideUnit(const TraceNumber& ts) {
+  if (unit_decided_) return micros_;
+  unit_decided_ = true;
+  first_ts_fractional_ = ts.has_fraction;
+  switch (options_.time_unit) {
+    case TraceTimeUnit::kMicroseconds: micros_ = true; break;
+    case TraceTimeUnit::kNanoseconds: micros_ = false; break;
+    case TraceTimeUnit::kAuto: micros_ = !display_ns_ || ts.has_fraction; break;
+  }
+  return micros_;
+}
+
+uint32_t KinetoImporter::Impl::TrackFor(const KinetoRawEvent& ev, bool on_device) {
+  char buf[32];
+  auto append_int = [&](int64_t v) {
+    auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+    track_key_.append(buf, ptr);
+  };
+  auto append_id = [&](const TraceId& id) {
+    if (!id.present) {
+      track_key_ += '-';
+    } else if (id.is_string) {
+      track_key_ += 's';
+      track_key_ += id.text;
+    } else {
+      track_key_ += 'n';
+      append_int(id.number);
+    }
+  };
+  track_key_.clear();
+  int32_t device = -1;
+  if (on_device) {
+    track_key_ += 'D';
+    if (ev.device.valid) {
+      device = static_cast<int32_t>(std::min<uint64_t>(ev.device.ToUnsigned(), INT32_MAX));
+    } else if (ev.pid.present && !ev.pid.is_string && ev.pid.number >= 0) {
+      device = static_cast<int32_t>(std::min<int64_t>(ev.pid.number, INT32_MAX));
+    }
+    append_int(device);
+    track_key_ += '|';
+    if (ev.stream.valid) {
+      track_key_ += 'n';
+      append_int(static_cast<int64_t>(ev.stream.ToUnsigned()));
+    } else {
+      append_id(ev.tid);
+    }
+  } else {
+    track_key_ += 'H';
+    append_id(ev.pid);
+    track_key_ += '|';
+    append_id(ev.tid);
+  }
+  if (have_last_track_ && track_key_ == last_track_key_) return last_track_id_;
+  auto [it, inserted] = tracks_.try_emplace(track_key_, static_cast<uint32_t>(tracks_.size()));
+  if (inserted) {
+    TrackInfo info;
+    info.track_id = it->second;
+    info.kind = on_device ? TrackKind::kDeviceStream : TrackKind::kHostThread;
+    info.device = device;
+    const std::string_view suffix =
+        std::string_view(track_key_).substr(track_key_.find('|') + 1);
+    // suffix is "n<number>", "s<string>" or "-".
+    const std::string id = suffix.size() > 1 ? std::string(suffix.substr(1)) : std::string("?");
+    if (on_device) {
+      info.name = "stream " + id;
+    } else {
+      info.name = suffix.starts_with('s') ? id : "thread " + id;
+    }
+    sink_->OnTrack(info);
+  }
+  last_track_key_ = track_key_;
+  last_track_id_ = it->second;
+  have_last_track_ = true;
+  return it->second;
+}
+
+uint64_t KinetoImporter::Impl::PayloadOf(const KinetoRawEvent& ev, const KinetoEventClass& c) const {
+  if (c.payload_bytes) return ev.bytes.ToUnsigned();
+  if (c.payload_nelems && ev.in_msg_nelems.valid) {
+    return ev.in_msg_nelems.ToUnsigned() * KinetoDtypeSize(ev.dtype);
+  }
+  return 0;
+}
+
+void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset) {
+  switch (ev.ph) {
+    case 'X':
+    case 'B':
+    case 'E':
+      break;
+    case 0:
+      Malformed(offset, "no \"ph\"", ev.name);
+      return;
+    default:
+      ++skipped_;
+      return;
+  }
+  if (!ev.ts.present) {
+    Malformed(offset, "no \"ts\"", ev.name);
+    return;
+  }
+  if (!ev.ts.valid) {
+    Malformed(offset, "\"ts\" is not a number", ev.name);
+    return;
+  }
+  if (!unit_decided_) first_event_offset_ = offset;
+  const bool micros = DecideUnit(ev.ts);
+  int64_t ts_ns = 0;
+  if (!ev.ts.ToNanoseconds(micros, &ts_ns)) {
+    Malformed(offset, "\"ts\" is out of range", ev.name);
+    return;
+  }
+  if (ev.ph == 'E') {
+    HandleEnd(ev, ts_ns, offset);
+    return;
+  }
+  if (!ev.has_name) {
+    Malformed(offset, "no \"name\" (or it is not a string)");
+    return;
+  }
+  const KinetoEventClass c = ClassifyKinetoEvent(ev.has_cat, ev.cat, ev.name);
+  if (ev.ph == 'B') {
+    const uint32_t track = TrackFor(ev, false);
+    std::vector<OpenSlice>& stack = open_slices_[track];
+    if (stack.size() >= kMaxOpenSlicesPerTrack) {
+      Malformed(offset, "more than " + std::to_string(kMaxOpenSlicesPerTrack) +
+                            " nested \"B\" events without \"E\" on one thread", ev.name);
+      return;
+    }
+    OpenSlice s;
+    s.keep = c.keep;
+    if (c.keep) {
+      s.start_ns = ts_ns;
+      s.kind = c.kind;
+      s.flags = c.flags;
+      s.payload = PayloadOf(ev, c);
+      s.correlation = static_cast<uint32_t>(ev.correlation.ToUnsigned());
+      s.function_id = functions_->Intern(c.kind, c.name);
+      if (ev.name_truncated) ++names_truncated_;
+    }
+    stack.push_back(s);
+    return;
+  }
+  if (!c.keep) {
+    ++skipped_;
+    return;
+  }
+  if (!ev.dur.present) {
+    Malformed(offset, "complete event (\"ph\": \"X\") without \"dur\"", ev.name);
+    return;
+  }
+  int64_t dur_ns = 0;
+  if (!ev.dur.valid || !ev.dur.ToNanoseconds(micros, &dur_ns)) {
+    Malformed(offset, "\"dur\" is not a number", ev.name);
+    return;
+  }
+  if (dur_ns < 0) {
+    Malformed(offset, "negative \"dur\"", ev.name);
+    return;
+  }
+  Event e;
+  e.start_ns = ts_ns;
+  e.end_ns = ts_ns + dur_ns;
+  e.payload = PayloadOf(ev, c);
+  e.correlation = static_cast<uint32_t>(ev.correlation.ToUnsigned());
+  e.kind = c.kind;
+  e.flags = c.flags;
+  e.track_id = TrackFor(ev, c.on_device);
+  e.function_id = functions_->Intern(c.kind, c.name);
+  if (ev.name_truncated) ++names_truncated_;
+  sink_->OnEvent(e);
+  ++emitted_;
+}
+
+void KinetoImporter::Impl::HandleEnd(const KinetoRawEvent& ev, int64_t ts_ns, uint64_t offset) {
+  const uint32_t track = TrackFor(ev, false);
+  auto it = open_slices_.find(track);
+  if (it == open_slices_.end() || it->second.empty()) {
+    Malformed(offset, "\"E\" event without a matching \"B\" on its thread", ev.name);
+    return;
+  }
+  const OpenSlice s = it->second.back();
+  it->second.pop_back();
+  if (!s.keep) {
+    ++skipped_;
+    return;
+  }
+  if (ts_ns < s.start_ns) {
+    Malformed(offset, "\"E\" event before its \"B\"", ev.name);
+    return;
+  }
+  Event e;
+  e.start_ns = s.start_ns;
+  e.end_ns = ts_ns;
+  e.payload = s.payload;
+  e.correlation = s.correlation;
+  e.kind = s.kind;
+  e.flags = s.flags;
+  e.track_id = track;
+  e.function_id = s.function_id;
+  sink_->OnEvent(e);
+  ++emitted_;
+}
+
+Status KinetoImporter::Impl::Parse(const char* data, size_t size) {
+  if (!error_.ok()) return error_;
+  chunk_ = data;
+  chunk_offset_ = bytes_read_;
+  bytes_read_ += size;
+  const char* p = data;
+  const char* const end = data + size;
+  while (p < end) {
+    switch (state_) {
+      case State::kDocStart: {
+        if (chunk_offset_ == 0 && p == data && size >= 3 && std::memcmp(p, "\xEF\xBB\xBF", 3) == 0) {
+          p += 3;  // UTF-8 byte order mark
+          continue;
+        }
+        while (p < end && IsWs(*p)) ++p;
+        if (p == end) break;
+        PERFTRACKER_RETURN_IF_ERROR(DocStart(*p, p));
+        ++p;
+        break;
+      }
+      case State::kTopKeyOrEnd: {
+        while (p < end && IsWs(*p)) ++p;
+        if (p == end) break;
+        if (*p == '"') {
+          key_.clear();
+          key_escape_ = false;
+          state_ = State::kTopKey;
+        } else if (*p == '}') {
+          state_ = State::kDocEnd;
+        } else {
+          return DataError("invalid JSON at byte " + std::to_string(Offset(p)) + ": expected a key, found " +
+                           DescribeByte(*p));
+        }
+        ++p;
+        break;
+      }
+      case State::kTopKey: {
+        while (p < end) {
+          const char c = *p++;
+          if (key_escape_) {
+            key_escape_ = false;
+          } else if (c == '\\') {
+            key_escape_ = true;
+          } else if (c == '"') {
+            state_ = State::kTopColon;
+            break;
+          }
+          if (key_.size() < kMaxKeyBytes) key_ += c;
+        }
+        break;
+      }
+      case State::kTopColon: {
+        while (p < end && IsWs(*p)) ++p;
+        if (p == end) break;
+        if (*p != ':') {
+          return DataError("invalid JSON at byte " + std::to_string(Offset(p)) + ": expected ':' after \"" +
+                           key_ + "\", found " + DescribeByte(*p));
+        }
+        ++p;
+        state_ = State::kTopValue;
+        break;
+      }
+      case State::kTopValue: {
+        while (p < end && IsWs(*p)) ++p;
+        if (p == end) break;
+        PERFTRACKER_RETURN_IF_ERROR(TopValue(p));
+        // Containers and scalars are consumed by their skip state from their first byte.
+        if (state_ == State::kEventsElem || state_ == State::kTopSkipString) ++p;
+        break;
+      }
+      case State::kTopSkipScalar: {
+        while (p < end && *p != ',' && *p != '}' && *p != ']' && !IsWs(*p)) ++p;
+        if (p < end) state_ = State::kTopAfterValue;
+        break;
+      }
+      case State::kTopSkipString: {
+        while (p < end) {
+          const char c = *p++;
+          if (skip_escape_) {
+            skip_escape_ = false;
+          } else if (c == '\\') {
+            skip_escape_ = true;
+          } else if (c == '"') {
+            state_ = State::kTopAfterValue;
+            PERFTRACKER_RETURN_IF_ERROR(FinishCapture());
+            break;
+          }
+          if (capture_ != Capture::kNone && !capture_overflow_) {
+            if (capture_buf_.size() >= kMaxCaptureBytes) {
+              capture_overflow_ = true;
+            } else {
+              capture_buf_ += c;
+            }
+          }
+        }
+        break;
+      }
+      case State::kTopSkipContainer: {
+        // Captures (for distributedInfo) the bytes at depth <= 1, with nested containers
+        // replaced by a 0, so the capture stays small whatever pg_config holds.
+        const bool capture = capture_ == Capture::kDistributedInfo;
+        while (p < end) {
+          const char c = *p++;
+          const bool keep = capture && !capture_overflow_;
+          if (skip_in_string_) {
+            if (skip_escape_) {
+              skip_escape_ = false;
+            } else if (c == '\\') {
+              skip_escape_ = true;
+            } else if (c == '"') {
+              skip_in_string_ = false;
+            }
+            if (keep && skip_depth_ <= 1) capture_buf_ += c;
+          } else if (c == '"') {
+            skip_in_string_ = true;
+            if (keep && skip_depth_ <= 1) capture_buf_ += c;
+          } else if (c == '{' || c == '[') {
+            if (keep && skip_depth_ == 0) capture_buf_ += c;
+            if (keep && skip_depth_ == 1) capture_buf_ += '0';
+            ++skip_depth_;
+          } else if (c == '}' || c == ']') {
+            --skip_depth_;
+            if (keep && skip_depth_ == 0) capture_buf_ += c;
+            if (skip_depth_ == 0) {
+              state_ = State::kTopAfterValue;
+              PERFTRACKER_RETURN_IF_ERROR(FinishCapture());
+              break;
+            }
+          } else if (keep && skip_depth_ <= 1) {
+            capture_buf_ += c;
+          }
+          if (keep && capture_buf_.size() > kMaxCaptureBytes) capture_overflow_ = true;
+        }
+        break;
+      }
+      case State::kTopAfterValue: {
+        while (p < end && IsWs(*p)) ++p;
+        if (p == end) break;
+        if (*p == ',') {
+          state_ = State::kTopKeyOrEnd;
+          top_first_member_ = false;
+        } else if (*p == '}') {
+          state_ = State::kDocEnd;
+        } else {
+          return DataError("invalid JSON at byte " + std::to_string(Offset(p)) +
+                           ": expected ',' or '}' after the value of \"" + key_ + "\", found " +
+                           DescribeByte(*p));
+        }
+        ++p;
+        break;
+      }
+      case State::kEventsElem: {
+        while (p < end && IsWs(*p)) ++p;
+        if (p == end) break;
+        if (*p == '{') {
+          p = StartEvent(p, end);
+        } else if (*p == ']') {
+          EndEventsArray();
+          ++p;
+        } else {
+          const std::string where = bare_list_ ? "the top-level list" : "\"traceEvents\"";
+          return NotATrace("element " + std::to_string(elements_) + " of " + where +
+                           " is not an event object (found " + DescribeByte(*p) + " at byte " +
+                           std::to_string(Offset(p)) + ")");
+        }
+        break;
+      }
+      case State::kEventsAfterElem: {
+        // The hot loop: between events there is only ", " and whitespace.
+        while (p < end && IsWs(*p)) ++p;
+        if (p == end) break;
+        if (*p == ',') {
+          ++p;
+          while (p < end && IsWs(*p)) ++p;
+          if (p < end && *p == '{') {
+            p = StartEvent(p, end);
+          } else {
+            state_ = State::kEventsElem;
+          }
+        } else if (*p == ']') {
+          EndEventsArray();
+          ++p;
+        } else {
+          return DataError("invalid JSON at byte " + std::to_string(Offset(p)) +
+                           ": expected ',' or ']' after event " + std::to_string(elements_ - 1) +
+                           ", found " + DescribeByte(*p));
+        }
+        break;
+      }
+      case State::kEventCarry:
+        p = ContinueCarry(p, end);
+        break;
+      case State::kDocEnd: {
+        while (p < end && (IsWs(*p) || *p == '\0')) ++p;
+        if (p == end) break;
+        return DataError("unexpected data after the end of the JSON document at byte " +
+                         std::to_string(Offset(p)) + " (" + DescribeByte(*p) + ")");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<KinetoTraceInfo> KinetoImporter::Impl::Finish() {
+  if (!error_.ok()) return error_;
+  const std::string at = std::to_string(bytes_read_);
+  switch (state_) {
+    case State::kDocEnd:
+      break;
+    case State::kDocStart:
+      return Fail(StatusCode::kInvalidArgument,
+                  bytes_read_ == 0 ? "the file is empty (0 bytes): not a trace"
+                                   : "not a trace: the file holds only whitespace");
+    case State::kEventsElem:
+    case State::kEventsAfterElem:
+    case State::kEventCarry: {
+      std::string what = "truncated at byte " + at + ": the file ends inside " +
+                         (bare_list_ ? std::string("the list of events") : std::string("traceEvents"));
+      if (state_ == State::kEventCarry) {
+        what += " (in the event that starts at byte " + std::to_string(carry_.offset()) + ")";
+      }
+      what += " after " + std::to_string(emitted_ + skipped_ + malformed_) +
+              " events; was the profiler killed while writing?";
+      return DataError(what);
+    }
+    default:
+      return DataError("truncated at byte " + at + ": the file ends inside the top-level object" +
+                       (saw_trace_events_ ? std::string(" (after traceEvents)")
+                                          : std::string(" before any \"traceEvents\"")) +
+                       "; was the profiler killed while writing?");
+  }
+  if (!saw_trace_events_) {
+    return NotATrace(
+        "the top-level object has no \"traceEvents\" array (expected what torch.profiler's "
+        "export_chrome_trace writes)");
+  }
+  for (const auto& [track, stack] : open_slices_) {
+    for (const OpenSlice& s : stack) {
+      (void)s;
+      Malformed(bytes_read_, "\"B\" event without a matching \"E\" on track " +
+                                 std::to_string(track));
+    }
+  }
+  KinetoTraceInfo info;
+  if (options_.rank) {
+    info.rank = *options_.rank;
+  } else if (dist_rank_) {
+    info.rank = *dist_rank_;
+  } else if (auto r = RankFromFileName(source_)) {
+    info.rank = *r;
+  } else {
+    return Fail(StatusCode::kInvalidArgument,
+                "cannot tell which rank wrote this trace: it has no distributedInfo.rank and no "
+                "rank number in its name; rename it to include e.g. rank3 or pass --rank");
+  }
+  info.world_size = world_size_;
+  info.backend = backend_;
+  info.bytes_read = bytes_read_;
+  info.events_emitted = emitted_;
+  info.events_skipped = skipped_;
+  info.events_malformed = malformed_;
+  info.first_malformed = first_malformed_;
+  info.names_truncated = names_truncated_;
+  info.tracks = tracks_.size();
+  info.time_unit = micros_ ? TraceTimeUnit::kMicroseconds : TraceTimeUnit::kNanoseconds;
+  info.bare_list = bare_list_;
+  return info;
+}
+
+KinetoImporter::KinetoImporter(std::string source_name, FunctionTable* functions,
+                               EventSink* sink, KinetoImportOptions options)
+    : impl_(std::make_unique<Impl>(std::move(source_name), functions, sink, options)) {}
+
+KinetoImporter::~KinetoImporter() = default;
+
+Status KinetoImporter::Parse(const char* data, size_t size) { return impl_->Parse(data, size); }
+
+StatusOr<KinetoTraceInfo> KinetoImporter::Finish() { return impl_->Finish(); }
+
+// ---------------------------------------------------------------------------------------
+// Files.
+
+namespace {
+
+constexpr size_t kReadChunkBytes = 1 << 20;
+constexpr size_t kInflateChunkBytes = 1 << 20;
+
+class FileReader {
+ public:
+  explicit FileReader(int fd) : fd_(fd) {}
+  ~FileReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+
+  // Fills `buf` as far as the file allows; returns bytes read, or -1 with errno set.
+  ssize_t Read(char* buf, size_t size) {
+    size_t got = 0;
+    while (got < size) {
+      const ssize_t n = ::read(fd_, buf + got, size - got);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return -1;
+      }
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    return static_cast<ssize_t>(got);
+  }
+
+ private:
+  int fd_;
+};
+
+// A compression format we do not read, recognised by its magic bytes.
+const char* OtherCompression(const char* p, size_t n) {
+  auto starts = [&](const char* magic, size_t len) { return n >= len && std::memcmp(p, magic, len) == 0; };
+  if (starts("\x28\xB5\x2F\xFD", 4)) return "zstd (decompress it with: zstd -d)";
+  if (starts("BZh", 3) && n > 3 && p[3] >= '1' && p[3] <= '9') return "bzip2 (decompress it with: bunzip2)";
+  if (starts("\xFD" "7zXZ", 5)) return "xz (decompress it with: xz -d)";
+  if (starts("PK\x03\x04", 4)) return "a zip archive (extract it with: unzip)";
+  return nullptr;
+}
+
+Status InflateInto(const std::string& path, FileReader* file, char* in, size_t in_size,
+                   size_t first_bytes, KinetoImporter* importer, uint64_t* compressed_total) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {
+    return Status::Internal(path + ": cannot initialise zlib");
+  }
+  struct Closer {
+    z_stream* zs;
+    ~Closer() { inflateEnd(zs); }
+  } closer{&zs};
+  std::vector<char> out(kInflateChunkBytes);
+  zs.next_in = reinterpret_cast<Bytef*>(in);
+  zs.avail_in = static_cast<uInt>(first_bytes);
+  uint64_t file_bytes = first_bytes;
+  bool eof = first_bytes < in_size;
+  uint64_t uncompressed = 0;
+  auto compressed_offset = [&] { return file_bytes - zs.avail_in; };
+  auto refill = [&]() -> Status {
+    if (zs.avail_in > 0 || eof) return Status::Ok();
+    const ssize_t n = file->Read(in, in_size);
+    if (n < 0) return Status::DataLoss(path + ": read error: " + std::strerror(errno));
+    if (static_cast<size_t>(n) < in_size) eof = true;
+    file_bytes += static_cast<uint64_t>(n);
+    zs.next_in = reinterpret_cast<Bytef*>(in);
+    zs.avail_in = static_cast<uInt>(n);
+    return Status::Ok();
+  };
+  for (;;) {
+    PERFTRACKER_RETURN_IF_ERROR(refill());
+    zs.next_out = reinterpret_cast<Bytef*>(out.data());
+    zs.avail_out = static_cast<uInt>(out.size());
+    const int ret = inflate(&zs, Z_NO_FLUSH);
+    const size_t produced = out.size() - zs.avail_out;
+    uncompressed += produced;
+    if (produced > 0) PERFTRACKER_RETURN_IF_ERROR(importer->Parse(out.data(), produced));
+    if (ret == Z_STREAM_END) {
+      // Another gzip member may follow (concatenated .gz files); zero padding is ignored.
+      for (;;) {
+        PERFTRACKER_RETURN_IF_ERROR(refill());
+        while (zs.avail_in > 0 && *zs.next_in == 0) {
+          ++zs.next_in;
+          --zs.avail_in;
+        }
+        if (zs.avail_in > 0 || eof) break;
+      }
+      if (zs.avail_in == 0) break;
+      if (*zs.next_in != 0x1f) {
+        return Status::DataLoss(path + ": unexpected data after the end of the gzip stream at compressed byte " +
+                                std::to_string(compressed_offset()));
+      }
+      inflateReset(&zs);
+      continue;
+    }
+    if (ret == Z_BUF_ERROR || (ret == Z_OK && produced == 0 && zs.avail_in == 0)) {
+      if (eof && zs.avail_in == 0) {
+        return Status::DataLoss(path + ": truncated gzip file: the compressed data ends at byte " +
+                                std::to_string(file_bytes) + " (after " + std::to_string(uncompressed) +
+                                " uncompressed bytes) before the end of the gzip stream; was the "
+                                "profiler killed while writing, or the copy cut short?");
+      }
+      continue;
+    }
+    if (ret != Z_OK) {
+      const std::string why = zs.msg != nullptr ? zs.msg : "error " + std::to_string(ret);
+      return Status::DataLoss(path + ": corrupt gzip data at compressed byte " +
+                              std::to_string(compressed_offset()) + " (" + why + ")");
+    }
+  }
+  *compressed_total = file_bytes;
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<KinetoTraceInfo> ImportKinetoFile(const std::string& path, FunctionTable* functions,
+                                           EventSink* sink, KinetoImportOptions options) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string msg = path + ": cannot open the trace: " + std::strerror(err);
+    return err == ENOENT ? Status::NotFound(msg) : Status::InvalidArgument(msg);
+  }
+  FileReader file(fd);
+  struct stat st{};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument(path + ": is a directory, not a trace file");
+  }
+  KinetoImporter importer(path, functions, sink, options);
+  std::vector<char> buf(kReadChunkBytes);
+  ssize_t n = file.Read(buf.data(), buf.size());
+  if (n < 0) return Status::DataLoss(path + ": read error: " + std::strerror(errno));
+  const auto first = static_cast<size_t>(n);
+  if (first >= 2 && static_cast<unsigned char>(buf[0]) == 0x1f &&
+      static_cast<unsigned char>(buf[1]) == 0x8b) {
+    uint64_t compressed = 0;
+    PERFTRACKER_RETURN_IF_ERROR(
+        InflateInto(path, &file, buf.data(), buf.size(), first, &importer, &compressed));
+    return importer.Finish();
+  }
+  if (const char* other = OtherCompression(buf.data(), first)) {
+    return Status::InvalidArgument(path + ": not a trace: the file is compressed with " + other +
+                                   "; only .json and gzip .json.gz are read");
+  }
+  size_t got = first;
+  for (;;) {
+    if (got > 0) PERFTRACKER_RETURN_IF_ERROR(importer.Parse(buf.data(), got));
+    if (got < buf.size()) break;
+    n = file.Read(buf.data(), buf.size());
+    if (n < 0) return Status::DataLoss(path + ": read error: " + std::strerror(errno));
+    got = static_cast<size_t>(n);
+    if (got == 0) break;
+  }
+  return importer.Finish();
+}
+
+}  // namespace perftracker
