@@ -23,6 +23,14 @@ struct LocalizerOptions {
   double min_relative_effect = 0.2;
   // At most this many findings in the diagnosis.
   size_t max_findings = 20;
+  // Smaller effects are not reported at all (keeps microsecond noise out of the diagnosis);
+  // between this and material_share they are reported as non-material findings.
+  double report_share = 0.005;
+  // A function belongs to a worker's peer-group signature when it takes at least this
+  // share of the worker's iteration.
+  double signature_share = 0.01;
+  // Signatures this similar (Jaccard) share a peer group.
+  double peer_jaccard = 0.8;
 };
 
 class Localizer {

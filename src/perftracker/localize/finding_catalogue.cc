@@ -1,0 +1,92 @@
+#include "perftracker/localize/finding_catalogue.h"
+
+#include <array>
+
+namespace perftracker {
+namespace {
+
+namespace fc = finding_codes;
+
+constexpr std::array kCatalogue = {
+    CatalogueEntry{fc::kStragglerCompute, FindingCategory::kCompute, false,
+                   "A worker spends more time per iteration in a compute function (kernel, "
+                   "operator, annotated block, Python function) than its peers; the others "
+                   "wait for it.",
+                   "Check that worker's GPU / CPU (clocks, thermal throttling, other processes "
+                   "on the host) and whether its input (shape, sequence length) differs."},
+    CatalogueEntry{fc::kStragglerData, FindingCategory::kDataLoading, false,
+                   "A worker spends more time per iteration loading data than its peers.",
+                   "Look at that worker's data loader: storage or network file system latency, "
+                   "too few loader workers, CPU contention on its host, uneven shards."},
+    CatalogueEntry{fc::kStragglerComm, FindingCategory::kCommunication, false,
+                   "One worker's collective / point-to-point communication is slower than its "
+                   "peers' while no worker computes longer: the time is lost in the network.",
+                   "Check that worker's NIC / link (errors, speed negotiated, congestion), its "
+                   "NCCL transport and topology, and the switch port it hangs off."},
+    CatalogueEntry{fc::kStragglerSync, FindingCategory::kSynchronization, false,
+                   "One worker's host waits longer for its device than its peers do, and no "
+                   "traced device work explains it.",
+                   "Profile that worker's device (throttling, ECC, other processes on the GPU) "
+                   "and remove unneeded synchronizations (.item(), .cpu(), prints)."},
+    CatalogueEntry{fc::kStragglerGc, FindingCategory::kGc, false,
+                   "One worker pauses longer in the garbage collector than its peers.",
+                   "Look for objects that only that rank allocates (logging, metrics); consider "
+                   "gc.freeze() after setup or gc.disable() with periodic gc.collect()."},
+    CatalogueEntry{fc::kStragglerMemcpy, FindingCategory::kMemory, false,
+                   "One worker's memory copies are slower than its peers'.",
+                   "Check that worker's PCIe link (width / speed), NUMA placement and pinned "
+                   "memory use."},
+    CatalogueEntry{fc::kStragglerUntraced, FindingCategory::kCpuContention, false,
+                   "Every peer waits for this worker, yet none of its traced functions is "
+                   "longer: the time goes outside traced code (scheduling delays, untraced "
+                   "work, a stalled thread).",
+                   "Look at that host's CPU contention (run-queue delay, other processes, "
+                   "core pinning) and at work not covered by the trace."},
+    CatalogueEntry{fc::kFunctionOnlyOnSome, FindingCategory::kCompute, true,
+                   "A function with material time runs only on a minority of a peer group's "
+                   "workers; the others wait for them.",
+                   "Check whether the extra work is intended on those ranks (checkpointing, "
+                   "logging, evaluation, a debug hook) and move it off the critical path."},
+    CatalogueEntry{fc::kHostBound, FindingCategory::kHostOverhead, false,
+                   "The device sits idle for a large share of each iteration while the host "
+                   "runs Python / launches work: the job is host- or launch-bound.",
+                   "Use CUDA graphs or torch.compile, larger batches or fused kernels, and "
+                   "move host work (logging, metrics, data preparation) off the training loop."},
+    CatalogueEntry{fc::kSyncCritical, FindingCategory::kSynchronization, false,
+                   "Host-device synchronizations sit on the critical path of every worker.",
+                   "Remove implicit synchronizations (.item(), .cpu(), .tolist(), printing "
+                   "tensors, torch.cuda.synchronize()) from the training loop or batch them."},
+    CatalogueEntry{fc::kDataCritical, FindingCategory::kDataLoading, false,
+                   "Data loading sits on the critical path of every worker: training waits "
+                   "for input.",
+                   "Raise DataLoader num_workers / prefetch_factor, use pin_memory and "
+                   "persistent_workers, cache or pre-process the data set."},
+    CatalogueEntry{fc::kGc, FindingCategory::kGc, false,
+                   "Garbage-collector pauses cost every worker a material share of each "
+                   "iteration.",
+                   "Call gc.freeze() after model setup, or disable automatic collection and "
+                   "collect every N iterations; avoid creating reference cycles per step."},
+    CatalogueEntry{fc::kPageableMemcpy, FindingCategory::kMemory, false,
+                   "Host-device copies from pageable memory take a material share of the "
+                   "iteration (they are slower and synchronous).",
+                   "Use pinned memory (DataLoader(pin_memory=True), tensor.pin_memory()) and "
+                   "non_blocking=True copies."},
+    CatalogueEntry{fc::kIncompleteData, FindingCategory::kDataQuality, false,
+                   "A worker's profile is badly incomplete (events dropped or malformed, or no "
+                   "data at all); findings about it are less certain.",
+                   "Enlarge the agent's ring buffers or shorten the window; check the trace "
+                   "file of that rank."},
+};
+
+}  // namespace
+
+std::span<const CatalogueEntry> FindingCatalogue() { return kCatalogue; }
+
+const CatalogueEntry* FindCatalogueEntry(std::string_view code) {
+  for (const auto& e : kCatalogue) {
+    if (e.code == code) return &e;
+  }
+  return nullptr;
+}
+
+}  // namespace perftracker

@@ -1,0 +1,906 @@
+#include "perftracker/localize/localizer.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/peer_groups.h"
+#include "perftracker/localize/robust_stats.h"
+
+namespace perftracker {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr double kMs = 1e6;
+
+// ---------------------------------------------------------------------------------------
+// Building summaries by hand (also used by the golden tests' JSON format).
+
+struct FnSpec {
+  std::string key;  // "kind:name > kind:name", kinds as EventKindName() spells them
+  double ms = 0;    // inclusive time per iteration
+  double calls = 1;     // calls per iteration
+  double critical_ms = 0;
+  double bytes = 0;     // per iteration
+};
+
+struct WorkerSpec {
+  int32_t rank = 0;
+  int iterations = 10;
+  double iteration_ms = 100;
+  bool has_device = false;
+  double compute_ms = 0, communication_ms = 0, wait_ms = 0, data_ms = 0, host_only_ms = 0;
+  std::vector<FnSpec> fns;
+  SummaryStats stats;
+  std::string host;
+
+  FnSpec& fn(const std::string& key) {
+    for (auto& f : fns) {
+      if (f.key == key) return f;
+    }
+    fns.push_back(FnSpec{key});
+    return fns.back();
+  }
+};
+
+EventKind KindFromKey(const std::string& key) {
+  const size_t sep = key.rfind(" > ");
+  const std::string leaf = sep == std::string::npos ? key : key.substr(sep + 3);
+  const std::string kind = leaf.substr(0, leaf.find(':'));
+  for (int k = 0; k < kNumEventKinds; ++k) {
+    if (EventKindName(static_cast<EventKind>(k)) == kind) return static_cast<EventKind>(k);
+  }
+  ADD_FAILURE() << "unknown kind in key " << key;
+  return EventKind::kTorchOp;
+}
+
+WorkerSummary Build(const WorkerSpec& spec) {
+  WorkerSummary w;
+  w.rank = spec.rank;
+  w.host = spec.host.empty() ? fmt::format("node{}", spec.rank / 8) : spec.host;
+  w.source = fmt::format("rank{}.json", spec.rank);
+  w.has_device = spec.has_device;
+  w.stats = spec.stats;
+  const auto it_ns = static_cast<int64_t>(spec.iteration_ms * kMs);
+  for (int i = 0; i < spec.iterations; ++i) {
+    IterationSummary it;
+    it.start_ns = i * it_ns;
+    it.duration_ns = it_ns;
+    it.compute_ns = static_cast<int64_t>(spec.compute_ms * kMs);
+    it.communication_ns = static_cast<int64_t>(spec.communication_ms * kMs);
+    it.wait_ns = static_cast<int64_t>(spec.wait_ms * kMs);
+    it.data_ns = static_cast<int64_t>(spec.data_ms * kMs);
+    it.host_only_ns = static_cast<int64_t>(spec.host_only_ms * kMs);
+    w.iterations.push_back(it);
+  }
+  w.window_start_ns = 0;
+  w.window_end_ns = it_ns * spec.iterations;
+  std::map<std::string, uint32_t> index;
+  for (const auto& f : spec.fns) {
+    FunctionSummary s;
+    s.key = f.key;
+    s.kind = KindFromKey(f.key);
+    const size_t sep = f.key.rfind(" > ");
+    const std::string leaf = sep == std::string::npos ? f.key : f.key.substr(sep + 3);
+    s.name = leaf.substr(leaf.find(':') + 1);
+    if (sep != std::string::npos) {
+      auto p = index.find(f.key.substr(0, sep));
+      if (p != index.end()) s.parent = p->second;
+    }
+    const double n = spec.iterations;
+    s.count = static_cast<uint64_t>(std::llround(f.calls * n));
+    s.total_ns = static_cast<int64_t>(f.ms * kMs * n);
+    s.self_ns = s.total_ns;
+    s.critical_ns = static_cast<int64_t>(f.critical_ms * kMs * n);
+    s.bytes = static_cast<uint64_t>(f.bytes * n);
+    if (s.count > 0) {
+      s.durations.Add(static_cast<double>(s.total_ns) / static_cast<double>(s.count), s.count);
+    }
+    index[f.key] = static_cast<uint32_t>(w.functions.size());
+    w.functions.push_back(std::move(s));
+  }
+  return w;
+}
+
+// Deterministic noise in [-1, 1] for (rank, salt).
+double Noise(int32_t rank, const std::string& salt) {
+  uint64_t h = 1469598103934665603ull ^ static_cast<uint64_t>(rank + 1) * 0x9e3779b97f4a7c15ull;
+  for (char c : salt) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return static_cast<double>(h % 20001) / 10000.0 - 1.0;
+}
+
+// A synchronous data-parallel job: every rank loads data, runs a forward with two annotated
+// blocks, then all-reduces. Time not spent computing is spent waiting in the all-reduce, so
+// iterations are equally long everywhere (as in real synchronous training).
+struct DpJob {
+  int ranks = 8;
+  double iteration_ms = 100;
+  double data_ms = 5, block1_ms = 30, block2_ms = 24, optimizer_ms = 6;
+  double jitter = 0;
+
+  static constexpr const char* kStep = "python:train.py(40): train_step";
+  static std::string Key(const std::string& tail) { return std::string(kStep) + " > " + tail; }
+
+  std::vector<WorkerSpec> Make() const {
+    std::vector<WorkerSpec> out;
+    for (int r = 0; r < ranks; ++r) out.push_back(Make(r));
+    return out;
+  }
+
+  WorkerSpec Make(int r) const {
+    auto j = [&](const std::string& k) { return 1 + jitter * Noise(r, k); };
+    WorkerSpec w;
+    w.rank = r;
+    w.iteration_ms = iteration_ms;
+    w.fn(kStep) = {kStep, iteration_ms * 0.99, 1};
+    w.fn(Key("data_load:DataLoader.__next__")) = {Key("data_load:DataLoader.__next__"),
+                                                  data_ms * j("data"), 1, 0.3};
+    const std::string b1 = Key("annotation:block1");
+    const std::string b2 = Key("annotation:block2");
+    w.fn(b1) = {b1, block1_ms * j("b1"), 1};
+    w.fn(b1 + " > torch_op:aten::mm") = {b1 + " > torch_op:aten::mm", block1_ms * 0.9 * j("b1"), 4};
+    w.fn(b2) = {b2, block2_ms * j("b2"), 1};
+    w.fn(b2 + " > torch_op:aten::mm") = {b2 + " > torch_op:aten::mm", block2_ms * 0.9 * j("b2"), 4};
+    w.fn(Key("optimizer_step:Adam.step")) = {Key("optimizer_step:Adam.step"),
+                                             optimizer_ms * j("opt"), 1};
+    Rebalance(w);
+    return w;
+  }
+
+  // The all-reduce absorbs whatever the iteration has left: victims wait, culprits don't.
+  void Rebalance(WorkerSpec& w) const {
+    double work = 0;
+    for (const auto& f : w.fns) {
+      const bool top = f.key.find(" > ") != std::string::npos &&
+                       f.key.find(" > ", f.key.find(" > ") + 3) == std::string::npos;
+      if (top && f.key.find("collective:") == std::string::npos) work += f.ms;
+    }
+    const std::string ar = Key("collective:nccl:all_reduce");
+    w.fn(ar) = {ar, std::max(0.5, iteration_ms * 0.99 - work), 1};
+    w.communication_ms = w.fn(ar).ms;
+    w.wait_ms = w.fn(ar).ms;
+  }
+};
+
+Diagnosis Diagnose(const std::vector<WorkerSpec>& specs, LocalizerOptions options = {}) {
+  Localizer loc(options);
+  for (const auto& s : specs) loc.Add(Build(s));
+  return loc.Finish();
+}
+
+std::vector<const Finding*> Material(const Diagnosis& d) {
+  std::vector<const Finding*> out;
+  for (const auto& f : d.findings) {
+    if (f.material) out.push_back(&f);
+  }
+  return out;
+}
+
+std::string Describe(const Diagnosis& d) {
+  std::string s;
+  for (const auto& f : d.findings) {
+    s += fmt::format("  [{}] {} {}: {}\n", f.material ? "M" : " ", f.code,
+                     FindingCategoryName(f.category), f.title);
+    for (const auto& e : f.evidence) s += fmt::format("      {}: {}\n", e.label, e.value);
+  }
+  for (const auto& n : d.notes) s += "  note: " + n + "\n";
+  return s;
+}
+
+const Finding* FindCode(const Diagnosis& d, std::string_view code) {
+  for (const auto& f : d.findings) {
+    if (f.code == code) return &f;
+  }
+  return nullptr;
+}
+
+bool HasEvidence(const Finding& f, const std::string& needle) {
+  for (const auto& e : f.evidence) {
+    if (e.label.find(needle) != std::string::npos || e.value.find(needle) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------
+// Robust statistics and peer groups.
+
+TEST(RobustStats, MedianOddEvenAndMad) {
+  std::vector<float> odd{5, 1, 3};
+  EXPECT_DOUBLE_EQ(MedianInPlace(odd), 3);
+  std::vector<float> even{4, 1, 3, 2};
+  EXPECT_DOUBLE_EQ(MedianInPlace(even), 2.5);
+  std::vector<float> v{1, 2, 3, 4, 100};
+  const RobustCenter c = MedianAndMadInPlace(v);
+  EXPECT_DOUBLE_EQ(c.median, 3);
+  EXPECT_DOUBLE_EQ(c.mad, 1);  // deviations 2 1 0 1 97
+  std::vector<float> empty;
+  EXPECT_DOUBLE_EQ(MedianInPlace(empty), 0);
+}
+
+TEST(RobustStats, ScaleIsFlooredWhenPeersAreIdentical) {
+  RobustCenter c{10e6, 0};
+  EXPECT_DOUBLE_EQ(RobustScale(c, 0.01, 1000), 1e5);  // 1 % of the median
+  RobustCenter tiny{10, 0};
+  EXPECT_DOUBLE_EQ(RobustScale(tiny, 0.01, 1000), 1000);  // 1 us
+}
+
+TEST(PeerGroups, IdenticalAndNearIdenticalSignaturesShareAGroup) {
+  PeerGroups g;
+  std::vector<uint32_t> base;
+  for (uint32_t i = 0; i < 10; ++i) base.push_back(i);
+  std::vector<uint32_t> plus_one = base;
+  plus_one.push_back(42);
+  const uint32_t a = g.AddSignature(base);
+  EXPECT_EQ(g.AddSignature(base), a);
+  const uint32_t b = g.AddSignature(plus_one);
+  const uint32_t c = g.AddSignature({100, 101, 102});  // another role
+  const uint32_t d = g.AddSignature({100, 101, 102, 103});  // one function apart from c
+  const auto group = g.Cluster(0.8);
+  EXPECT_EQ(g.workers_with(a), 2u);
+  EXPECT_EQ(group[a], group[b]);
+  EXPECT_NE(group[a], group[c]);
+  EXPECT_EQ(group[c], group[d]);
+  size_t sym = 0;
+  EXPECT_DOUBLE_EQ(PeerGroups::Jaccard(base, plus_one, &sym), 10.0 / 11);
+  EXPECT_EQ(sym, 1u);
+}
+
+// ---------------------------------------------------------------------------------------
+// Peer comparison.
+
+TEST(Localizer, StragglerComputeNamesRankFunctionAndVictims) {
+  DpJob job;
+  auto specs = job.Make();
+  // Rank 2's block2 takes twice as long: its matmuls are slower.
+  auto& w2 = specs[2];
+  w2.fn(DpJob::Key("annotation:block2")).ms = 48;
+  w2.fn(DpJob::Key("annotation:block2 > torch_op:aten::mm")).ms = 45.6;
+  job.Rebalance(w2);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  const Finding& f = *material[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_EQ(f.category, FindingCategory::kCompute);
+  EXPECT_THAT(f.workers, ElementsAre(2));
+  EXPECT_EQ(f.function, "block2");
+  EXPECT_EQ(f.function_key, DpJob::Key("annotation:block2"));
+  EXPECT_EQ(f.resource, "CPU");
+  EXPECT_THAT(f.victims, ElementsAre(0, 1, 3, 4, 5, 6, 7));
+  EXPECT_NEAR(f.lost_ns_per_iteration, 24 * kMs, 0.01 * kMs);
+  EXPECT_NEAR(f.lost_share, 0.24, 0.001);
+  EXPECT_EQ(f.title,
+            "rank 2 spends 48.0 ms/iter in block2, 2.0x its peers (+24.0 ms, 24% of the "
+            "iteration)");
+  EXPECT_TRUE(HasEvidence(f, "time goes into aten::mm"));
+  EXPECT_TRUE(HasEvidence(f, "slower calls"));
+  EXPECT_EQ(d.median_iteration_ns, 100 * kMs);
+  EXPECT_EQ(d.num_workers, 8);
+}
+
+TEST(Localizer, MoreCallsIsToldApartFromSlowerCalls) {
+  DpJob job;
+  auto specs = job.Make();
+  auto& w5 = specs[5];
+  const std::string mm = DpJob::Key("annotation:block1 > torch_op:aten::mm");
+  w5.fn(DpJob::Key("annotation:block1")).ms = 57;
+  w5.fn(mm).ms = 54;
+  w5.fn(mm).calls = 8;  // twice the calls, each as fast as its peers'
+  job.Rebalance(w5);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_EQ(material[0]->function, "block1");
+  EXPECT_THAT(material[0]->workers, ElementsAre(5));
+  // The named block1 itself has the same call count, its child aten::mm has more.
+  EXPECT_TRUE(HasEvidence(*material[0], "time goes into aten::mm"));
+}
+
+TEST(Localizer, SlowDataLoadingOnOneRank) {
+  DpJob job;
+  auto specs = job.Make();
+  auto& w6 = specs[6];
+  auto& dl = w6.fn(DpJob::Key("data_load:DataLoader.__next__"));
+  dl.ms = 30;
+  dl.critical_ms = 30;
+  job.Rebalance(w6);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_EQ(material[0]->code, "PT-STRAGGLER-DATA");
+  EXPECT_EQ(material[0]->category, FindingCategory::kDataLoading);
+  EXPECT_EQ(material[0]->resource, "data loader");
+  EXPECT_THAT(material[0]->workers, ElementsAre(6));
+  EXPECT_EQ(material[0]->function, "DataLoader.__next__");
+  EXPECT_EQ(material[0]->victims.size(), 7u);
+  // Data loading on one rank's critical path is not a job-wide problem.
+  EXPECT_EQ(FindCode(d, "PT-DATA-CRITICAL"), nullptr);
+}
+
+TEST(Localizer, FunctionOnlyOnOneWorkerIsEvidenceNotANewGroup) {
+  DpJob job;
+  auto specs = job.Make();
+  auto& w0 = specs[0];
+  const std::string ckpt = DpJob::Key("python:trainer.py(88): save_checkpoint");
+  w0.fn(ckpt) = {ckpt, 15, 1};
+  job.Rebalance(w0);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  const Finding& f = *material[0];
+  EXPECT_EQ(f.code, "PT-FUNCTION-ONLY-ON-SOME");
+  EXPECT_EQ(f.category, FindingCategory::kCompute);
+  EXPECT_THAT(f.workers, ElementsAre(0));
+  EXPECT_EQ(f.function, "trainer.py(88): save_checkpoint");
+  EXPECT_THAT(f.title, HasSubstr("which 7 of 8 peers do not run"));
+  EXPECT_EQ(f.victims.size(), 7u);
+  for (const auto& n : d.notes) EXPECT_THAT(n, ::testing::Not(HasSubstr("peer groups")));
+}
+
+TEST(Localizer, VictimsWithLongerWaitsAreNotBlamed) {
+  // Rank 2 computes 30 ms longer; only its neighbour rank 3 (e.g. the next pipeline hop or
+  // its subgroup partner) waits for it, in a collective. Rank 3 is a victim, not a culprit.
+  DpJob job;
+  auto specs = job.Make();
+  specs[2].fn(DpJob::Key("annotation:block1")).ms = 60;
+  specs[2].fn(DpJob::Key("annotation:block1 > torch_op:aten::mm")).ms = 57;
+  job.Rebalance(specs[2]);
+  specs[2].fn(DpJob::Key("collective:nccl:all_reduce")).ms = 35;
+  const std::string ar = DpJob::Key("collective:nccl:all_reduce");
+  specs[3].fn(ar).ms += 30;
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_EQ(material[0]->code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_THAT(material[0]->workers, ElementsAre(2));
+  EXPECT_THAT(material[0]->victims, Contains(3));
+  for (const auto& f : d.findings) {
+    EXPECT_THAT(f.workers, ::testing::Not(Contains(3))) << f.title;
+  }
+}
+
+TEST(Localizer, SlowCollectiveWithoutComputeExcessIsCommunication) {
+  DpJob job;
+  auto specs = job.Make();
+  // Rank 3's all-reduce is 20 ms slower and nobody computes longer: a slow link.
+  specs[3].fn(DpJob::Key("collective:nccl:all_reduce")).ms += 20;
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_EQ(material[0]->code, "PT-STRAGGLER-COMM");
+  EXPECT_EQ(material[0]->category, FindingCategory::kCommunication);
+  EXPECT_EQ(material[0]->resource, "network");
+  EXPECT_THAT(material[0]->workers, ElementsAre(3));
+  EXPECT_EQ(material[0]->function, "nccl:all_reduce");
+}
+
+TEST(Localizer, ParentChildCollapseNamesTheAnnotation) {
+  // block2 > aten::mm > GPU kernel all grow on rank 1: one finding, named block2, with the
+  // operator and the kernel as evidence.
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 6; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.has_device = true;
+    const double mm = r == 1 ? 31.0 : 12.3;
+    w.fn("annotation:block2") = {"annotation:block2", mm + 1, 1};
+    w.fn("annotation:block2 > torch_op:aten::mm") = {"annotation:block2 > torch_op:aten::mm",
+                                                     mm, 2};
+    w.fn("annotation:block2 > torch_op:aten::mm > kernel:ampere_sgemm_128x64_tn") = {
+        "annotation:block2 > torch_op:aten::mm > kernel:ampere_sgemm_128x64_tn", mm - 0.5, 2};
+    w.fn("annotation:block3") = {"annotation:block3", 20, 1};
+    w.fn("collective:nccl:all_reduce") = {"collective:nccl:all_reduce", 99 - (mm + 1) - 20, 1};
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  const Finding& f = *material[0];
+  EXPECT_EQ(f.function, "block2");
+  EXPECT_EQ(f.resource, "GPU");  // the time goes into a kernel
+  EXPECT_THAT(f.workers, ElementsAre(1));
+  EXPECT_TRUE(HasEvidence(f, "time goes into aten::mm"));
+  EXPECT_TRUE(HasEvidence(f, "12.3 ms -> 31.0 ms per iteration"));
+  EXPECT_TRUE(HasEvidence(f, "time goes into ampere_sgemm_128x64_tn"));
+}
+
+TEST(Localizer, AnomalousOperatorUnderANormalBlockIsNamedWithItsCaller) {
+  // Only the operator's own time grows a lot while its block's total barely moves would be
+  // odd; here the block grows too but by less than the relative threshold: the operator is
+  // named and the block is told as its caller.
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 8; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    const bool slow = r == 4;
+    w.fn("annotation:block") = {"annotation:block", slow ? 80.0 : 70.0, 1};
+    w.fn("annotation:block > torch_op:aten::softmax") = {
+        "annotation:block > torch_op:aten::softmax", slow ? 16.0 : 6.0, 1};
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_EQ(material[0]->function, "aten::softmax");
+  EXPECT_TRUE(HasEvidence(*material[0], "called from"));
+}
+
+TEST(Localizer, HealthyJobWithNoiseHasNoMaterialFinding) {
+  DpJob job;
+  job.ranks = 64;
+  job.jitter = 0.05;
+  auto specs = job.Make();
+  for (auto& w : specs) {
+    // Microsecond-scale functions with large relative noise.
+    for (int k = 0; k < 20; ++k) {
+      const std::string key = DpJob::Key(fmt::format("torch_op:aten::tiny_{}", k));
+      w.fn(key) = {key, 0.005 * (1 + 0.9 * Noise(w.rank, key)), 3};
+    }
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  EXPECT_FALSE(d.has_material_finding());
+  EXPECT_THAT(Material(d), IsEmpty());
+}
+
+TEST(Localizer, IdenticalPeersMadZero) {
+  // Simulated job: every peer identical (MAD = 0). Without a straggler: nothing at all.
+  DpJob job;
+  EXPECT_THAT(Diagnose(job.Make()).findings, IsEmpty());
+  // A 5 % slower block on one rank is statistically obvious but neither 20 % slower nor
+  // material: not reported as material.
+  auto specs = job.Make();
+  specs[1].fn(DpJob::Key("annotation:block1")).ms *= 1.05;
+  EXPECT_FALSE(Diagnose(specs).has_material_finding());
+  // A 25 % slower block1 (+7.5 ms, 7.5 % of the iteration) is.
+  specs = job.Make();
+  specs[1].fn(DpJob::Key("annotation:block1")).ms = 37.5;
+  job.Rebalance(specs[1]);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_THAT(material[0]->workers, ElementsAre(1));
+  EXPECT_EQ(material[0]->function, "block1");
+}
+
+TEST(Localizer, SmallButSignificantEffectIsANonMaterialFinding) {
+  DpJob job;
+  auto specs = job.Make();
+  specs[4].fn(DpJob::Key("optimizer_step:Adam.step")).ms = 8;  // +2 ms: 2 % of the iteration
+  job.Rebalance(specs[4]);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  EXPECT_FALSE(d.has_material_finding());
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].function, "Adam.step");
+  EXPECT_FALSE(d.findings[0].material);
+}
+
+TEST(Localizer, TwoPeerGroupsAreComparedSeparately) {
+  // Pipeline stages: stage 0 (ranks 0-3) embeds and sends; stage 1 (ranks 4-7) receives and
+  // computes the loss, with 50 ms more work. Rank 6 is a straggler within stage 1 only.
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 8; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    if (r < 4) {
+      w.fn("annotation:embedding") = {"annotation:embedding", 10, 1};
+      w.fn("annotation:stage0_layers") = {"annotation:stage0_layers", 20, 1};
+      w.fn("collective:nccl:send") = {"collective:nccl:send", 60, 1};
+    } else {
+      w.fn("collective:nccl:recv") = {"collective:nccl:recv", 5, 1};
+      w.fn("annotation:stage1_layers") = {"annotation:stage1_layers", r == 6 ? 95.0 : 70.0, 1};
+      w.fn("annotation:loss") = {"annotation:loss", 10, 1};
+    }
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_THAT(material[0]->workers, ElementsAre(6));
+  EXPECT_EQ(material[0]->function, "stage1_layers");
+  EXPECT_THAT(material[0]->title, HasSubstr("1.4x its peers"));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("2 peer groups")));
+}
+
+TEST(Localizer, UntracedStragglerIsTheOneOthersWaitFor) {
+  // Rank 7 waits 25 ms less in the all-reduce than everyone else while none of its traced
+  // functions is longer: its lost time is outside traced code.
+  DpJob job;
+  auto specs = job.Make();
+  specs[7].fn(DpJob::Key("collective:nccl:all_reduce")).ms -= 25;
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_EQ(material[0]->code, "PT-STRAGGLER-UNTRACED");
+  EXPECT_THAT(material[0]->workers, ElementsAre(7));
+  EXPECT_EQ(material[0]->victims.size(), 7u);
+}
+
+TEST(Localizer, TwoStragglersOnTheSameFunctionMerge) {
+  DpJob job;
+  job.ranks = 16;
+  auto specs = job.Make();
+  for (int r : {3, 11}) {
+    specs[r].fn(DpJob::Key("annotation:block2")).ms = 44;
+    specs[r].fn(DpJob::Key("annotation:block2 > torch_op:aten::mm")).ms = 41.6;
+    job.Rebalance(specs[r]);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_THAT(material[0]->workers, ElementsAre(3, 11));
+  EXPECT_THAT(material[0]->title, HasSubstr("ranks 3, 11 spend"));
+  EXPECT_EQ(material[0]->victims.size(), 14u);
+}
+
+// ---------------------------------------------------------------------------------------
+// Expectations: problems every worker shares.
+
+TEST(Localizer, ExpectationChecksFindJobWideProblems) {
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 4; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.has_device = true;
+    w.compute_ms = 50;
+    w.host_only_ms = 40;  // the GPU idles 40 % of the iteration
+    w.fn("python:train_step") = {"python:train_step", 99, 1, 40};
+    w.fn("python:train_step > torch_op:aten::item") = {"python:train_step > torch_op:aten::item",
+                                                       9, 3, 9};
+    w.fn("python:train_step > torch_op:aten::item > sync:cudaStreamSynchronize") = {
+        "python:train_step > torch_op:aten::item > sync:cudaStreamSynchronize", 8, 3, 8};
+    w.fn("python:train_step > data_load:DataLoader.__next__") = {
+        "python:train_step > data_load:DataLoader.__next__", 12, 1, 12};
+    w.fn("gc:gc.collect") = {"gc:gc.collect", 7, 2, 7};
+    w.fn("python:train_step > memcpy:Memcpy HtoD (Pageable -> Device)") = {
+        "python:train_step > memcpy:Memcpy HtoD (Pageable -> Device)", 6, 2, 6, 256e6};
+    w.fn("python:train_step > kernel:volta_sgemm") = {"python:train_step > kernel:volta_sgemm",
+                                                      50, 10, 50};
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  const Finding* host = FindCode(d, "PT-HOST-BOUND");
+  ASSERT_NE(host, nullptr);
+  EXPECT_TRUE(host->material);
+  EXPECT_THAT(host->workers, IsEmpty());
+  EXPECT_NEAR(host->lost_share, 0.4, 0.001);
+  EXPECT_EQ(host->category, FindingCategory::kHostOverhead);
+  const Finding* sync = FindCode(d, "PT-SYNC-CRITICAL");
+  ASSERT_NE(sync, nullptr);
+  EXPECT_TRUE(sync->material);
+  EXPECT_EQ(sync->function, "cudaStreamSynchronize");
+  EXPECT_TRUE(HasEvidence(*sync, "called from aten::item"));
+  const Finding* data = FindCode(d, "PT-DATA-CRITICAL");
+  ASSERT_NE(data, nullptr);
+  EXPECT_TRUE(data->material);
+  EXPECT_NEAR(data->lost_ns_per_iteration, 12 * kMs, 1e3);
+  const Finding* gc = FindCode(d, "PT-GC");
+  ASSERT_NE(gc, nullptr);
+  EXPECT_TRUE(gc->material);
+  EXPECT_EQ(gc->category, FindingCategory::kGc);
+  const Finding* pageable = FindCode(d, "PT-PAGEABLE-MEMCPY");
+  ASSERT_NE(pageable, nullptr);
+  EXPECT_TRUE(pageable->material);
+  EXPECT_EQ(pageable->function, "Memcpy HtoD (Pageable -> Device)");
+  EXPECT_TRUE(HasEvidence(*pageable, "MiB per iteration"));
+  // Ranked by time lost: host-bound (40 ms) first.
+  EXPECT_EQ(d.findings[0].code, "PT-HOST-BOUND");
+  // Nothing differs between workers: no straggler.
+  for (const auto& f : d.findings) EXPECT_THAT(f.code, ::testing::Not(HasSubstr("STRAGGLER")));
+}
+
+// ---------------------------------------------------------------------------------------
+// Data quality and robustness.
+
+TEST(Localizer, MissingDuplicateAndUnrankedWorkersAreNoted) {
+  DpJob job;
+  auto specs = job.Make();
+  specs.erase(specs.begin() + 3);  // rank 3 missing
+  specs.erase(specs.begin() + 4);  // rank 5 missing (index shifted)
+  specs.push_back(specs[0]);       // rank 0 twice
+  WorkerSpec unranked = specs[1];
+  unranked.rank = -1;
+  specs.push_back(unranked);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("missing ranks: 3, 5 (2 of 8 expected ranks")));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("duplicate ranks: 0")));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("1 worker(s) have no rank")));
+  EXPECT_FALSE(d.has_material_finding());
+}
+
+TEST(Localizer, IncompleteDataBecomesAFindingAndANote) {
+  DpJob job;
+  auto specs = job.Make();
+  specs[4].stats.events = 1000;
+  specs[4].stats.dropped_events = 1000;
+  specs[4].stats.first_problem = "ring full at t=12.3 s";
+  specs[5].stats.events = 1000;
+  specs[5].stats.out_of_order_events = 3;
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  const Finding* f = FindCode(d, "PT-INCOMPLETE-DATA");
+  ASSERT_NE(f, nullptr);
+  EXPECT_THAT(f->workers, ElementsAre(4));
+  EXPECT_EQ(f->category, FindingCategory::kDataQuality);
+  EXPECT_FALSE(f->material);
+  EXPECT_THAT(d.notes, Contains(HasSubstr("rank 4: 1000 dropped")));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("ring full at t=12.3 s")));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("rank 5: 0 dropped, 0 malformed, 3 out-of-order")));
+}
+
+TEST(Localizer, MalformedSummariesDoNotCrash) {
+  Localizer loc;
+  EXPECT_THAT(loc.Finish().notes, Contains(HasSubstr("no worker summaries")));
+
+  Localizer loc2;
+  WorkerSummary empty;  // no rank, no iterations, no functions
+  loc2.Add(empty);
+  WorkerSummary odd;
+  odd.rank = 1;
+  odd.window_end_ns = 1000;
+  FunctionSummary self_parent;
+  self_parent.key = "python:f";
+  self_parent.parent = 0;  // itself
+  self_parent.total_ns = 500;
+  self_parent.count = 1;
+  odd.functions.push_back(self_parent);
+  FunctionSummary bad_parent;
+  bad_parent.key = "python:f > python:g";
+  bad_parent.parent = 77;  // out of range
+  bad_parent.total_ns = -5;
+  bad_parent.count = 3;
+  odd.functions.push_back(bad_parent);
+  odd.functions.push_back(bad_parent);  // duplicate key
+  FunctionSummary no_key;
+  no_key.total_ns = 1;
+  no_key.count = 1;
+  odd.functions.push_back(no_key);
+  loc2.Add(odd);
+  loc2.AddNote("skipped rank7.json: not a trace");
+  const Diagnosis d = loc2.Finish();
+  SCOPED_TRACE(Describe(d));
+  EXPECT_EQ(d.num_workers, 2);
+  EXPECT_THAT(d.notes, Contains(HasSubstr("skipped rank7.json")));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("missing ranks: 0")));
+  EXPECT_NE(FindCode(d, "PT-INCOMPLETE-DATA"), nullptr);
+}
+
+TEST(Localizer, MaxFindingsCapsAndRanksMaterialFirst) {
+  DpJob job;
+  job.ranks = 12;
+  auto specs = job.Make();
+  specs[1].fn(DpJob::Key("optimizer_step:Adam.step")).ms = 8;  // non-material
+  specs[2].fn(DpJob::Key("annotation:block1")).ms = 60;          // material, +30
+  specs[3].fn(DpJob::Key("data_load:DataLoader.__next__")).ms = 15;  // material, +10
+  for (int r : {1, 2, 3}) job.Rebalance(specs[r]);
+  LocalizerOptions options;
+  options.max_findings = 2;
+  const Diagnosis d = Diagnose(specs, options);
+  SCOPED_TRACE(Describe(d));
+  ASSERT_EQ(d.findings.size(), 2u);
+  EXPECT_THAT(d.findings[0].workers, ElementsAre(2));
+  EXPECT_THAT(d.findings[1].workers, ElementsAre(3));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("1 more findings below the top 2")));
+}
+
+// ---------------------------------------------------------------------------------------
+// The catalogue and its documentation agree.
+
+TEST(FindingCatalogue, CodesAreUniqueAndDocumented) {
+  std::vector<std::string_view> codes;
+  for (const auto& e : FindingCatalogue()) {
+    EXPECT_THAT(std::string(e.code), ::testing::StartsWith("PT-"));
+    EXPECT_FALSE(e.meaning.empty());
+    EXPECT_FALSE(e.action.empty());
+    codes.push_back(e.code);
+  }
+  auto sorted = codes;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
+  ASSERT_NE(FindCatalogueEntry("PT-STRAGGLER-COMPUTE"), nullptr);
+  EXPECT_EQ(FindCatalogueEntry("PT-NOPE"), nullptr);
+
+  const char* root = std::getenv("PERFTRACKER_SOURCE_DIR");
+  if (root == nullptr) GTEST_SKIP() << "PERFTRACKER_SOURCE_DIR not set (run through CTest)";
+  std::ifstream in(std::filesystem::path(root) / "docs" / "findings.md");
+  ASSERT_TRUE(in) << "docs/findings.md missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  for (auto code : codes) {
+    EXPECT_THAT(ss.str(), HasSubstr(fmt::format("## {}", code)))
+        << code << " is not documented in docs/findings.md";
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Golden tests: localize/testdata/<name>.json (a job described compactly, see
+// testdata/README.md) against <name>.expected. PERFTRACKER_UPDATE_GOLDEN=1 rewrites the
+// expected files.
+
+double Get(const nlohmann::json& j, const char* key, double fallback) {
+  return j.contains(key) ? j.at(key).get<double>() : fallback;
+}
+
+void ApplyFunctions(const nlohmann::json& fns, WorkerSpec& w, double jitter) {
+  for (const auto& jf : fns) {
+    const std::string key = jf.at("key").get<std::string>();
+    if (jf.value("remove", false)) {
+      std::erase_if(w.fns, [&](const FnSpec& f) { return f.key == key; });
+      continue;
+    }
+    FnSpec& f = w.fn(key);
+    const double noise = 1 + jitter * Noise(w.rank, key);
+    if (jf.contains("ms")) f.ms = jf.at("ms").get<double>() * noise;
+    if (jf.contains("calls")) f.calls = jf.at("calls").get<double>();
+    if (jf.contains("critical_ms")) f.critical_ms = jf.at("critical_ms").get<double>() * noise;
+    if (jf.contains("bytes")) f.bytes = jf.at("bytes").get<double>();
+  }
+}
+
+void ApplyWorkerFields(const nlohmann::json& j, WorkerSpec& w) {
+  w.iteration_ms = Get(j, "iteration_ms", w.iteration_ms);
+  w.iterations = static_cast<int>(Get(j, "iterations", w.iterations));
+  if (j.contains("has_device")) w.has_device = j.at("has_device").get<bool>();
+  if (j.contains("breakdown_ms")) {
+    const auto& b = j.at("breakdown_ms");
+    w.compute_ms = Get(b, "compute", w.compute_ms);
+    w.communication_ms = Get(b, "communication", w.communication_ms);
+    w.wait_ms = Get(b, "wait", w.wait_ms);
+    w.data_ms = Get(b, "data", w.data_ms);
+    w.host_only_ms = Get(b, "host_only", w.host_only_ms);
+  }
+  if (j.contains("stats")) {
+    const auto& s = j.at("stats");
+    w.stats.events = s.value("events", uint64_t{0});
+    w.stats.dropped_events = s.value("dropped_events", uint64_t{0});
+    w.stats.out_of_order_events = s.value("out_of_order_events", uint64_t{0});
+    w.stats.malformed_events = s.value("malformed_events", uint64_t{0});
+    w.stats.first_problem = s.value("first_problem", std::string());
+  }
+}
+
+std::vector<WorkerSpec> ParseJob(const nlohmann::json& j) {
+  const int ranks = j.at("ranks").get<int>();
+  const double jitter = Get(j, "jitter", 0);
+  std::vector<int> omit;
+  if (j.contains("omit_ranks")) omit = j.at("omit_ranks").get<std::vector<int>>();
+  std::vector<WorkerSpec> out;
+  for (int r = 0; r < ranks; ++r) {
+    if (std::find(omit.begin(), omit.end(), r) != omit.end()) continue;
+    WorkerSpec w;
+    w.rank = r;
+    ApplyWorkerFields(j, w);
+    ApplyFunctions(j.at("functions"), w, jitter);
+    if (j.contains("overrides")) {
+      for (const auto& o : j.at("overrides")) {
+        const auto rs = o.at("ranks").get<std::vector<int>>();
+        if (std::find(rs.begin(), rs.end(), r) == rs.end()) continue;
+        ApplyWorkerFields(o, w);
+        if (o.contains("functions")) ApplyFunctions(o.at("functions"), w, jitter);
+      }
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+std::string RanksText(std::vector<int32_t> v) {
+  if (v.empty()) return "-";
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t k = i;
+    while (k + 1 < v.size() && v[k + 1] == v[k] + 1) ++k;
+    if (!out.empty()) out += ",";
+    out += k == i ? fmt::format("{}", v[i]) : fmt::format("{}-{}", v[i], v[k]);
+    i = k + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> GoldenLines(const Diagnosis& d) {
+  std::vector<std::string> lines;
+  for (const auto& f : d.findings) {
+    lines.push_back(fmt::format("{} {} {} workers={} victims={} function={}", f.code,
+                                FindingCategoryName(f.category),
+                                f.material ? "material" : "minor", RanksText(f.workers),
+                                RanksText(f.victims), f.function.empty() ? "-" : f.function));
+  }
+  return lines;
+}
+
+std::vector<std::string> ReadLines(const std::filesystem::path& p) {
+  std::vector<std::string> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] != '#') out.push_back(line);
+  }
+  return out;
+}
+
+TEST(LocalizerGolden, TestdataMatchesExpected) {
+  const char* root = std::getenv("PERFTRACKER_SOURCE_DIR");
+  if (root == nullptr) GTEST_SKIP() << "PERFTRACKER_SOURCE_DIR not set (run through CTest)";
+  const auto dir = std::filesystem::path(root) / "src/perftracker/localize/testdata";
+  std::vector<std::filesystem::path> inputs;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".json") inputs.push_back(e.path());
+  }
+  std::sort(inputs.begin(), inputs.end());
+  ASSERT_GE(inputs.size(), 4u) << "golden inputs missing in " << dir;
+  const bool update = std::getenv("PERFTRACKER_UPDATE_GOLDEN") != nullptr;
+  for (const auto& input : inputs) {
+    SCOPED_TRACE(input.filename().string());
+    std::ifstream in(input);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << "invalid JSON in " << input;
+    const Diagnosis d = Diagnose(ParseJob(j));
+    const std::vector<std::string> actual = GoldenLines(d);
+    auto expected_path = input;
+    expected_path.replace_extension(".expected");
+    if (update) {
+      std::ofstream out(expected_path);
+      out << "# code category material|minor workers= victims= function= (one finding a line,"
+             " ranked)\n";
+      for (const auto& l : actual) out << l << "\n";
+      continue;
+    }
+    const std::vector<std::string> expected = ReadLines(expected_path);
+    if (actual != expected) {
+      std::string diff;
+      const size_t n = std::max(actual.size(), expected.size());
+      for (size_t i = 0; i < n; ++i) {
+        const std::string e = i < expected.size() ? expected[i] : "";
+        const std::string a = i < actual.size() ? actual[i] : "";
+        if (e == a) {
+          diff += "    " + e + "\n";
+        } else {
+          if (!e.empty()) diff += "  - " + e + "\n";
+          if (!a.empty()) diff += "  + " + a + "\n";
+        }
+      }
+      ADD_FAILURE() << input.filename() << " differs from " << expected_path.filename()
+                    << " (- expected, + actual; rerun with PERFTRACKER_UPDATE_GOLDEN=1 to "
+                       "accept):\n"
+                    << diff << "full diagnosis:\n"
+                    << Describe(d);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace perftracker

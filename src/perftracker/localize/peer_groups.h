@@ -1,0 +1,56 @@
+// PeerGroups: which workers should behave alike.
+//
+// Each worker contributes a signature: the sorted ids of the functions that take a material
+// share of its iteration. Workers running the same code (data-parallel replicas, the ranks
+// of one pipeline stage) get the same signature; different roles (pipeline stages, expert
+// vs dense ranks, a parameter server) get different ones.
+//
+// Algorithm, built for 100,000 workers:
+//  1. AddSignature() hashes the id list and interns it (hash -> candidate ids, then an exact
+//     compare), so identical signatures cost one hash lookup and are stored once.
+//  2. Cluster() visits the distinct signatures from the most common to the least common
+//     and puts each into the first existing cluster whose representative (its most common
+//     signature) is near-identical: Jaccard similarity >= the threshold, or a symmetric
+//     difference of one function between sets of at least two. Otherwise the signature
+//     founds a new cluster. Distinct signatures are few in practice (tens), and the
+//     comparisons per signature are capped, so this is O(signatures x clusters x length).
+//
+// Why near-identical signatures merge instead of splitting the group: a function that runs
+// with material time on only a few workers (rank 0 writes a checkpoint, one rank has a
+// debugging hook) or a function whose share hovers around the signature threshold must not
+// move a worker out of its peer group: the former is itself a finding, the latter is noise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace perftracker {
+
+class PeerGroups {
+ public:
+  // Interns a signature: `sorted_ids` must be sorted and unique. Returns the signature id;
+  // each call counts one more worker for it.
+  uint32_t AddSignature(const std::vector<uint32_t>& sorted_ids);
+
+  size_t num_signatures() const { return signatures_.size(); }
+  const std::vector<uint32_t>& signature(uint32_t id) const { return signatures_[id]; }
+  uint32_t workers_with(uint32_t id) const { return counts_[id]; }
+
+  // Assigns every signature to a cluster (peer group). Returns the group id of each
+  // signature id; group 0 is the one founded by the most common signature.
+  std::vector<uint32_t> Cluster(double min_jaccard) const;
+
+  // Jaccard similarity |a n b| / |a u b| of two sorted id lists (1 for two empty lists),
+  // and the size of their symmetric difference through `sym_diff`.
+  static double Jaccard(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b,
+                        size_t* sym_diff);
+
+ private:
+  std::vector<std::vector<uint32_t>> signatures_;
+  std::vector<uint32_t> counts_;
+  std::unordered_map<uint64_t, std::vector<uint32_t>> by_hash_;
+};
+
+}  // namespace perftracker

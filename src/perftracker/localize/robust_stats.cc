@@ -1,0 +1,35 @@
+#include "perftracker/localize/robust_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace perftracker {
+
+double MedianInPlace(std::span<float> values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid),
+                   values.end());
+  const double upper = values[mid];
+  if (values.size() % 2 == 1) return upper;
+  // nth_element leaves every element before `mid` <= values[mid]: the lower middle is
+  // their maximum.
+  const double lower =
+      *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid));
+  return (lower + upper) / 2;
+}
+
+RobustCenter MedianAndMadInPlace(std::span<float> values) {
+  RobustCenter c;
+  c.median = MedianInPlace(values);
+  for (float& v : values) v = static_cast<float>(std::fabs(static_cast<double>(v) - c.median));
+  c.mad = MedianInPlace(values);
+  return c;
+}
+
+double RobustScale(const RobustCenter& center, double relative_floor, double absolute_floor) {
+  return std::max({kMadToSigma * center.mad, relative_floor * std::fabs(center.median),
+                   absolute_floor});
+}
+
+}  // namespace perftracker
