@@ -3,8 +3,13 @@
 #include <charconv>
 #include <cmath>
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace perftracker {
 namespace {
@@ -16,6 +21,31 @@ constexpr uint32_t kPow10[] = {1,      10,      100,      1000,      10000,
 
 inline bool IsWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// The first '"' or '\\' in [p, end), or end. Strings are most of a trace's bytes (names,
+// keys), so this is the parser's inner loop: 16 bytes at a time where SSE2 is available.
+inline const char* FindQuoteOrBackslash(const char* p, const char* end) {
+#if defined(__SSE2__)
+  const __m128i quote = _mm_set1_epi8('"');
+  const __m128i backslash = _mm_set1_epi8('\\');
+  while (end - p >= 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const int mask = _mm_movemask_epi8(
+        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)));
+    if (mask != 0) return p + __builtin_ctz(static_cast<unsigned>(mask));
+    p += 16;
+  }
+#endif
+  while (p < end && *p != '"' && *p != '\\') ++p;
+  return p;
+}
+
+// Bytes that matter while skipping a nested value: quotes and brackets.
+constexpr auto kStructural = [] {
+  std::array<bool, 256> t{};
+  t['"'] = t['{'] = t['}'] = t['['] = t[']'] = true;
+  return t;
+}();
 
 // Largest prefix of `s` no longer than `cap` bytes that does not cut a UTF-8 character.
 // Requires s.size() > cap (the byte at `cap` tells whether a character straddles the cut).
@@ -112,6 +142,7 @@ bool KinetoEventParser::SyntaxError(const char* what) {
 }
 
 bool KinetoEventParser::SkipWs() {
+  if (p_ < end_ && !IsWs(*p_)) [[likely]] return true;
   while (p_ < end_ && IsWs(*p_)) ++p_;
   return p_ < end_ || Incomplete();
 }
@@ -124,33 +155,36 @@ bool KinetoEventParser::Expect(char c, const char* what) {
 }
 
 bool KinetoEventParser::SkipString() {
-  const char* start = ++p_;
+  ++p_;
   for (;;) {
-    const auto* q = static_cast<const char*>(std::memchr(p_, '"', static_cast<size_t>(end_ - p_)));
-    if (q == nullptr) {
+    const char* q = FindQuoteOrBackslash(p_, end_);
+    if (q >= end_) {
       p_ = end_;
       return Incomplete();
     }
-    // The quote ends the string unless an odd number of backslashes escapes it.
-    const char* b = q;
-    while (b > start && b[-1] == '\\') --b;
-    p_ = q + 1;
-    if (((q - b) & 1) == 0) return true;
+    if (*q == '"') {
+      p_ = q + 1;
+      return true;
+    }
+    if (end_ - q < 2) {
+      p_ = end_;
+      return Incomplete();
+    }
+    p_ = q + 2;  // a backslash and the byte it escapes
   }
 }
 
 bool KinetoEventParser::ReadString(std::string_view* out, std::string* scratch, size_t cap,
                                    bool* truncated) {
   const char* start = ++p_;
-  const auto* q = static_cast<const char*>(std::memchr(p_, '"', static_cast<size_t>(end_ - p_)));
-  if (q == nullptr) {
+  const char* q = FindQuoteOrBackslash(p_, end_);
+  if (q >= end_) {
     p_ = end_;
     return Incomplete();
   }
-  const auto* bs = static_cast<const char*>(std::memchr(start, '\\', static_cast<size_t>(q - start)));
-  if (bs == nullptr) {
+  if (*q == '"') [[likely]] {
     std::string_view s(start, static_cast<size_t>(q - start));
-    if (s.size() > cap) {
+    if (s.size() > cap) [[unlikely]] {
       *truncated = true;
       s = s.substr(0, Utf8Prefix(s, cap));
     }
@@ -158,7 +192,7 @@ bool KinetoEventParser::ReadString(std::string_view* out, std::string* scratch, 
     p_ = q + 1;
     return true;
   }
-  p_ = bs;
+  p_ = q;
   return DecodeEscapedString(start, out, scratch, cap, truncated);
 }
 
@@ -209,7 +243,8 @@ bool KinetoEventParser::DecodeEscapedString(const char* start, std::string_view*
         if (!ParseHex4(p_ + 2, &cp)) return SyntaxError("invalid \\u escape in a string");
         consumed = 6;
         if (cp >= 0xD800 && cp < 0xDC00) {  // high surrogate: pair it with the low one
-          if (end_ - p_ < 12) return Incomplete();
+          if (end_ - p_ < 7) return Incomplete();
+          if (p_[6] == '\\' && end_ - p_ < 12) return Incomplete();
           uint32_t lo = 0;
           if (p_[6] == '\\' && p_[7] == 'u' && ParseHex4(p_ + 8, &lo) && lo >= 0xDC00 &&
               lo < 0xE000) {
@@ -316,6 +351,10 @@ bool KinetoEventParser::SkipContainer() {
   int depth = 0;
   while (p_ < end_) {
     const char c = *p_;
+    if (!kStructural[static_cast<unsigned char>(c)]) {
+      ++p_;
+      continue;
+    }
     if (c == '"') {
       if (!SkipString()) return false;
       continue;

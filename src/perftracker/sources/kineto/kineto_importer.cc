@@ -363,11 +363,15 @@ class KinetoImporter::Impl {
   uint64_t first_event_offset_ = 0;
 
   // Tracks.
+  struct NumericTrack {
+    bool valid = false;
+    int64_t first = 0;
+    int64_t second = 0;
+    uint32_t id = 0;
+  };
   std::unordered_map<std::string, uint32_t> tracks_;
   std::string track_key_;
-  std::string last_track_key_;
-  uint32_t last_track_id_ = 0;
-  bool have_last_track_ = false;
+  NumericTrack last_numeric_[2];  // [0] host, [1] device
   std::unordered_map<uint32_t, std::vector<OpenSlice>> open_slices_;
 
   // distributedInfo.
@@ -550,11 +554,26 @@ bool KinetoImporter::Impl::DecideUnit(const TraceNumber& ts) {
 }
 
 uint32_t KinetoImporter::Impl::TrackFor(const KinetoRawEvent& ev, bool on_device) {
+  // A device track is (device, stream), a host track (pid, tid); either id may be a string.
+  int32_t device = -1;
+  TraceId first = ev.pid;
+  TraceId second = ev.tid;
+  if (on_device) {
+    if (ev.device.valid) {
+      device = static_cast<int32_t>(std::min<uint64_t>(ev.device.ToUnsigned(), INT32_MAX));
+    } else if (ev.pid.present && !ev.pid.is_string && ev.pid.number >= 0) {
+      device = static_cast<int32_t>(std::min<int64_t>(ev.pid.number, INT32_MAX));
+    }
+    first = TraceId{true, false, device, {}};
+    if (ev.stream.valid) second = TraceId{true, false, static_cast<int64_t>(ev.stream.ToUnsigned()), {}};
+  }
+  // Fast path: numeric ids equal to the previous event's on the same side (host / device).
+  const bool numeric = first.present && !first.is_string && second.present && !second.is_string;
+  NumericTrack& cached = last_numeric_[on_device ? 1 : 0];
+  if (numeric && cached.valid && cached.first == first.number && cached.second == second.number) {
+    return cached.id;
+  }
   char buf[32];
-  auto append_int = [&](int64_t v) {
-    auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-    track_key_.append(buf, ptr);
-  };
   auto append_id = [&](const TraceId& id) {
     if (!id.present) {
       track_key_ += '-';
@@ -563,53 +582,32 @@ uint32_t KinetoImporter::Impl::TrackFor(const KinetoRawEvent& ev, bool on_device
       track_key_ += id.text;
     } else {
       track_key_ += 'n';
-      append_int(id.number);
+      auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf), id.number);
+      track_key_.append(buf, ptr);
     }
   };
-  track_key_.clear();
-  int32_t device = -1;
-  if (on_device) {
-    track_key_ += 'D';
-    if (ev.device.valid) {
-      device = static_cast<int32_t>(std::min<uint64_t>(ev.device.ToUnsigned(), INT32_MAX));
-    } else if (ev.pid.present && !ev.pid.is_string && ev.pid.number >= 0) {
-      device = static_cast<int32_t>(std::min<int64_t>(ev.pid.number, INT32_MAX));
-    }
-    append_int(device);
-    track_key_ += '|';
-    if (ev.stream.valid) {
-      track_key_ += 'n';
-      append_int(static_cast<int64_t>(ev.stream.ToUnsigned()));
-    } else {
-      append_id(ev.tid);
-    }
-  } else {
-    track_key_ += 'H';
-    append_id(ev.pid);
-    track_key_ += '|';
-    append_id(ev.tid);
-  }
-  if (have_last_track_ && track_key_ == last_track_key_) return last_track_id_;
+  track_key_.assign(1, on_device ? 'D' : 'H');
+  append_id(first);
+  const size_t second_at = track_key_.size() + 1;
+  track_key_ += '|';
+  append_id(second);
   auto [it, inserted] = tracks_.try_emplace(track_key_, static_cast<uint32_t>(tracks_.size()));
   if (inserted) {
     TrackInfo info;
     info.track_id = it->second;
     info.kind = on_device ? TrackKind::kDeviceStream : TrackKind::kHostThread;
     info.device = device;
-    const std::string_view suffix =
-        std::string_view(track_key_).substr(track_key_.find('|') + 1);
-    // suffix is "n<number>", "s<string>" or "-".
-    const std::string id = suffix.size() > 1 ? std::string(suffix.substr(1)) : std::string("?");
+    // The second id is "n<number>", "s<string>" or "-".
+    const std::string_view id = std::string_view(track_key_).substr(second_at);
+    const std::string text = id.size() > 1 ? std::string(id.substr(1)) : std::string("?");
     if (on_device) {
-      info.name = "stream " + id;
+      info.name = "stream " + text;
     } else {
-      info.name = suffix.starts_with('s') ? id : "thread " + id;
+      info.name = id.starts_with('s') ? text : "thread " + text;
     }
     sink_->OnTrack(info);
   }
-  last_track_key_ = track_key_;
-  last_track_id_ = it->second;
-  have_last_track_ = true;
+  if (numeric) cached = NumericTrack{true, first.number, second.number, it->second};
   return it->second;
 }
 
