@@ -1,0 +1,39 @@
+# shellcheck shell=bash
+# The Debian 12 packages perftracker needs to build and to run every test. The one list,
+# sourced by scripts/setup.sh and scripts/test.sh.
+PERFTRACKER_DEPS=(
+  # toolchain
+  cmake ninja-build g++
+  # C++ libraries (cmake/Dependencies.cmake checks each one and names its package)
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev libspdlog-dev
+  nlohmann-json3-dev libsimdjson-dev libprotobuf-dev protobuf-compiler zlib1g-dev libzstd-dev
+  pybind11-dev python3-dev
+  # end-to-end tests: a real multi-process torch job (CPU, gloo) writes the traces
+  python3 python3-torch
+)
+
+# Installs the packages that are missing (non-interactively; with sudo when not root).
+perftracker_install_deps() {
+  local missing=() pkg
+  for pkg in "${PERFTRACKER_DEPS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$pkg")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "perftracker: all ${#PERFTRACKER_DEPS[@]} build and test packages are installed"
+    return 0
+  fi
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null; then
+      echo "perftracker: need root to install: ${missing[*]} (run as root or install sudo)" >&2
+      return 1
+    fi
+    sudo=(sudo)
+  fi
+  echo "perftracker: installing ${missing[*]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends "${missing[@]}"
+}

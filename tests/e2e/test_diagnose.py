@@ -1,0 +1,435 @@
+#!/usr/bin/python3
+"""End-to-end tests of `perftracker diagnose` on traces written by a real torch job.
+
+train_job.py runs a 4-rank gloo/DDP job three times (healthy, slow_compute on rank 2,
+slow_data on rank 1 written as .json.gz); the traces are cached in the build tree, keyed by
+a hash of train_job.py and its arguments, so they are generated once. The tests then run the
+perftracker binary as a user would and check what a user relies on: the culprit rank,
+function and category; the text and HTML reports; exit codes; and one clear stderr line for
+every kind of bad input.
+
+  /usr/bin/python3 tests/e2e/test_diagnose.py --perftracker build/src/perftracker/cli/perftracker \
+      --cache-dir build/tests/e2e/traces [unittest options, e.g. -v or TestClass.test_name]
+
+Trace generation needs torch (Debian's python3-torch, run by --torch-python, default
+/usr/bin/python3); without it the tests that need traces are skipped with a message.
+"""
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAIN_JOB = os.path.join(HERE, "train_job.py")
+CATEGORIES = {"compute", "data_loading", "communication", "synchronization", "host_overhead",
+              "gc", "cpu_contention", "gpu_hardware", "memory", "hang", "data_quality"}
+FINDING_KEYS = {"code", "category", "title", "workers", "victims", "function",
+                "function_key", "resource", "lost_ms_per_iteration", "lost_share",
+                "material", "evidence"}
+DATALOADER_NEXT = "enumerate(DataLoader)"
+
+# scenario name -> train_job.py arguments. Each takes a few seconds on 2 cores.
+SCENARIOS = {
+    "healthy": ["--fault", "none"],
+    "slow_compute_rank2": ["--fault", "slow_compute", "--fault-rank", "2"],
+    "slow_data_rank1": ["--fault", "slow_data", "--fault-rank", "1", "--gzip"],
+}
+
+CONFIG = argparse.Namespace(perftracker=None, cache_dir=None, torch_python="/usr/bin/python3",
+                            kineto_dir=None)
+TIMINGS = []  # (what, seconds), printed at the end
+
+
+def log(msg):
+    print(f"[e2e] {msg}", file=sys.stderr, flush=True)
+
+
+def torch_available():
+    try:
+        r = subprocess.run([CONFIG.torch_python, "-c", "import torch.distributed"],
+                           capture_output=True, timeout=120)
+        return r.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+_TRACES = {}
+_TRACE_ERROR = None
+
+
+def traces(name):
+    """Directory of the scenario's traces, generated on first use (cached across runs)."""
+    global _TRACE_ERROR
+    if name in _TRACES:
+        return _TRACES[name]
+    if _TRACE_ERROR:
+        raise unittest.SkipTest(_TRACE_ERROR)
+    if not torch_available():
+        _TRACE_ERROR = (f"torch is not importable by {CONFIG.torch_python} "
+                        "(install python3-torch): skipping tests on real torch traces")
+        raise unittest.SkipTest(_TRACE_ERROR)
+    args = SCENARIOS[name]
+    with open(TRAIN_JOB, "rb") as f:
+        key = hashlib.sha256(f.read() + repr(args).encode()).hexdigest()[:12]
+    out = os.path.join(CONFIG.cache_dir, f"{name}-{key}")
+    done = os.path.join(out, "DONE")
+    if not os.path.exists(done):
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [CONFIG.torch_python, TRAIN_JOB, "--outdir", out] + args
+        for attempt in (1, 2):  # a second try if e.g. the rendezvous port was taken
+            start = time.monotonic()
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            took = time.monotonic() - start
+            if r.returncode == 0:
+                break
+            log(f"train_job.py {name} failed (attempt {attempt}, rc {r.returncode}):\n"
+                f"{r.stderr[-3000:]}")
+        if r.returncode != 0:
+            raise AssertionError(f"could not generate traces: {' '.join(cmd)}")
+        TIMINGS.append((f"generate {name}", took))
+        log(f"generated {name} in {took:.1f} s: {' '.join(cmd)}")
+        open(done, "w").close()
+    _TRACES[name] = out
+    return out
+
+
+def trace_files(directory):
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if f.startswith("rank"))
+
+
+class Result:
+    def __init__(self, args, proc, seconds):
+        self.args = args
+        self.rc = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.seconds = seconds
+
+    def stderr_lines(self):
+        return [l for l in self.stderr.splitlines() if l.strip()]
+
+    def json(self):
+        try:
+            return json.loads(self.stdout)
+        except ValueError as e:
+            raise AssertionError(f"stdout of {self.describe()} is not JSON ({e}):\n"
+                                 f"{self.stdout[:2000]}") from None
+
+    def describe(self):
+        return (f"`perftracker {' '.join(self.args)}` (rc {self.rc})\n--- stderr:\n"
+                f"{self.stderr[-2000:]}\n--- stdout:\n{self.stdout[:2000]}")
+
+
+def perftracker(*args, timeout=120):
+    start = time.monotonic()
+    proc = subprocess.run([CONFIG.perftracker, *args], capture_output=True, text=True,
+                          errors="replace", timeout=timeout)
+    took = time.monotonic() - start
+    TIMINGS.append(("perftracker " + " ".join(os.path.basename(a) for a in args), took))
+    return Result(list(args), proc, took)
+
+
+def diagnose_json(*paths):
+    r = perftracker("diagnose", "--format", "json", *paths)
+    return r, r.json()
+
+
+class ReportChecks(unittest.TestCase):
+    def check_schema(self, report):
+        for key in ("num_workers", "median_iteration_ms", "has_material_finding", "notes",
+                    "findings", "skipped_inputs"):
+            self.assertIn(key, report)
+        self.assertIsInstance(report["findings"], list)
+        for f in report["findings"]:
+            self.assertTrue(FINDING_KEYS <= set(f), f"finding lacks {FINDING_KEYS - set(f)}")
+            self.assertIn(f["category"], CATEGORIES)
+            self.assertGreaterEqual(f["lost_ms_per_iteration"], 0)
+            self.assertGreaterEqual(f["lost_share"], 0)
+        self.assertEqual(report["has_material_finding"],
+                         any(f["material"] for f in report["findings"]))
+
+    def top_finding(self, report, r):
+        material = [f for f in report["findings"] if f["material"]]
+        self.assertTrue(material, f"no material finding:\n{r.describe()}")
+        return report["findings"][0]
+
+
+class TracedJobTest(ReportChecks):
+    """Diagnoses the traces of the real 4-rank torch job."""
+
+    def test_healthy_job_has_no_material_finding(self):
+        r, report = diagnose_json(traces("healthy"))
+        self.assertEqual(r.rc, 0, r.describe())
+        self.check_schema(report)
+        self.assertEqual(report["num_workers"], 4)
+        self.assertGreater(report["median_iteration_ms"], 0)
+        self.assertEqual(report["skipped_inputs"], [])
+        self.assertFalse(report["has_material_finding"],
+                         "healthy job reported a material finding:\n" +
+                         json.dumps(report["findings"][:3], indent=1))
+
+    def test_slow_compute_names_rank2_block2(self):
+        r, report = diagnose_json(traces("slow_compute_rank2"))
+        self.assertEqual(r.rc, 0, r.describe())
+        self.check_schema(report)
+        self.assertEqual(report["num_workers"], 4)
+        top = self.top_finding(report, r)
+        self.assertEqual(top["workers"], [2], json.dumps(top, indent=1))
+        self.assertEqual(top["function"], "block2", json.dumps(top, indent=1))
+        self.assertEqual(top["category"], "compute", json.dumps(top, indent=1))
+        self.assertTrue(top["material"])
+        self.assertNotIn(2, top["victims"])
+
+    def test_slow_data_gzip_names_rank1_dataloader(self):
+        d = traces("slow_data_rank1")
+        self.assertTrue(all(p.endswith(".json.gz") for p in trace_files(d)))
+        r, report = diagnose_json(d)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.check_schema(report)
+        self.assertEqual(report["num_workers"], 4)
+        top = self.top_finding(report, r)
+        self.assertEqual(top["workers"], [1], json.dumps(top, indent=1))
+        self.assertEqual(top["category"], "data_loading", json.dumps(top, indent=1))
+        self.assertIn(DATALOADER_NEXT, top["function"], json.dumps(top, indent=1))
+
+    def test_files_given_one_by_one_equal_the_directory(self):
+        d = traces("slow_compute_rank2")
+        r, report = diagnose_json(*trace_files(d))
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertEqual(report["num_workers"], 4)
+        self.assertEqual(self.top_finding(report, r)["workers"], [2])
+
+    def test_text_report_names_rank_first(self):
+        r = perftracker("diagnose", traces("slow_compute_rank2"))
+        self.assertEqual(r.rc, 0, r.describe())
+        head = "\n".join(r.stdout.splitlines()[:8]).lower()
+        self.assertRegex(head, r"rank[ s]*2\b", r.describe())
+        self.assertIn("block2", head, r.describe())
+
+    def test_html_report_contains_finding(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            html = os.path.join(tmp, "report.html")
+            r = perftracker("diagnose", "--html", html, traces("slow_compute_rank2"))
+            self.assertEqual(r.rc, 0, r.describe())
+            self.assertTrue(os.path.exists(html), r.describe())
+            with open(html, encoding="utf-8") as f:
+                page = f.read()
+            self.assertIn("<html", page.lower())
+            self.assertIn("block2", page)
+            self.assertRegex(page.lower(), r"rank[ s]*2\b")
+            self.assertTrue(r.stdout.strip(), "the text report should still go to stdout")
+
+    def test_directory_with_one_truncated_file_still_diagnoses_the_others(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in trace_files(traces("slow_compute_rank2"))[:3]:  # ranks 0..2
+                shutil.copy(path, tmp)
+            good = os.path.join(traces("slow_compute_rank2"), "rank3.json")
+            bad = os.path.join(tmp, "rank3.json")
+            with open(good, "rb") as src, open(bad, "wb") as dst:
+                dst.write(src.read()[: os.path.getsize(good) // 2])
+            r, report = diagnose_json(tmp)
+            self.assertEqual(r.rc, 1, r.describe())
+            self.assertEqual(report["num_workers"], 3, r.describe())
+            self.assertEqual([os.path.basename(s["path"]) for s in report["skipped_inputs"]],
+                             ["rank3.json"])
+            self.assertTrue(report["skipped_inputs"][0]["error"])
+            skipped = [l for l in r.stderr_lines() if "skipped" in l]
+            self.assertEqual(len(skipped), 1, r.describe())
+            self.assertIn("rank3.json", skipped[0])
+            self.assertTrue(skipped[0].startswith("perftracker: skipped "), skipped[0])
+            self.assertEqual(self.top_finding(report, r)["workers"], [2])
+
+    def test_rank_option_for_a_file_without_rank(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = os.path.join(tmp, "trace.json")
+            shutil.copy(os.path.join(traces("healthy"), "rank0.json"), plain)
+            r = perftracker("diagnose", plain)
+            self.assertEqual(r.rc, 2, r.describe())
+            lines = r.stderr_lines()
+            self.assertEqual(len(lines), 1, r.describe())
+            self.assertIn("trace.json", lines[0])
+            self.assertIn("--rank", lines[0], "the message should say how to give the rank")
+            r = perftracker("diagnose", "--format", "json", "--rank", "3", plain)
+            self.assertEqual(r.rc, 0, r.describe())
+            self.assertEqual(r.json()["num_workers"], 1)
+
+
+class BadInputTest(unittest.TestCase):
+    """Every kind of unusable input: exit 2 and one stderr line that names the input."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="perftracker-e2e-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def write(self, name, data):
+        path = os.path.join(self.tmp, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def valid_trace_bytes(self):
+        """A small valid trace: a real one when torch is there, else a hand-written one."""
+        try:
+            with open(os.path.join(traces("healthy"), "rank0.json"), "rb") as f:
+                return f.read()
+        except unittest.SkipTest:
+            events = []
+            for step in range(5):
+                t = step * 1000
+                events.append({"name": f"ProfilerStep#{step}", "ph": "X", "ts": t, "dur": 900,
+                               "pid": 1, "tid": 1, "args": {}})
+                events.append({"name": "block1", "ph": "X", "ts": t + 10, "dur": 500,
+                               "pid": 1, "tid": 1, "args": {}})
+            return json.dumps(events).encode()
+
+    def expect_one_error(self, name_in_message, *args):
+        r = perftracker("diagnose", *args)
+        self.assertEqual(r.rc, 2, r.describe())
+        lines = r.stderr_lines()
+        self.assertEqual(len(lines), 1, "expected exactly one stderr line:\n" + r.describe())
+        self.assertIn(name_in_message, lines[0], r.describe())
+        self.assertFalse(r.stdout.strip(), "no report on stdout when nothing was diagnosed")
+        self.assertLess(len(lines[0]), 400)
+        return lines[0]
+
+    def test_truncated(self):
+        data = self.valid_trace_bytes()
+        path = self.write("rank0.json", data[: len(data) // 2])
+        self.expect_one_error(path, path)
+
+    def test_truncated_gzip(self):
+        data = gzip.compress(self.valid_trace_bytes())
+        path = self.write("rank0.json.gz", data[: len(data) // 2])
+        self.expect_one_error(path, path)
+
+    def test_not_json(self):
+        path = self.write("rank0.json", b"this is not a trace\nat all\n")
+        self.expect_one_error(path, path)
+
+    def test_wrong_schema(self):
+        path = self.write("rank0.json", json.dumps({"hello": [1, 2, 3]}).encode())
+        self.expect_one_error(path, path)
+
+    def test_wrong_schema_list_of_numbers(self):
+        path = self.write("rank0.json", b"[1, 2, 3]")
+        self.expect_one_error(path, path)
+
+    def test_empty(self):
+        path = self.write("rank0.json", b"")
+        self.expect_one_error(path, path)
+
+    def test_binary(self):
+        path = self.write("rank0.json", random.Random(7).randbytes(4096))
+        self.expect_one_error(path, path)
+
+    def test_binary_named_gz(self):
+        path = self.write("rank0.json.gz", random.Random(8).randbytes(4096))
+        self.expect_one_error(path, path)
+
+    def test_no_rank_in_name_or_content(self):
+        data = self.valid_trace_bytes()
+        self.assertNotIn(b"distributedInfo", data[:4096])
+        path = self.write("trace.json", data)
+        line = self.expect_one_error(path, path)
+        self.assertIn("--rank", line, "the message should say how to pass the rank")
+
+    def test_missing_path(self):
+        path = os.path.join(self.tmp, "no-such-dir", "rank0.json")
+        self.expect_one_error(path, path)
+
+    def test_directory_without_traces(self):
+        self.write("notes.txt", b"nothing here")
+        self.expect_one_error(self.tmp, self.tmp)
+
+    def test_bad_format_option(self):
+        path = self.write("rank0.json", self.valid_trace_bytes())
+        line = self.expect_one_error("xml", "--format", "xml", path)
+        self.assertIn("--format", line)
+
+    def test_no_paths(self):
+        r = perftracker("diagnose")
+        self.assertEqual(r.rc, 2, r.describe())
+        self.assertTrue(r.stderr_lines(), r.describe())
+
+
+class CommandLineTest(unittest.TestCase):
+    def test_version(self):
+        r = perftracker("--version")
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertRegex(r.stdout, r"\d+\.\d+\.\d+")
+
+    def test_help(self):
+        for args in (["--help"], ["diagnose", "--help"]):
+            r = perftracker(*args)
+            self.assertEqual(r.rc, 0, r.describe())
+            self.assertIn("diagnose", r.stdout)
+        self.assertIn("--format", perftracker("diagnose", "--help").stdout)
+
+    def test_unknown_subcommand(self):
+        r = perftracker("diagnoze")
+        self.assertEqual(r.rc, 2, r.describe())
+        self.assertTrue(r.stderr_lines())
+
+
+class RealGpuTraceTest(ReportChecks):
+    """Traces of a real 128-GPU NCCL job (shared test data; skipped when absent)."""
+
+    def setUp(self):
+        d = CONFIG.kineto_dir
+        self.files = [os.path.join(d, f"gpu128_rank-{r}.json.gz") for r in (0, 1)] if d else []
+        if not self.files or not all(os.path.exists(f) for f in self.files):
+            self.skipTest(f"real GPU traces not found in {d!r} "
+                          "(shared/data/kineto next to the repository): skipping")
+
+    def test_two_ranks_of_a_128_gpu_job(self):
+        r, report = diagnose_json(*self.files)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.check_schema(report)
+        self.assertEqual(report["num_workers"], 2)
+        self.assertGreater(report["median_iteration_ms"], 0)
+        r = perftracker("diagnose", *self.files)
+        self.assertEqual(r.rc, 0, r.describe())
+
+
+def main():
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--perftracker", default=os.environ.get("PERFTRACKER_BIN"))
+    p.add_argument("--cache-dir", default=os.environ.get("PERFTRACKER_E2E_CACHE"))
+    p.add_argument("--torch-python", default="/usr/bin/python3")
+    p.add_argument("--kineto-dir", default=None)
+    args, rest = p.parse_known_args()
+    if not args.perftracker or not os.path.exists(args.perftracker):
+        sys.exit(f"test_diagnose.py: pass --perftracker PATH to the built binary "
+                 f"(got {args.perftracker!r})")
+    CONFIG.perftracker = os.path.abspath(args.perftracker)
+    CONFIG.cache_dir = os.path.abspath(
+        args.cache_dir or os.path.join(tempfile.gettempdir(), "perftracker-e2e-traces"))
+    CONFIG.torch_python = args.torch_python
+    CONFIG.kineto_dir = args.kineto_dir or os.path.join(
+        os.environ.get("PERFTRACKER_SOURCE_DIR", os.path.dirname(os.path.dirname(HERE))),
+        "..", "shared", "data", "kineto")
+    os.makedirs(CONFIG.cache_dir, exist_ok=True)
+    start = time.monotonic()
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False)
+    total = time.monotonic() - start
+    gen = sum(s for w, s in TIMINGS if w.startswith("generate"))
+    runs = [s for w, s in TIMINGS if w.startswith("perftracker")]
+    log(f"timing: total {total:.1f} s; trace generation {gen:.1f} s; "
+        f"{len(runs)} perftracker runs, {sum(runs):.1f} s, slowest {max(runs, default=0):.2f} s")
+    sys.exit(0 if prog.result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""A real, small, multi-process PyTorch training job that writes one profiler trace per rank.
+
+It is what perftracker's end-to-end tests diagnose: N processes (default 4) on this host,
+gloo over an env:// rendezvous on a free localhost port, a model of three Linear blocks
+(each forward inside a named torch.profiler.record_function: "block1".."block3"),
+DistributedDataParallel (or, with --sync allreduce, an explicit gradient all_reduce inside
+record_function("sync_gradients")), a real torch.utils.data.DataLoader over a Dataset, and
+torch.profiler with a schedule. Each rank exports OUTDIR/rank{R}.json (or .json.gz).
+
+Faults (injected on --fault-rank only):
+  slow_compute  block2's forward work repeated --slow-repeats times inside
+                record_function("block2"): that block takes ~5x as long
+  slow_data     a sleep in the Dataset's __getitem__: the DataLoader's __next__ takes longer
+
+Needs Debian's python3-torch (CPU): run it with /usr/bin/python3.
+
+  /usr/bin/python3 tests/e2e/train_job.py --outdir /tmp/straggler --fault slow_compute --fault-rank 2
+"""
+
+import argparse
+import gzip
+import os
+import shutil
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+FAULTS = ("none", "slow_compute", "slow_data")
+
+
+class RandomDataset(torch.utils.data.Dataset):
+    """Synthetic regression samples; on the faulty rank each sample takes `delay_s` longer."""
+
+    def __init__(self, size, features, delay_s, seed):
+        gen = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(size, features, generator=gen)
+        self.y = torch.randn(size, features, generator=gen)
+        self.delay_s = delay_s
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, index):
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
+        return self.x[index], self.y[index]
+
+
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.linear(x))
+
+
+class Model(nn.Module):
+    """Three blocks, each forward under a named record_function, as users annotate code."""
+
+    def __init__(self, width, slow_block2):
+        super().__init__()
+        self.block1 = Block(width)
+        self.block2 = Block(width)
+        self.block3 = Block(width)
+        self.slow_block2 = slow_block2
+
+    def forward(self, x):
+        with record_function("block1"):
+            x = self.block1(x)
+        with record_function("block2"):
+            x = self.block2(x)
+            # The injected fault: this rank repeats block2's forward work (the same ops,
+            # as a slower core would take longer on them), outside autograd so the
+            # backward pass is unchanged.
+            with torch.no_grad():
+                for _ in range(self.slow_block2):
+                    self.block2(x)
+        with record_function("block3"):
+            x = self.block3(x)
+        return x
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_rank(rank, args):
+    torch.set_num_threads(1)  # several ranks share few cores, as on a real node
+    if args.pin and hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    torch.manual_seed(0)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(args.port)
+    dist.init_process_group("gloo", init_method="env://", rank=rank,
+                            world_size=args.world_size)
+    faulty = rank == args.fault_rank
+    slow_block2 = args.slow_repeats if faulty and args.fault == "slow_compute" else 0
+    delay_s = args.data_delay_ms / 1000.0 if faulty and args.fault == "slow_data" else 0.0
+
+    model = Model(args.width, slow_block2)
+    if args.sync == "ddp":
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loss_fn = nn.MSELoss()
+    steps = args.wait + args.warmup + args.active
+    dataset = RandomDataset(steps * args.batch * args.world_size, args.width, delay_s,
+                            seed=1234)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        dataset, num_replicas=args.world_size, rank=rank, shuffle=False)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, sampler=sampler,
+                                         num_workers=0)
+
+    suffix = ".json.gz" if args.gzip else ".json"
+    path = os.path.join(args.outdir, f"rank{rank}{suffix}")
+
+    def on_trace_ready(prof):
+        tmp = os.path.join(args.outdir, f".rank{rank}.tmp.json")
+        prof.export_chrome_trace(tmp)
+        if args.gzip:
+            with open(tmp, "rb") as src, gzip.open(path, "wb", compresslevel=9) as dst:
+                shutil.copyfileobj(src, dst)
+            os.remove(tmp)
+        else:
+            os.replace(tmp, path)
+
+    sched = schedule(wait=args.wait, warmup=args.warmup, active=args.active, repeat=1)
+    with profile(activities=[ProfilerActivity.CPU], schedule=sched,
+                 on_trace_ready=on_trace_ready) as prof:
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            if args.sync == "allreduce":
+                with record_function("sync_gradients"):
+                    for p in model.parameters():
+                        dist.all_reduce(p.grad)
+                        p.grad /= args.world_size
+            opt.step()
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--outdir", required=True)
+    p.add_argument("--fault", choices=FAULTS, default="none")
+    p.add_argument("--fault-rank", type=int, default=2)
+    p.add_argument("--world-size", type=int, default=4)
+    p.add_argument("--sync", choices=("ddp", "allreduce"), default="ddp",
+                   help="gradient synchronization: DistributedDataParallel (default) or an "
+                        "explicit all_reduce in record_function('sync_gradients')")
+    p.add_argument("--pin", action="store_true", help="pin rank R to CPU R mod #CPUs")
+    p.add_argument("--gzip", action="store_true", help="write rank{R}.json.gz")
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--slow-repeats", type=int, default=4,
+                   help="extra runs of block2's forward on the faulty rank (slow_compute)")
+    p.add_argument("--data-delay-ms", type=float, default=0.2,
+                   help="extra delay per sample on the faulty rank (slow_data)")
+    p.add_argument("--wait", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--active", type=int, default=5)
+    args = p.parse_args(argv)
+    if not 0 <= args.fault_rank < args.world_size:
+        p.error(f"--fault-rank {args.fault_rank} is not in [0, {args.world_size})")
+    os.makedirs(args.outdir, exist_ok=True)
+    args.port = free_port()
+    start = time.monotonic()
+    mp.spawn(run_rank, args=(args,), nprocs=args.world_size, join=True)
+    print(f"train_job: {args.world_size} ranks, fault={args.fault} "
+          f"(rank {args.fault_rank}), traces in {args.outdir}, "
+          f"{time.monotonic() - start:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
