@@ -16,6 +16,18 @@
 // others, and before a device event is processed the host tracks are advanced up to its
 // start, so a kernel usually finds its launch already processed.
 //
+// Leaf lane. Host runtime calls (launch, other runtime API, sync) never contain anything,
+// and trace files write them apart from the ops they ran in (Kineto: every cpu_op of a
+// thread first, then the CUPTI stream of runtime calls and kernels), further than any
+// reorder window. So they bypass the stack: as the main lane of a track runs, it records
+// its user-level context over time (a step function: time -> identity parent, two points
+// per user-level frame, at most kMaxContextPoints); a leaf looks its parent up there once
+// the main lane has passed its start (immediately, for a late leaf), otherwise it waits in
+// its own bounded heap. A leaf has no idle gap and is not subtracted from the self time of
+// the op it ran in. Resolving a leaf first processes the main-lane events that start before
+// it (exact for trace files; a live source that emits a long parent after the leaf's kernel
+// was flushed would see that parent counted out of order).
+//
 // Nesting. Per track a stack of open frames (time containment). A processed event first
 // closes the frames that ended at or before its start (their self time = duration minus
 // the clipped durations of their direct children); a child that overruns its parent is
@@ -46,11 +58,23 @@
 //    (1 - device busy fraction of the bin), device busy = sum over device tracks clamped to
 //    the bin width (overlapping streams are counted once only up to the bin width);
 //  - a metric's level during a function = the samples of each bin weighted by the share of
-//    the bin the function ran in (reported when at least one sample's worth of weight);
+//    the bin the function ran in (reported when at least one sample's worth of weight, only
+//    for metrics of the function's resource: GPU for device work, PCIe/NVLink for copies,
+//    NIC for collectives, CPU / run queue / RSS for host calls, see MetricRelevant);
 //  - an iteration's breakdown sums the bins it covers, weighting its two edge bins by
 //    overlap.
 // The error is bounded by the bin width, i.e. window length / kGridBins (about 1 ms for a
 // 4 s window).
+//
+// Iteration breakdown (IterationSummary), over the iteration's span, from the grid rows:
+// device workers: compute = device kernels, communication = device collectives (both
+// summed over streams, clamped per bin), wait = sync + host-side collectives on the
+// iteration thread, data = data loading on the iteration thread, host_only = span minus
+// device busy. Host-only workers: communication = collectives on any host thread (gloo runs
+// them on its own threads), wait = sync, data = data loading, compute = the iteration
+// thread's top-level busy time minus its communication, sync and data time.
+// Ranges on a device stream that are not activity (Kineto's gpu_user_annotation) are
+// containers: they give identity to the kernels inside, but no busy time.
 //
 // Critical path: device calls count fully. Host calls on a worker with device tracks count
 // for the part not overlapped by device activity (above). On a host-only worker, calls on
@@ -67,6 +91,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -79,6 +104,10 @@ namespace {
 constexpr int64_t kGridBins = 4096;
 constexpr size_t kMaxHostTrackRows = 32;
 constexpr uint32_t kCorrelationSlots = 1u << 20;
+// Per host track, at most this many user-level context changes are remembered for leaf
+// calls that arrive late (2 per annotation / python call); the oldest quarter is dropped
+// beyond it, and leaves from that far back get a root parent.
+constexpr size_t kMaxContextPoints = 1u << 18;
 constexpr uint32_t kNone = UINT32_MAX;
 // A function reports a metric only when at least this many samples' worth of weight fell
 // inside its executions.
@@ -94,9 +123,43 @@ bool IsDeviceKind(EventKind kind) {
          kind == EventKind::kMemset;
 }
 
+// Device activity: what keeps a GPU busy. Other ranges on a device stream (Kineto's
+// gpu_user_annotation) are only containers.
+bool IsDeviceActivity(EventKind kind) {
+  return IsDeviceKind(kind) || kind == EventKind::kCollective;
+}
+
+// Leaf calls: host-side runtime API calls never contain other calls, and trace files write
+// them in a separate stream (Kineto: all cpu_ops first, then the CUPTI runtime + kernel
+// activity), arbitrarily far from the ops they ran in. They bypass the nesting stack.
+bool IsLeafKind(EventKind kind) {
+  return kind == EventKind::kKernelLaunch || kind == EventKind::kRuntimeCall ||
+         kind == EventKind::kSync;
+}
+
 bool MovesBytes(EventKind kind) {
   return kind == EventKind::kMemcpy || kind == EventKind::kMemset ||
          kind == EventKind::kCollective;
+}
+
+// Which metrics describe a function's resource: GPU metrics for device work, PCIe / NVLink
+// for copies and collectives, NIC for collectives, host metrics for host calls. Keeps the
+// summary small (a metric costs ~9 bytes per function on the wire).
+bool MetricRelevant(Metric m, EventKind kind, bool device) {
+  const bool gpu = m == Metric::kGpuSmActivity || m == Metric::kGpuDramActivity ||
+                   m == Metric::kGpuSmClockMhz || m == Metric::kGpuThrottleReasons;
+  const bool link = m == Metric::kPcieTxBytesPerSec || m == Metric::kPcieRxBytesPerSec ||
+                    m == Metric::kNvlinkBytesPerSec;
+  const bool nic = m == Metric::kNicTxBytesPerSec || m == Metric::kNicRxBytesPerSec;
+  const bool host = m == Metric::kCpuUtilization || m == Metric::kRunQueueDelayFraction ||
+                    m == Metric::kMemoryRssBytes;
+  if (device) {
+    if (kind == EventKind::kCollective) return gpu || link || nic;
+    if (kind == EventKind::kMemcpy || kind == EventKind::kMemset) return gpu || link;
+    return gpu;
+  }
+  if (kind == EventKind::kCollective) return host || nic;
+  return host;
 }
 
 // Categories tracked per host thread; a frame only adds to a category when no enclosing
@@ -323,6 +386,7 @@ struct Frame {
   uint32_t identity_parent = kNone;  // parent for the keys of calls nested in this frame
   int64_t child_ns = 0;
   uint8_t categories = 0;   // categories open in this frame or its ancestors
+  bool busy = false;        // a call that makes its track busy (idle gaps, top level)
 };
 
 struct Iteration {
@@ -341,7 +405,12 @@ struct TrackState {
   int64_t last_start = 0;  // order key of the last processed event
   int64_t last_duration = 0;
   std::vector<Frame> stack;
-  int function_frames = 0;  // frames on the stack that are functions (not iterations)
+  int busy_frames = 0;  // frames on the stack with Frame::busy
+  // Leaf lane (IsLeafKind on host tracks): its own bounded heap, no reorder requirement.
+  std::vector<Pending> leaf_heap;
+  // User-level context over time, recorded as the main lane runs: (time, identity parent
+  // from then on). Times are non-decreasing. Leaves look their parent up here.
+  std::deque<std::pair<int64_t, uint32_t>> context;
   bool has_toplevel = false;
   int64_t last_toplevel_end = 0;
   int64_t toplevel_busy_ns = 0;
@@ -360,6 +429,7 @@ class WindowSummarizer::Impl {
     row_device_busy_ = grid_.NewRow();
     row_device_compute_ = grid_.NewRow();
     row_device_comm_ = grid_.NewRow();
+    row_host_comm_ = grid_.NewRow();
   }
 
   void OnTrack(const TrackInfo& info) {
@@ -398,6 +468,17 @@ class WindowSummarizer::Impl {
     if (t.device || (ev.flags & kEventFlagOnDevice)) has_device_ = true;
     if (ev.kind == EventKind::kIteration) t.iterations.push_back({ev.start_ns, ev.end_ns});
 
+    if (!t.device && IsLeafKind(ev.kind)) {
+      if (t.processed_any && ev.start_ns < t.last_start) {
+        ProcessLeaf(t, ev);  // its context is already known: no need to buffer it
+        return;
+      }
+      t.leaf_heap.push_back({ev, t.seq++});
+      std::push_heap(t.leaf_heap.begin(), t.leaf_heap.end(), PendingLater{});
+      t.peak_buffered = std::max(t.peak_buffered, t.leaf_heap.size());
+      if (t.leaf_heap.size() > options_.reorder_window) PopLeaf(t);
+      return;
+    }
     if (t.processed_any &&
         (ev.start_ns < t.last_start ||
          (ev.start_ns == t.last_start && ev.duration_ns() > t.last_duration))) {
@@ -462,17 +543,33 @@ class WindowSummarizer::Impl {
     std::pop_heap(t.heap.begin(), t.heap.end(), PendingLater{});
     const Event ev = t.heap.back().event;
     t.heap.pop_back();
-    if (t.device) AdvanceHostTracks(ev.start_ns);
+    if (t.device) AdvanceLeaves(ev.start_ns);
     Process(t, ev);
+    // Leaves whose context the main lane has now passed can be resolved.
+    while (!t.leaf_heap.empty() && t.leaf_heap.front().event.start_ns < t.last_start) PopLeaf(t);
   }
 
-  // Processes host events that start no later than `time`, so that a device event finds
-  // the launch it correlates with.
-  void AdvanceHostTracks(int64_t time) {
+  void PopLeaf(TrackState& t) {
+    std::pop_heap(t.leaf_heap.begin(), t.leaf_heap.end(), PendingLater{});
+    const Event ev = t.leaf_heap.back().event;
+    t.leaf_heap.pop_back();
+    // Make the context at the leaf's start known (file order: the ops are all there).
+    while (!t.heap.empty() && t.heap.front().event.start_ns <= ev.start_ns) {
+      std::pop_heap(t.heap.begin(), t.heap.end(), PendingLater{});
+      const Event op = t.heap.back().event;
+      t.heap.pop_back();
+      Process(t, op);
+    }
+    ProcessLeaf(t, ev);
+  }
+
+  // Resolves the leaves (launches) that start no later than `time`, so that a device
+  // event finds the launch it correlates with.
+  void AdvanceLeaves(int64_t time) {
     for (auto& tp : track_list_) {
       TrackState& h = *tp;
       if (h.device) continue;
-      while (!h.heap.empty() && h.heap.front().event.start_ns <= time) PopAndProcess(h);
+      while (!h.leaf_heap.empty() && h.leaf_heap.front().event.start_ns <= time) PopLeaf(h);
     }
   }
 
@@ -480,12 +577,39 @@ class WindowSummarizer::Impl {
     while (!t.heap.empty()) PopAndProcess(t);
     while (!t.stack.empty()) CloseFrame(t);
   }
+  void DrainLeaves(TrackState& t) {
+    while (!t.leaf_heap.empty()) PopLeaf(t);
+  }
+
+  void RecordContext(TrackState& t, int64_t time, uint32_t parent) {
+    if (t.device) return;
+    auto& c = t.context;
+    if (!c.empty()) {
+      time = std::max(time, c.back().first);
+      if (c.back().second == parent) return;
+      if (c.back().first == time) {
+        c.back().second = parent;
+        return;
+      }
+    } else if (parent == kNone) {
+      return;
+    }
+    c.emplace_back(time, parent);
+    if (c.size() > kMaxContextPoints) c.erase(c.begin(), c.begin() + kMaxContextPoints / 4);
+  }
+  static uint32_t ContextAt(const TrackState& t, int64_t time) {
+    const auto& c = t.context;
+    auto it = std::upper_bound(c.begin(), c.end(), time,
+                               [](int64_t v, const auto& p) { return v < p.first; });
+    return it == c.begin() ? kNone : std::prev(it)->second;
+  }
 
   void CloseFrame(TrackState& t) {
     const Frame f = t.stack.back();
     t.stack.pop_back();
+    RecordContext(t, f.end, t.stack.empty() ? kNone : t.stack.back().identity_parent);
+    if (f.busy) --t.busy_frames;
     if (f.function == kNone) return;
-    --t.function_frames;
     functions_acc_[f.function].self_ns += std::max<int64_t>(0, f.end - f.start - f.child_ns);
   }
 
@@ -554,8 +678,9 @@ class WindowSummarizer::Impl {
       acc.bins.Add(shift, bin, static_cast<double>(ns));
     });
 
-    const bool device = t.device || (ev.flags & kEventFlagOnDevice);
-    if (device) {
+    const bool on_device = t.device || (ev.flags & kEventFlagOnDevice);
+    if (on_device && !IsDeviceActivity(ev.kind)) return;  // a range on a stream: time only
+    if (on_device) {
       acc.device_ns += dur;
       // Device busy/compute/comm only for top-level device calls: nested device ranges
       // would count the same time twice.
@@ -571,6 +696,9 @@ class WindowSummarizer::Impl {
     }
     acc.AddHost(TrackIndex(t), dur);
     if (toplevel) t.toplevel_busy_ns += dur;
+    if (CategoryOf(ev.kind) == kCatComm && (open_categories & kCatComm) == 0) {
+      grid_.AddSpan(row_host_comm_, ev.start_ns, ev.end_ns);
+    }
     EnsureHostRows(t);
     if (t.row_busy < 0) return;
     if (toplevel) grid_.AddSpan(t.row_busy, ev.start_ns, ev.end_ns);
@@ -585,6 +713,16 @@ class WindowSummarizer::Impl {
     const uint32_t fn = Resolve(ev, kNone);
     functions_acc_[fn].self_ns += ev.duration_ns();
     Account(t, ev, fn, /*toplevel=*/false, /*open_categories=*/0);
+  }
+
+  // A leaf call: parent from the track's context timeline; no frame, no idle gap, and (the
+  // price of the separate stream) not subtracted from the self time of the op it ran in.
+  void ProcessLeaf(TrackState& t, const Event& ev) {
+    const uint32_t parent = ContextAt(t, ev.start_ns);
+    const uint32_t fn = Resolve(ev, parent);
+    functions_acc_[fn].self_ns += ev.duration_ns();
+    Account(t, ev, fn, /*toplevel=*/false, /*open_categories=*/0);
+    if (ev.correlation != 0) RememberLaunch(ev.correlation, parent);
   }
 
   void Process(TrackState& t, const Event& ev) {
@@ -606,13 +744,14 @@ class WindowSummarizer::Impl {
       t.stack.push_back(frame);
       return;
     }
-    const bool device = t.device || (ev.flags & kEventFlagOnDevice);
-    if (device) {
+    const bool on_device = t.device || (ev.flags & kEventFlagOnDevice);
+    if (on_device) {
       const uint32_t launch = LaunchParent(ev.correlation);
       if (launch != kNone) parent = launch;
     }
     const uint32_t fn = Resolve(ev, parent);
-    const bool toplevel = t.function_frames == 0;
+    frame.busy = !on_device || IsDeviceActivity(ev.kind);
+    const bool toplevel = frame.busy && t.busy_frames == 0;
     if (toplevel) {
       if (t.has_toplevel && ev.start_ns > t.last_toplevel_end) {
         functions_acc_[fn].idle_gap_ns += ev.start_ns - t.last_toplevel_end;
@@ -621,7 +760,7 @@ class WindowSummarizer::Impl {
       t.has_toplevel = true;
     }
     Account(t, ev, fn, toplevel, open);
-    if (!device && ev.correlation != 0) RememberLaunch(ev.correlation, parent);
+    if (!on_device && ev.correlation != 0) RememberLaunch(ev.correlation, parent);
 
     frame.function = fn;
     frame.identity_parent = IsUserLevel(source_->Get(ev.function_id).kind) ||
@@ -629,7 +768,8 @@ class WindowSummarizer::Impl {
                                 ? fn
                                 : parent;
     t.stack.push_back(frame);
-    ++t.function_frames;
+    if (frame.busy) ++t.busy_frames;
+    RecordContext(t, frame.start, frame.identity_parent);
   }
 
   void BuildIterations(WorkerSummary& out, const TrackState* iter_track) const;
@@ -647,6 +787,7 @@ class WindowSummarizer::Impl {
   size_t host_tracks_with_rows_ = 0;
   TimeGrid grid_;
   int row_device_busy_ = -1, row_device_compute_ = -1, row_device_comm_ = -1;
+  int row_host_comm_ = -1;  // outermost collectives on any host thread
   std::array<std::array<int, 3>, kNumMetrics> metric_rows_ = [] {
     std::array<std::array<int, 3>, kNumMetrics> rows{};
     for (auto& r : rows) r = {-1, -1, -1};
@@ -663,7 +804,9 @@ void WindowSummarizer::Impl::BuildMetrics(const FunctionAcc& acc, FunctionSummar
   const double width = static_cast<double>(grid_.width());
   for (int m = 0; m < kNumMetrics; ++m) {
     const auto& rows = metric_rows_[static_cast<size_t>(m)];
-    if (rows[0] < 0) continue;
+    if (rows[0] < 0 || !MetricRelevant(static_cast<Metric>(m), fs.kind, acc.device_ns > 0)) {
+      continue;
+    }
     double weight = 0, sum = 0, sum_sq = 0;
     for (const auto& [bin, ns] : acc.bins.bins) {
       const double n = grid_.At(rows[0], bin);
@@ -676,8 +819,10 @@ void WindowSummarizer::Impl::BuildMetrics(const FunctionAcc& acc, FunctionSummar
     if (weight < kMinMetricSampleWeight) continue;
     FunctionMetric fm;
     fm.metric = static_cast<Metric>(m);
-    fm.mean = sum / weight;
-    fm.stddev = std::sqrt(std::max(0.0, sum_sq / weight - fm.mean * fm.mean));
+    const double mean = sum / weight;
+    // Rounded to float precision: levels need no more, and the wire form is float32.
+    fm.mean = static_cast<float>(mean);
+    fm.stddev = static_cast<float>(std::sqrt(std::max(0.0, sum_sq / weight - mean * mean)));
     fs.metrics.push_back(fm);
   }
 }
@@ -703,8 +848,10 @@ void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out,
       s.host_only_ns = ns(static_cast<double>(s.duration_ns) -
                           grid_.Sum(row_device_busy_, it.start, it.end, true));
     } else {
+      // Collectives count on any host thread (gloo runs them on its own threads while the
+      // iteration thread waits); compute is the iteration thread's own work.
       const double busy = grid_.Sum(iter_track->row_busy, it.start, it.end, true);
-      s.communication_ns = ns(comm_host);
+      s.communication_ns = ns(grid_.Sum(row_host_comm_, it.start, it.end, true));
       s.wait_ns = ns(sync);
       s.compute_ns = ns(busy - comm_host - sync - static_cast<double>(s.data_ns));
     }
@@ -714,6 +861,7 @@ void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out,
 
 WorkerSummary WindowSummarizer::Impl::Finish() {
   for (auto& t : track_list_) if (!t->device) Drain(*t);
+  for (auto& t : track_list_) if (!t->device) DrainLeaves(*t);
   for (auto& t : track_list_) if (t->device) Drain(*t);
 
   WorkerSummary out;

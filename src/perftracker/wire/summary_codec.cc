@@ -1,11 +1,14 @@
 #include "perftracker/wire/summary_codec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include <zlib.h>
 
 #include "perftracker.pb.h"
 
@@ -44,14 +47,93 @@ Status Parse(google::protobuf::MessageLite& message, std::string_view bytes,
   return Status::Ok();
 }
 
+// Whole numbers below 2^53 travel as varints (exact round trip through int64).
+bool Integral(double v) { return std::isfinite(v) && v == std::trunc(v) && std::abs(v) < 9e15; }
+
 void EncodeSketch(const QuantileSketch& in, v1::QuantileSketch* out) {
-  if (in.count() == 0) return;
   out->set_offset(in.offset());
   out->mutable_buckets()->Add(in.buckets().begin(), in.buckets().end());
   out->set_zero_count(in.zero_count());
-  out->set_sum(in.sum());
-  out->set_min(in.min());
-  out->set_max(in.max());
+  if (Integral(in.sum())) {
+    out->set_sum_int(static_cast<int64_t>(in.sum()));
+  } else {
+    out->set_sum(in.sum());
+  }
+  if (Integral(in.min())) {
+    out->set_min_int(static_cast<int64_t>(in.min()));
+  } else {
+    out->set_min(in.min());
+  }
+  if (Integral(in.max())) {
+    out->set_max_int(static_cast<int64_t>(in.max()));
+  } else {
+    out->set_max(in.max());
+  }
+}
+
+void AppendVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+}
+
+bool ReadVarint(std::string_view& in, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {
+    const auto byte = static_cast<uint8_t>(in.front());
+    in.remove_prefix(1);
+    v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// The string table as varint-length-prefixed names, deflated; empty if deflating fails.
+std::string DeflateNames(const std::vector<std::string_view>& names) {
+  std::string raw;
+  for (std::string_view n : names) {
+    AppendVarint(raw, n.size());
+    raw += n;
+  }
+  uLongf size = compressBound(static_cast<uLong>(raw.size()));
+  std::string out(size, '\0');
+  if (compress2(reinterpret_cast<Bytef*>(out.data()), &size,
+                reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()),
+                Z_BEST_COMPRESSION) != Z_OK) {
+    return {};
+  }
+  out.resize(size);
+  return out;
+}
+
+// Inflates at most `limit` bytes; returns false on corrupt, truncated or oversized input.
+bool Inflate(std::string_view in, size_t limit, std::string& out) {
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) return false;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  int rc = Z_OK;
+  char buf[16384];
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof(buf);
+    rc = inflate(&z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) break;
+    out.append(buf, sizeof(buf) - z.avail_out);
+    if (out.size() > limit) {
+      rc = Z_MEM_ERROR;
+      break;
+    }
+    if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
+      rc = Z_BUF_ERROR;  // input ended before the stream did
+      break;
+    }
+  }
+  const bool ok = rc == Z_STREAM_END && z.avail_in == 0;
+  inflateEnd(&z);
+  return ok;
 }
 
 }  // namespace
@@ -75,11 +157,12 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
     o->set_host_only_ns(it.host_only_ns);
   }
   std::unordered_map<std::string_view, uint32_t> names;
+  std::vector<std::string_view> name_list;
   for (size_t i = 0; i < s.functions.size(); ++i) {
     const FunctionSummary& f = s.functions[i];
     v1::FunctionSummary* o = m.add_functions();
     auto [it, inserted] = names.try_emplace(f.name, static_cast<uint32_t>(names.size()));
-    if (inserted) m.add_strings(f.name);
+    if (inserted) name_list.push_back(f.name);
     o->set_name(it->second);
     o->set_kind(static_cast<uint32_t>(f.kind));
     std::string derived;
@@ -103,11 +186,18 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
     o->set_bytes(f.bytes);
     if (f.durations.count() > 0) EncodeSketch(f.durations, o->mutable_durations());
     for (const FunctionMetric& fm : f.metrics) {
-      v1::FunctionMetric* om = o->add_metrics();
-      om->set_metric(static_cast<uint32_t>(fm.metric));
-      om->set_mean(fm.mean);
-      om->set_stddev(fm.stddev);
+      o->add_metric_ids(static_cast<uint32_t>(fm.metric));
+      o->add_metric_means(static_cast<float>(fm.mean));
+      o->add_metric_stddevs(static_cast<float>(fm.stddev));
     }
+  }
+  size_t plain_bytes = 0;
+  for (std::string_view n : name_list) plain_bytes += n.size() + 2;
+  std::string deflated = plain_bytes > 256 ? DeflateNames(name_list) : std::string();
+  if (!deflated.empty() && deflated.size() < plain_bytes) {
+    m.set_strings_deflated(std::move(deflated));
+  } else {
+    for (std::string_view n : name_list) m.add_strings(std::string(n));
   }
   v1::SummaryStats* st = m.mutable_stats();
   st->set_events(s.stats.events);
@@ -151,6 +241,29 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     s.iterations.push_back(o);
   }
 
+  std::vector<std::string> strings(m.strings().begin(), m.strings().end());
+  if (!m.strings_deflated().empty()) {
+    if (!strings.empty()) {
+      return Corrupt(kWhat, rank + ": both a plain and a deflated string table");
+    }
+    std::string raw;
+    if (!Inflate(m.strings_deflated(), kMaxWireMessageBytes, raw)) {
+      return Corrupt(kWhat, rank + ": the deflated string table (" +
+                                std::to_string(m.strings_deflated().size()) +
+                                " bytes) does not inflate");
+    }
+    std::string_view in = raw;
+    while (!in.empty()) {
+      uint64_t len = 0;
+      if (!ReadVarint(in, len) || len > in.size()) {
+        return Corrupt(kWhat, rank + ": string table entry " + std::to_string(strings.size()) +
+                                  " overruns the table");
+      }
+      strings.emplace_back(in.substr(0, len));
+      in.remove_prefix(len);
+    }
+  }
+
   const size_t num_functions = static_cast<size_t>(m.functions_size());
   const size_t key_budget = std::max(kMinKeyBudget, kMaxKeyBytesPerMessageByte * bytes.size());
   size_t key_bytes = 0;
@@ -159,12 +272,12 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     const v1::FunctionSummary& f = m.functions(static_cast<int>(i));
     const std::string where = rank + ", function " + std::to_string(i);
     FunctionSummary o;
-    if (f.name() >= static_cast<uint32_t>(m.strings_size())) {
+    if (f.name() >= strings.size()) {
       return Corrupt(kWhat, where + ": name index " + std::to_string(f.name()) +
                                 " is outside the string table of " +
-                                std::to_string(m.strings_size()) + " entries");
+                                std::to_string(strings.size()) + " entries");
     }
-    o.name = m.strings(static_cast<int>(f.name()));
+    o.name = strings[f.name()];
     if (f.kind() >= static_cast<uint32_t>(kNumEventKinds)) {
       return Corrupt(kWhat, where + " (" + o.name + "): unknown event kind " +
                                 std::to_string(f.kind()));
@@ -202,20 +315,27 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     if (f.has_durations()) {
       const v1::QuantileSketch& d = f.durations();
       std::vector<uint64_t> buckets(d.buckets().begin(), d.buckets().end());
-      if (!o.durations.Restore(d.offset(), std::move(buckets), d.zero_count(), d.sum(), d.min(),
-                               d.max())) {
+      const double sum = d.has_sum_int() ? static_cast<double>(d.sum_int()) : d.sum();
+      const double min = d.has_min_int() ? static_cast<double>(d.min_int()) : d.min();
+      const double max = d.has_max_int() ? static_cast<double>(d.max_int()) : d.max();
+      if (!o.durations.Restore(d.offset(), std::move(buckets), d.zero_count(), sum, min, max)) {
         return Corrupt(kWhat, where + " (" + o.name + "): inconsistent duration sketch (" +
                                   std::to_string(d.buckets_size()) + " buckets, offset " +
                                   std::to_string(d.offset()) + ")");
       }
     }
-    o.metrics.reserve(static_cast<size_t>(f.metrics_size()));
-    for (const v1::FunctionMetric& fm : f.metrics()) {
-      if (fm.metric() >= static_cast<uint32_t>(kNumMetrics)) {
+    if (f.metric_means_size() != f.metric_ids_size() ||
+        f.metric_stddevs_size() != f.metric_ids_size()) {
+      return Corrupt(kWhat, where + " (" + o.name + "): metric arrays differ in length");
+    }
+    o.metrics.reserve(static_cast<size_t>(f.metric_ids_size()));
+    for (int j = 0; j < f.metric_ids_size(); ++j) {
+      if (f.metric_ids(j) >= static_cast<uint32_t>(kNumMetrics)) {
         return Corrupt(kWhat, where + " (" + o.name + "): unknown metric " +
-                                  std::to_string(fm.metric()));
+                                  std::to_string(f.metric_ids(j)));
       }
-      o.metrics.push_back({static_cast<Metric>(fm.metric()), fm.mean(), fm.stddev()});
+      o.metrics.push_back({static_cast<Metric>(f.metric_ids(j)), f.metric_means(j),
+                           f.metric_stddevs(j)});
     }
     s.functions.push_back(std::move(o));
   }

@@ -6,6 +6,10 @@
 // range, kinds / metrics / categories known, sketches consistent, sizes bounded) and returns
 // a DataLoss Status with one line saying what is wrong; corrupt, truncated or random bytes
 // never crash and never allocate without bound.
+//
+// Exactness: every field round-trips exactly, except FunctionMetric mean / stddev, which
+// travel as float32 (the WindowSummarizer already rounds them to float precision, so its
+// summaries round-trip exactly too).
 #pragma once
 
 #include <string>

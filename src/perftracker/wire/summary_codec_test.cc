@@ -30,7 +30,7 @@ WorkerSummary SampleSummary() {
   root.idle_gap_before_ns = 12;
   root.durations.Add(400'000);
   root.durations.Add(500'000);
-  root.metrics.push_back({Metric::kCpuUtilization, 0.93, 0.04});
+  root.metrics.push_back({Metric::kCpuUtilization, 0.9375, 0.0625});
   s.functions.push_back(root);
 
   FunctionSummary mm;
@@ -54,8 +54,8 @@ WorkerSummary SampleSummary() {
   nccl.count = 3;
   nccl.bytes = 3ull << 30;
   nccl.durations.Add(7e6, 3);
-  nccl.metrics.push_back({Metric::kNicTxBytesPerSec, 1.2e10, 3e8});
-  nccl.metrics.push_back({Metric::kGpuSmActivity, 0.1, 0.0});
+  nccl.metrics.push_back({Metric::kNicTxBytesPerSec, 8589934592.0, 268435456.0});
+  nccl.metrics.push_back({Metric::kGpuSmActivity, 0.125, 0.0});
   s.functions.push_back(nccl);
 
   // Same leaf name as function 1 under a different parent: shares the string table entry.
@@ -153,6 +153,39 @@ TEST(SummaryCodecTest, WorkerSummaryRoundTripsEveryField) {
   // Derivable keys are not sent: only the hand-built one is in the bytes.
   EXPECT_EQ(bytes.find("compute_block > torch_op"), std::string::npos);
   EXPECT_NE(bytes.find("custom key that is not derivable"), std::string::npos);
+}
+
+TEST(SummaryCodecTest, LongKernelNamesTravelDeflated) {
+  WorkerSummary s;
+  s.rank = 3;
+  for (int i = 0; i < 60; ++i) {
+    FunctionSummary k;
+    k.name = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, "
+             "float, float, at::native::binary_internal::MulFunctor<float> >, at::detail::Array"
+             "<char*, 3> >(int, at::native::BinaryFunctor<float>, at::detail::Array<char*, 3>)#" +
+             std::to_string(i);
+    k.kind = EventKind::kGpuKernel;
+    k.key = "kernel:" + k.name;
+    k.count = static_cast<uint64_t>(i);
+    k.durations.Add(1000.5 * (i + 1));  // not integral: sum/min/max travel as doubles
+    s.functions.push_back(k);
+  }
+  size_t names = 0;
+  for (const auto& f : s.functions) names += f.name.size();
+  const std::string bytes = EncodeWorkerSummary(s);
+  EXPECT_LT(bytes.size(), names / 4) << "names alone are " << names << " bytes";
+  auto decoded = DecodeWorkerSummary(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  ExpectSummaryEq(s, *decoded);
+
+  // Damage inside the deflated table is reported as such.
+  const size_t at = bytes.find("x\xda");  // zlib header at best compression
+  ASSERT_NE(at, std::string::npos);
+  std::string damaged = bytes;
+  for (size_t i = at + 10; i < at + 40 && i < damaged.size(); ++i) damaged[i] ^= 0x5a;
+  auto bad = DecodeWorkerSummary(damaged);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
 }
 
 TEST(SummaryCodecTest, EmptySummaryRoundTrips) {
