@@ -38,8 +38,9 @@
 //     communication or synchronization anomaly is dropped, and its worker listed as a
 //     victim, when another worker has a work (compute, data, GC, ...) anomaly of comparable
 //     size; otherwise it stands (e.g. one slow link: PT-STRAGGLER-COMM). Victims of a
-//     culprit are all workers whose outermost collective + sync time exceeds the
-//     culprit's by half its excess. A worker the others wait for (its wait time is a low
+//     culprit are the workers of its peer group whose outermost collective + sync time
+//     exceeds the culprit's by half its excess (waits of other groups, e.g. other pipeline
+//     stages, are not comparable), plus the workers whose wait anomalies it explained. A worker the others wait for (its wait time is a low
 //     outlier) with no anomalous traced function is PT-STRAGGLER-UNTRACED.
 //  6. Findings naming the same function with the same code on several workers merge.
 //  7. Expectation checks on the job median (no peers needed): host-bound (device idle
@@ -904,12 +905,17 @@ std::vector<WorkerFinding> Localizer::Impl::Collapse(std::vector<Anomaly> anomal
       WorkerFinding wf;
       wf.named = s[named];
       for (size_t p = named_pos + 1; p < path.size(); ++p) wf.below.push_back(s[path[p]]);
-      // Category: data loading / GC anywhere on the path wins; otherwise the leaf's kind.
+      // Category: data loading, GC, a collective, a synchronization anywhere on the path
+      // wins (in that order: a kernel under a collective is communication); otherwise the
+      // leaf's kind.
       const EventKind leaf = functions_[s[path.back()].fid].kind;
-      bool data = false, gc = false;
+      bool data = false, gc = false, collective = false, sync = false;
       for (size_t p : path) {
-        data |= functions_[s[p].fid].kind == EventKind::kDataLoad;
-        gc |= functions_[s[p].fid].kind == EventKind::kGc;
+        const EventKind kind = functions_[s[p].fid].kind;
+        data |= kind == EventKind::kDataLoad;
+        gc |= kind == EventKind::kGc;
+        collective |= kind == EventKind::kCollective;
+        sync |= kind == EventKind::kSync;
       }
       if (data) {
         wf.category = FindingCategory::kDataLoading;
@@ -917,10 +923,10 @@ std::vector<WorkerFinding> Localizer::Impl::Collapse(std::vector<Anomaly> anomal
       } else if (gc) {
         wf.category = FindingCategory::kGc;
         wf.resource = "CPU (Python GC)";
-      } else if (leaf == EventKind::kCollective) {
+      } else if (collective) {
         wf.category = FindingCategory::kCommunication;
         wf.resource = "network";
-      } else if (leaf == EventKind::kSync) {
+      } else if (sync) {
         wf.category = FindingCategory::kSynchronization;
         wf.resource = "GPU";
       } else if (leaf == EventKind::kMemcpy || leaf == EventKind::kMemset) {
@@ -1006,8 +1012,11 @@ void Localizer::Impl::FillVictims(Finding& f, const std::vector<uint32_t>& culpr
   for (uint32_t c : culprits) is_culprit[c] = true;
   const double min_extra_wait = kVictimShare * f.lost_ns_per_iteration;
   std::vector<uint32_t> victims = extra;
+  // Waits are only comparable within a peer group (another pipeline stage waits by design).
+  std::vector<bool> culprit_group(group_wait_median_.size(), false);
+  for (uint32_t c : culprits) culprit_group[worker_group_[c]] = true;
   for (uint32_t w = 0; w < workers_.size(); ++w) {
-    if (is_culprit[w]) continue;
+    if (is_culprit[w] || !culprit_group[worker_group_[w]]) continue;
     if (static_cast<double>(workers_[w].wait_fn_ns) - culprit_wait >= min_extra_wait) {
       victims.push_back(w);
     }
