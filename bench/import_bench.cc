@@ -9,6 +9,7 @@
 //   import_bench                      runs 10 MB (median of 5) and 500 MB, each in a fresh process
 //   import_bench --size-mb 500        one size in this process
 //   import_bench --size-mb 10 --runs 1 --gzip     also gzip the file (measures zlib + parse)
+//   import_bench --file trace.json.gz --runs 5    an existing trace (kept)
 //
 // Numbers and the exact commands are recorded in docs/performance.md ("## Import").
 #include <sys/resource.h>
@@ -177,12 +178,15 @@ std::string GzipFile(const std::string& path) {
   return gz;
 }
 
-int RunOneSize(uint64_t size_mb, int runs, bool gzip) {
-  const std::string path = "/tmp/perftracker_import_bench_" + std::to_string(getpid()) + "_" +
-                           std::to_string(size_mb) + "MB.json";
-  const uint64_t bytes = GenerateTrace(path, size_mb << 20);
+// Imports `existing` (a real trace, kept) or a generated trace of `size_mb` (deleted after).
+int RunOneSize(uint64_t size_mb, int runs, bool gzip, const std::string& existing) {
+  const bool generated = existing.empty();
+  const std::string path = generated ? "/tmp/perftracker_import_bench_" + std::to_string(getpid()) +
+                                           "_" + std::to_string(size_mb) + "MB.json"
+                                     : existing;
+  const uint64_t bytes = generated ? GenerateTrace(path, size_mb << 20) : 0;
   std::string import_path = path;
-  if (gzip) import_path = GzipFile(path);
+  if (gzip && generated) import_path = GzipFile(path);
   // Warm the page cache so the first run does not measure the disk.
   {
     std::ifstream warm(import_path, std::ios::binary);
@@ -203,8 +207,8 @@ int RunOneSize(uint64_t size_mb, int runs, bool gzip) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!result.ok()) {
       std::fprintf(stderr, "import failed: %s\n", result.status().message().c_str());
-      std::remove(path.c_str());
-      if (gzip) std::remove(import_path.c_str());
+      if (generated) std::remove(path.c_str());
+      if (generated && gzip) std::remove(import_path.c_str());
       return 1;
     }
     info = *result;
@@ -213,18 +217,19 @@ int RunOneSize(uint64_t size_mb, int runs, bool gzip) {
     std::fprintf(stderr, "  run %d: %.1f MB/s\n", i + 1, mbps.back());
   }
   const long hwm = ReadStatusKb("VmHWM:");
-  std::remove(path.c_str());
-  if (gzip) std::remove(import_path.c_str());
+  if (generated) std::remove(path.c_str());
+  if (generated && gzip) std::remove(import_path.c_str());
   std::vector<double> sorted = mbps;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   std::printf(
-      "size=%lluMB%s json_bytes=%llu events_emitted=%llu skipped=%llu malformed=%llu runs=%d "
+      "%s size=%lluMB%s json_bytes=%llu events_emitted=%llu skipped=%llu malformed=%llu runs=%d "
       "median_MBps=%.1f min_MBps=%.1f max_MBps=%.1f rss_before_import_MB=%.1f peak_rss_import_MB=%.1f "
       "ru_maxrss_MB=%.1f\n",
-      static_cast<unsigned long long>(size_mb), gzip ? " (gzip)" : "", static_cast<unsigned long long>(bytes),
+      generated ? "synthetic" : existing.c_str(), static_cast<unsigned long long>(size_mb),
+      gzip ? " (gzip)" : "", static_cast<unsigned long long>(generated ? bytes : info.bytes_read),
       static_cast<unsigned long long>(events), static_cast<unsigned long long>(info.events_skipped),
       static_cast<unsigned long long>(info.events_malformed), runs, median, sorted.front(), sorted.back(),
       static_cast<double>(rss_before) / 1024.0, static_cast<double>(hwm) / 1024.0,
@@ -240,20 +245,26 @@ int main(int argc, char** argv) {
   uint64_t size_mb = 0;
   int runs = 0;
   bool gzip = false;
+  std::string file;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--size-mb" && i + 1 < argc) {
+    if (a == "--file" && i + 1 < argc) {
+      file = argv[++i];
+    } else if (a == "--size-mb" && i + 1 < argc) {
       size_mb = std::strtoull(argv[++i], nullptr, 10);
     } else if (a == "--runs" && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
     } else if (a == "--gzip") {
       gzip = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--size-mb N] [--runs R] [--gzip]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--size-mb N | --file TRACE] [--runs R] [--gzip]\n", argv[0]);
       return 2;
     }
   }
-  if (size_mb > 0) return perftracker::RunOneSize(size_mb, runs > 0 ? runs : (size_mb <= 50 ? 5 : 1), gzip);
+  if (!file.empty()) return perftracker::RunOneSize(0, runs > 0 ? runs : 5, false, file);
+  if (size_mb > 0) {
+    return perftracker::RunOneSize(size_mb, runs > 0 ? runs : (size_mb <= 50 ? 5 : 1), gzip, "");
+  }
   // Both sizes, each in a fresh process so that peak RSS is per size.
   int rc = 0;
   for (const char* size : {"10", "500"}) {

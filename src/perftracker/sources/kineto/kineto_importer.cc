@@ -337,6 +337,7 @@ class KinetoImporter::Impl {
   uint64_t bytes_read_ = 0;
 
   // Top-level object.
+  uint64_t bom_matched_ = 0;
   bool bare_list_ = false;
   bool saw_trace_events_ = false;
   bool top_first_member_ = true;
@@ -749,8 +750,12 @@ Status KinetoImporter::Impl::Parse(const char* data, size_t size) {
   while (p < end) {
     switch (state_) {
       case State::kDocStart: {
-        if (chunk_offset_ == 0 && p == data && size >= 3 && std::memcmp(p, "\xEF\xBB\xBF", 3) == 0) {
-          p += 3;  // UTF-8 byte order mark
+        // A UTF-8 byte order mark, possibly split across chunks.
+        static constexpr unsigned char kBom[] = {0xEF, 0xBB, 0xBF};
+        if (bom_matched_ < 3 && Offset(p) == bom_matched_ &&
+            static_cast<unsigned char>(*p) == kBom[bom_matched_]) {
+          ++bom_matched_;
+          ++p;
           continue;
         }
         while (p < end && IsWs(*p)) ++p;

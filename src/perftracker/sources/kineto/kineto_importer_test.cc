@@ -387,6 +387,15 @@ TEST(KinetoImporterTest, TimeUnits) {
   EXPECT_EQ(r->sink.events.at(0).end_ns, 1502000);
 }
 
+TEST(KinetoImporterTest, ByteOrderMarkIsAcceptedAtAnySplit) {
+  const std::string trace = "\xEF\xBB\xBF[{\"ph\": \"X\", \"name\": \"a\", \"pid\": 1, \"tid\": 1, \"ts\": 1, \"dur\": 1}]";
+  for (size_t chunk : {size_t{1}, size_t{2}, trace.size()}) {
+    auto r = ImportText(trace, chunk);
+    ASSERT_TRUE(r->status.ok()) << chunk << ": " << r->status.message();
+    EXPECT_EQ(r->info.events_emitted, 1u);
+  }
+}
+
 TEST(KinetoImporterTest, RankResolutionOrder) {
   const std::string with_dist = R"({"traceEvents": [], "distributedInfo": {"rank": 3, "world_size": 4, "backend": "gloo"}})";
   const std::string without = R"({"traceEvents": []})";
