@@ -7,6 +7,9 @@
 //
 // Run one size per process so that peak RSS is that size's:
 //   localizer_bench --workers 100000
+// --rotate-keys lists each worker's functions in a different order (rotated by rank), which
+// defeats the localizer's same-position key cache: every key then costs a hash lookup.
+// (The rotated copy is made outside the timed Add.)
 // Exit status: 0 = found and within targets, 1 = straggler not found, 2 = bad usage,
 // 3 = found but over the targets (--max-seconds, --max-rss-mb).
 #include <fmt/format.h>
@@ -170,8 +173,7 @@ void FillWorker(const Template& t, int32_t rank, bool straggler, Rng& rng, Worke
   }
   // The all-reduce absorbs the rest of the iteration: the others wait for the straggler.
   const double work = inclusive[0];
-  double wait = 0.98 * kIterationNs - work;
-  if (!straggler) wait += 0;  // victims wait for the straggler through a shared reference
+  const double wait = 0.98 * kIterationNs - work;
   inclusive[t.all_reduce] = std::max(wait, 1e5);
   inclusive[0] += inclusive[t.all_reduce];
   for (size_t i = 0; i < n; ++i) {
@@ -194,6 +196,7 @@ int main(int argc, char** argv) {
   long functions = 300;
   double max_seconds = 10;
   double max_rss_mb = 4096;
+  bool rotate = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -211,10 +214,12 @@ int main(int argc, char** argv) {
       max_seconds = std::atof(next());
     } else if (a == "--max-rss-mb") {
       max_rss_mb = std::atof(next());
+    } else if (a == "--rotate-keys") {
+      rotate = true;
     } else {
       fmt::print(stderr,
                  "usage: localizer_bench [--workers N] [--functions F] [--max-seconds S] "
-                 "[--max-rss-mb M]\n");
+                 "[--max-rss-mb M] [--rotate-keys]\n");
       return 2;
     }
   }
@@ -231,6 +236,7 @@ int main(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   perftracker::Localizer localizer;
   WorkerSummary w = t.summary;
+  WorkerSummary rotated = t.summary;
   std::vector<double> inclusive;
   Rng rng{42};
   Clock::duration add_time{};
@@ -238,8 +244,21 @@ int main(int argc, char** argv) {
   for (long r = 0; r < workers; ++r) {
     const bool slow = r == straggler;
     FillWorker(t, static_cast<int32_t>(r), slow, rng, w, inclusive);
+    if (rotate) {
+      const size_t n = w.functions.size();
+      const size_t k = static_cast<size_t>(r) % n;
+      for (size_t i = 0; i < n; ++i) {
+        FunctionSummary& dst = rotated.functions[(i + k) % n];
+        dst = w.functions[i];
+        if (dst.parent != FunctionSummary::kNoParent) {
+          dst.parent = static_cast<uint32_t>((dst.parent + k) % n);
+        }
+      }
+      rotated.rank = w.rank;
+      rotated.host = w.host;
+    }
     const auto a0 = Clock::now();
-    localizer.Add(w);
+    localizer.Add(rotate ? rotated : w);
     add_time += Clock::now() - a0;
     if (slow) w.functions[t.slow_kernel].durations = t.summary.functions[t.slow_kernel].durations;
   }
@@ -261,10 +280,10 @@ int main(int argc, char** argv) {
   }
   size_t material = 0;
   for (const auto& f : d.findings) material += f.material ? 1 : 0;
-  fmt::print("workers={} functions={} avg_key_bytes={:.0f} iterations={}\n", workers,
+  fmt::print("workers={} functions={} avg_key_bytes={:.0f} iterations={}{}\n", workers,
              t.summary.functions.size(),
              static_cast<double>(key_bytes) / static_cast<double>(t.summary.functions.size()),
-             kIterations);
+             kIterations, rotate ? " rotate-keys" : "");
   fmt::print("add_s={:.3f} finish_s={:.3f} localize_s={:.3f} (add+finish) wall_s={:.3f} "
              "(incl. generating summaries)\n",
              add_s, finish_s, add_s + finish_s, wall_s);

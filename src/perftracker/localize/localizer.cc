@@ -4,9 +4,9 @@
 // its peers is the root cause; problems every worker shares are found by expectations.
 //
 // Algorithm
-//  1. Compact ingest. Add() interns every function key job-wide (a position cache makes the
-//     common case, a worker listing the same keys in the same order as the previous one,
-//     a string compare instead of a hash lookup) and keeps one 32-byte FunctionRecord per
+//  1. Compact ingest. Add() interns every function key job-wide (a cursor into the previous
+//     worker's key list makes the common case, a worker listing the same keys in nearly the
+//     same order, a string compare instead of a hash lookup) and keeps one 32-byte FunctionRecord per
 //     (worker, function): time, self time, critical time, idle gap, bytes and calls per
 //     iteration, and the p50 call duration. Records live in fixed-size blocks (no
 //     reallocation spike at 30 M records). Per worker it keeps a WorkerRecord: rank, host,
@@ -369,6 +369,9 @@ class Localizer::Impl {
   std::vector<FunctionInfo> functions_;
   std::unordered_map<std::string, uint32_t> function_index_;
   std::vector<uint32_t> prev_fids_;  // the previous worker's fids by position (cache)
+  // Per fid: its position in the list of worker prev_position_worker_[fid] - 1.
+  std::vector<uint32_t> prev_position_;
+  std::vector<uint32_t> prev_position_worker_;
   std::vector<uint32_t> fids_;       // scratch
   std::vector<uint32_t> stamp_;      // per fid: last worker index + 1 that recorded it
   std::vector<uint32_t> stamp_pos_;  // per fid: that record's index
@@ -509,17 +512,33 @@ void Localizer::Impl::Add(const WorkerSummary& worker) {
     problems_.push_back(WorkerProblem{w, st, worker.source, empty});
   }
 
-  // Intern the keys; a worker usually lists the same keys in the same order as the last.
+  // Intern the keys. Workers usually list the same keys in (nearly) the same order as the
+  // previous worker: a cursor into the previous worker's list predicts the next key, so the
+  // common case costs one string compare; after a miss (hash lookup) the cursor resyncs to
+  // just after the found key's position in the previous list, so an inserted, removed or
+  // rotated stretch costs one lookup, not one per key.
   const size_t n = worker.functions.size();
   const size_t first_new_fid = functions_.size();
   fids_.resize(n);
+  size_t cursor = 0;
   for (size_t i = 0; i < n; ++i) {
     const FunctionSummary& f = worker.functions[i];
-    if (i < prev_fids_.size() && functions_[prev_fids_[i]].key == f.key) {
-      fids_[i] = prev_fids_[i];
+    if (cursor < prev_fids_.size() && functions_[prev_fids_[cursor]].key == f.key) {
+      fids_[i] = prev_fids_[cursor++];
     } else {
       fids_[i] = InternFunction(f);
+      const uint32_t fid = fids_[i];
+      if (fid < prev_position_.size() && prev_position_worker_[fid] == w) {
+        cursor = prev_position_[fid] + 1;
+      }
     }
+  }
+  // Positions of this worker's keys, for the next worker's cursor resync.
+  prev_position_.resize(functions_.size(), 0);
+  prev_position_worker_.resize(functions_.size(), kNone);
+  for (size_t i = 0; i < n; ++i) {
+    prev_position_[fids_[i]] = static_cast<uint32_t>(i);
+    prev_position_worker_[fids_[i]] = w + 1;
   }
   if (functions_.size() > first_new_fid) ResolveNewFunctions(worker, fids_, first_new_fid);
 

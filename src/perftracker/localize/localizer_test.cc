@@ -566,6 +566,46 @@ TEST(Localizer, TwoStragglersOnTheSameFunctionMerge) {
   EXPECT_EQ(material[0]->victims.size(), 14u);
 }
 
+TEST(Localizer, KeyOrderDoesNotMatter) {
+  // The summarizer may list functions in any order (parents not first, an extra function in
+  // the middle); ingest interns keys and resolves parents regardless.
+  DpJob job;
+  job.ranks = 10;
+  job.jitter = 0.02;
+  auto specs = job.Make();
+  specs[7].fn(DpJob::Key("annotation:block2")).ms = 50;
+  specs[7].fn(DpJob::Key("annotation:block2 > torch_op:aten::mm")).ms = 47;
+  job.Rebalance(specs[7]);
+  const Diagnosis in_order = Diagnose(specs);
+  Localizer loc;
+  for (const auto& s : specs) {
+    WorkerSummary w = Build(s);
+    // Rotate the function list by rank and remap parent indices.
+    const size_t n = w.functions.size();
+    const size_t k = static_cast<size_t>(s.rank) % n;
+    std::vector<FunctionSummary> rotated(n);
+    for (size_t i = 0; i < n; ++i) {
+      FunctionSummary f = w.functions[i];
+      if (f.parent != FunctionSummary::kNoParent) {
+        f.parent = static_cast<uint32_t>((f.parent + k) % n);
+      }
+      rotated[(i + k) % n] = std::move(f);
+    }
+    w.functions = std::move(rotated);
+    loc.Add(w);
+  }
+  const Diagnosis rotated = loc.Finish();
+  SCOPED_TRACE(Describe(rotated));
+  ASSERT_EQ(rotated.findings.size(), in_order.findings.size());
+  for (size_t i = 0; i < rotated.findings.size(); ++i) {
+    EXPECT_EQ(rotated.findings[i].title, in_order.findings[i].title);
+    EXPECT_EQ(rotated.findings[i].victims, in_order.findings[i].victims);
+  }
+  ASSERT_EQ(Material(rotated).size(), 1u);
+  EXPECT_EQ(Material(rotated)[0]->function, "block2");
+  EXPECT_TRUE(HasEvidence(*Material(rotated)[0], "time goes into aten::mm"));
+}
+
 // ---------------------------------------------------------------------------------------
 // Expectations: problems every worker shares.
 
