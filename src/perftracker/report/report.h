@@ -2,6 +2,7 @@
 // and one self-contained HTML file.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,21 @@ struct TextOptions {
   int width = 100;
 };
 
+// Caps that keep the HTML usable and small (well under 2 MB) for jobs of any size; what is
+// left out is said on the page. Rows and bars beyond a cap are chosen as culprits, then
+// victims, then the slowest workers, then an even sample over ranks.
+struct HtmlOptions {
+  size_t max_heatmap_rows = 48;
+  size_t max_heatmap_columns = 30;
+  size_t max_chart_bars = 1024;
+};
+
+// Terminal text: the verdict first, fits one screen (~40 lines of at most options.width
+// columns) for a normal diagnosis.
 std::string RenderText(const ReportInput& input, const TextOptions& options = {});
+// JSON, schema_version 1 (docs/report-json.md).
 std::string RenderJson(const ReportInput& input);
-std::string RenderHtml(const ReportInput& input);
+// One self-contained HTML file: inline CSS, SVG and JS, no network references.
+std::string RenderHtml(const ReportInput& input, const HtmlOptions& options = {});
 
 }  // namespace perftracker

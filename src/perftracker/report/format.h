@@ -1,0 +1,60 @@
+// Formatting helpers shared by the text, JSON and HTML reports: durations a person reads
+// (µs / ms / s), shares, compressed rank lists ("0-3,5,7-1023"), UTF-8 sanitizing, HTML
+// escaping and word wrapping by display columns.
+//
+// Strings that come from the data (function names, evidence, notes, file paths) may hold
+// anything a trace held: invalid UTF-8, control characters (a raw ESC would let a trace
+// repaint the user's terminal), or markup. Every report passes them through
+// SanitizeText() (text, JSON) or EscapeHtml() (HTML) before output.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace perftracker::report {
+
+// "812 ns", "41.2 µs", "12.8 ms", "1.52 s", "12.5 min"; three significant digits.
+// Negative values get a leading '-'; non-finite values give "n/a".
+std::string FormatDuration(double ns);
+
+// A share 0..1 as a percentage: "31%", "4.2%", "0.3%", "<0.1%", "0%".
+std::string FormatShare(double share);
+
+// Sorted, de-duplicated ranks with runs of three or more compressed: "0-3,5,7-1023".
+// When the result would exceed max_chars, it is cut at a comma and ends
+// ",… (N ranks)" so that the total stays within max_chars (max_chars < 16 is raised to 16).
+std::string FormatRanks(std::vector<int32_t> ranks, size_t max_chars = SIZE_MAX);
+
+// "rank 2", "ranks 0-3,5", or "all N workers" when ranks is empty or covers every worker.
+std::string RanksLabel(const std::vector<int32_t>& ranks, int32_t num_workers,
+                       size_t max_chars = SIZE_MAX);
+
+// Valid UTF-8 with no control characters: invalid bytes become U+FFFD, tabs and newlines
+// a space, other control characters (C0, DEL, C1) are dropped.
+std::string SanitizeText(std::string_view text);
+
+// SanitizeText(), then & < > " ' escaped: safe in HTML text and in quoted attributes.
+std::string EscapeHtml(std::string_view text);
+
+// Number of terminal columns of sanitized UTF-8 text: code points, ANSI CSI sequences
+// ("\x1b[...m") excluded.
+size_t DisplayWidth(std::string_view text);
+
+// Shortens text to at most width columns, "…" marking what was cut (at the end, or at the
+// start for call paths whose leaf matters most).
+std::string TruncateEnd(std::string_view text, size_t width);
+std::string TruncateStart(std::string_view text, size_t width);
+
+// Greedy word wrap of sanitized text into lines of at most width columns. The first line
+// starts with first_prefix, the following ones with next_prefix (both counted in the
+// width). Words longer than a line are split.
+std::vector<std::string> WrapText(std::string_view text, size_t width,
+                                  std::string_view first_prefix = "",
+                                  std::string_view next_prefix = "");
+
+// A finite double, 0 otherwise (JSON and HTML must never see NaN or inf).
+double Finite(double value);
+
+}  // namespace perftracker::report
