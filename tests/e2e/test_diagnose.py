@@ -73,16 +73,16 @@ def traces(name):
         return _TRACES[name]
     if _TRACE_ERROR:
         raise unittest.SkipTest(_TRACE_ERROR)
-    if not torch_available():
-        _TRACE_ERROR = (f"torch is not importable by {CONFIG.torch_python} "
-                        "(install python3-torch): skipping tests on real torch traces")
-        raise unittest.SkipTest(_TRACE_ERROR)
     args = SCENARIOS[name]
     with open(TRAIN_JOB, "rb") as f:
         key = hashlib.sha256(f.read() + repr(args).encode()).hexdigest()[:12]
     out = os.path.join(CONFIG.cache_dir, f"{name}-{key}")
     done = os.path.join(out, "DONE")
     if not os.path.exists(done):
+        if not torch_available():
+            _TRACE_ERROR = (f"torch is not importable by {CONFIG.torch_python} "
+                            "(install python3-torch): skipping tests on real torch traces")
+            raise unittest.SkipTest(_TRACE_ERROR)
         shutil.rmtree(out, ignore_errors=True)
         cmd = [CONFIG.torch_python, TRAIN_JOB, "--outdir", out] + args
         for attempt in (1, 2):  # a second try if e.g. the rendezvous port was taken
