@@ -107,8 +107,9 @@ details code{display:block;margin-top:4px;color:#475467;overflow-wrap:anywhere}
 table.ev{border-collapse:collapse;width:100%;font-size:13px}
 table.ev td{border-top:1px solid var(--line);padding:4px 6px 4px 0}
 table.ev th{text-align:left;color:var(--muted);font-weight:400;padding:0 0 4px}
+table.ev td:first-child{width:42%}
 table.ev td.v{text-align:right;font-weight:700;font-variant-numeric:tabular-nums;
-white-space:nowrap;padding-left:16px}
+padding-left:16px;overflow-wrap:anywhere}
 table.list{border-collapse:collapse;width:100%;background:var(--card);font-size:13px;
 border:1px solid var(--line);border-radius:8px}
 table.list th{text-align:left;font-weight:600;color:var(--muted);font-size:12px;
@@ -136,7 +137,7 @@ table.hm{border-collapse:separate;border-spacing:0;font-size:11px;
 font-variant-numeric:tabular-nums}
 table.hm th,table.hm td{padding:0}
 table.hm thead th{background:var(--card)}
-table.hm th.fn{height:170px;width:44px;min-width:44px;vertical-align:bottom;cursor:pointer;
+table.hm th.fn{height:170px;width:34px;min-width:34px;vertical-align:bottom;cursor:pointer;
 border-bottom:1px solid var(--line)}
 table.hm th.fn span{display:block;writing-mode:vertical-rl;transform:rotate(180deg);
 white-space:nowrap;max-height:166px;overflow:hidden;text-overflow:ellipsis;margin:0 auto 4px;
@@ -154,8 +155,8 @@ padding:0 6px;margin-left:6px}
 table.hm tbody tr.culprit th em{background:#fee4e2;color:#b42318}
 table.hm tbody tr.victim th em{color:#98a2b3;font-weight:600}
 table.hm tbody tr.culprit th{color:#b42318}
-table.hm td{height:24px;min-width:44px;text-align:center;border:1px solid #fff}
-table.hm td.it{min-width:64px;padding:0 4px}
+table.hm td{height:24px;min-width:34px;text-align:center;border:1px solid #fff}
+table.hm td.it{min-width:56px;padding:0 4px}
 table.hm td.na{background:repeating-linear-gradient(45deg,#f2f4f7 0 4px,#fff 4px 8px);
 color:#98a2b3}
 table.hm tbody tr:hover td{outline:1px solid #98a2b3}
@@ -265,7 +266,7 @@ class HtmlWriter {
     }
     Notes();
     out_ += "</main><footer>perftracker report · self-contained file: no network access needed"
-            " · the JSON report (--json) holds every number</footer>\n<script>";
+            " · the JSON report (--format json) holds every number</footer>\n<script>";
     out_ += kScript;
     out_ += "</script></body></html>\n";
     return std::move(out_);
@@ -547,7 +548,24 @@ class HtmlWriter {
     double median = 0;     // per-iteration ns across the sampled workers (absent = 0)
     double deviation = 0;  // largest |worker - median| among them
     bool hit = false;      // the function of a finding
+    std::string label;     // the header, when the name alone is ambiguous
   };
+
+  // The display name of the caller frame in a call path "kind:a > kind:b > kind:leaf".
+  static std::string CallerName(const std::string& key) {
+    constexpr std::string_view kSep = " > ";
+    const size_t last = key.rfind(kSep);
+    if (last == std::string::npos) return "top level";
+    const size_t prev = key.rfind(kSep, last == 0 ? 0 : last - 1);
+    const size_t begin = prev == std::string::npos || prev >= last ? 0 : prev + kSep.size();
+    std::string frame = key.substr(begin, last - begin);
+    // Drop the "kind:" prefix ("op:aten::mm" -> "aten::mm"), not a C++ "ns::" qualifier.
+    const size_t colon = frame.find(':');
+    if (colon != std::string::npos && colon + 1 < frame.size() && frame[colon + 1] != ':') {
+      frame.erase(0, colon + 1);
+    }
+    return frame;
+  }
 
   std::vector<Column> PickColumns() const {
     const auto& rows = model_.workers();
@@ -562,7 +580,7 @@ class HtmlWriter {
         if (f.kind == EventKind::kIteration) continue;
         auto [it, inserted] = index.emplace(f.key, all.size());
         if (inserted) {
-          all.push_back({f.key, f.name.empty() ? f.key : f.name, 0, 0, false});
+          all.push_back({f.key, f.name.empty() ? f.key : f.name, 0, 0, false, ""});
           values.emplace_back(sample.size(), 0.0);
         }
         values[it->second][s] += static_cast<double>(f.total_ns) / iters;
@@ -615,6 +633,12 @@ class HtmlWriter {
     }
     std::sort(picked.begin() + static_cast<std::ptrdiff_t>(first_rest), picked.end(),
               [](const Column& a, const Column& b) { return a.median > b.median; });
+    // The same name at two call sites: name the caller too ("aten::t ‹ aten::linear").
+    std::unordered_map<std::string, size_t> name_count;
+    for (const Column& c : picked) ++name_count[c.name];
+    for (Column& c : picked) {
+      if (name_count[c.name] > 1) c.label = c.name + " ‹ " + CallerName(c.key);
+    }
     return picked;
   }
 
@@ -649,7 +673,8 @@ class HtmlWriter {
     for (const Column& c : cols) {
       out_ += fmt::format("<th class=\"fn{}\" title=\"{}\"><span>{}</span></th>",
                           c.hit ? " hit" : "", EscapeHtml(c.key),
-                          EscapeHtml(TruncateEnd(report::SanitizeText(c.name), kColumnLabelChars)));
+                          EscapeHtml(TruncateEnd(report::SanitizeText(c.label.empty() ? c.name : c.label),
+                                                 kColumnLabelChars)));
     }
     out_ += "</tr><tr class=\"med\"><th>median</th><td>" +
             EscapeHtml(FormatDuration(model_.median_iteration_ns())) + "</td>";

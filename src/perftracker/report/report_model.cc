@@ -154,12 +154,18 @@ std::string ReportModel::Verdict() const {
     sentence = RanksLabel({}, num_workers_) + ": " + title;
   } else {
     std::unordered_set<int32_t> unique(top_->workers.begin(), top_->workers.end());
-    sentence = fmt::format("{} {}: {}", RanksLabel(top_->workers, num_workers_, kMaxRanksInVerdict),
-                           CulpritPhrase(top_->category, unique.size() > 1), title);
+    const bool plural = unique.size() > 1;
+    const std::string who = RanksLabel(top_->workers, num_workers_, kMaxRanksInVerdict);
+    // "rank 2 is the straggler: rank 2 spends ..." reads "... : it spends ...".
+    std::string rest = title;
+    if (rest.rfind(who + " ", 0) == 0) rest = (plural ? "they" : "it") + rest.substr(who.size());
+    sentence = fmt::format("{} {}: {}", who, CulpritPhrase(top_->category, plural), rest);
   }
   const double share = Finite(top_->lost_share);
   const double lost = Finite(top_->lost_ns_per_iteration);
-  if (share > 0) {
+  if (share > 0 && title.find(FormatShare(share)) != std::string::npos) {
+    // The title already says what it costs.
+  } else if (share > 0) {
     sentence += fmt::format(", costing {} of each iteration", FormatShare(share));
     if (lost > 0) sentence += fmt::format(" ({})", FormatDuration(lost));
   } else if (lost > 0) {

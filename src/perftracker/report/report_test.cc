@@ -269,6 +269,16 @@ TEST(TextReportTest, HeadlineNamesTheTopFindingsRankAndFunction) {
   ExpectFits(text, 100, 40);
 }
 
+TEST(TextReportTest, VerdictDoesNotRepeatWhatTheTitleSays) {
+  Diagnosis d = StragglerDiagnosis();
+  d.findings[0].title = "rank 2 spends 63.2 ms/iter in block2, 7.2x its peers (+54.4 ms, 28% of "
+                        "the iteration)";
+  const auto lines = Lines(RenderText({&d, nullptr, ""}, {.color = false, .width = 200}));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], "perftracker: rank 2 is the straggler: it spends 63.2 ms/iter in block2, "
+                      "7.2x its peers (+54.4 ms, 28% of the iteration)");
+}
+
 TEST(TextReportTest, StaysWithinNarrowWidths) {
   const Diagnosis d = StragglerDiagnosis();
   const auto workers = MakeWorkers(4, 2);

@@ -187,7 +187,7 @@ std::vector<std::string> DetailedFinding(const report::ReportModel& model, const
   }
   if (f.evidence.size() > shown) {
     const size_t more = f.evidence.size() - shown;
-    lines.push_back(w.Field("", fmt::format("… {} more evidence line{} (--json, --html)", more,
+    lines.push_back(w.Field("", fmt::format("… {} more evidence line{} (--format json, --html)", more,
                                             more == 1 ? "" : "s"),
                             kDim));
   }
@@ -240,7 +240,7 @@ std::string RenderText(const ReportInput& input, const TextOptions& options) {
     }
     if (minor.size() > kMinorShown) {
       tail.push_back(w.Compose(
-          {{fmt::format("{}… and {} more (--json lists all)", kIndent, minor.size() - kMinorShown),
+          {{fmt::format("{}… and {} more (--format json lists all)", kIndent, minor.size() - kMinorShown),
             kDim}}));
     }
   }
@@ -259,15 +259,15 @@ std::string RenderText(const ReportInput& input, const TextOptions& options) {
     }
     if (d.notes.size() > kNotesShown) {
       tail.push_back(w.Compose(
-          {{fmt::format("{}… and {} more notes (--json lists all)", kIndent,
+          {{fmt::format("{}… and {} more notes (--format json lists all)", kIndent,
                         d.notes.size() - kNotesShown),
             kDim}}));
     }
   }
   tail.push_back("");
   for (const std::string& l :
-       WrapText("more: --html FILE for the heat map and per-worker chart, --json for all "
-                "findings and evidence",
+       WrapText("more: --html FILE for the heat map and per-worker chart, --format json for "
+                "every number",
                 width, "", "  ")) {
     tail.push_back(w.Paint(l, kDim));
   }
@@ -296,7 +296,7 @@ std::string RenderText(const ReportInput& input, const TextOptions& options) {
           {{kIndent + OneLiner(d.findings[material[k]], material[k], n, width), nullptr}}));
     }
     if (material.size() > end) {
-      body.push_back(w.Compose({{fmt::format("{}… and {} more (--json lists all)", kIndent,
+      body.push_back(w.Compose({{fmt::format("{}… and {} more (--format json lists all)", kIndent,
                                              material.size() - end),
                                  kDim}}));
     }
