@@ -383,6 +383,20 @@ class CommandLineTest(unittest.TestCase):
         self.assertTrue(r.stderr_lines())
 
 
+class BundledExampleTest(ReportChecks):
+    """examples/straggler, what scripts/setup.sh diagnoses (needs no torch)."""
+
+    def test_example_names_rank2_block2(self):
+        example = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "straggler")
+        r, report = diagnose_json(example)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.check_schema(report)
+        self.assertEqual(report["num_workers"], 4)
+        top = self.top_finding(report, r)
+        self.assertEqual((top["workers"], top["function"], top["category"]),
+                         ([2], "block2", "compute"), json.dumps(top, indent=1))
+
+
 class RealGpuTraceTest(ReportChecks):
     """Traces of a real 128-GPU NCCL job (shared test data; skipped when absent)."""
 
