@@ -14,9 +14,14 @@
 //     expectation checks and the culprit / victim logic need (outermost collective + sync
 //     time, sync and data-loading critical time, GC, pageable copies). The summary itself
 //     is not kept: 100,000 workers x 300 functions is about 1 GB.
-//  2. Peer groups (peer_groups.h): each worker's signature is the set of functions taking
-//     >= signature_share of its iteration; identical signatures are hashed together and
-//     near-identical ones (Jaccard >= peer_jaccard, or one function apart) merge.
+//     A non-wait function's time excludes the collectives / syncs nested in it (DDP issues
+//     all-reduces from AccumulateGrad hooks: that is waiting, not work).
+//  2. Peer groups (peer_groups.h): each worker's signature is the set of functions it runs
+//     among those that matter job-wide (mean time >= signature_share of the iteration),
+//     without collectives / syncs and their contents (their call sites depend on timing);
+//     presence, not share, so a straggler's shifted shares keep it in its group. Identical
+//     signatures are hashed together and near-identical ones (Jaccard >= peer_jaccard, or
+//     one function apart) merge.
 //  3. Per group (>= 3 workers), per function: the records are bucketed by function
 //     (counting sort, O(records)); over the group's workers (absent = 0) the median and MAD
 //     of time per iteration give a robust z-score. A worker is anomalous when its excess
@@ -145,6 +150,7 @@ struct FunctionInfo {
   EventKind kind = EventKind::kTorchOp;
   uint32_t parent = kNone;
   bool outermost_wait = false;  // collective / sync without a collective / sync ancestor
+  bool under_wait = false;      // a collective / sync or nested in one
   bool outermost_kind = false;  // no ancestor of the same kind
   bool pageable = false;        // a pageable memcpy
   uint32_t present = 0;         // workers that ran it
@@ -210,6 +216,9 @@ struct WorkerFinding {
   std::vector<Anomaly> children;  // other anomalous descendants, largest first
   std::vector<uint32_t> extra_victims;
   bool dropped = false;
+  // For communication / sync findings: the worker's extra total wait, when smaller than the
+  // function's excess (then that is what the job loses).
+  double lost_cap = INFINITY;
   bool wait_type() const {
     return category == FindingCategory::kCommunication ||
            category == FindingCategory::kSynchronization;
@@ -383,8 +392,6 @@ class Localizer::Impl {
   std::unordered_map<std::string, uint32_t> host_index_;
   std::vector<WorkerProblem> problems_;
   std::vector<std::string> unranked_sources_;
-  PeerGroups peer_groups_;
-  std::vector<uint32_t> signature_scratch_;
   bool records_full_ = false;
   SketchMedian sketch_median_;
 
@@ -393,6 +400,7 @@ class Localizer::Impl {
   double material_ns_ = 0;
   double report_ns_ = 0;
   std::vector<uint32_t> worker_group_;
+  std::vector<bool> has_children_;  // per fid
   std::vector<uint32_t> group_sizes_;
   std::vector<float> group_wait_median_;
 };
@@ -414,6 +422,13 @@ uint32_t Localizer::Impl::InternFunction(const FunctionSummary& f) {
       info.name = leaf.empty() ? f.key : std::string(leaf);
     }
     info.kind = f.kind;
+    // Communication issued through torch operators (c10d::allreduce_, record_param_comms)
+    // waits like a collective: DDP runs them inside AccumulateGrad hooks, under whichever
+    // gradient completes a bucket, so they must not read as compute.
+    if (f.kind == EventKind::kTorchOp &&
+        (info.name.starts_with("c10d::") || info.name == "record_param_comms")) {
+      info.kind = EventKind::kCollective;
+    }
     info.pageable = f.kind == EventKind::kMemcpy &&
                     (f.name.find("Pageable") != std::string::npos ||
                      f.name.find("pageable") != std::string::npos);
@@ -460,6 +475,7 @@ void Localizer::Impl::ResolveNewFunctions(const WorkerSummary& worker,
       ++depth;
     }
     info.outermost_wait = IsWaitKind(info.kind) && !wait_ancestor;
+    info.under_wait = IsWaitKind(info.kind) || wait_ancestor;
     info.outermost_kind = !same_kind_ancestor;
   }
 }
@@ -552,16 +568,14 @@ void Localizer::Impl::Add(const WorkerSummary& worker) {
     }
     records_full_ = true;
   }
-  signature_scratch_.clear();
-  const double signature_ns = options_.signature_share * median_iter;
+  // Pass 1: one record per function (a key listed twice is summed into its first record).
   for (size_t i = 0; i < n && !records_full_; ++i) {
     const FunctionSummary& f = worker.functions[i];
     if (f.count == 0 && f.total_ns <= 0) continue;
     const uint32_t fid = fids_[i];
-    FunctionInfo& info = functions_[fid];
     FunctionRecord r;
     r.fid = fid;
-    r.time_ns = static_cast<float>(static_cast<double>(f.total_ns) / iters);
+    r.time_ns = static_cast<float>(std::max(static_cast<double>(f.total_ns), 0.0) / iters);
     r.self_ns = static_cast<float>(static_cast<double>(f.self_ns) / iters);
     r.calls = static_cast<float>(static_cast<double>(f.count) / iters);
     r.p50_ns = static_cast<float>(
@@ -571,9 +585,7 @@ void Localizer::Impl::Add(const WorkerSummary& worker) {
     r.critical_ns = static_cast<float>(static_cast<double>(f.critical_ns) / iters);
     r.idle_gap_ns = static_cast<float>(static_cast<double>(f.idle_gap_before_ns) / iters);
     r.bytes = static_cast<float>(static_cast<double>(f.bytes) / iters);
-
     if (stamp_[fid] == w + 1) {
-      // The same key twice in one summary: sum into the first record.
       FunctionRecord& prev = records_[stamp_pos_[fid]];
       prev.time_ns += r.time_ns;
       prev.self_ns += r.self_ns;
@@ -585,8 +597,29 @@ void Localizer::Impl::Add(const WorkerSummary& worker) {
       stamp_[fid] = w + 1;
       stamp_pos_[fid] = static_cast<uint32_t>(records_.size());
       records_.push_back(r);
-      ++info.present;
     }
+  }
+  const uint32_t first = wr.first_record;
+  const auto count = static_cast<uint32_t>(records_.size() - first);
+  // Pass 2: a non-wait function's time excludes the collectives / syncs nested in it, so
+  // that waiting inside a compute function (DDP all-reduces issued from AccumulateGrad
+  // hooks, a .item() inside a block) reads as waiting, not as work.
+  for (uint32_t k = 0; k < count; ++k) {
+    const FunctionRecord& r = records_[first + k];
+    if (!functions_[r.fid].outermost_wait) continue;
+    int depth = 0;
+    for (uint32_t a = functions_[r.fid].parent; a != kNone && depth < kMaxDepth;
+         a = functions_[a].parent, ++depth) {
+      if (stamp_[a] != w + 1) continue;
+      FunctionRecord& anc = records_[stamp_pos_[a]];
+      anc.time_ns = std::max(anc.time_ns - r.time_ns, 0.0f);
+    }
+  }
+  // Pass 3: job-wide and per-worker sums.
+  for (uint32_t k = 0; k < count; ++k) {
+    const FunctionRecord& r = records_[first + k];
+    FunctionInfo& info = functions_[r.fid];
+    ++info.present;
     info.sum_time_ns += r.time_ns;
     info.sum_critical_ns += r.critical_ns;
     info.sum_calls += r.calls;
@@ -599,13 +632,8 @@ void Localizer::Impl::Add(const WorkerSummary& worker) {
     }
     if (info.pageable) wr.pageable_ns += r.time_ns;
     wr.idle_gap_ns += r.idle_gap_ns;
-    if (r.time_ns >= signature_ns && r.time_ns > 0) signature_scratch_.push_back(fid);
   }
-  wr.num_records = static_cast<uint32_t>(records_.size() - wr.first_record);
-  std::sort(signature_scratch_.begin(), signature_scratch_.end());
-  signature_scratch_.erase(std::unique(signature_scratch_.begin(), signature_scratch_.end()),
-                           signature_scratch_.end());
-  wr.signature = peer_groups_.AddSignature(signature_scratch_);
+  wr.num_records = count;
   prev_fids_.swap(fids_);
   workers_.push_back(wr);
 }
@@ -973,6 +1001,16 @@ std::vector<WorkerFinding> Localizer::Impl::Collapse(std::vector<Anomaly> anomal
 void Localizer::Impl::ResolveVictims(std::vector<WorkerFinding>& wfs) {
   for (auto& f : wfs) {
     if (!f.wait_type()) continue;
+    // A longer wait at one call site can be a shorter one at another (DDP issues its
+    // all-reduces from whichever hook completes a bucket): the job only loses what the
+    // worker's total collective + sync wait exceeds its group's.
+    const double extra_wait = static_cast<double>(workers_[f.named.worker].wait_fn_ns) -
+                              group_wait_median_[f.named.group];
+    if (extra_wait < report_ns_) {
+      f.dropped = true;
+      continue;
+    }
+    f.lost_cap = std::min(f.named.excess(), extra_wait);
     WorkerFinding* explaining = nullptr;
     for (auto& o : wfs) {
       if (o.wait_type() || o.dropped) continue;
@@ -994,13 +1032,11 @@ void Localizer::Impl::FindUntraced(const std::vector<std::vector<uint32_t>>& mem
     if (!f.dropped && !f.wait_type()) has_work[f.named.worker] = true;
   }
   std::vector<float> values;
-  group_wait_median_.assign(members.size(), 0);
   for (uint32_t g = 0; g < members.size(); ++g) {
     const auto& ws = members[g];
     values.clear();
     for (uint32_t w : ws) values.push_back(workers_[w].wait_fn_ns);
     const RobustCenter c = MedianAndMadInPlace(values);
-    group_wait_median_[g] = static_cast<float>(c.median);
     if (ws.size() < kMinPeers || c.median <= 0) continue;
     const double scale = RobustScale(c, kScaleRelativeFloor, kScaleAbsoluteFloorNs);
     const double threshold = std::max(
@@ -1049,7 +1085,7 @@ void Localizer::Impl::FillVictims(Finding& f, const std::vector<uint32_t>& culpr
   std::sort(ranks.begin(), ranks.end());
   if (ranks.size() > kMaxListedWorkers) ranks.resize(kMaxListedWorkers);
   f.victims = ranks;
-  f.evidence.push_back({"workers waiting for it (victims)",
+  f.evidence.push_back({"victims (wait for it)",
                         fmt::format("{} (waiting at least {} more per iteration)",
                                     victims.size(), FormatNs(min_extra_wait))});
 }
@@ -1089,15 +1125,19 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
     f.code = top.code;
     f.category = top.category;
     f.resource = top.resource;
-    f.lost_ns_per_iteration = a.excess();
+    f.lost_ns_per_iteration = std::min(a.excess(), top.lost_cap);
     f.lost_share = iteration_ns_ > 0 ? f.lost_ns_per_iteration / iteration_ns_ : 0;
     std::sort(culprits.begin(), culprits.end(),
               [&](uint32_t x, uint32_t y) { return workers_[x].rank < workers_[y].rank; });
     for (size_t k = 0; k < culprits.size() && k < kMaxListedWorkers; ++k) {
       f.workers.push_back(workers_[culprits[k]].rank);
     }
-    const std::string effect = fmt::format("+{}, {} of the iteration", FormatNs(a.excess()),
-                                           FormatShare(f.lost_share));
+    const std::string effect =
+        f.lost_ns_per_iteration < a.excess()
+            ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatNs(a.excess()),
+                          FormatNs(f.lost_ns_per_iteration), FormatShare(f.lost_share))
+            : fmt::format("+{}, {} of the iteration", FormatNs(a.excess()),
+                          FormatShare(f.lost_share));
     if (a.fid == kNone) {
       // PT-STRAGGLER-UNTRACED.
       const WorkerRecord& wr = workers_[w];
@@ -1105,8 +1145,8 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
           "{} is the worker its peers wait for ({}), but none of its traced functions is "
           "longer: the time goes outside traced code",
           who, effect);
-      f.evidence.push_back({fmt::format("collective + sync time per iteration on {}", who),
-                            FormatNs(wr.wait_fn_ns)});
+      f.evidence.push_back({"collective + sync wait per iteration",
+                            fmt::format("{} on {}", FormatNs(wr.wait_fn_ns), who)});
       f.evidence.push_back({fmt::format("peer median ({} workers)", a.peers),
                             FormatNs(a.value)});
       double gap_median = 0;
@@ -1117,7 +1157,7 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
         }
         gap_median = MedianInPlace(gaps);
       }
-      f.evidence.push_back({fmt::format("idle gaps before calls per iteration on {}", who),
+      f.evidence.push_back({"idle gaps before calls per iteration",
                             fmt::format("{} (peers' median {})", FormatNs(wr.idle_gap_ns),
                                         FormatNs(gap_median))});
     } else {
@@ -1134,8 +1174,9 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
                               a.median > 0 ? a.value / a.median : 0.0,
                               plural ? "their" : "its", effect);
       }
-      f.evidence.push_back({fmt::format("{} per iteration on {}", fn.name, WorkerName(w)),
-                            FormatNs(a.value)});
+      f.evidence.push_back({"time per iteration",
+                            fmt::format("{} in {} on {}", FormatNs(a.value), fn.name,
+                                        WorkerName(w))});
       if (a.only_on_some) {
         f.evidence.push_back({"peer group workers running it",
                               fmt::format("{} of {}", a.present, a.peers)});
@@ -1149,7 +1190,11 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
         const double call_ratio = a.peer_calls > 0 ? a.calls / a.peer_calls : 0;
         const double p50_ratio = a.peer_p50 > 0 ? a.p50 / a.peer_p50 : 0;
         std::string how;
-        if (call_ratio >= 1.2 && call_ratio >= p50_ratio) {
+        if (call_ratio < 1.2 && p50_ratio < 1.2) {
+          how = fmt::format("same calls ({} per iteration, p50 {} vs {}): the extra time is "
+                            "work between or inside them",
+                            FormatCount(a.calls), FormatNs(a.p50), FormatNs(a.peer_p50));
+        } else if (call_ratio >= 1.2 && call_ratio >= p50_ratio) {
           how = fmt::format("more calls: {} per iteration vs {} (p50 {} vs {})",
                             FormatCount(a.calls), FormatCount(a.peer_calls), FormatNs(a.p50),
                             FormatNs(a.peer_p50));
@@ -1161,15 +1206,22 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
         f.evidence.push_back({"how it differs", how});
       }
       for (const Anomaly& b : top.below) {
-        f.evidence.push_back({fmt::format("time goes into {}", functions_[b.fid].name),
-                              fmt::format("{} -> {} per iteration (+{})", FormatNs(b.median),
+        f.evidence.push_back({"time goes into",
+                              fmt::format("{}: {} -> {} per iteration (+{})",
+                                          functions_[b.fid].name, FormatNs(b.median),
                                           FormatNs(b.value), FormatNs(b.excess()))});
       }
       for (size_t k = 0; k < top.children.size() && k < 3; ++k) {
         const Anomaly& c = top.children[k];
-        f.evidence.push_back({fmt::format("of which {}", functions_[c.fid].name),
-                              fmt::format("{} -> {} per iteration (+{})", FormatNs(c.median),
+        f.evidence.push_back({"of which",
+                              fmt::format("{}: {} -> {} per iteration (+{})",
+                                          functions_[c.fid].name, FormatNs(c.median),
                                           FormatNs(c.value), FormatNs(c.excess()))});
+      }
+      if (top.below.empty() && top.children.empty() && has_children_[a.fid]) {
+        f.evidence.push_back({"where", fmt::format("in {}'s own code: none of its traced "
+                                                   "callees is longer",
+                                                   fn.name)});
       }
       if (!IsUserLevel(fn.kind)) {
         int depth = 0;
@@ -1192,12 +1244,15 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
                             fmt::format("{} (worst: {})", culprits.size(), WorkerName(w))});
     }
     const WorkerRecord& wr = workers_[w];
-    if (!hosts_[wr.host].empty()) f.evidence.push_back({"host of " + WorkerName(w), hosts_[wr.host]});
+    if (!hosts_[wr.host].empty()) {
+      f.evidence.push_back({"host", fmt::format("{} ({})", hosts_[wr.host], WorkerName(w))});
+    }
     if (f.category != FindingCategory::kCommunication &&
         f.category != FindingCategory::kSynchronization && group_wait_median_[a.group] > 0) {
-      f.evidence.push_back({fmt::format("{} waits in collectives / syncs", WorkerName(w)),
-                            fmt::format("{}/iter (peers' median {}): the others wait for it",
-                                        FormatNs(wr.wait_fn_ns),
+      f.evidence.push_back({"its collective + sync wait",
+                            fmt::format("{}/iter on {} (peers' median {}): the others wait "
+                                        "for it",
+                                        FormatNs(wr.wait_fn_ns), WorkerName(w),
                                         FormatNs(group_wait_median_[a.group]))});
     }
     if (f.category == FindingCategory::kCommunication) {
@@ -1283,11 +1338,20 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
       const double lost = MedianInPlace(idle_ns);
       Finding f = JobFinding(fc::kHostBound, FindingCategory::kHostOverhead, "CPU", lost, kNone);
       f.material = true;
+      if (device_workers < num_workers) {
+        // Only the workers with a device can be host-bound: name them.
+        for (const auto& wr : workers_) {
+          if (wr.has_device && f.workers.size() < kMaxListedWorkers) f.workers.push_back(wr.rank);
+        }
+        std::sort(f.workers.begin(), f.workers.end());
+      }
       f.title = fmt::format(
-          "the GPU is idle {} of each iteration while the host works ({}/iter, all workers): "
+          "the GPU is idle {} of each iteration while the host works ({}/iter, {}): "
           "the job is host / launch-bound",
-          FormatShare(share), FormatNs(lost));
-      f.evidence.push_back({"device idle while the host works, per iteration",
+          FormatShare(share), FormatNs(lost),
+          device_workers < num_workers ? fmt::format("{} workers with a device", device_workers)
+                                       : std::string("all workers"));
+      f.evidence.push_back({"device idle, host busy",
                             fmt::format("{} ({} of the iteration, median of {} workers with a "
                                         "device)",
                                         FormatNs(lost), FormatShare(share), device_workers)});
@@ -1298,10 +1362,9 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
       f.evidence.push_back({"threshold", FormatShare(kHostBoundShare)});
       for (uint32_t fid : top_functions([](const FunctionInfo& fn) { return IsHostWorkKind(fn.kind); },
                                         true, 3)) {
-        f.evidence.push_back({fmt::format("host function on the critical path: {}",
-                                          functions_[fid].name),
-                              fmt::format("{}/iter", FormatNs(per_worker(
-                                                         functions_[fid].sum_critical_ns)))});
+        f.evidence.push_back({"host function on the critical path",
+                              fmt::format("{}: {}/iter (mean of workers)", functions_[fid].name,
+                                          FormatNs(per_worker(functions_[fid].sum_critical_ns)))});
       }
       f.evidence.push_back({"median iteration (job)", FormatNs(iteration_ns_)});
       push(std::move(f));
@@ -1322,13 +1385,14 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
           "iteration, all workers)",
           f.function.empty() ? "" : " (" + f.function + ")", FormatNs(lost),
           FormatShare(f.lost_share));
-      f.evidence.push_back({"synchronization on the critical path, per iteration",
+      f.evidence.push_back({"sync on the critical path",
                             fmt::format("{} ({})", FormatNs(lost), median_of)});
       for (uint32_t fid : top) {
         const FunctionInfo& fn = functions_[fid];
-        f.evidence.push_back({fmt::format("{}", fn.name),
-                              fmt::format("{}/iter on the critical path, {} calls/iter (mean of workers){}",
-                                          FormatNs(per_worker(fn.sum_critical_ns)),
+        f.evidence.push_back({"synchronizing function",
+                              fmt::format("{}: {}/iter on the critical path, {} calls/iter "
+                                          "(mean of workers){}",
+                                          fn.name, FormatNs(per_worker(fn.sum_critical_ns)),
                                           FormatCount(per_worker(fn.sum_calls)), caller(fid))});
       }
       f.evidence.push_back({"median iteration (job)", FormatNs(iteration_ns_)});
@@ -1352,12 +1416,14 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
           "the iteration, all workers)",
           f.function.empty() ? "" : " (" + f.function + ")", FormatNs(lost),
           FormatShare(f.lost_share));
-      f.evidence.push_back({"data loading on the critical path, per iteration",
+      f.evidence.push_back({"data loading on the critical path",
                             fmt::format("{} ({})", FormatNs(lost), median_of)});
       for (uint32_t fid : top) {
         const FunctionInfo& fn = functions_[fid];
-        f.evidence.push_back({fn.name, fmt::format("{}/iter on the critical path, {} calls/iter (mean of workers)",
-                                                   FormatNs(per_worker(fn.sum_critical_ns)),
+        f.evidence.push_back({"data-loading function",
+                              fmt::format("{}: {}/iter on the critical path, {} calls/iter "
+                                          "(mean of workers)",
+                                          fn.name, FormatNs(per_worker(fn.sum_critical_ns)),
                                                    FormatCount(per_worker(fn.sum_calls)))});
       }
       f.evidence.push_back({"median iteration (job)", FormatNs(iteration_ns_)});
@@ -1405,8 +1471,9 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
         const FunctionInfo& fn = functions_[fid];
         const double bw = fn.sum_time_ns > 0 ? fn.sum_bytes * 1e9 / fn.sum_time_ns : 0;
         f.evidence.push_back(
-            {fn.name, fmt::format("{}/iter, {} per iteration, {}/s achieved (mean of workers){}",
-                                  FormatNs(per_worker(fn.sum_time_ns)),
+            {"pageable copy",
+             fmt::format("{}: {}/iter, {} per iteration, {}/s achieved (mean of workers){}",
+                                  fn.name, FormatNs(per_worker(fn.sum_time_ns)),
                                   FormatBytes(per_worker(fn.sum_bytes)), FormatBytes(bw),
                                   caller(fid))});
       }
@@ -1441,8 +1508,29 @@ Diagnosis Localizer::Impl::Finish() {
   material_ns_ = options_.material_share * iteration_ns_;
   report_ns_ = options_.report_share * iteration_ns_;
 
-  // Peer groups.
-  const std::vector<uint32_t> signature_group = peer_groups_.Cluster(options_.peer_jaccard);
+  // Peer groups. A worker's signature: the functions it runs among those that matter in
+  // the job (mean time over the workers running them >= signature_share of the
+  // iteration), leaving out collectives / syncs and what they contain (where DDP issues
+  // an all-reduce depends on timing) and GC. Presence, not share, so that a straggler's
+  // shifted shares do not move it out of its group.
+  std::vector<bool> significant(functions_.size(), false);
+  for (uint32_t fid = 0; fid < functions_.size(); ++fid) {
+    const FunctionInfo& fn = functions_[fid];
+    significant[fid] = fn.present > 0 && !fn.under_wait && fn.kind != EventKind::kGc &&
+                       fn.sum_time_ns / fn.present >= options_.signature_share * iteration_ns_;
+  }
+  PeerGroups peer_groups;
+  std::vector<uint32_t> signature;
+  for (auto& wr : workers_) {
+    signature.clear();
+    for (uint32_t k = 0; k < wr.num_records; ++k) {
+      const FunctionRecord& r = records_[wr.first_record + k];
+      if (significant[r.fid] && r.time_ns > 0) signature.push_back(r.fid);
+    }
+    std::sort(signature.begin(), signature.end());
+    wr.signature = peer_groups.AddSignature(signature);
+  }
+  const std::vector<uint32_t> signature_group = peer_groups.Cluster(options_.peer_jaccard);
   uint32_t num_groups = 0;
   for (uint32_t g : signature_group) num_groups = std::max(num_groups, g + 1);
   std::vector<std::vector<uint32_t>> members(num_groups);
@@ -1477,7 +1565,20 @@ Diagnosis Localizer::Impl::Finish() {
                                   workers_.size(), kMinPeers));
   }
 
+  has_children_.assign(functions_.size(), false);
+  for (const auto& fn : functions_) {
+    if (fn.parent != kNone) has_children_[fn.parent] = true;
+  }
   std::vector<WorkerFinding> wfs = Collapse(FindAnomalies(members));
+  group_wait_median_.assign(members.size(), 0);
+  {
+    std::vector<float> waits;
+    for (uint32_t g = 0; g < members.size(); ++g) {
+      waits.clear();
+      for (uint32_t w : members[g]) waits.push_back(workers_[w].wait_fn_ns);
+      group_wait_median_[g] = static_cast<float>(MedianInPlace(waits));
+    }
+  }
   ResolveVictims(wfs);
   FindUntraced(members, wfs);
   std::vector<Rendered> all = MergeAndRender(wfs);
