@@ -12,8 +12,8 @@
 #include <mutex>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "perftracker/localize/localizer.h"
@@ -52,8 +52,9 @@ StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& 
           found.push_back(it->path().string());
         }
       }
-      if (ec) return Status::InvalidArgument(fmt::format("{}: cannot read directory: {}", path,
-                                                         ec.message()));
+      if (ec)
+        return Status::InvalidArgument(
+            fmt::format("{}: cannot read directory: {}", path, ec.message()));
       if (found.empty()) {
         return Status::NotFound(fmt::format(
             "{}: no trace files (*.json, *.json.gz) in this directory; point diagnose at the "
@@ -170,9 +171,8 @@ int RunDiagnose(const DiagnoseOptions& options) {
   std::mutex progress_mu;
   const bool progress = StderrIsTerminal() && files->size() > 1;
   const size_t threads = std::min<size_t>(
-      files->size(),
-      options.jobs > 0 ? static_cast<size_t>(options.jobs)
-                       : std::max(1u, std::thread::hardware_concurrency()));
+      files->size(), options.jobs > 0 ? static_cast<size_t>(options.jobs)
+                                      : std::max(1u, std::thread::hardware_concurrency()));
   auto worker = [&] {
     for (size_t i = next++; i < files->size(); i = next++) {
       results[i] = ImportOne((*files)[i], import_options);
@@ -198,9 +198,10 @@ int RunDiagnose(const DiagnoseOptions& options) {
       auto [it, inserted] = rank_source.emplace(r.summary.rank, r.path);
       if (!inserted) {
         r.ok = false;
-        r.error = fmt::format("{}: rank {} was already read from {}; each rank needs its own "
-                              "trace file",
-                              r.path, r.summary.rank, it->second);
+        r.error = fmt::format(
+            "{}: rank {} was already read from {}; each rank needs its own "
+            "trace file",
+            r.path, r.summary.rank, it->second);
       }
     }
     if (r.ok) {
@@ -217,8 +218,7 @@ int RunDiagnose(const DiagnoseOptions& options) {
       for (const auto& [path, error] : skipped) {
         fmt::print(stderr, "perftracker: skipped {}\n", error);
       }
-      fmt::print(stderr, "perftracker: none of the {} trace files could be read\n",
-                 skipped.size());
+      fmt::print(stderr, "perftracker: none of the {} trace files could be read\n", skipped.size());
     }
     return 2;
   }
@@ -236,8 +236,8 @@ int RunDiagnose(const DiagnoseOptions& options) {
   ReportInput input;
   input.diagnosis = &diagnosis;
   input.workers = &workers;
-  input.title = options.paths.size() == 1 ? options.paths[0]
-                                           : fmt::format("{} trace files", files->size());
+  input.title =
+      options.paths.size() == 1 ? options.paths[0] : fmt::format("{} trace files", files->size());
 
   if (!options.html_path.empty()) {
     std::ofstream out(options.html_path, std::ios::binary | std::ios::trunc);
@@ -251,17 +251,20 @@ int RunDiagnose(const DiagnoseOptions& options) {
   }
 
   if (options.format == "json") {
-    nlohmann::json report = nlohmann::json::parse(RenderJson(input), nullptr, false);
+    nlohmann::ordered_json report =
+        nlohmann::ordered_json::parse(RenderJson(input), nullptr, false);
     if (report.is_discarded() || !report.is_object()) {
       fmt::print(stderr, "perftracker: internal error: the JSON report is not valid JSON\n");
       return 2;
     }
-    nlohmann::json skipped_json = nlohmann::json::array();
+    nlohmann::ordered_json skipped_json = nlohmann::ordered_json::array();
     for (const auto& [path, error] : skipped) {
       skipped_json.push_back({{"path", path}, {"error", error}});
     }
     report["skipped_inputs"] = std::move(skipped_json);
-    fmt::print("{}\n", report.dump(2));
+    // Paths need not be UTF-8: replace bad bytes instead of throwing.
+    fmt::print("{}\n",
+               report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   } else {
     TextOptions text_options;
     text_options.color = options.color;
