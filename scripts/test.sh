@@ -8,7 +8,7 @@ source scripts/deps.sh
 
 start=$SECONDS
 perftracker_install_deps
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPERFTRACKER_SANITIZE=ON
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPERFTRACKER_SANITIZE=ON
 cmake --build build-asan -j "$(nproc)"
 built=$SECONDS
 

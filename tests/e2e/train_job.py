@@ -6,11 +6,12 @@ gloo over an env:// rendezvous on a free localhost port, a model of three Linear
 (each forward inside a named torch.profiler.record_function: "block1".."block3"),
 DistributedDataParallel (or, with --sync allreduce, an explicit gradient all_reduce inside
 record_function("sync_gradients")), a real torch.utils.data.DataLoader over a Dataset, and
-torch.profiler with a schedule. Each rank exports OUTDIR/rank{R}.json (or .json.gz).
+torch.profiler with a schedule (wait 2, warmup 1, active 15 steps). Each rank exports
+OUTDIR/rank{R}.json (or .json.gz).
 
 Faults (injected on --fault-rank only):
   slow_compute  block2's forward work repeated --slow-repeats times inside
-                record_function("block2"): that block takes ~5x as long
+                record_function("block2"): that block takes 3-5x as long
   slow_data     a sleep in the Dataset's __getitem__: the DataLoader's __next__ takes longer
 
 Needs Debian's python3-torch (CPU): run it with /usr/bin/python3.
@@ -172,7 +173,8 @@ def main(argv=None):
                    help="extra delay per sample on the faulty rank (slow_data)")
     p.add_argument("--wait", type=int, default=2)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--active", type=int, default=5)
+    p.add_argument("--active", type=int, default=15,
+                   help="profiled steps (enough that CPU time-slicing noise averages out)")
     args = p.parse_args(argv)
     if not 0 <= args.fault_rank < args.world_size:
         p.error(f"--fault-rank {args.fault_rank} is not in [0, {args.world_size})")
