@@ -3,9 +3,9 @@
 // keeps per-iteration times and fires a trigger on a slowdown or a hang.
 // (Algorithm and invariants: see iteration_detector.cc's header comment.)
 //
-// Threading: OnMarker() is called by the training thread (hot path: no allocation after
-// learning, no locks, no syscalls); CheckHang() by one background thread. They share only
-// atomics.
+// Threading: OnMarker() and CheckSlowdown() are called by the training thread (hot path:
+// no allocation, no locks, no syscalls); CheckHang() by one background thread; Rearm() and
+// the accessors from any thread. They share only atomics.
 #pragma once
 
 #include <atomic>
@@ -56,16 +56,53 @@ class IterationDetector {
   int64_t last_marker_ns() const;
 
  private:
+  // Longest learnable iteration, in markers (e.g. 32 micro-batches of gradient accumulation
+  // plus a few optimizer steps fit comfortably).
+  static constexpr int kMaxPatternMarkers = 64;
+
+  void Learn(Marker marker, int64_t time_ns, bool* closed, int64_t* start_ns, int64_t* end_ns);
+  void Track(Marker marker, int64_t time_ns, bool* closed, int64_t* start_ns, int64_t* end_ns);
+  void Unlearn();
+  void RecordIteration(int64_t duration_ns);
+  void ApplyPendingRearm();
+
   DetectorOptions options_;
-  // ... implementation state (owned by the detect helper)
+
+  // --- Training thread only (OnMarker, CheckSlowdown). All buffers are sized in the
+  // constructor and never grow: OnMarker never allocates.
+  // Learning: the recent markers and their times (oldest first), at most
+  // learn_repeats x kMaxPatternMarkers + 1 of them.
+  std::vector<Marker> history_;
+  std::vector<int64_t> history_ns_;
+  size_t history_size_ = 0;
+  bool has_prev_ = false;
+  Marker prev_ = Marker::kDataLoaderNext;
+  // Tracking: the learned pattern (starts with a next, ends with a step).
   std::vector<Marker> pattern_;
-  std::vector<Marker> candidate_;
-  std::vector<int64_t> durations_;  // ring of the last window_iterations durations
+  size_t pattern_len_ = 0;
+  size_t pos_ = 0;            // index in pattern_ of the next expected marker
+  bool in_sync_ = false;      // the markers since iteration_start_ns_ matched the pattern
+  bool complete_ = false;     // ... and all of it: the next pattern start closes the iteration
+  int64_t iteration_start_ns_ = 0;
+  int unmatched_ = 0;         // markers that did not match since the last closed iteration
+  // Durations of the last window_iterations iterations (a ring) and their sum.
+  std::vector<int64_t> durations_;
+  size_t ring_next_ = 0;
+  size_t ring_count_ = 0;
+  int64_t ring_sum_ = 0;
+  double shortest_mean_ns_ = 0;  // shortest full-window mean since the last Rearm (0 = none)
+  double last_mean_ns_ = 0;      // the latest full-window mean
+  bool slowdown_fired_ = false;
+
+  // --- Shared with the timer / control threads.
+  std::atomic<bool> rearm_requested_{false};
   std::atomic<int64_t> last_marker_ns_{0};
+  std::atomic<uint8_t> last_marker_{0};
   std::atomic<int64_t> mean_ns_{0};
   std::atomic<uint64_t> iterations_{0};
-  std::atomic<bool> hang_fired_{false};
   std::atomic<bool> learned_{false};
+  // The last_marker_ns_ a hang was reported for (CheckHang fires once per silence).
+  std::atomic<int64_t> hang_reported_for_ns_{INT64_MIN};
 };
 
 }  // namespace perftracker

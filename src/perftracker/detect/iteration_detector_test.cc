@@ -1,0 +1,326 @@
+#include "perftracker/detect/iteration_detector.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace perftracker {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+
+// Drives a detector with a fake clock: each iteration's markers are spread evenly over its
+// duration, the iteration starting at its first marker.
+class Driver {
+ public:
+  explicit Driver(DetectorOptions options = {}) : detector_(options) {}
+
+  // Feeds `markers` ("N" = data-loader next, "S" = optimizer step) spread over duration_ns.
+  // Returns how many iterations closed.
+  int Iteration(std::string_view markers, int64_t duration_ns) {
+    int closed = 0;
+    const int64_t step = duration_ns / static_cast<int64_t>(markers.size());
+    for (char c : markers) {
+      int64_t start = 0;
+      int64_t end = 0;
+      if (detector_.OnMarker(c == 'N' ? Marker::kDataLoaderNext : Marker::kOptimizerStep, now_,
+                             &start, &end)) {
+        ++closed;
+        closed_.push_back({start, end});
+      }
+      now_ += step;
+    }
+    now_ += duration_ns - step * static_cast<int64_t>(markers.size());
+    return closed;
+  }
+  int Repeat(std::string_view markers, int64_t duration_ns, int times) {
+    int closed = 0;
+    for (int i = 0; i < times; ++i) closed += Iteration(markers, duration_ns);
+    return closed;
+  }
+
+  IterationDetector& detector() { return detector_; }
+  int64_t now() const { return now_; }
+  struct Span {
+    int64_t start;
+    int64_t end;
+  };
+  const std::vector<Span>& closed() const { return closed_; }
+
+ private:
+  IterationDetector detector_;
+  int64_t now_ = 1'000'000'000'000;
+  std::vector<Span> closed_;
+};
+
+DetectorOptions Options(int m = 10, int k = 200, int n = 50) {
+  DetectorOptions o;
+  o.learn_repeats = m;
+  o.relearn_after = k;
+  o.window_iterations = n;
+  return o;
+}
+
+TEST(IterationDetectorTest, LearnsAfterMIdenticalRepeats) {
+  Driver d(Options(10));
+  // The 10th repetition completes only when the 11th repetition's first next arrives.
+  EXPECT_EQ(d.Repeat("NS", 100 * kMs, 10), 0);
+  EXPECT_FALSE(d.detector().learned());
+  EXPECT_EQ(d.detector().mean_iteration_ns(), 0);
+  EXPECT_EQ(d.Iteration("NS", 100 * kMs), 1);  // learned at its first marker
+  EXPECT_TRUE(d.detector().learned());
+  // The 10 repetitions seen while learning are the first iterations.
+  EXPECT_EQ(d.detector().iterations(), 10u);
+  EXPECT_EQ(d.detector().mean_iteration_ns(), 100 * kMs);
+  EXPECT_EQ(d.Repeat("NS", 100 * kMs, 5), 5);
+  EXPECT_EQ(d.detector().iterations(), 15u);
+}
+
+TEST(IterationDetectorTest, NotLearnedWithFewerRepeats) {
+  Driver d(Options(10));
+  d.Repeat("NS", 100 * kMs, 9);
+  d.Iteration("N", 10 * kMs);
+  EXPECT_FALSE(d.detector().learned());
+}
+
+TEST(IterationDetectorTest, IterationsTileTime) {
+  Driver d(Options(3));
+  d.Repeat("NS", 80 * kMs, 3);
+  const int64_t learned_from = d.now() - 3 * 80 * kMs;
+  d.Iteration("NS", 120 * kMs);  // learned here
+  d.Repeat("NS", 90 * kMs, 6);
+  d.Iteration("N", 1 * kMs);  // closes the last
+  ASSERT_GE(d.closed().size(), 2u);
+  EXPECT_EQ(d.closed().front().start, learned_from + 2 * 80 * kMs);
+  int64_t sum = 0;
+  for (size_t i = 0; i < d.closed().size(); ++i) {
+    if (i > 0) {
+      EXPECT_EQ(d.closed()[i].start, d.closed()[i - 1].end) << i;
+    }
+    sum += d.closed()[i].end - d.closed()[i].start;
+  }
+  // The first reported span is the last learning repetition (the others came with it).
+  EXPECT_EQ(sum, 80 * kMs + 120 * kMs + 6 * 90 * kMs);
+  EXPECT_EQ(d.detector().iterations(), 3u + 1 + 6);
+}
+
+TEST(IterationDetectorTest, GradientAccumulationIsOneIteration) {
+  Driver d(Options(5));
+  d.Repeat("NNNNS", 200 * kMs, 6);
+  EXPECT_TRUE(d.detector().learned());
+  EXPECT_EQ(d.detector().mean_iteration_ns(), 200 * kMs);
+  const uint64_t before = d.detector().iterations();
+  EXPECT_EQ(d.Repeat("NNNNS", 200 * kMs, 4), 4);  // one per 4 micro-batches, not per next
+  EXPECT_EQ(d.detector().iterations(), before + 4);
+}
+
+TEST(IterationDetectorTest, AlternatingPatternLearnsTheFullPeriod) {
+  // N S alternating with N S S (e.g. a discriminator step every other iteration): the
+  // period is "N S N S S", not either half.
+  Driver d(Options(4));
+  for (int i = 0; i < 6; ++i) d.Iteration("NSNSS", 100 * kMs);
+  ASSERT_TRUE(d.detector().learned());
+  EXPECT_EQ(d.detector().mean_iteration_ns(), 100 * kMs);
+  const uint64_t before = d.detector().iterations();
+  d.Repeat("NSNSS", 100 * kMs, 3);
+  EXPECT_EQ(d.detector().iterations(), before + 3);
+}
+
+TEST(IterationDetectorTest, ShortestPatternWins) {
+  Driver d(Options(2));
+  d.Repeat("NS", 10 * kMs, 8);
+  EXPECT_TRUE(d.detector().learned());
+  EXPECT_EQ(d.detector().mean_iteration_ns(), 10 * kMs);  // "N S", not "N S N S"
+}
+
+TEST(IterationDetectorTest, ADisruptionIsNotAnIterationAndResyncs) {
+  Driver d(Options(3, 200, 4));
+  d.Repeat("NS", 100 * kMs, 10);
+  const uint64_t before = d.detector().iterations();
+  // An evaluation pass: nexts without a step.
+  d.Iteration("NNNNNNNN", 800 * kMs);
+  d.Repeat("NS", 100 * kMs, 5);
+  EXPECT_TRUE(d.detector().learned());
+  // The iteration broken by the eval pass and the pass itself are not counted; the one that
+  // resyncs at the first boundary is closed by the next one.
+  EXPECT_EQ(d.detector().iterations(), before + 4);
+  EXPECT_EQ(d.detector().mean_iteration_ns(), 100 * kMs);
+}
+
+TEST(IterationDetectorTest, RelearnsAfterKUnmatchedMarkers) {
+  Driver d(Options(3, 20, 5));
+  d.Repeat("NS", 100 * kMs, 10);
+  ASSERT_TRUE(d.detector().learned());
+  // The loop changes to 2-step accumulation: one next per iteration does not match.
+  int unlearned_after = -1;
+  for (int i = 0; i < 40 && unlearned_after < 0; ++i) {
+    d.Iteration("NNS", 150 * kMs);
+    if (!d.detector().learned()) unlearned_after = i + 1;
+  }
+  ASSERT_GT(unlearned_after, 0) << "never relearned";
+  EXPECT_GE(unlearned_after, 6);  // needs K = 20 unmatched markers, not one
+  d.Repeat("NNS", 150 * kMs, 4);
+  EXPECT_TRUE(d.detector().learned());
+  EXPECT_EQ(d.detector().mean_iteration_ns(), 150 * kMs);
+}
+
+TEST(IterationDetectorTest, ExtraStepsEveryIterationRelearn) {
+  // Old pattern "N S", new "N S S": each repetition completes, then an extra step breaks it.
+  Driver d(Options(3, 10, 5));
+  d.Repeat("NS", 100 * kMs, 10);
+  d.Repeat("NSS", 90 * kMs, 30);
+  EXPECT_TRUE(d.detector().learned());
+  EXPECT_EQ(d.detector().mean_iteration_ns(), 90 * kMs);
+}
+
+TEST(IterationDetectorTest, SlowdownFiresAbove5PercentNotAt4) {
+  for (const auto& [slow_ms, fires] : {std::pair{104, false}, std::pair{106, true}}) {
+    Driver d(Options(10, 200, 50));
+    d.Repeat("NS", 100 * kMs, 80);
+    EXPECT_FALSE(d.detector().CheckSlowdown().has_value());
+    std::optional<Trigger> trigger;
+    for (int i = 0; i < 100 && !trigger; ++i) {
+      d.Iteration("NS", slow_ms * kMs);
+      trigger = d.detector().CheckSlowdown();
+    }
+    EXPECT_EQ(trigger.has_value(), fires) << slow_ms << " ms";
+    if (trigger) {
+      EXPECT_EQ(trigger->reason, TriggerReason::kSlowdown);
+      EXPECT_NE(trigger->detail.find("above the shortest 100.0 ms"), std::string::npos)
+          << trigger->detail;
+    }
+  }
+}
+
+TEST(IterationDetectorTest, SlowdownNeedsAFullWindow) {
+  Driver d(Options(2, 200, 50));
+  d.Repeat("NS", 100 * kMs, 20);
+  d.Repeat("NS", 200 * kMs, 20);
+  EXPECT_FALSE(d.detector().CheckSlowdown().has_value());  // 41 < 50 iterations
+}
+
+TEST(IterationDetectorTest, SlowdownFiresOnceUntilRearm) {
+  Driver d(Options(5, 200, 10));
+  d.Repeat("NS", 100 * kMs, 20);
+  d.Repeat("NS", 150 * kMs, 10);
+  ASSERT_TRUE(d.detector().CheckSlowdown().has_value());
+  d.Repeat("NS", 200 * kMs, 10);
+  EXPECT_FALSE(d.detector().CheckSlowdown().has_value());
+  d.detector().Rearm();
+  EXPECT_FALSE(d.detector().CheckSlowdown().has_value());  // baseline is now the slow mean
+  d.Repeat("NS", 200 * kMs, 10);
+  EXPECT_FALSE(d.detector().CheckSlowdown().has_value());
+  d.Repeat("NS", 250 * kMs, 10);
+  const auto trigger = d.detector().CheckSlowdown();
+  ASSERT_TRUE(trigger.has_value());
+  // The baseline after Rearm: the window then held 9 x 200 ms and 1 x 150 ms (the last
+  // 200 ms iteration closes only at the next iteration's first marker).
+  EXPECT_NE(trigger->detail.find("shortest 195.0 ms"), std::string::npos) << trigger->detail;
+}
+
+TEST(IterationDetectorTest, RecentShortestIsTheBaseline) {
+  // The job speeds up (warm-up done): the faster mean becomes the baseline.
+  Driver d(Options(5, 200, 10));
+  d.Repeat("NS", 130 * kMs, 20);
+  d.Repeat("NS", 100 * kMs, 20);
+  EXPECT_FALSE(d.detector().CheckSlowdown().has_value());
+  d.Repeat("NS", 120 * kMs, 10);
+  EXPECT_TRUE(d.detector().CheckSlowdown().has_value());
+}
+
+TEST(IterationDetectorTest, HangAtFiveTimesTheMean) {
+  DetectorOptions o = Options(5, 200, 10);
+  o.min_hang_ns = 100 * kMs;
+  Driver d(o);
+  d.Repeat("NS", 100 * kMs, 10);
+  d.Iteration("N", 1);  // the last marker
+  const int64_t last = d.detector().last_marker_ns();
+  EXPECT_FALSE(d.detector().CheckHang(last + 400 * kMs).has_value());
+  EXPECT_FALSE(d.detector().CheckHang(last + 500 * kMs).has_value());
+  const auto hang = d.detector().CheckHang(last + 501 * kMs);
+  ASSERT_TRUE(hang.has_value());
+  EXPECT_EQ(hang->reason, TriggerReason::kHang);
+  EXPECT_NE(hang->detail.find("mean iteration 100.0 ms"), std::string::npos) << hang->detail;
+  EXPECT_NE(hang->detail.find("data-loader next"), std::string::npos) << hang->detail;
+  // Once per silence...
+  EXPECT_FALSE(d.detector().CheckHang(last + 900 * kMs).has_value());
+  // ... and again after progress resumed and stopped again.
+  int64_t s = 0, e = 0;
+  d.detector().OnMarker(Marker::kOptimizerStep, last + 1000 * kMs, &s, &e);
+  EXPECT_FALSE(d.detector().CheckHang(last + 1400 * kMs).has_value());
+  EXPECT_TRUE(d.detector().CheckHang(last + 1600 * kMs).has_value());
+}
+
+TEST(IterationDetectorTest, NoHangBeforeMinHangNs) {
+  DetectorOptions o = Options(5, 200, 10);
+  o.min_hang_ns = 2'000 * kMs;
+  Driver d(o);
+  d.Repeat("NS", 100 * kMs, 10);
+  const int64_t last = d.detector().last_marker_ns();
+  EXPECT_FALSE(d.detector().CheckHang(last + 1'900 * kMs).has_value());
+  EXPECT_TRUE(d.detector().CheckHang(last + 2'001 * kMs).has_value());
+}
+
+TEST(IterationDetectorTest, NoHangBeforeLearning) {
+  DetectorOptions o = Options(10);
+  o.min_hang_ns = 0;
+  Driver d(o);
+  d.Repeat("NS", 100 * kMs, 9);
+  EXPECT_FALSE(d.detector().learned());
+  EXPECT_FALSE(d.detector().CheckHang(d.now() + 3'600'000 * kMs).has_value());
+  IterationDetector fresh;
+  EXPECT_FALSE(fresh.CheckHang(INT64_MAX / 2).has_value());
+}
+
+TEST(IterationDetectorTest, LongPatternsAreNotLearnedButHarmless) {
+  Driver d(Options(3));
+  std::string huge(100, 'N');
+  huge += 'S';
+  d.Repeat(huge, 100 * kMs, 10);
+  EXPECT_FALSE(d.detector().learned());
+}
+
+TEST(IterationDetectorTest, ConcurrentHangCheckerAndRearm) {
+  // Smoke test for ThreadSanitizer: the training thread feeds markers while a timer thread
+  // checks for hangs and a control thread rearms.
+  DetectorOptions o = Options(3, 50, 8);
+  o.min_hang_ns = 0;
+  o.hang_factor = 1.0;
+  IterationDetector detector(o);
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> clock{1'000'000};
+  std::atomic<int> hangs{0};
+  std::thread timer([&] {
+    while (!done.load()) {
+      if (detector.CheckHang(clock.load() + 5'000)) hangs.fetch_add(1);
+      (void)detector.mean_iteration_ns();
+      (void)detector.iterations();
+    }
+  });
+  std::thread control([&] {
+    while (!done.load()) {
+      detector.Rearm();
+      std::this_thread::yield();
+    }
+  });
+  int slowdowns = 0;
+  for (int i = 0; i < 20'000; ++i) {
+    int64_t s = 0, e = 0;
+    const int64_t t = clock.fetch_add(i % 1000 < 500 ? 100 : 150);
+    detector.OnMarker(i % 2 == 0 ? Marker::kDataLoaderNext : Marker::kOptimizerStep, t, &s, &e);
+    if (detector.CheckSlowdown()) ++slowdowns;
+  }
+  done.store(true);
+  timer.join();
+  control.join();
+  EXPECT_TRUE(detector.learned());
+  EXPECT_GT(detector.iterations(), 9'000u);
+  EXPECT_GE(hangs.load(), 0);
+  EXPECT_GE(slowdowns, 0);
+}
+
+}  // namespace
+}  // namespace perftracker
