@@ -16,6 +16,8 @@ std::string_view MetricName(Metric metric) {
     case Metric::kCpuUtilization: return "cpu_utilization";
     case Metric::kRunQueueDelayFraction: return "run_queue_delay_fraction";
     case Metric::kMemoryRssBytes: return "memory_rss_bytes";
+    case Metric::kVoluntaryCtxSwitchesPerSec: return "voluntary_ctx_switches_per_s";
+    case Metric::kInvoluntaryCtxSwitchesPerSec: return "involuntary_ctx_switches_per_s";
   }
   return "unknown";
 }

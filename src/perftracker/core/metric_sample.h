@@ -20,8 +20,10 @@ enum class Metric : uint16_t {
   kCpuUtilization = 9,     // fraction of one core
   kRunQueueDelayFraction = 10,  // run-queue wait time / wall time
   kMemoryRssBytes = 11,
+  kVoluntaryCtxSwitchesPerSec = 12,    // all threads of a process (blocking, waiting)
+  kInvoluntaryCtxSwitchesPerSec = 13,  // all threads of a process (preempted: contention)
 };
-inline constexpr int kNumMetrics = 12;
+inline constexpr int kNumMetrics = 14;
 
 std::string_view MetricName(Metric metric);
 

@@ -1,0 +1,210 @@
+#include "perftracker/sources/host/host_sampler.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+namespace perftracker {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kSec = 1'000'000'000;
+
+// A fixture tree of /proc and /sys with the kernel's real file formats.
+class FixtureTree {
+ public:
+  FixtureTree() {
+    std::string tmpl = (fs::temp_directory_path() / "host_sampler_XXXXXX").string();
+    root_ = mkdtemp(tmpl.data());
+  }
+  ~FixtureTree() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  std::string proc() const { return root_ + "/proc"; }
+  std::string sys() const { return root_ + "/sys"; }
+
+  void Write(const std::string& rel, const std::string& text) {
+    const fs::path p = fs::path(root_) / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+  void Remove(const std::string& rel) { fs::remove_all(fs::path(root_) / rel); }
+
+  void Process(int pid, uint64_t utime, uint64_t stime, uint64_t rss_pages) {
+    const std::string d = "proc/" + std::to_string(pid);
+    // comm with a space and a parenthesis, as a renamed Python thread can have.
+    Write(d + "/stat", std::to_string(pid) + " (pt_main (x) 1) R 1 " + std::to_string(pid) +
+                           " " + std::to_string(pid) + " 0 -1 4194560 52000 0 12 0 " +
+                           std::to_string(utime) + " " + std::to_string(stime) +
+                           " 0 0 20 0 3 0 123456 3279814656 " + std::to_string(rss_pages) +
+                           " 18446744073709551615 1 1 0 0 0 0 0 16781312 17642 0 0 0 17 1 0 0 "
+                           "0 0 0\n");
+    Write(d + "/statm", "800755 " + std::to_string(rss_pages) + " 30000 1000 0 120000 0\n");
+  }
+  void Thread(int pid, int tid, uint64_t cpu_ns, uint64_t run_delay_ns, uint64_t voluntary,
+              uint64_t involuntary) {
+    const std::string d = "proc/" + std::to_string(pid) + "/task/" + std::to_string(tid);
+    Write(d + "/schedstat", std::to_string(cpu_ns) + " " + std::to_string(run_delay_ns) +
+                                " 4242\n");
+    Write(d + "/status", "Name:\tpt_main\nUmask:\t0022\nState:\tR (running)\nTgid:\t" +
+                             std::to_string(pid) + "\nPid:\t" + std::to_string(tid) +
+                             "\nVmRSS:\t  819200 kB\nThreads:\t3\n"
+                             "Cpus_allowed_list:\t0-1\nvoluntary_ctxt_switches:\t" +
+                             std::to_string(voluntary) + "\nnonvoluntary_ctxt_switches:\t" +
+                             std::to_string(involuntary) + "\n");
+  }
+  void Nic(const std::string& name, int ifindex, uint64_t tx, uint64_t rx) {
+    const std::string d = "sys/class/net/" + name;
+    Write(d + "/ifindex", std::to_string(ifindex) + "\n");
+    Write(d + "/statistics/tx_bytes", std::to_string(tx) + "\n");
+    Write(d + "/statistics/rx_bytes", std::to_string(rx) + "\n");
+  }
+
+ private:
+  std::string root_;
+};
+
+std::optional<double> Find(const std::vector<PidSample>& samples, int32_t pid, Metric metric,
+                           uint32_t source) {
+  for (const auto& s : samples) {
+    if (s.pid == pid && s.sample.metric == metric && s.sample.source == source) {
+      return s.sample.value;
+    }
+  }
+  return std::nullopt;
+}
+
+TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  FixtureTree t;
+  t.Process(4242, 1000, 200, 50'000);
+  t.Thread(4242, 4242, 9'000'000, 100'000'000, 10, 5);
+  t.Thread(4242, 4250, 1'000'000, 20'000'000, 100, 0);
+  t.Nic("lo", 1, 1'000'000, 1'000'000);
+  t.Nic("eth0", 2, 5'000'000, 7'000'000);
+  t.Nic("ib0", 7, 0, 0);
+  HostSampler sampler(t.proc(), t.sys());
+  std::vector<PidSample> out;
+  sampler.Sample(10 * kSec, {4242}, &out);
+  // First sample: levels only.
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].sample.metric, Metric::kMemoryRssBytes);
+  EXPECT_DOUBLE_EQ(out[0].sample.value, 50'000 * page);
+
+  // Two seconds later: +1.5 s of CPU time (0.75 of one core), 0.6 s of run-queue delay over
+  // the two threads and a new one (which contributes all of its counts).
+  const auto cpu_ticks = static_cast<uint64_t>(1.5 * ticks);
+  t.Process(4242, 1000 + cpu_ticks / 3, 200 + cpu_ticks - cpu_ticks / 3, 60'000);
+  t.Thread(4242, 4242, 19'000'000, 500'000'000, 30, 45);
+  t.Thread(4242, 4250, 2'000'000, 120'000'000, 150, 0);
+  t.Thread(4242, 4260, 3'000'000, 100'000'000, 20, 15);
+  t.Nic("eth0", 2, 5'000'000 + 2'000'000'000, 7'000'000 + 500'000);
+  t.Nic("ib0", 7, 0, 0);
+  out.clear();
+  sampler.Sample(12 * kSec, {4242}, &out);
+
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kCpuUtilization, 4242),
+                   static_cast<double>(cpu_ticks) / ticks / 2.0);
+  EXPECT_NEAR(*Find(out, 4242, Metric::kCpuUtilization, 4242), 0.75, 0.01);
+  // (400 + 100 + 100) ms of run delay over 2 s.
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kRunQueueDelayFraction, 4242), 0.3);
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kVoluntaryCtxSwitchesPerSec, 4242),
+                   (20 + 50 + 20) / 2.0);
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kInvoluntaryCtxSwitchesPerSec, 4242),
+                   (40 + 0 + 15) / 2.0);
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kMemoryRssBytes, 4242), 60'000 * page);
+  EXPECT_DOUBLE_EQ(*Find(out, -1, Metric::kNicTxBytesPerSec, 2), 1e9);
+  EXPECT_DOUBLE_EQ(*Find(out, -1, Metric::kNicRxBytesPerSec, 2), 250'000);
+  EXPECT_DOUBLE_EQ(*Find(out, -1, Metric::kNicTxBytesPerSec, 7), 0);
+  EXPECT_FALSE(Find(out, -1, Metric::kNicTxBytesPerSec, 1).has_value()) << "loopback skipped";
+  EXPECT_EQ(out.size(), 5u + 4u);  // 5 per pid, 2 per interface
+  EXPECT_EQ(sampler.stats().vanished_pids, 0u);
+  EXPECT_EQ(sampler.stats().unreadable_files, 0u) << sampler.stats().first_problem;
+}
+
+TEST(HostSamplerTest, VanishedPidsAndUnreadableFilesAreCountedNotFatal) {
+  FixtureTree t;
+  t.Process(10, 0, 0, 100);
+  t.Thread(10, 10, 0, 0, 0, 0);
+  t.Process(11, 0, 0, 100);
+  t.Thread(11, 11, 0, 0, 0, 0);
+  t.Nic("eth0", 2, 0, 0);
+  t.Nic("broken0", 3, 0, 0);
+  t.Remove("sys/class/net/broken0/statistics");
+  HostSampler sampler(t.proc(), t.sys());
+  std::vector<PidSample> out;
+  sampler.Sample(1 * kSec, {10, 11, 999}, &out);
+  EXPECT_EQ(sampler.stats().vanished_pids, 1u);  // 999 never existed
+  EXPECT_EQ(sampler.stats().unreadable_files, 1u);
+  EXPECT_NE(sampler.stats().first_problem.find("broken0"), std::string::npos)
+      << sampler.stats().first_problem;
+
+  t.Remove("proc/11");
+  t.Write("proc/10/task/10/schedstat", "5\n");  // no run_delay field
+  out.clear();
+  sampler.Sample(2 * kSec, {10, 11}, &out);
+  EXPECT_EQ(sampler.stats().vanished_pids, 2u);
+  EXPECT_TRUE(Find(out, 10, Metric::kCpuUtilization, 10).has_value());
+  EXPECT_FALSE(Find(out, 10, Metric::kRunQueueDelayFraction, 10).has_value());
+  EXPECT_FALSE(Find(out, 11, Metric::kCpuUtilization, 11).has_value());
+  EXPECT_EQ(sampler.stats().unreadable_files, 3u);  // broken0 again, the schedstat
+}
+
+TEST(HostSamplerTest, PidThatReturnsStartsOverWithLevels) {
+  FixtureTree t;
+  t.Process(10, 0, 0, 100);
+  t.Thread(10, 10, 0, 0, 0, 0);
+  HostSampler sampler(t.proc(), t.sys() + "/missing");
+  std::vector<PidSample> out;
+  sampler.Sample(1 * kSec, {10}, &out);
+  sampler.Sample(2 * kSec, {}, &out);  // not asked for: forgotten
+  out.clear();
+  sampler.Sample(3 * kSec, {10}, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].sample.metric, Metric::kMemoryRssBytes);
+  EXPECT_EQ(sampler.stats().unreadable_files, 3u);  // the missing /sys, once per call
+}
+
+TEST(HostSamplerTest, RealProcBurningCpu) {
+  if (access("/proc/self/stat", R_OK) != 0) GTEST_SKIP() << "no /proc on this system";
+  HostSampler sampler;
+  const auto pid = static_cast<int32_t>(getpid());
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  std::vector<PidSample> out;
+  sampler.Sample(now(), {pid}, &out);
+  const auto start = std::chrono::steady_clock::now();
+  volatile uint64_t sink = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(200)) {
+    for (int i = 0; i < 10'000; ++i) sink = sink + static_cast<uint64_t>(i) * 2654435761u;
+  }
+  out.clear();
+  sampler.Sample(now(), {pid}, &out);
+  const auto cpu = Find(out, pid, Metric::kCpuUtilization, static_cast<uint32_t>(pid));
+  ASSERT_TRUE(cpu.has_value());
+  EXPECT_GT(*cpu, 0.5);
+  EXPECT_LT(*cpu, 1.5);  // one thread burned
+  const auto rss = Find(out, pid, Metric::kMemoryRssBytes, static_cast<uint32_t>(pid));
+  ASSERT_TRUE(rss.has_value());
+  EXPECT_GT(*rss, 1e6);
+  const auto run_delay =
+      Find(out, pid, Metric::kRunQueueDelayFraction, static_cast<uint32_t>(pid));
+  ASSERT_TRUE(run_delay.has_value()) << sampler.stats().first_problem;
+  EXPECT_GE(*run_delay, 0.0);
+  EXPECT_LT(*run_delay, 1.0);
+  EXPECT_EQ(sampler.stats().vanished_pids, 0u);
+}
+
+}  // namespace
+}  // namespace perftracker
