@@ -6,8 +6,8 @@
 // Algorithm
 //  1. Compact ingest. Add() interns every function key job-wide (a cursor into the previous
 //     worker's key list makes the common case, a worker listing the same keys in nearly the
-//     same order, a string compare instead of a hash lookup) and keeps one 32-byte FunctionRecord per
-//     (worker, function): time, self time, critical time, idle gap, bytes and calls per
+//     same order, a string compare instead of a hash lookup) and keeps one 32-byte FunctionRecord
+//     per (worker, function): time, self time, critical time, idle gap, bytes and calls per
 //     iteration, and the p50 call duration. Records live in fixed-size blocks (no
 //     reallocation spike at 30 M records). Per worker it keeps a WorkerRecord: rank, host,
 //     median / mean iteration, the iteration breakdown per iteration, and the sums the
@@ -36,8 +36,9 @@
 //     paths. From each root we follow the child that explains >= 70 % of its parent's
 //     excess; the finding names what the user wrote: the deepest annotation
 //     (record_function) on that path, else the deepest Python function / data load /
-//     optimizer step, else the path's top; the nodes below it become evidence ("time goes into aten::mm: 12.3 ms -> 31.0 ms per iteration").
-//     Anomalies outside the named subtree start new roots.
+//     optimizer step, else the path's top; the nodes below it become evidence ("time goes into
+//     aten::mm: 12.3 ms -> 31.0 ms per iteration"). Anomalies outside the named subtree start new
+//     roots.
 //  5. Culprits vs victims: in synchronous training everyone waits for the slowest; victims
 //     show longer collective / sync time, the culprit longer work and shorter waits. A
 //     communication or synchronization anomaly is dropped, and its worker listed as a
@@ -45,8 +46,13 @@
 //     size; otherwise it stands (e.g. one slow link: PT-STRAGGLER-COMM). Victims of a
 //     culprit are the workers of its peer group whose outermost collective + sync time
 //     exceeds the culprit's by half its excess (waits of other groups, e.g. other pipeline
-//     stages, are not comparable), plus the workers whose wait anomalies it explained. A worker the others wait for (its wait time is a low
-//     outlier) with no anomalous traced function is PT-STRAGGLER-UNTRACED.
+//     stages, are not comparable), plus the workers whose wait anomalies it explained.
+//     A worker that waits longer because its own work (root non-wait functions) was
+//     shorter than its peers' by at least half the extra wait arrived early: dropped, it
+//     is nobody's culprit. A material finding whose excess is carried neither by a slower
+//     median call nor by extra calls (a few slow calls: preemption, jitter) stays material
+//     only above 3x the bar and says "intermittent" in its evidence. A worker the others wait for
+//     (its wait time is a low outlier) with no anomalous traced function is PT-STRAGGLER-UNTRACED.
 //  6. Findings naming the same function with the same code on several workers merge.
 //  7. Expectation checks on the job median (no peers needed): host-bound (device idle
 //     while the host works >= 30 % of the iteration), synchronizations, data loading and
@@ -96,6 +102,12 @@ constexpr double kHostBoundShare = 0.3;
 // A wait anomaly is explained by another worker's work anomaly this large (relative);
 // a worker is a victim when it waits this share of the culprit's excess longer.
 constexpr double kVictimShare = 0.5;
+// A worker whose own work is shorter than its peers' by at least this share of its extra
+// collective wait arrived early at the collective: the wait is not a finding.
+constexpr double kEarlyArrivalShare = 0.5;
+// An excess not carried by the median call nor by extra calls (a few slow calls) is material
+// only above this multiple of the materiality bar.
+constexpr double kIntermittentFactor = 3.0;
 // Lists of workers in a finding are capped; the full count goes into the evidence.
 constexpr size_t kMaxListedWorkers = 1024;
 // Per-worker notes of one kind beyond this many are summarized.
@@ -137,6 +149,9 @@ struct WorkerRecord {
   // Per iteration: outermost collective + sync time; sync / data-loading critical time;
   // GC; pageable copies; idle gaps before calls.
   float wait_fn_ns = 0;
+  // Per iteration: time in root functions that are not waits (the worker's own work). A
+  // worker that waits longer *because it worked less* arrived early: a victim of noise.
+  float work_ns = 0;
   float sync_critical_ns = 0;
   float data_critical_ns = 0;
   float gc_ns = 0;
@@ -194,7 +209,7 @@ struct Anomaly {
   uint32_t worker = 0;
   uint32_t fid = 0;
   uint32_t group = 0;
-  uint32_t peers = 0;  // workers in the group
+  uint32_t peers = 0;    // workers in the group
   uint32_t present = 0;  // of them running the function
   bool only_on_some = false;
   float value = 0;   // time per iteration on this worker
@@ -247,8 +262,8 @@ class SketchMedian {
   }
 
  private:
-  static constexpr int32_t kLow = -1024;   // bucket values ~1e-18 ns
-  static constexpr int32_t kHigh = 2048;   // ~1e35 ns
+  static constexpr int32_t kLow = -1024;  // bucket values ~1e-18 ns
+  static constexpr int32_t kHigh = 2048;  // ~1e35 ns
   double Value(int32_t index) {
     if (index < kLow || index >= kHigh) return QuantileSketch::BucketValue(index);
     if (cache_.empty()) cache_.assign(static_cast<size_t>(kHigh - kLow), -1.0);
@@ -298,8 +313,7 @@ std::string FormatShare(double share) {
 }
 
 std::string FormatCount(double v) {
-  return std::fabs(v - std::round(v)) < 0.05 ? fmt::format("{:.0f}", v)
-                                             : fmt::format("{:.1f}", v);
+  return std::fabs(v - std::round(v)) < 0.05 ? fmt::format("{:.0f}", v) : fmt::format("{:.1f}", v);
 }
 
 std::string FormatBytes(double b) {
@@ -330,12 +344,18 @@ std::string FormatRanges(const std::vector<int32_t>& sorted, size_t max_items = 
 
 std::string_view CodeFor(FindingCategory category) {
   switch (category) {
-    case FindingCategory::kDataLoading: return fc::kStragglerData;
-    case FindingCategory::kCommunication: return fc::kStragglerComm;
-    case FindingCategory::kSynchronization: return fc::kStragglerSync;
-    case FindingCategory::kGc: return fc::kStragglerGc;
-    case FindingCategory::kMemory: return fc::kStragglerMemcpy;
-    default: return fc::kStragglerCompute;
+    case FindingCategory::kDataLoading:
+      return fc::kStragglerData;
+    case FindingCategory::kCommunication:
+      return fc::kStragglerComm;
+    case FindingCategory::kSynchronization:
+      return fc::kStragglerSync;
+    case FindingCategory::kGc:
+      return fc::kStragglerGc;
+    case FindingCategory::kMemory:
+      return fc::kStragglerMemcpy;
+    default:
+      return fc::kStragglerCompute;
   }
 }
 
@@ -403,6 +423,7 @@ class Localizer::Impl {
   std::vector<bool> has_children_;  // per fid
   std::vector<uint32_t> group_sizes_;
   std::vector<float> group_wait_median_;
+  std::vector<float> group_work_median_;
 };
 
 uint32_t Localizer::Impl::InternFunction(const FunctionSummary& f) {
@@ -429,9 +450,8 @@ uint32_t Localizer::Impl::InternFunction(const FunctionSummary& f) {
         (info.name.starts_with("c10d::") || info.name == "record_param_comms")) {
       info.kind = EventKind::kCollective;
     }
-    info.pageable = f.kind == EventKind::kMemcpy &&
-                    (f.name.find("Pageable") != std::string::npos ||
-                     f.name.find("pageable") != std::string::npos);
+    info.pageable = f.kind == EventKind::kMemcpy && (f.name.find("Pageable") != std::string::npos ||
+                                                     f.name.find("pageable") != std::string::npos);
     functions_.push_back(std::move(info));
     stamp_.push_back(0);
     stamp_pos_.push_back(0);
@@ -441,8 +461,7 @@ uint32_t Localizer::Impl::InternFunction(const FunctionSummary& f) {
 
 // Parents and outermost flags of the functions first interned by this worker.
 void Localizer::Impl::ResolveNewFunctions(const WorkerSummary& worker,
-                                          const std::vector<uint32_t>& fids,
-                                          size_t first_new_fid) {
+                                          const std::vector<uint32_t>& fids, size_t first_new_fid) {
   for (size_t i = 0; i < fids.size(); ++i) {
     const uint32_t fid = fids[i];
     if (fid < first_new_fid) continue;
@@ -625,6 +644,9 @@ void Localizer::Impl::Add(const WorkerSummary& worker) {
     info.sum_calls += r.calls;
     info.sum_bytes += r.bytes;
     if (info.outermost_wait) wr.wait_fn_ns += r.time_ns;
+    if (info.parent == kNone && !IsWaitKind(info.kind) && info.kind != EventKind::kIteration) {
+      wr.work_ns += r.time_ns;
+    }
     if (info.outermost_kind) {
       if (info.kind == EventKind::kSync) wr.sync_critical_ns += r.critical_ns;
       if (info.kind == EventKind::kDataLoad) wr.data_critical_ns += r.critical_ns;
@@ -672,8 +694,8 @@ void Localizer::Impl::CheckDataQuality(Diagnosis& d) {
   for (const auto& wr : workers_) max_rank = std::max(max_rank, wr.rank);
   constexpr int32_t kMaxRankChecked = 1 << 24;
   if (max_rank >= kMaxRankChecked) {
-    d.notes.push_back(fmt::format("rank {} is implausibly large; rank gaps were not checked",
-                                  max_rank));
+    d.notes.push_back(
+        fmt::format("rank {} is implausibly large; rank gaps were not checked", max_rank));
   } else if (max_rank >= 0) {
     std::vector<uint32_t> seen(static_cast<size_t>(max_rank) + 1, 0);
     for (const auto& wr : workers_) {
@@ -698,9 +720,9 @@ void Localizer::Impl::CheckDataQuality(Diagnosis& d) {
     }
   }
   if (!unranked_sources_.empty()) {
-    d.notes.push_back(fmt::format(
-        "{} worker(s) have no rank (first: {}); they are named by their input position",
-        unranked_sources_.size(), unranked_sources_.front()));
+    d.notes.push_back(
+        fmt::format("{} worker(s) have no rank (first: {}); they are named by their input position",
+                    unranked_sources_.size(), unranked_sources_.front()));
   }
 
   // Event problems per worker.
@@ -712,8 +734,7 @@ void Localizer::Impl::CheckDataQuality(Diagnosis& d) {
     const double total = static_cast<double>(st.events + st.dropped_events);
     const double lost_share =
         p.empty ? 1.0
-                : (total > 0 ? static_cast<double>(st.dropped_events + st.malformed_events) /
-                                   total
+                : (total > 0 ? static_cast<double>(st.dropped_events + st.malformed_events) / total
                              : 0);
     if (noted < kMaxNotesPerKind) {
       std::string note =
@@ -733,27 +754,27 @@ void Localizer::Impl::CheckDataQuality(Diagnosis& d) {
     }
   }
   if (noted > kMaxNotesPerKind) {
-    d.notes.push_back(fmt::format("... and {} more workers with event problems",
-                                  noted - kMaxNotesPerKind));
+    d.notes.push_back(
+        fmt::format("... and {} more workers with event problems", noted - kMaxNotesPerKind));
   }
   if (!incomplete.empty()) {
     Finding f;
     f.code = fc::kIncompleteData;
     f.category = FindingCategory::kDataQuality;
-    std::sort(incomplete.begin(), incomplete.end(), [&](uint32_t a, uint32_t b) {
-      return workers_[a].rank < workers_[b].rank;
-    });
-    f.title = fmt::format("{}: profile badly incomplete (up to {} of events lost or malformed); "
-                          "findings about {} are less certain",
-                          WorkersPhrase(incomplete), FormatShare(worst_lost_share),
-                          incomplete.size() == 1 ? "it" : "them");
+    std::sort(incomplete.begin(), incomplete.end(),
+              [&](uint32_t a, uint32_t b) { return workers_[a].rank < workers_[b].rank; });
+    f.title = fmt::format(
+        "{}: profile badly incomplete (up to {} of events lost or malformed); "
+        "findings about {} are less certain",
+        WorkersPhrase(incomplete), FormatShare(worst_lost_share),
+        incomplete.size() == 1 ? "it" : "them");
     for (size_t i = 0; i < incomplete.size() && i < kMaxListedWorkers; ++i) {
       f.workers.push_back(workers_[incomplete[i]].rank);
     }
     f.resource = "profiler";
     f.evidence.push_back({"workers with incomplete data", fmt::format("{}", incomplete.size())});
-    f.evidence.push_back({"worst share of events dropped or malformed",
-                          FormatShare(worst_lost_share)});
+    f.evidence.push_back(
+        {"worst share of events dropped or malformed", FormatShare(worst_lost_share)});
     f.evidence.push_back({"threshold", FormatShare(kIncompleteShare)});
     d.findings.push_back(std::move(f));
   }
@@ -1010,6 +1031,14 @@ void Localizer::Impl::ResolveVictims(std::vector<WorkerFinding>& wfs) {
       f.dropped = true;
       continue;
     }
+    // It waited longer because it reached the collective early: its own work was shorter
+    // than its peers' by most of the extra wait. Nobody lost time to it.
+    const double work_deficit =
+        group_work_median_[f.named.group] - static_cast<double>(workers_[f.named.worker].work_ns);
+    if (work_deficit >= kEarlyArrivalShare * extra_wait) {
+      f.dropped = true;
+      continue;
+    }
     f.lost_cap = std::min(f.named.excess(), extra_wait);
     WorkerFinding* explaining = nullptr;
     for (auto& o : wfs) {
@@ -1039,8 +1068,8 @@ void Localizer::Impl::FindUntraced(const std::vector<std::vector<uint32_t>>& mem
     const RobustCenter c = MedianAndMadInPlace(values);
     if (ws.size() < kMinPeers || c.median <= 0) continue;
     const double scale = RobustScale(c, kScaleRelativeFloor, kScaleAbsoluteFloorNs);
-    const double threshold = std::max(
-        {options_.outlier_z * scale, options_.min_relative_effect * c.median, report_ns_});
+    const double threshold =
+        std::max({options_.outlier_z * scale, options_.min_relative_effect * c.median, report_ns_});
     for (uint32_t w : ws) {
       const double deficit = c.median - workers_[w].wait_fn_ns;
       if (deficit <= threshold || has_work[w]) continue;
@@ -1085,9 +1114,9 @@ void Localizer::Impl::FillVictims(Finding& f, const std::vector<uint32_t>& culpr
   std::sort(ranks.begin(), ranks.end());
   if (ranks.size() > kMaxListedWorkers) ranks.resize(kMaxListedWorkers);
   f.victims = ranks;
-  f.evidence.push_back({"victims (wait for it)",
-                        fmt::format("{} (waiting at least {} more per iteration)",
-                                    victims.size(), FormatNs(min_extra_wait))});
+  f.evidence.push_back(
+      {"victims (wait for it)", fmt::format("{} (waiting at least {} more per iteration)",
+                                            victims.size(), FormatNs(min_extra_wait))});
 }
 
 std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>& wfs) {
@@ -1110,8 +1139,7 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
     std::vector<uint32_t> culprits, extra;
     // Untraced findings are per worker (no function to merge on).
     while (j < order.size() && wfs[order[j]].code == top.code &&
-           wfs[order[j]].named.fid == top.named.fid &&
-           (top.named.fid != kNone || j == i)) {
+           wfs[order[j]].named.fid == top.named.fid && (top.named.fid != kNone || j == i)) {
       culprits.push_back(wfs[order[j]].named.worker);
       for (uint32_t v : wfs[order[j]].extra_victims) extra.push_back(v);
       ++j;
@@ -1147,8 +1175,7 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
           who, effect);
       f.evidence.push_back({"collective + sync wait per iteration",
                             fmt::format("{} on {}", FormatNs(wr.wait_fn_ns), who)});
-      f.evidence.push_back({fmt::format("peer median ({} workers)", a.peers),
-                            FormatNs(a.value)});
+      f.evidence.push_back({fmt::format("peer median ({} workers)", a.peers), FormatNs(a.value)});
       double gap_median = 0;
       {
         std::vector<float> gaps;
@@ -1157,66 +1184,64 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
         }
         gap_median = MedianInPlace(gaps);
       }
-      f.evidence.push_back({"idle gaps before calls per iteration",
-                            fmt::format("{} (peers' median {})", FormatNs(wr.idle_gap_ns),
-                                        FormatNs(gap_median))});
+      f.evidence.push_back(
+          {"idle gaps before calls per iteration",
+           fmt::format("{} (peers' median {})", FormatNs(wr.idle_gap_ns), FormatNs(gap_median))});
     } else {
       const FunctionInfo& fn = functions_[a.fid];
       f.function = fn.name;
       f.function_key = fn.key;
       if (a.only_on_some) {
         f.title = fmt::format("{} run{} {} ({}/iter), which {} of {} peers do not run ({})", who,
-                              plural ? "" : "s", fn.name, FormatNs(a.value),
-                              a.peers - a.present, a.peers, effect);
+                              plural ? "" : "s", fn.name, FormatNs(a.value), a.peers - a.present,
+                              a.peers, effect);
       } else {
-        f.title = fmt::format("{} spend{} {}/iter in {}, {:.1f}x {} peers ({})", who,
-                              plural ? "" : "s", FormatNs(a.value), fn.name,
-                              a.median > 0 ? a.value / a.median : 0.0,
-                              plural ? "their" : "its", effect);
+        f.title =
+            fmt::format("{} spend{} {}/iter in {}, {:.1f}x {} peers ({})", who, plural ? "" : "s",
+                        FormatNs(a.value), fn.name, a.median > 0 ? a.value / a.median : 0.0,
+                        plural ? "their" : "its", effect);
       }
-      f.evidence.push_back({"time per iteration",
-                            fmt::format("{} in {} on {}", FormatNs(a.value), fn.name,
-                                        WorkerName(w))});
+      f.evidence.push_back({"time per iteration", fmt::format("{} in {} on {}", FormatNs(a.value),
+                                                              fn.name, WorkerName(w))});
       if (a.only_on_some) {
-        f.evidence.push_back({"peer group workers running it",
-                              fmt::format("{} of {}", a.present, a.peers)});
+        f.evidence.push_back(
+            {"peer group workers running it", fmt::format("{} of {}", a.present, a.peers)});
       } else {
-        f.evidence.push_back({fmt::format("peer median ({} workers)", a.peers),
-                              FormatNs(a.median)});
-        f.evidence.push_back({"robust z-score", fmt::format("{:.1f}", a.scale > 0
-                                                                    ? a.excess() / a.scale
-                                                                    : 0.0)});
+        f.evidence.push_back(
+            {fmt::format("peer median ({} workers)", a.peers), FormatNs(a.median)});
+        f.evidence.push_back(
+            {"robust z-score", fmt::format("{:.1f}", a.scale > 0 ? a.excess() / a.scale : 0.0)});
         // How: slower calls or more calls.
         const double call_ratio = a.peer_calls > 0 ? a.calls / a.peer_calls : 0;
         const double p50_ratio = a.peer_p50 > 0 ? a.p50 / a.peer_p50 : 0;
         std::string how;
         if (call_ratio < 1.2 && p50_ratio < 1.2) {
-          how = fmt::format("same calls ({} per iteration, p50 {} vs {}): the extra time is "
-                            "work between or inside them",
-                            FormatCount(a.calls), FormatNs(a.p50), FormatNs(a.peer_p50));
+          how = fmt::format(
+              "same calls ({} per iteration, p50 {} vs {}): the extra time is "
+              "work between or inside them",
+              FormatCount(a.calls), FormatNs(a.p50), FormatNs(a.peer_p50));
         } else if (call_ratio >= 1.2 && call_ratio >= p50_ratio) {
-          how = fmt::format("more calls: {} per iteration vs {} (p50 {} vs {})",
-                            FormatCount(a.calls), FormatCount(a.peer_calls), FormatNs(a.p50),
-                            FormatNs(a.peer_p50));
+          how =
+              fmt::format("more calls: {} per iteration vs {} (p50 {} vs {})", FormatCount(a.calls),
+                          FormatCount(a.peer_calls), FormatNs(a.p50), FormatNs(a.peer_p50));
         } else {
           how = fmt::format("slower calls: p50 {} vs {} ({:.1f}x), {} calls per iteration vs {}",
-                            FormatNs(a.p50), FormatNs(a.peer_p50), p50_ratio,
-                            FormatCount(a.calls), FormatCount(a.peer_calls));
+                            FormatNs(a.p50), FormatNs(a.peer_p50), p50_ratio, FormatCount(a.calls),
+                            FormatCount(a.peer_calls));
         }
         f.evidence.push_back({"how it differs", how});
       }
       for (const Anomaly& b : top.below) {
-        f.evidence.push_back({"time goes into",
-                              fmt::format("{}: {} -> {} per iteration (+{})",
-                                          functions_[b.fid].name, FormatNs(b.median),
-                                          FormatNs(b.value), FormatNs(b.excess()))});
+        f.evidence.push_back(
+            {"time goes into",
+             fmt::format("{}: {} -> {} per iteration (+{})", functions_[b.fid].name,
+                         FormatNs(b.median), FormatNs(b.value), FormatNs(b.excess()))});
       }
       for (size_t k = 0; k < top.children.size() && k < 3; ++k) {
         const Anomaly& c = top.children[k];
-        f.evidence.push_back({"of which",
-                              fmt::format("{}: {} -> {} per iteration (+{})",
-                                          functions_[c.fid].name, FormatNs(c.median),
-                                          FormatNs(c.value), FormatNs(c.excess()))});
+        f.evidence.push_back(
+            {"of which", fmt::format("{}: {} -> {} per iteration (+{})", functions_[c.fid].name,
+                                     FormatNs(c.median), FormatNs(c.value), FormatNs(c.excess()))});
       }
       if (top.below.empty() && top.children.empty() && has_children_[a.fid]) {
         f.evidence.push_back({"where", fmt::format("in {}'s own code: none of its traced "
@@ -1240,8 +1265,8 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
       }
     }
     if (plural) {
-      f.evidence.push_back({"workers affected",
-                            fmt::format("{} (worst: {})", culprits.size(), WorkerName(w))});
+      f.evidence.push_back(
+          {"workers affected", fmt::format("{} (worst: {})", culprits.size(), WorkerName(w))});
     }
     const WorkerRecord& wr = workers_[w];
     if (!hosts_[wr.host].empty()) {
@@ -1256,11 +1281,31 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
                                         FormatNs(group_wait_median_[a.group]))});
     }
     if (f.category == FindingCategory::kCommunication) {
-      f.evidence.push_back({"compute anomalies on other workers", "none: the time is lost "
-                                                                  "in communication itself"});
+      f.evidence.push_back({"compute anomalies on other workers",
+                            "none: the time is lost "
+                            "in communication itself"});
     }
     f.evidence.push_back({"median iteration (job)", FormatNs(iteration_ns_)});
     f.material = f.lost_ns_per_iteration >= material_ns_;
+    // Consistency: a straggler's median call is slower, or it makes more calls. When neither
+    // explains at least half of the material bar, the excess comes from a few slow calls
+    // (preemption, jitter): material only when it is large (kIntermittentFactor x the bar).
+    if (f.material && !a.only_on_some && a.peer_p50 > 0 && a.fid != kNone) {
+      const double consistent =
+          std::max(0.0, static_cast<double>(a.calls) * (a.p50 - a.peer_p50)) +
+          std::max(0.0, static_cast<double>(a.calls - a.peer_calls)) * a.peer_p50;
+      if (consistent < 0.5 * material_ns_ &&
+          f.lost_ns_per_iteration < kIntermittentFactor * material_ns_) {
+        f.material = false;
+        f.evidence.push_back(
+            {"intermittent",
+             fmt::format("the median call is not slower (p50 {} vs peers' {}) and there are "
+                         "no extra calls: a few slow calls make the excess; below {:.0f}% of "
+                         "the iteration this is treated as noise",
+                         FormatNs(a.p50), FormatNs(a.peer_p50),
+                         100.0 * kIntermittentFactor * options_.material_share)});
+      }
+    }
     Rendered r;
     r.finding = std::move(f);
     r.wants_victims = top.category != FindingCategory::kCommunication &&
@@ -1306,7 +1351,8 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
     auto weight = [&](uint32_t fid) {
       return by_critical ? functions_[fid].sum_critical_ns : functions_[fid].sum_time_ns;
     };
-    std::sort(fids.begin(), fids.end(), [&](uint32_t a, uint32_t b) { return weight(a) > weight(b); });
+    std::sort(fids.begin(), fids.end(),
+              [&](uint32_t a, uint32_t b) { return weight(a) > weight(b); });
     std::erase_if(fids, [&](uint32_t fid) { return weight(fid) <= 0; });
     if (fids.size() > k) fids.resize(k);
     return fids;
@@ -1355,13 +1401,12 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
                             fmt::format("{} ({} of the iteration, median of {} workers with a "
                                         "device)",
                                         FormatNs(lost), FormatShare(share), device_workers)});
-      f.evidence.push_back({"device compute per iteration",
-                            FormatNs(job_median([](const WorkerRecord& wr) {
-                              return wr.compute_ns;
-                            }))});
+      f.evidence.push_back(
+          {"device compute per iteration",
+           FormatNs(job_median([](const WorkerRecord& wr) { return wr.compute_ns; }))});
       f.evidence.push_back({"threshold", FormatShare(kHostBoundShare)});
-      for (uint32_t fid : top_functions([](const FunctionInfo& fn) { return IsHostWorkKind(fn.kind); },
-                                        true, 3)) {
+      for (uint32_t fid :
+           top_functions([](const FunctionInfo& fn) { return IsHostWorkKind(fn.kind); }, true, 3)) {
         f.evidence.push_back({"host function on the critical path",
                               fmt::format("{}: {}/iter (mean of workers)", functions_[fid].name,
                                           FormatNs(per_worker(functions_[fid].sum_critical_ns)))});
@@ -1385,8 +1430,8 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
           "iteration, all workers)",
           f.function.empty() ? "" : " (" + f.function + ")", FormatNs(lost),
           FormatShare(f.lost_share));
-      f.evidence.push_back({"sync on the critical path",
-                            fmt::format("{} ({})", FormatNs(lost), median_of)});
+      f.evidence.push_back(
+          {"sync on the critical path", fmt::format("{} ({})", FormatNs(lost), median_of)});
       for (uint32_t fid : top) {
         const FunctionInfo& fn = functions_[fid];
         f.evidence.push_back({"synchronizing function",
@@ -1409,22 +1454,22 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
             return fn.kind == EventKind::kDataLoad && fn.outermost_kind;
           },
           true, 3);
-      Finding f = JobFinding(fc::kDataCritical, FindingCategory::kDataLoading, "data loader",
-                             lost, top.empty() ? kNone : top[0]);
+      Finding f = JobFinding(fc::kDataCritical, FindingCategory::kDataLoading, "data loader", lost,
+                             top.empty() ? kNone : top[0]);
       f.title = fmt::format(
           "training waits for data: data loading{} takes {}/iter on the critical path ({} of "
           "the iteration, all workers)",
           f.function.empty() ? "" : " (" + f.function + ")", FormatNs(lost),
           FormatShare(f.lost_share));
-      f.evidence.push_back({"data loading on the critical path",
-                            fmt::format("{} ({})", FormatNs(lost), median_of)});
+      f.evidence.push_back(
+          {"data loading on the critical path", fmt::format("{} ({})", FormatNs(lost), median_of)});
       for (uint32_t fid : top) {
         const FunctionInfo& fn = functions_[fid];
-        f.evidence.push_back({"data-loading function",
-                              fmt::format("{}: {}/iter on the critical path, {} calls/iter "
-                                          "(mean of workers)",
-                                          fn.name, FormatNs(per_worker(fn.sum_critical_ns)),
-                                                   FormatCount(per_worker(fn.sum_calls)))});
+        f.evidence.push_back(
+            {"data-loading function", fmt::format("{}: {}/iter on the critical path, {} calls/iter "
+                                                  "(mean of workers)",
+                                                  fn.name, FormatNs(per_worker(fn.sum_critical_ns)),
+                                                  FormatCount(per_worker(fn.sum_calls)))});
       }
       f.evidence.push_back({"median iteration (job)", FormatNs(iteration_ns_)});
       push(std::move(f));
@@ -1440,11 +1485,12 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
           false, 1);
       Finding f = JobFinding(fc::kGc, FindingCategory::kGc, "CPU (Python GC)", lost,
                              top.empty() ? kNone : top[0]);
-      f.title = fmt::format("garbage-collector pauses cost {}/iter ({} of the iteration, all "
-                            "workers)",
-                            FormatNs(lost), FormatShare(f.lost_share));
-      f.evidence.push_back({"GC pauses per iteration", fmt::format("{} ({})", FormatNs(lost),
-                                                                   median_of)});
+      f.title = fmt::format(
+          "garbage-collector pauses cost {}/iter ({} of the iteration, all "
+          "workers)",
+          FormatNs(lost), FormatShare(f.lost_share));
+      f.evidence.push_back(
+          {"GC pauses per iteration", fmt::format("{} ({})", FormatNs(lost), median_of)});
       if (!top.empty()) {
         f.evidence.push_back({"GC pauses per iteration (count)",
                               FormatCount(per_worker(functions_[top[0]].sum_calls))});
@@ -1461,21 +1507,21 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
       auto top = top_functions([](const FunctionInfo& fn) { return fn.pageable; }, false, 3);
       Finding f = JobFinding(fc::kPageableMemcpy, FindingCategory::kMemory, "PCIe", lost,
                              top.empty() ? kNone : top[0]);
-      f.title = fmt::format("copies from pageable host memory{} take {}/iter ({} of the "
-                            "iteration, all workers)",
-                            f.function.empty() ? "" : " (" + f.function + ")", FormatNs(lost),
-                            FormatShare(f.lost_share));
-      f.evidence.push_back({"pageable copies per iteration",
-                            fmt::format("{} ({})", FormatNs(lost), median_of)});
+      f.title = fmt::format(
+          "copies from pageable host memory{} take {}/iter ({} of the "
+          "iteration, all workers)",
+          f.function.empty() ? "" : " (" + f.function + ")", FormatNs(lost),
+          FormatShare(f.lost_share));
+      f.evidence.push_back(
+          {"pageable copies per iteration", fmt::format("{} ({})", FormatNs(lost), median_of)});
       for (uint32_t fid : top) {
         const FunctionInfo& fn = functions_[fid];
         const double bw = fn.sum_time_ns > 0 ? fn.sum_bytes * 1e9 / fn.sum_time_ns : 0;
         f.evidence.push_back(
             {"pageable copy",
              fmt::format("{}: {}/iter, {} per iteration, {}/s achieved (mean of workers){}",
-                                  fn.name, FormatNs(per_worker(fn.sum_time_ns)),
-                                  FormatBytes(per_worker(fn.sum_bytes)), FormatBytes(bw),
-                                  caller(fid))});
+                         fn.name, FormatNs(per_worker(fn.sum_time_ns)),
+                         FormatBytes(per_worker(fn.sum_bytes)), FormatBytes(bw), caller(fid))});
       }
       f.evidence.push_back({"median iteration (job)", FormatNs(iteration_ns_)});
       push(std::move(f));
@@ -1501,8 +1547,9 @@ Diagnosis Localizer::Impl::Finish() {
   d.median_iteration_ns = iteration_ns_;
   CheckDataQuality(d);
   if (iteration_ns_ <= 0) {
-    d.notes.push_back("no iteration or window times in any summary: nothing to compare "
-                      "(check that the profiles cover at least one iteration)");
+    d.notes.push_back(
+        "no iteration or window times in any summary: nothing to compare "
+        "(check that the profiles cover at least one iteration)");
     return d;
   }
   material_ns_ = options_.material_share * iteration_ns_;
@@ -1571,12 +1618,16 @@ Diagnosis Localizer::Impl::Finish() {
   }
   std::vector<WorkerFinding> wfs = Collapse(FindAnomalies(members));
   group_wait_median_.assign(members.size(), 0);
+  group_work_median_.assign(members.size(), 0);
   {
-    std::vector<float> waits;
+    std::vector<float> values;
     for (uint32_t g = 0; g < members.size(); ++g) {
-      waits.clear();
-      for (uint32_t w : members[g]) waits.push_back(workers_[w].wait_fn_ns);
-      group_wait_median_[g] = static_cast<float>(MedianInPlace(waits));
+      values.clear();
+      for (uint32_t w : members[g]) values.push_back(workers_[w].wait_fn_ns);
+      group_wait_median_[g] = static_cast<float>(MedianInPlace(values));
+      values.clear();
+      for (uint32_t w : members[g]) values.push_back(workers_[w].work_ns);
+      group_work_median_[g] = static_cast<float>(MedianInPlace(values));
     }
   }
   ResolveVictims(wfs);
