@@ -47,6 +47,18 @@ constexpr std::array kCatalogue = {
                    "workers; the others wait for them.",
                    "Check whether the extra work is intended on those ranks (checkpointing, "
                    "logging, evaluation, a debug hook) and move it off the critical path."},
+    CatalogueEntry{fc::kCpuContention, FindingCategory::kCpuContention, false,
+                   "A worker is slower than its peers while its threads wait for a CPU far "
+                   "longer (run-queue delay): it is starved of CPU, not running slow code.",
+                   "Find what else runs on that host's cores (top, pidstat -w; other jobs, "
+                   "data-loader workers, OpenMP / MKL threads); pin each rank to its own "
+                   "cores and cap torch.set_num_threads / OMP_NUM_THREADS."},
+    CatalogueEntry{fc::kHang, FindingCategory::kHang, false,
+                   "The job stopped making progress: one rank (or a few) is stuck outside "
+                   "communication while the others wait for it in a collective.",
+                   "Look at the culprit's stack in the report: a dead lock, an endless loop, "
+                   "a stuck data loader or I/O call, or a rank that skipped a collective; set "
+                   "a collective timeout (init_process_group(timeout=...)) so hangs fail fast."},
     CatalogueEntry{fc::kHostBound, FindingCategory::kHostOverhead, false,
                    "The device sits idle for a large share of each iteration while the host "
                    "runs Python / launches work: the job is host- or launch-bound.",

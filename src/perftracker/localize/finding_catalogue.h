@@ -20,6 +20,10 @@ inline constexpr std::string_view kStragglerGc = "PT-STRAGGLER-GC";
 inline constexpr std::string_view kStragglerMemcpy = "PT-STRAGGLER-MEMCPY";
 inline constexpr std::string_view kStragglerUntraced = "PT-STRAGGLER-UNTRACED";
 inline constexpr std::string_view kFunctionOnlyOnSome = "PT-FUNCTION-ONLY-ON-SOME";
+// A straggler whose host shows CPU contention (run-queue delay far above its peers').
+inline constexpr std::string_view kCpuContention = "PT-CPU-CONTENTION";
+// Live mode: the job stopped making progress (HangAnalyzer).
+inline constexpr std::string_view kHang = "PT-HANG";
 // Expectations: problems every worker shares, found without peers.
 inline constexpr std::string_view kHostBound = "PT-HOST-BOUND";
 inline constexpr std::string_view kSyncCritical = "PT-SYNC-CRITICAL";

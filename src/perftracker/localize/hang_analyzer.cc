@@ -1,0 +1,452 @@
+// HangAnalyzer — culprit and victims of a hang, from Python stacks.
+//
+// In synchronous training a hang is nearly always one rank that stopped (stuck in its own
+// code, its data loader, a dead lock, a crashed peer process) while every other rank waits
+// for it inside the next collective. So each rank's *main thread* is classified by its
+// innermost frames (the training loop runs there; other threads are the agent's, the data
+// loader's pin-memory thread, ...):
+//   waiting    the innermost frame that is not the standard library (threading, queue,
+//              selectors: how any wait looks) is torch.distributed, DDP
+//              (torch/nn/parallel/distributed.py), or autograd's backward — DDP waits for
+//              its gradient all-reduce at the end of backward, in C++, so a backward that
+//              never returns is a communication wait — or the innermost frame itself is a
+//              user line calling `.wait(` (an async collective's Work.wait(), C++ has no
+//              frame);
+//   own code   anything else: the rank is stuck in its own Python code or its data loader;
+//   no stacks  the rank sent none (stuck in native code holding the GIL, dead, or
+//              unreachable) or they could not be parsed.
+// Verdict, in order:
+//   1. some ranks in own code, others waiting: the former are the culprits, the latter
+//      their victims;
+//   2. nobody in own code, some without stacks: those are the culprits (the others wait
+//      for them);
+//   3. everybody waiting: the ranks whose last progress (last iteration end) is earliest
+//      are the culprits; waits in *different* collectives are reported as a likely
+//      collective mismatch;
+//   4. nobody waiting: every rank is stuck in its own code; all are culprits.
+// Evidence: the culprit's innermost user frames (file:line function; user = not the
+// standard library, site- or dist-packages), its source line, which collective the victims
+// wait in, the silence since each side's last progress, and the ranks without stacks.
+#include "perftracker/localize/hang_analyzer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+#include "perftracker/localize/finding_catalogue.h"
+
+namespace perftracker {
+namespace {
+
+constexpr size_t kUserFramesShown = 3;
+constexpr size_t kStackFramesShown = 12;
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+bool Contains(std::string_view s, std::string_view part) {
+  return s.find(part) != std::string_view::npos;
+}
+
+// `File "<file>", line <n>, in <function>` (traceback) or `File "<file>", line <n> in
+// <function>` (faulthandler).
+bool ParseFrameLine(std::string_view line, StackFrame* frame) {
+  line = Trim(line);
+  if (!line.starts_with("File \"")) return false;
+  line.remove_prefix(6);
+  const size_t quote = line.find("\", line ");
+  if (quote == std::string_view::npos) return false;
+  frame->file = std::string(line.substr(0, quote));
+  line.remove_prefix(quote + 8);
+  int32_t number = 0;
+  const auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), number);
+  if (ec != std::errc()) return false;
+  frame->line = number;
+  line.remove_prefix(static_cast<size_t>(ptr - line.data()));
+  if (line.starts_with(",")) line.remove_prefix(1);
+  line = Trim(line);
+  if (line.starts_with("in ")) line.remove_prefix(3);
+  frame->function = std::string(Trim(line));
+  frame->code.clear();
+  return true;
+}
+
+bool IsStdlib(const StackFrame& f) {
+  if (f.file.starts_with("<")) return true;  // <frozen importlib._bootstrap>, <string>
+  if (Contains(f.file, "site-packages/") || Contains(f.file, "dist-packages/")) return false;
+  return Contains(f.file, "/lib/python3") || Contains(f.file, "/lib64/python3");
+}
+
+bool IsLibrary(const StackFrame& f) {
+  return IsStdlib(f) || Contains(f.file, "site-packages/") || Contains(f.file, "dist-packages/");
+}
+
+bool IsGenericName(std::string_view name) {
+  return name == "wrapper" || name == "inner" || name == "_fn" || name == "wait" ||
+         name == "_wait" || name == "__call__" || name == "_call_impl" ||
+         name == "_wrapped_call_impl";
+}
+
+std::string Basename(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+std::string FrameText(const StackFrame& f) {
+  return fmt::format("{}:{} {}", f.file, f.line, f.function);
+}
+
+std::string FormatSeconds(int64_t ns) {
+  const double s = static_cast<double>(ns) / 1e9;
+  return s >= 10 ? fmt::format("{:.0f} s", s) : fmt::format("{:.1f} s", s);
+}
+
+std::string RankList(std::vector<int32_t> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i == 8) {
+      out += fmt::format(" ... ({} in all)", ranks.size());
+      break;
+    }
+    out += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+enum class Where : uint8_t { kNoStacks, kWaiting, kOwnCode };
+
+struct Classified {
+  int32_t rank = -1;
+  int64_t last_progress_ns = 0;
+  Where where = Where::kNoStacks;
+  std::string why_no_stacks;
+  std::string wait_label;                // kWaiting: "all_reduce", "backward (DDP ...)"
+  std::vector<StackFrame> frames;        // main thread, outermost first
+  std::vector<const StackFrame*> user;   // innermost user frames, innermost first
+  bool data_loader = false;              // kOwnCode: stuck in the data loader
+};
+
+Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
+                    int64_t last_progress_ns) {
+  Classified c;
+  c.rank = rank;
+  c.last_progress_ns = last_progress_ns;
+  if (!stacks.has_value()) {
+    c.why_no_stacks = "no stacks received";
+    return c;
+  }
+  std::vector<ThreadStack> threads = ParsePythonStacks(*stacks);
+  const ThreadStack* main = nullptr;
+  for (const auto& t : threads) {
+    if (t.name == "MainThread") main = &t;
+  }
+  if (main == nullptr && !threads.empty()) main = &threads.front();
+  if (main == nullptr || main->frames.empty()) {
+    c.why_no_stacks = "stacks unreadable (no thread with frames)";
+    return c;
+  }
+  c.frames = main->frames;
+  const auto& fr = c.frames;
+  // Innermost user frames.
+  for (size_t i = fr.size(); i-- > 0 && c.user.size() < kUserFramesShown;) {
+    if (!IsLibrary(fr[i])) c.user.push_back(&fr[i]);
+  }
+  // The innermost frame that is not the standard library.
+  size_t inner = fr.size();
+  for (size_t i = fr.size(); i-- > 0;) {
+    if (!IsStdlib(fr[i])) {
+      inner = i;
+      break;
+    }
+  }
+  c.where = Where::kOwnCode;
+  if (inner == fr.size()) return c;
+  const StackFrame& f = fr[inner];
+  if (Contains(f.file, "torch/distributed/")) {
+    c.where = Where::kWaiting;
+    c.wait_label = f.function;
+    for (size_t i = inner + 1; i-- > 0 && Contains(fr[i].file, "torch/distributed/");) {
+      if (!IsGenericName(fr[i].function)) {
+        c.wait_label = fr[i].function;
+        break;
+      }
+    }
+  } else if (Contains(f.file, "torch/nn/parallel/distributed.py")) {
+    c.where = Where::kWaiting;
+    c.wait_label = fmt::format("DistributedDataParallel.{}", f.function);
+  } else if (Contains(f.file, "torch/autograd/") || Contains(f.file, "torch/_tensor.py")) {
+    c.where = Where::kWaiting;
+    c.wait_label = "backward (DDP gradient all-reduce)";
+  } else if (inner + 1 == fr.size() && !IsLibrary(f) && Contains(f.code, ".wait(")) {
+    c.where = Where::kWaiting;
+    c.wait_label = fmt::format("{} (an async collective's wait)", Trim(f.code));
+  } else if (Contains(f.file, "torch/utils/data/")) {
+    c.data_loader = true;
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<ThreadStack> ParsePythonStacks(std::string_view text) {
+  std::vector<ThreadStack> threads;
+  bool innermost_first = false;
+  auto finish = [&] {
+    if (!threads.empty() && innermost_first) {
+      std::reverse(threads.back().frames.begin(), threads.back().frames.end());
+    }
+  };
+  bool last_was_frame = false;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string_view raw = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    const std::string_view line = Trim(raw);
+    const bool header = (line.starts_with("Thread ") || line.starts_with("Current thread ")) &&
+                        Contains(line, "(most recent call");
+    if (header) {
+      finish();
+      ThreadStack t;
+      std::string_view rest = line.substr(line.find("hread ") + 6);
+      const size_t space = rest.find(' ');
+      t.id = std::string(rest.substr(0, space));
+      rest.remove_prefix(space == std::string_view::npos ? rest.size() : space);
+      rest = Trim(rest);
+      // Optional "(<name>)" before "(most recent call ...)".
+      if (rest.starts_with("(") && !rest.starts_with("(most recent call")) {
+        const size_t close = rest.find(')');
+        if (close != std::string_view::npos) t.name = std::string(rest.substr(1, close - 1));
+      }
+      innermost_first = Contains(line, "(most recent call first)");
+      threads.push_back(std::move(t));
+      last_was_frame = false;
+      continue;
+    }
+    StackFrame frame;
+    if (ParseFrameLine(line, &frame)) {
+      if (threads.empty()) threads.emplace_back();  // frames without a header: one thread
+      threads.back().frames.push_back(std::move(frame));
+      last_was_frame = true;
+      continue;
+    }
+    // The source line under a frame (indented deeper than "File").
+    if (last_was_frame && !line.empty() && !threads.empty() && !threads.back().frames.empty() &&
+        threads.back().frames.back().code.empty()) {
+      threads.back().frames.back().code = std::string(line);
+    }
+    last_was_frame = false;
+  }
+  finish();
+  return threads;
+}
+
+void HangAnalyzer::AddRank(int32_t rank, std::optional<std::string> stacks,
+                           int64_t last_progress_ns) {
+  ranks_.push_back(Rank{rank, std::move(stacks), last_progress_ns});
+}
+
+Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
+  Finding f;
+  f.code = std::string(finding_codes::kHang);
+  f.category = FindingCategory::kHang;
+  f.material = true;
+  f.lost_share = 1.0;
+  std::vector<Classified> all;
+  for (const auto& r : ranks_) all.push_back(Classify(r.rank, r.stacks, r.last_progress_ns));
+  std::sort(all.begin(), all.end(),
+            [](const Classified& a, const Classified& b) { return a.rank < b.rank; });
+  std::vector<const Classified*> waiting, own, missing;
+  for (const auto& c : all) {
+    (c.where == Where::kWaiting ? waiting : c.where == Where::kOwnCode ? own : missing)
+        .push_back(&c);
+  }
+  auto ranks_of = [](const std::vector<const Classified*>& cs) {
+    std::vector<int32_t> out;
+    for (const auto* c : cs) out.push_back(c->rank);
+    return out;
+  };
+  // Waiting ranks by what they wait in: "ranks 0, 1, 3 wait in all_reduce".
+  std::map<std::string, std::vector<int32_t>> by_wait;
+  for (const auto* c : waiting) by_wait[c->wait_label].push_back(c->rank);
+  std::string wait_phrase;
+  for (const auto& [label, ranks] : by_wait) {
+    if (!wait_phrase.empty()) wait_phrase += "; ";
+    wait_phrase += fmt::format("{} wait{} in {}", RankList(ranks), ranks.size() == 1 ? "s" : "",
+                               label);
+  }
+  auto earliest = [](const std::vector<const Classified*>& cs) {
+    std::vector<const Classified*> out;
+    int64_t best = INT64_MAX;
+    for (const auto* c : cs) {
+      if (c->last_progress_ns > 0) best = std::min(best, c->last_progress_ns);
+    }
+    for (const auto* c : cs) {
+      if (c->last_progress_ns > 0 && c->last_progress_ns == best) out.push_back(c);
+    }
+    return out;
+  };
+
+  std::vector<const Classified*> culprits, victims;
+  std::string verdict;
+  if (!own.empty() && !waiting.empty()) {
+    culprits = own;
+    victims = waiting;
+  } else if (own.empty() && !missing.empty() && !waiting.empty()) {
+    culprits = missing;
+    victims = waiting;
+  } else if (own.empty()) {
+    // Everybody waits (or nobody sent stacks): who stopped first.
+    std::vector<const Classified*> pool = waiting.empty() ? missing : waiting;
+    culprits = earliest(pool);
+    for (const auto* c : pool) {
+      if (std::find(culprits.begin(), culprits.end(), c) == culprits.end()) victims.push_back(c);
+    }
+    verdict = culprits.empty() ? "no rank's last progress is known" : "earliest last progress";
+  } else {
+    culprits = own;  // nobody waits: every rank is stuck in its own code
+  }
+
+  const Classified* worst = culprits.empty() ? nullptr : culprits.front();
+  for (const auto* c : culprits) f.workers.push_back(c->rank);
+  for (const auto* c : victims) {
+    if (c->where == Where::kWaiting) f.victims.push_back(c->rank);
+  }
+  // Silence: the earliest last progress of the culprits (or of anyone).
+  int64_t stopped = 0;
+  for (const auto* c : culprits.empty() ? std::vector<const Classified*>{} : culprits) {
+    if (c->last_progress_ns > 0) stopped = stopped == 0 ? c->last_progress_ns
+                                                        : std::min(stopped, c->last_progress_ns);
+  }
+  if (stopped == 0) {
+    for (const auto& c : all) {
+      if (c.last_progress_ns > 0) {
+        stopped = stopped == 0 ? c.last_progress_ns : std::min(stopped, c.last_progress_ns);
+      }
+    }
+  }
+  f.lost_ns_per_iteration = stopped > 0 && now_ns > stopped ? static_cast<double>(now_ns - stopped)
+                                                             : 0;
+  const std::string who = culprits.empty() ? "no rank" : RankList(ranks_of(culprits));
+  const std::string silence =
+      f.lost_ns_per_iteration > 0
+          ? fmt::format(", no progress for {}",
+                        FormatSeconds(static_cast<int64_t>(f.lost_ns_per_iteration)))
+          : "";
+
+  if (worst != nullptr && worst->where == Where::kOwnCode) {
+    const StackFrame* top = worst->user.empty() ? &worst->frames.back() : worst->user.front();
+    f.function = top->function;
+    f.function_key = FrameText(*top);
+    f.resource = worst->data_loader ? "data loader" : "the rank's own code";
+    const std::string at = fmt::format("{}:{} {}", Basename(top->file), top->line, top->function);
+    if (waiting.empty()) {
+      f.title = fmt::format("the job hangs: {} {} stuck in their own code (e.g. {}){}", who,
+                            culprits.size() == 1 ? "is" : "are", at, silence);
+    } else {
+      f.title = fmt::format("{} hang{} in {} while {}{}", who, culprits.size() == 1 ? "s" : "",
+                            at, wait_phrase, silence);
+    }
+    std::string frames;
+    for (const StackFrame* u : worst->user) {
+      frames += (frames.empty() ? "" : " <- ") + FrameText(*u);
+    }
+    f.evidence.push_back({fmt::format("innermost user frames on rank {}", worst->rank),
+                          frames.empty() ? "none (only library frames)" : frames});
+    if (!top->code.empty()) {
+      f.evidence.push_back({"source line", fmt::format("{}: {}", FrameText(*top), top->code)});
+    }
+    const StackFrame& innermost = worst->frames.back();
+    if (&innermost != top) {
+      f.evidence.push_back({"innermost frame", FrameText(innermost)});
+    }
+  } else if (waiting.empty()) {
+    f.resource = "process (no Python stacks)";
+    f.title = culprits.empty()
+                  ? std::string("the job hangs: no rank sent usable Python stacks and no "
+                                "rank's last progress is known")
+                  : fmt::format("the job hangs: no rank sent usable Python stacks; {} stopped "
+                                "first ({}){}",
+                                who, verdict, silence);
+  } else if (worst != nullptr && worst->where == Where::kNoStacks) {
+    f.resource = "process (no Python stacks)";
+    f.title = fmt::format("{} sent no Python stacks while {}{}: stuck in native code holding "
+                          "the GIL, dead, or unreachable",
+                          who, wait_phrase.empty() ? "the others wait" : wait_phrase, silence);
+  } else {
+    f.resource = "communication (a collective never completed)";
+    if (worst != nullptr && worst->where == Where::kWaiting) {
+      f.function = worst->wait_label;
+    }
+    f.title = fmt::format("every rank waits in a collective{}; {} stopped first ({})",
+                          by_wait.size() > 1 ? " (different ones: a collective mismatch?)" : "",
+                          who, verdict);
+  }
+  if (!wait_phrase.empty()) f.evidence.push_back({"waiting in a collective", wait_phrase});
+  if (by_wait.size() > 1) {
+    f.evidence.push_back({"collective mismatch",
+                          "ranks wait in different collectives: check that every rank calls "
+                          "the same collectives in the same order"});
+  }
+  // Last progress: the culprits' vs the others'.
+  if (now_ns > 0) {
+    auto ago = [&](const std::vector<const Classified*>& cs) -> std::string {
+      std::vector<int64_t> v;
+      for (const auto* c : cs) {
+        if (c->last_progress_ns > 0 && now_ns >= c->last_progress_ns) {
+          v.push_back(now_ns - c->last_progress_ns);
+        }
+      }
+      if (v.empty()) return "";
+      std::sort(v.begin(), v.end());
+      return FormatSeconds(v[v.size() / 2]) + " ago";
+    };
+    std::vector<const Classified*> others;
+    for (const auto& c : all) {
+      if (std::find(culprits.begin(), culprits.end(), &c) == culprits.end()) {
+        others.push_back(&c);
+      }
+    }
+    const std::string culprit_ago = ago(culprits);
+    const std::string others_ago = ago(others);
+    if (!culprit_ago.empty() || !others_ago.empty()) {
+      f.evidence.push_back(
+          {"last progress (iteration end)",
+           fmt::format("{}: {}{}", who, culprit_ago.empty() ? "unknown" : culprit_ago,
+                       others_ago.empty() ? "" : fmt::format("; the others: {} (median)",
+                                                             others_ago))});
+    }
+  }
+  if (mean_iteration_ns > 0 && f.lost_ns_per_iteration > 0) {
+    f.evidence.push_back(
+        {"silence", fmt::format("{:.1f}x the mean iteration ({})",
+                                f.lost_ns_per_iteration / static_cast<double>(mean_iteration_ns),
+                                FormatSeconds(mean_iteration_ns))});
+  }
+  for (const auto* c : missing) {
+    f.evidence.push_back({fmt::format("rank {}", c->rank), c->why_no_stacks});
+  }
+  if (worst != nullptr && !worst->frames.empty()) {
+    std::string stack;
+    const size_t n = worst->frames.size();
+    for (size_t i = n; i-- > 0 && n - i <= kStackFramesShown;) {
+      stack += (stack.empty() ? "" : "\n") + FrameText(worst->frames[i]);
+    }
+    if (n > kStackFramesShown) stack += fmt::format("\n... ({} outer frames)", n - kStackFramesShown);
+    f.evidence.push_back({fmt::format("main-thread stack on rank {} (innermost first)",
+                                      worst->rank),
+                          stack});
+  }
+  return f;
+}
+
+}  // namespace perftracker
