@@ -1,0 +1,104 @@
+#include "perftracker/collector/agent_message.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace perftracker {
+namespace {
+
+TEST(AgentMessageTest, ParsesAHello) {
+  AgentMessage m;
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"hello","pid":4242,"rank":3,"world_size":4,)"
+                              R"("local_rank":3,"host":"node7","shm":"/dev/shm/x","version":1})",
+                              &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.type, AgentMessageType::kHello);
+  EXPECT_EQ(m.worker.pid, 4242);
+  EXPECT_EQ(m.worker.rank, 3);
+  EXPECT_EQ(m.worker.world_size, 4);
+  EXPECT_EQ(m.worker.local_rank, 3);
+  EXPECT_EQ(m.worker.host, "node7");
+  EXPECT_EQ(m.shm_path, "/dev/shm/x");
+  EXPECT_EQ(m.version, 1);
+}
+
+TEST(AgentMessageTest, ParsesEveryAgentMessageType) {
+  AgentMessage m;
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"iteration","rank":1,"end_ns":5000,"duration_ns":100})", &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.type, AgentMessageType::kIteration);
+  EXPECT_EQ(m.end_ns, 5000);
+  EXPECT_EQ(m.duration_ns, 100);
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"trigger","rank":2,"reason":"hang","detail":"quiet"})", &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.reason, WindowReason::kHang);
+  EXPECT_EQ(m.detail, "quiet");
+  ASSERT_EQ(ParseAgentMessage(
+                R"({"type":"window_done","rank":2,"window":7,"events":10,"dropped":3})", &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.window, 7u);
+  EXPECT_EQ(m.events, 10u);
+  EXPECT_EQ(m.dropped, 3u);
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"stacks","rank":0,"window":1,"text":"a\nb"})", &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.text, "a\nb");
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"bye","rank":0})", &m), ParseOutcome::kOk);
+  EXPECT_EQ(m.type, AgentMessageType::kBye);
+}
+
+TEST(AgentMessageTest, RejectsMalformedMessagesWithAReason) {
+  AgentMessage m;
+  std::string error;
+  EXPECT_EQ(ParseAgentMessage("{not json", &m, &error), ParseOutcome::kMalformed);
+  EXPECT_EQ(error, "not valid JSON");
+  EXPECT_EQ(ParseAgentMessage("[1,2]", &m, &error), ParseOutcome::kMalformed);
+  EXPECT_EQ(error, "not a JSON object");
+  EXPECT_EQ(ParseAgentMessage(R"({"rank":1})", &m, &error), ParseOutcome::kMalformed);
+  // Wrong types never throw, they name the field.
+  EXPECT_EQ(ParseAgentMessage(R"({"type":"hello","pid":"12","rank":0,"shm":"/x"})", &m, &error),
+            ParseOutcome::kMalformed);
+  EXPECT_EQ(error, "'hello' message without a valid 'pid' field");
+  EXPECT_EQ(ParseAgentMessage(R"({"type":"hello","pid":12,"rank":0})", &m, &error),
+            ParseOutcome::kMalformed);
+  EXPECT_EQ(error, "'hello' message without a valid 'shm' field");
+  EXPECT_EQ(ParseAgentMessage(R"({"type":"trigger","rank":0,"reason":"boom"})", &m, &error),
+            ParseOutcome::kMalformed);
+  EXPECT_EQ(ParseAgentMessage(R"({"type":"iteration","rank":1e99,"end_ns":1,"duration_ns":1})", &m,
+                              &error),
+            ParseOutcome::kMalformed);
+  EXPECT_EQ(ParseAgentMessage(R"({"type":"window_done","rank":0,"window":-1})", &m, &error),
+            ParseOutcome::kMalformed);
+}
+
+TEST(AgentMessageTest, UnknownTypesAreTheirOwnOutcome) {
+  AgentMessage m;
+  std::string error;
+  EXPECT_EQ(ParseAgentMessage(R"({"type":"telemetry","x":1})", &m, &error),
+            ParseOutcome::kUnknownType);
+  EXPECT_EQ(error, "unknown message type 'telemetry'");
+}
+
+TEST(AgentMessageTest, CollectorMessagesAreOneJsonLine) {
+  WindowSpec w;
+  w.id = 3;
+  w.start_ns = 1700000000123456789;
+  w.duration_ns = 20'000'000'000;
+  w.reason = WindowReason::kSlowdown;
+  const std::string line = WindowMessage(w);
+  ASSERT_EQ(line.back(), '\n');
+  EXPECT_EQ(line.find('\n'), line.size() - 1);
+  const auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["type"], "window");
+  EXPECT_EQ(j["window"], 3);
+  EXPECT_EQ(j["start_ns"].get<int64_t>(), 1700000000123456789);
+  EXPECT_EQ(j["duration_ns"].get<int64_t>(), 20'000'000'000);
+  EXPECT_EQ(j["reason"], "slowdown");
+  const auto d = nlohmann::json::parse(DumpStacksMessage(9));
+  EXPECT_EQ(d["type"], "dump_stacks");
+  EXPECT_EQ(d["window"], 9);
+}
+
+}  // namespace
+}  // namespace perftracker

@@ -1,0 +1,175 @@
+#include "perftracker/collector/agent_rings.h"
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+namespace perftracker {
+namespace {
+
+constexpr size_t kBatch = 4096;
+// Events may start this much before the window's start and still count: the agent turns
+// its hooks on when it sees the start on its own clock reading, a few µs either way.
+constexpr int64_t kStartSlackNs = 100'000'000;
+
+}  // namespace
+
+AgentRings::AgentRings(std::unique_ptr<AgentShm> shm, WorkerInfo worker)
+    : shm_(std::move(shm)), worker_(std::move(worker)) {
+  batch_.resize(kBatch);
+}
+
+AgentRings::~AgentRings() = default;
+
+void AgentRings::SyncFunctions() {
+  const uint32_t published = shm_->functions_published();
+  for (uint32_t id = static_cast<uint32_t>(local_ids_.size()); id < published; ++id) {
+    // Copy the slot first: the agent does not rewrite published slots, but a broken or
+    // hostile agent might, and every check must see the same values.
+    const FunctionSlot slot = shm_->function(id);
+    const bool parent_ok = slot.parent == FunctionTable::kNoParent || slot.parent < id;
+    const bool valid = slot.id == id && parent_ok && slot.kind < kNumEventKinds &&
+                       slot.name_len <= FunctionSlot::kMaxName;
+    uint32_t local = 0;
+    if (valid) {
+      const uint32_t parent =
+          slot.parent == FunctionTable::kNoParent ? FunctionTable::kNoParent : local_ids_[slot.parent];
+      local = functions_.Intern(static_cast<EventKind>(slot.kind),
+                                std::string_view(slot.name, slot.name_len), parent);
+    } else {
+      ++stats_.invalid_functions;
+      local = functions_.Intern(EventKind::kPythonCall, fmt::format("<invalid function {}>", id));
+    }
+    local_ids_.push_back(local);
+  }
+}
+
+size_t AgentRings::Drain(size_t max_events) {
+  ShmHeader* h = shm_->header();
+  const int rings = static_cast<int>(
+      std::min(h->rings_claimed.load(std::memory_order_acquire), h->num_rings));
+  size_t total = 0;
+  for (int r = 0; r < rings && total < max_events; ++r) {
+    for (;;) {
+      const size_t want = std::min(kBatch, max_events - total);
+      if (want == 0) break;
+      const size_t n = shm_->Pop(r, batch_.data(), want);
+      if (n == 0) break;
+      total += n;
+      stats_.events_drained += n;
+      // Every function an event in this batch uses was published before the event was
+      // pushed: syncing after the pop makes them all known.
+      SyncFunctions();
+      for (size_t i = 0; i < n; ++i) Route(r, batch_[i]);
+      if (n < want) break;
+    }
+  }
+  return total;
+}
+
+void AgentRings::Route(int ring, const Event& event) {
+  if (!window_ || event.start_ns < window_->start_ns - kStartSlackNs ||
+      event.start_ns >= window_end_ns_) {
+    ++stats_.events_outside;
+    return;
+  }
+  if (event.function_id >= local_ids_.size() ||
+      static_cast<uint8_t>(event.kind) >= kNumEventKinds) {
+    ++stats_.malformed_events;
+    ++window_malformed_;
+    return;
+  }
+  Event ev = event;
+  ev.function_id = local_ids_[event.function_id];
+  if (tracks_announced_.insert(ev.track_id).second) {
+    TrackInfo track;
+    track.track_id = ev.track_id;
+    track.kind = (ev.flags & kEventFlagOnDevice) ? TrackKind::kDeviceStream : TrackKind::kHostThread;
+    const uint64_t tid = shm_->ring_header(ring)->thread_id;
+    track.name = fmt::format("thread {}", tid != 0 ? tid : ev.track_id);
+    summarizer_->OnTrack(track);
+  }
+  if (ev.kind == EventKind::kIteration) saw_iteration_event_ = true;
+  ++stats_.events_in_window;
+  summarizer_->OnEvent(ev);
+}
+
+void AgentRings::BeginWindow(const WindowSpec& window) {
+  window_ = window;
+  window_end_ns_ = window.end_ns();
+  summarizer_ = std::make_unique<WindowSummarizer>(&functions_);
+  tracks_announced_.clear();
+  dropped_at_start_ = shm_->TotalDropped();
+  window_malformed_ = 0;
+  agent_dropped_ = 0;
+  agent_events_ = 0;
+  saw_iteration_event_ = false;
+  iterations_.clear();
+}
+
+void AgentRings::TruncateWindow(int64_t end_ns) {
+  if (window_) window_end_ns_ = std::max(window_->start_ns, std::min(window_end_ns_, end_ns));
+}
+
+void AgentRings::AddMetric(const MetricSample& sample) {
+  if (!window_ || sample.time_ns < window_->start_ns || sample.time_ns > window_end_ns_) return;
+  summarizer_->OnMetric(sample);
+}
+
+void AgentRings::AddIteration(int64_t end_ns, int64_t duration_ns) {
+  if (!window_) return;
+  const int64_t start_ns = end_ns - duration_ns;
+  if (start_ns < window_->start_ns || end_ns > window_end_ns_) return;
+  if (iterations_.size() < 100000) iterations_.emplace_back(start_ns, end_ns);
+}
+
+void AgentRings::SetAgentCounts(uint64_t events, uint64_t dropped) {
+  agent_events_ = events;
+  agent_dropped_ = dropped;
+}
+
+WorkerSummary AgentRings::FinishWindow() {
+  // What the agent pushed before it turned its hooks off is in the rings now.
+  // (Bounded: an agent that keeps pushing cannot keep the collector here.)
+  constexpr size_t kFinalDrain = 1u << 20;
+  for (int i = 0; i < 4 && Drain(kFinalDrain) == kFinalDrain; ++i) {
+  }
+  WorkerSummary summary = summarizer_->Finish();
+  summary.rank = worker_.rank;
+  summary.host = worker_.host;
+  summary.source = fmt::format("pid {}", worker_.pid);
+  if (summary.stats.events == 0) {
+    summary.window_start_ns = window_->start_ns;
+    summary.window_end_ns = window_end_ns_;
+  }
+  // The always-on detector's iterations, when the rings carried none: durations only (the
+  // breakdown needs the events' nesting, which these do not carry).
+  if (summary.iterations.empty() && !saw_iteration_event_) {
+    std::sort(iterations_.begin(), iterations_.end());
+    for (const auto& [start, end] : iterations_) {
+      IterationSummary it;
+      it.start_ns = start;
+      it.duration_ns = end - start;
+      summary.iterations.push_back(it);
+    }
+  }
+  const uint64_t shm_dropped = shm_->TotalDropped() - dropped_at_start_;
+  summary.stats.dropped_events += std::max(shm_dropped, agent_dropped_);
+  summary.stats.malformed_events += window_malformed_;
+  if (summary.stats.dropped_events > 0 && summary.stats.first_problem.empty()) {
+    summary.stats.first_problem = fmt::format(
+        "{} events were dropped by the agent (full rings): raise --ring-events or --rings",
+        summary.stats.dropped_events);
+  }
+  AbandonWindow();
+  return summary;
+}
+
+void AgentRings::AbandonWindow() {
+  window_.reset();
+  summarizer_.reset();
+  tracks_announced_.clear();
+  iterations_.clear();
+}
+
+}  // namespace perftracker

@@ -1,0 +1,105 @@
+// AgentRings: the collector's side of one agent's shared-memory file (core/agent_shm.h):
+// drains its rings, resolves its function ids and summarizes the events of a window.
+//
+// Identity. The agent publishes function slots (kind, name, parent slot) in its file before
+// it pushes the first event that uses them. AgentRings copies newly published slots into
+// its own FunctionTable *after* popping a batch of events (an event's function is always
+// published before the event, so every id in the batch is then known), keeping the parent
+// chain: the FunctionTable key of a Python call is its whole call path, the same string on
+// every rank. Slots are validated (id, parent below the slot, known kind, name length);
+// an invalid slot becomes a root "<invalid function N>" and is counted, never trusted.
+//
+// Windows. Between BeginWindow() and FinishWindow() the events whose start lies in the
+// window's span go to a fresh WindowSummarizer (with their track announced once, named
+// after the ring's thread); other events are drained and discarded (counted), so rings
+// never fill outside windows either. Drops are read from the file's counters: the summary
+// reports the drops that happened since the window began (and the agent's own count, when
+// it sent one, whichever is larger: both count the same full-ring events).
+//
+// Not thread-safe: one owner (the collector serializes access per agent).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "perftracker/collector/coordinator_link.h"
+#include "perftracker/core/agent_shm.h"
+#include "perftracker/core/function_table.h"
+#include "perftracker/summary/window_summarizer.h"
+
+namespace perftracker {
+
+struct AgentRingsStats {
+  uint64_t events_drained = 0;     // all events popped from the rings
+  uint64_t events_in_window = 0;   // handed to a window's summarizer
+  uint64_t events_outside = 0;     // popped outside any window (discarded)
+  uint64_t malformed_events = 0;   // unknown function id, unknown kind
+  uint64_t invalid_functions = 0;  // published slots that failed validation
+};
+
+class AgentRings {
+ public:
+  AgentRings(std::unique_ptr<AgentShm> shm, WorkerInfo worker);
+  ~AgentRings();
+  AgentRings(const AgentRings&) = delete;
+  AgentRings& operator=(const AgentRings&) = delete;
+
+  // Pops up to `max_events` events (over all rings) and routes them. Returns how many were
+  // popped; call again while it returns max_events.
+  size_t Drain(size_t max_events);
+
+  // Starts summarizing `window`. A window still open is discarded.
+  void BeginWindow(const WindowSpec& window);
+  bool in_window() const { return window_.has_value(); }
+  const std::optional<WindowSpec>& window() const { return window_; }
+  // Ends the window's span early (the job is ending): later events are not summarized.
+  void TruncateWindow(int64_t end_ns);
+  // A host metric sample: summarized when it falls inside the open window.
+  void AddMetric(const MetricSample& sample);
+  // An iteration the agent's detector closed (from `iteration` messages): used for the
+  // window's iterations when the rings carried no iteration events.
+  void AddIteration(int64_t end_ns, int64_t duration_ns);
+  // The agent's `window_done` counts.
+  void SetAgentCounts(uint64_t events, uint64_t dropped);
+  // Drains what is left, closes the window and returns its summary (rank, host and source
+  // "pid N" filled in). Requires in_window().
+  WorkerSummary FinishWindow();
+  // Drops the open window without a summary.
+  void AbandonWindow();
+
+  const WorkerInfo& worker() const { return worker_; }
+  void set_worker(const WorkerInfo& worker) { worker_ = worker; }
+  const AgentRingsStats& stats() const { return stats_; }
+  const FunctionTable& functions() const { return functions_; }
+  AgentShm* shm() { return shm_.get(); }
+
+ private:
+  void SyncFunctions();
+  void Route(int ring, const Event& event);
+
+  std::unique_ptr<AgentShm> shm_;
+  WorkerInfo worker_;
+  FunctionTable functions_;
+  std::vector<uint32_t> local_ids_;  // agent function id -> functions_ id
+  std::vector<Event> batch_;
+  AgentRingsStats stats_;
+
+  // Open window.
+  std::optional<WindowSpec> window_;
+  int64_t window_end_ns_ = 0;  // the span's end (TruncateWindow may move it earlier)
+  std::unique_ptr<WindowSummarizer> summarizer_;
+  std::unordered_set<uint32_t> tracks_announced_;
+  uint64_t dropped_at_start_ = 0;
+  uint64_t window_malformed_ = 0;
+  uint64_t agent_dropped_ = 0;
+  uint64_t agent_events_ = 0;
+  bool saw_iteration_event_ = false;
+  std::vector<std::pair<int64_t, int64_t>> iterations_;  // (start, end) from messages
+  uint32_t iteration_function_ = FunctionTable::kNoParent;
+};
+
+}  // namespace perftracker

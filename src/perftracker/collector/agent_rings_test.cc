@@ -1,0 +1,170 @@
+#include "perftracker/collector/agent_rings.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace perftracker {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kT0 = 1'700'000'000'000'000'000;
+
+class AgentRingsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = "/dev/shm/perftracker-rings-test-" + std::to_string(getpid());
+    AgentShmOptions o;
+    o.num_rings = 2;
+    o.ring_capacity = 64;
+    o.function_capacity = 16;
+    auto agent = AgentShm::Create(path_, 1, o);
+    ASSERT_TRUE(agent.ok()) << agent.status().message();
+    agent_ = std::move(agent.value());
+    auto mine = AgentShm::Open(path_);
+    ASSERT_TRUE(mine.ok()) << mine.status().message();
+    WorkerInfo w;
+    w.rank = 1;
+    w.pid = 77;
+    w.host = "node1";
+    rings_ = std::make_unique<AgentRings>(std::move(mine.value()), w);
+    ring_ = agent_->ClaimRing(4242);
+  }
+  void TearDown() override { unlink(path_.c_str()); }
+
+  void Push(uint32_t fn, int64_t start_ms, int64_t end_ms,
+            EventKind kind = EventKind::kPythonCall) {
+    Event e;
+    e.start_ns = kT0 + start_ms * kMs;
+    e.end_ns = kT0 + end_ms * kMs;
+    e.function_id = fn;
+    e.kind = kind;
+    e.track_id = 4242;
+    ASSERT_TRUE(agent_->Push(ring_, e));
+  }
+
+  static const FunctionSummary* Find(const WorkerSummary& s, const std::string& key) {
+    for (const auto& f : s.functions) {
+      if (f.key == key) return &f;
+    }
+    return nullptr;
+  }
+
+  std::string path_;
+  std::unique_ptr<AgentShm> agent_;
+  std::unique_ptr<AgentRings> rings_;
+  int ring_ = -1;
+};
+
+TEST_F(AgentRingsTest, SummarizesWindowEventsUnderTheirPublishedCallPaths) {
+  // train() > step() > forward(): ids 0, 1, 2 with the parent chain of the agent's table.
+  ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "train.py:10 train", UINT32_MAX));
+  ASSERT_TRUE(agent_->PublishFunction(1, EventKind::kPythonCall, "train.py:20 step", 0));
+  ASSERT_TRUE(agent_->PublishFunction(2, EventKind::kPythonCall, "model.py:5 forward", 1));
+  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  rings_->BeginWindow(w);
+  for (int i = 0; i < 4; ++i) {
+    const int64_t base = 100 + i * 100;
+    Push(2, base + 10, base + 40);
+    Push(1, base, base + 90);
+  }
+  Push(0, 0, 900);
+  Push(2, 1500, 1510);  // after the window: drained, not summarized
+  EXPECT_EQ(rings_->Drain(1000), 10u);
+  const WorkerSummary s = rings_->FinishWindow();
+  EXPECT_FALSE(rings_->in_window());
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_EQ(s.host, "node1");
+  EXPECT_EQ(s.source, "pid 77");
+  const FunctionSummary* fwd =
+      Find(s, "python:train.py:10 train > python:train.py:20 step > python:model.py:5 forward");
+  ASSERT_NE(fwd, nullptr);
+  EXPECT_EQ(fwd->count, 4u);
+  EXPECT_EQ(fwd->total_ns, 4 * 30 * kMs);
+  const FunctionSummary* step = Find(s, "python:train.py:10 train > python:train.py:20 step");
+  ASSERT_NE(step, nullptr);
+  EXPECT_EQ(step->self_ns, 4 * 60 * kMs);
+  EXPECT_EQ(rings_->stats().events_in_window, 9u);
+  EXPECT_EQ(rings_->stats().events_outside, 1u);
+  EXPECT_EQ(s.stats.dropped_events, 0u);
+}
+
+TEST_F(AgentRingsTest, FunctionsPublishedAfterAPopAreResolvedOnTheNextOne) {
+  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  rings_->BeginWindow(w);
+  ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "a", UINT32_MAX));
+  Push(0, 1, 2);
+  rings_->Drain(100);
+  ASSERT_TRUE(agent_->PublishFunction(1, EventKind::kGc, "gc", UINT32_MAX));
+  Push(1, 3, 4, EventKind::kGc);
+  const WorkerSummary s = rings_->FinishWindow();
+  EXPECT_NE(Find(s, "python:a"), nullptr);
+  EXPECT_NE(Find(s, "gc:gc"), nullptr);
+  EXPECT_EQ(s.stats.malformed_events, 0u);
+}
+
+TEST_F(AgentRingsTest, CountsDropsOfFullRingsDuringTheWindow) {
+  ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "f", UINT32_MAX));
+  WindowSpec w{.id = 2, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kSlowdown};
+  rings_->BeginWindow(w);
+  int pushed = 0;
+  for (int i = 0; i < 100; ++i) {
+    Event e;
+    e.start_ns = kT0 + i * kMs;
+    e.end_ns = e.start_ns + 1000;
+    e.function_id = 0;
+    e.kind = EventKind::kPythonCall;
+    e.track_id = 4242;
+    if (agent_->Push(ring_, e)) ++pushed;
+  }
+  EXPECT_EQ(pushed, 64);  // ring capacity
+  const WorkerSummary s = rings_->FinishWindow();
+  EXPECT_EQ(s.stats.dropped_events, 36u);
+  EXPECT_NE(s.stats.first_problem.find("--ring-events"), std::string::npos);
+  const FunctionSummary* f = Find(s, "python:f");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->count, 64u);
+}
+
+TEST_F(AgentRingsTest, InvalidSlotsAndUnknownIdsAreCountedNotTrusted) {
+  ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "ok", UINT32_MAX));
+  // A slot whose parent points forward (corrupt table): becomes a counted invalid root.
+  ASSERT_TRUE(agent_->PublishFunction(1, EventKind::kPythonCall, "bad", 5));
+  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  rings_->BeginWindow(w);
+  Push(1, 1, 2);
+  Push(9, 3, 4);  // never published
+  const WorkerSummary s = rings_->FinishWindow();
+  EXPECT_EQ(rings_->stats().invalid_functions, 1u);
+  EXPECT_EQ(s.stats.malformed_events, 1u);
+  EXPECT_NE(Find(s, "python:<invalid function 1>"), nullptr);
+}
+
+TEST_F(AgentRingsTest, IterationMessagesFillIterationsWhenTheRingsCarryNone) {
+  ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "f", UINT32_MAX));
+  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  rings_->BeginWindow(w);
+  Push(0, 10, 20);
+  rings_->AddIteration(kT0 + 200 * kMs, 100 * kMs);
+  rings_->AddIteration(kT0 + 300 * kMs, 100 * kMs);
+  rings_->AddIteration(kT0 + 2000 * kMs, 100 * kMs);  // outside: ignored
+  const WorkerSummary s = rings_->FinishWindow();
+  ASSERT_EQ(s.iterations.size(), 2u);
+  EXPECT_EQ(s.iterations[0].start_ns, kT0 + 100 * kMs);
+  EXPECT_EQ(s.iterations[1].duration_ns, 100 * kMs);
+}
+
+TEST_F(AgentRingsTest, AnEmptyWindowStillSpansTheWindow) {
+  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 500 * kMs, .reason = WindowReason::kHang};
+  rings_->BeginWindow(w);
+  const WorkerSummary s = rings_->FinishWindow();
+  EXPECT_EQ(s.window_start_ns, kT0);
+  EXPECT_EQ(s.window_end_ns, kT0 + 500 * kMs);
+  EXPECT_TRUE(s.functions.empty());
+}
+
+}  // namespace
+}  // namespace perftracker

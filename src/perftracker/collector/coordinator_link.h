@@ -1,0 +1,81 @@
+// The seam between a node collector and the server that coordinates windows.
+//
+//   collector ──CoordinatorLink──► server     (workers joining, triggers, iterations,
+//                                               stacks, finished WorkerSummaries)
+//   collector ◄──CollectorControl── server     (open a window on every worker, ask for stacks)
+//
+// `perftracker run` wires the NodeCollector to the embedded server's WindowCoordinator in
+// one process: both interfaces are plain virtual calls. A multi-host deployment puts a
+// gRPC client behind CoordinatorLink on each host and a gRPC service that calls
+// CollectorControl on the server; neither side's logic changes. The interfaces live here
+// (the collector's layer) because the server sits above the collector and implements them.
+//
+// Threading contract: implementations must return quickly and never block on the other
+// side (a slow server must not stall ring draining; a slow collector must not stall the
+// server). Each side queues work for its own threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "perftracker/summary/worker_summary.h"
+
+namespace perftracker {
+
+// One training process as its agent introduced itself (the `hello` message).
+struct WorkerInfo {
+  int32_t rank = -1;
+  int32_t world_size = 0;
+  int32_t local_rank = -1;
+  int32_t pid = 0;
+  std::string host;
+};
+
+enum class WindowReason : uint8_t { kSlowdown = 0, kHang = 1, kManual = 2 };
+
+std::string_view WindowReasonName(WindowReason reason);
+// Parses "slowdown" / "hang" / "manual"; false for anything else.
+bool ParseWindowReason(std::string_view text, WindowReason* reason);
+
+// One profiling window: the same wall-clock span (CLOCK_REALTIME ns) on every worker.
+struct WindowSpec {
+  uint64_t id = 0;  // 1, 2, ... per job
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
+  WindowReason reason = WindowReason::kManual;
+
+  int64_t end_ns() const { return start_ns + duration_ns; }
+};
+
+// What a collector tells the server. Called from collector threads.
+class CoordinatorLink {
+ public:
+  virtual ~CoordinatorLink() = default;
+  // An agent said hello (again: a second hello on one connection updates the info).
+  virtual void OnWorkerJoined(const WorkerInfo& worker) = 0;
+  // An agent left. `clean` when it said `bye` first (the process exited normally).
+  virtual void OnWorkerLeft(int32_t rank, bool clean) = 0;
+  // An agent's always-on detector closed an iteration.
+  virtual void OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) = 0;
+  // An agent's detector fired (or a `manual` request).
+  virtual void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) = 0;
+  // An agent's answer to dump_stacks.
+  virtual void OnStacks(uint64_t window, int32_t rank, const std::string& text) = 0;
+  // A worker's summary of window `window` (rank, host and source are filled in).
+  virtual void OnSummary(uint64_t window, WorkerSummary summary) = 0;
+};
+
+// What the server tells a collector. Called from server threads; must not block.
+class CollectorControl {
+ public:
+  virtual ~CollectorControl() = default;
+  // Turn on the fine-grained hooks of every worker of this collector for `window`.
+  virtual void StartWindow(const WindowSpec& window) = 0;
+  // Ask every worker of this collector for the Python stacks of all its threads.
+  virtual void DumpStacks(uint64_t window) = 0;
+  // End `window` now (the job is ending): summarize what arrived and send it.
+  virtual void EndWindowNow(uint64_t window) = 0;
+};
+
+}  // namespace perftracker

@@ -1,0 +1,703 @@
+#include "perftracker/collector/node_collector.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <unordered_map>
+#include <utility>
+
+#include <fmt/core.h>
+
+#include "perftracker/collector/agent_message.h"
+#include "perftracker/collector/agent_rings.h"
+#include "perftracker/collector/line_reader.h"
+
+namespace perftracker {
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kMaxReadPerWake = 1 << 20;  // per connection per poll round: fairness
+constexpr size_t kMaxOutbox = 1 << 20;
+constexpr size_t kDrainPerRound = 1 << 18;   // events per agent per drain round
+constexpr int kIoPollMs = 200;
+// Sampling starts this long before a window so that the first in-window sample has a rate.
+constexpr int64_t kSampleLeadNs = 250'000'000;
+
+enum LogKind : int {
+  kLogMalformed = 0,
+  kLogOversized,
+  kLogUnknown,
+  kLogBeforeHello,
+  kLogHello,
+  kLogWrite,
+  kNumLogKinds,
+};
+
+int64_t RealtimeNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::string Describe(int32_t rank, int32_t pid, uint64_t connection) {
+  if (rank >= 0) return fmt::format("rank {} (pid {})", rank, pid);
+  if (pid > 0) return fmt::format("pid {}", pid);
+  return fmt::format("agent connection {}", connection);
+}
+
+}  // namespace
+
+struct NodeCollector::Session {
+  explicit Session(int fd_in, uint64_t id_in) : fd(fd_in), id(id_in) {}
+  std::string Name() const { return Describe(worker.rank, worker.pid, id); }
+
+  // I/O thread only.
+  int fd;
+  uint64_t id;
+  LineReader reader;
+  std::string outbox;
+  bool logged[kNumLogKinds] = {};
+
+  // Guarded by mu (shared with the drain thread).
+  std::mutex mu;
+  bool hello = false;
+  bool duplicate = false;  // another live agent already has this rank: no windows
+  bool bye = false;
+  bool gone = false;  // the socket is closed; the drain thread retires the session
+  WorkerInfo worker;
+  std::unique_ptr<AgentRings> rings;
+  uint64_t done_window = 0;  // last window the agent said window_done for
+  bool finish_now = false;   // EndWindowNow
+};
+
+struct NodeCollector::Command {
+  enum class Kind : uint8_t { kStartWindow, kDumpStacks, kEndWindowNow };
+  Kind kind;
+  WindowSpec window;
+};
+
+HostSampleFn MakeHostSampler(const std::string& proc_root, const std::string& sys_root) {
+  auto sampler = std::make_shared<HostSampler>(proc_root, sys_root);
+  return [sampler](int64_t now_ns, const std::vector<int32_t>& pids,
+                   std::vector<PidSample>* out) { sampler->Sample(now_ns, pids, out); };
+}
+
+NodeCollector::NodeCollector(CollectorOptions options, CoordinatorLink* coordinator)
+    : options_(std::move(options)), coordinator_(coordinator) {
+  if (options_.drain_interval_ms <= 0) options_.drain_interval_ms = 20;
+  if (options_.sample_interval_ms <= 0) options_.sample_interval_ms = 100;
+  if (options_.finish_grace_ms < 0) options_.finish_grace_ms = 0;
+}
+
+NodeCollector::~NodeCollector() { Stop(); }
+
+Status NodeCollector::Start() {
+  if (started_) return Status::Internal("collector already started");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (options_.socket_path.empty() || options_.socket_path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: a Unix socket path must be 1..{} bytes long; set XDG_RUNTIME_DIR or TMPDIR to a "
+        "shorter directory",
+        options_.socket_path, sizeof(addr.sun_path) - 1));
+  }
+  std::memcpy(addr.sun_path, options_.socket_path.data(), options_.socket_path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::Internal(fmt::format("socket(): {}", std::strerror(errno)));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const std::string err = std::strerror(errno);
+    close(fd);
+    return Status::InvalidArgument(
+        fmt::format("{}: cannot create the collector socket: {}", options_.socket_path, err));
+  }
+  chmod(options_.socket_path.c_str(), 0600);
+  if (listen(fd, 256) != 0) {
+    const std::string err = std::strerror(errno);
+    close(fd);
+    unlink(options_.socket_path.c_str());
+    return Status::Internal(fmt::format("{}: listen(): {}", options_.socket_path, err));
+  }
+  const int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake < 0) {
+    const std::string err = std::strerror(errno);
+    close(fd);
+    unlink(options_.socket_path.c_str());
+    return Status::Internal(fmt::format("eventfd(): {}", err));
+  }
+  listen_fd_ = fd;
+  wake_fd_ = wake;
+  started_ = true;
+  stop_ = false;
+  io_thread_ = std::thread([this] { IoLoop(); });
+  drain_thread_ = std::thread([this] { DrainLoop(); });
+  return Status::Ok();
+}
+
+void NodeCollector::Stop() {
+  if (!started_) return;
+  stop_ = true;
+  Wake();
+  if (io_thread_.joinable()) io_thread_.join();
+  if (drain_thread_.joinable()) drain_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    for (auto& s : sessions_) {
+      if (s->fd >= 0) close(s->fd);
+      s->fd = -1;
+    }
+    sessions_.clear();
+  }
+  close(listen_fd_);
+  close(wake_fd_);
+  listen_fd_ = wake_fd_ = -1;
+  unlink(options_.socket_path.c_str());
+  started_ = false;
+}
+
+void NodeCollector::Log(const std::string& line) {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "perftracker: %s\n", line.c_str());
+  }
+}
+
+void NodeCollector::LogOnce(Session& s, int kind, const std::string& line) {
+  if (s.logged[kind]) return;
+  s.logged[kind] = true;
+  Log(line + " (logged once per agent)");
+}
+
+void NodeCollector::Wake() {
+  if (wake_fd_ < 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof(one));
+}
+
+void NodeCollector::StartWindow(const WindowSpec& window) {
+  {
+    std::lock_guard<std::mutex> lock(commands_mu_);
+    commands_.push_back(Command{Command::Kind::kStartWindow, window});
+  }
+  Wake();
+}
+
+void NodeCollector::DumpStacks(uint64_t window) {
+  WindowSpec w;
+  w.id = window;
+  {
+    std::lock_guard<std::mutex> lock(commands_mu_);
+    commands_.push_back(Command{Command::Kind::kDumpStacks, w});
+  }
+  Wake();
+}
+
+void NodeCollector::EndWindowNow(uint64_t window) {
+  WindowSpec w;
+  w.id = window;
+  {
+    std::lock_guard<std::mutex> lock(commands_mu_);
+    commands_.push_back(Command{Command::Kind::kEndWindowNow, w});
+  }
+  Wake();
+}
+
+CollectorStats NodeCollector::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+std::vector<int32_t> NodeCollector::AgentPids() const {
+  std::vector<int32_t> pids;
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  for (const auto& s : sessions_) {
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    if (s->hello && !s->gone) pids.push_back(s->worker.pid);
+  }
+  return pids;
+}
+
+// ---------------------------------------------------------------------------------------
+// I/O thread
+
+void NodeCollector::IoLoop() {
+  std::unordered_map<int, std::shared_ptr<Session>> by_fd;
+  std::vector<pollfd> fds;
+  std::vector<std::shared_ptr<Session>> polled;
+  while (!stop_) {
+    fds.clear();
+    polled.clear();
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({wake_fd_, POLLIN, 0});
+    {
+      std::lock_guard<std::mutex> lock(sessions_mu_);
+      for (const auto& s : sessions_) {
+        if (s->fd < 0) continue;
+        fds.push_back({s->fd, static_cast<short>(POLLIN | (s->outbox.empty() ? 0 : POLLOUT)), 0});
+        polled.push_back(s);
+      }
+    }
+    const int n = poll(fds.data(), fds.size(), kIoPollMs);
+    if (stop_) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Log(fmt::format("collector poll() failed: {}; stopping the collector", std::strerror(errno)));
+      break;
+    }
+    if (fds[1].revents & POLLIN) {
+      uint64_t v = 0;
+      [[maybe_unused]] const ssize_t r = read(wake_fd_, &v, sizeof(v));
+    }
+    RunCommands();
+    if (fds[0].revents & POLLIN) Accept();
+    for (size_t i = 0; i < polled.size(); ++i) {
+      const short re = fds[i + 2].revents;
+      const auto& s = polled[i];
+      if (s->fd < 0) continue;
+      if (re & POLLOUT) FlushOutbox(*s);
+      if (re & (POLLIN | POLLHUP | POLLERR)) ReadFrom(s);
+    }
+  }
+}
+
+void NodeCollector::Accept() {
+  for (;;) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+        Log(fmt::format("accept() on {} failed: {}", options_.socket_path, std::strerror(errno)));
+      }
+      return;
+    }
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    if (sessions_.size() >= options_.max_agents) {
+      close(fd);
+      Log(fmt::format("refused an agent connection: already {} agents (the limit)",
+                      options_.max_agents));
+      continue;
+    }
+    sessions_.push_back(std::make_shared<Session>(fd, next_session_id_++));
+    std::lock_guard<std::mutex> stats_lock(stats_mu_);
+    ++stats_.connections;
+  }
+}
+
+void NodeCollector::ReadFrom(const std::shared_ptr<Session>& s) {
+  char buf[kReadChunk];
+  std::vector<std::string> lines;
+  size_t total = 0;
+  bool closed = false;
+  while (total < kMaxReadPerWake) {
+    const ssize_t n = recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) {
+      total += static_cast<size_t>(n);
+      const uint64_t oversized_before = s->reader.oversized_lines();
+      s->reader.Feed(std::string_view(buf, static_cast<size_t>(n)), &lines);
+      if (s->reader.oversized_lines() != oversized_before) {
+        {
+          std::lock_guard<std::mutex> lock(stats_mu_);
+          stats_.oversized_lines += s->reader.oversized_lines() - oversized_before;
+        }
+        LogOnce(*s, kLogOversized,
+                fmt::format("{} sent a message line longer than {} bytes; ignored", s->Name(),
+                            LineReader::kDefaultMaxLine));
+      }
+      continue;
+    }
+    if (n == 0) {
+      closed = true;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      closed = true;
+    }
+    break;
+  }
+  for (const auto& line : lines) HandleLine(s, line);
+  if (closed) Close(s);
+}
+
+void NodeCollector::Close(const std::shared_ptr<Session>& s) {
+  if (s->fd >= 0) close(s->fd);
+  s->fd = -1;
+  s->outbox.clear();
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->gone = true;
+}
+
+void NodeCollector::Send(Session& s, const std::string& message) {
+  if (s.fd < 0) return;
+  if (!s.outbox.empty()) {
+    if (s.outbox.size() + message.size() > kMaxOutbox) {
+      LogOnce(s, kLogWrite, fmt::format("{} does not read its control socket; messages to it are "
+                                        "dropped",
+                                        s.Name()));
+      return;
+    }
+    s.outbox += message;
+    return;
+  }
+  const ssize_t n = send(s.fd, message.data(), message.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n == static_cast<ssize_t>(message.size())) return;
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return;  // read sees EOF
+  s.outbox.assign(message, n > 0 ? static_cast<size_t>(n) : 0, std::string::npos);
+}
+
+void NodeCollector::FlushOutbox(Session& s) {
+  while (!s.outbox.empty() && s.fd >= 0) {
+    const ssize_t n = send(s.fd, s.outbox.data(), s.outbox.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      s.outbox.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) s.outbox.clear();
+    return;
+  }
+}
+
+void NodeCollector::HandleLine(const std::shared_ptr<Session>& s, const std::string& line) {
+  AgentMessage m;
+  std::string error;
+  const ParseOutcome outcome = ParseAgentMessage(line, &m, &error);
+  if (outcome != ParseOutcome::kOk) {
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++(outcome == ParseOutcome::kMalformed ? stats_.malformed_lines : stats_.unknown_messages);
+    }
+    if (outcome == ParseOutcome::kMalformed) {
+      LogOnce(*s, kLogMalformed,
+              fmt::format("malformed message from {}: {}; ignored", s->Name(), error));
+    } else {
+      LogOnce(*s, kLogUnknown,
+              fmt::format("{}: {} (a newer agent?); ignored", s->Name(), error));
+    }
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.messages;
+  }
+  if (m.type == AgentMessageType::kHello) {
+    HandleHello(s, m);
+    return;
+  }
+  int32_t rank = -1;
+  bool active = false;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    active = s->hello && !s->duplicate;
+    rank = s->worker.rank;
+    if (active && s->rings) {
+      if (m.type == AgentMessageType::kIteration) s->rings->AddIteration(m.end_ns, m.duration_ns);
+      if (m.type == AgentMessageType::kWindowDone && s->rings->window() &&
+          s->rings->window()->id == m.window) {
+        s->rings->SetAgentCounts(m.events, m.dropped);
+        s->done_window = m.window;
+      }
+    }
+    if (s->hello && m.type == AgentMessageType::kBye) s->bye = true;
+  }
+  if (!active) {
+    LogOnce(*s, kLogBeforeHello,
+            fmt::format("{} sent '{}' before a valid hello; ignored", s->Name(),
+                        line.substr(0, 80)));
+    return;
+  }
+  // The rank is the one the agent said hello with: messages cannot speak for other ranks.
+  if (rank < 0) return;
+  switch (m.type) {
+    case AgentMessageType::kIteration:
+      coordinator_->OnIteration(rank, m.end_ns, m.duration_ns);
+      break;
+    case AgentMessageType::kTrigger:
+      coordinator_->OnTrigger(rank, m.reason, m.detail);
+      break;
+    case AgentMessageType::kStacks:
+      coordinator_->OnStacks(m.window, rank, m.text);
+      break;
+    default:
+      break;
+  }
+}
+
+void NodeCollector::HandleHello(const std::shared_ptr<Session>& s, const AgentMessage& m) {
+  auto reject = [&](const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.rejected_hellos;
+    }
+    LogOnce(*s, kLogHello,
+            fmt::format("hello from {} rejected: {}; that process runs without perftracker",
+                        Describe(m.rank, m.worker.pid, s->id), why));
+  };
+  // Reuse the mapping when the agent only updates its rank (it learns it late, e.g. at
+  // init_process_group) and points at the same file.
+  std::unique_ptr<AgentShm> shm;
+  bool same_file = false;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    same_file = s->rings && s->rings->shm()->path() == m.shm_path &&
+                s->worker.pid == m.worker.pid;
+  }
+  if (!same_file) {
+    struct stat st {};
+    if (stat(m.shm_path.c_str(), &st) != 0) {
+      reject(fmt::format("{}: {}", m.shm_path, std::strerror(errno)));
+      return;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      reject(fmt::format("{}: not a regular file", m.shm_path));
+      return;
+    }
+    if (st.st_uid != geteuid()) {
+      reject(fmt::format("{}: owned by uid {}, not by this user (uid {})", m.shm_path, st.st_uid,
+                         geteuid()));
+      return;
+    }
+    StatusOr<std::unique_ptr<AgentShm>> opened = AgentShm::Open(m.shm_path);
+    if (!opened.ok()) {
+      reject(opened.status().message());
+      return;
+    }
+    if ((*opened)->header()->pid != m.worker.pid) {
+      reject(fmt::format("{} belongs to pid {}, but the hello says pid {}", m.shm_path,
+                         (*opened)->header()->pid, m.worker.pid));
+      return;
+    }
+    shm = std::move(opened.value());
+  }
+
+  WorkerInfo worker = m.worker;
+  // A duplicate rank: another live agent already has it (two jobs on one socket, a forked
+  // process that kept RANK): the newcomer takes part in no window.
+  bool duplicate = false;
+  if (worker.rank >= 0) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    for (const auto& other : sessions_) {
+      if (other == s) continue;
+      std::lock_guard<std::mutex> other_lock(other->mu);
+      if (other->hello && !other->gone && !other->duplicate && other->worker.rank == worker.rank) {
+        duplicate = true;
+        break;
+      }
+    }
+  }
+  bool join_window = false;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (shm) {
+      s->rings = std::make_unique<AgentRings>(std::move(shm), worker);
+    } else {
+      s->rings->set_worker(worker);
+    }
+    s->hello = true;
+    s->duplicate = duplicate;
+    s->worker = worker;
+    // A worker that joins while a window is open takes part in it (if it is not over).
+    if (!duplicate && worker.rank >= 0 && current_window_ &&
+        RealtimeNs() < current_window_->end_ns() && !s->rings->in_window()) {
+      s->rings->BeginWindow(*current_window_);
+      s->done_window = 0;
+      join_window = true;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.agents;
+  }
+  if (duplicate) {
+    LogOnce(*s, kLogHello,
+            fmt::format("pid {} says it is rank {}, which another live agent already is; it "
+                        "takes part in no window",
+                        worker.pid, worker.rank));
+    return;
+  }
+  if (join_window) Send(*s, WindowMessage(*current_window_));
+  if (worker.rank >= 0) coordinator_->OnWorkerJoined(worker);
+}
+
+void NodeCollector::RunCommands() {
+  std::vector<Command> commands;
+  {
+    std::lock_guard<std::mutex> lock(commands_mu_);
+    commands.swap(commands_);
+  }
+  if (commands.empty()) return;
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    sessions = sessions_;
+  }
+  for (const Command& c : commands) {
+    switch (c.kind) {
+      case Command::Kind::kStartWindow:
+        current_window_ = c.window;
+        for (const auto& s : sessions) {
+          bool send = false;
+          {
+            std::lock_guard<std::mutex> lock(s->mu);
+            if (s->hello && !s->gone && !s->duplicate && s->worker.rank >= 0 && s->rings) {
+              s->rings->BeginWindow(c.window);
+              s->done_window = 0;
+              s->finish_now = false;
+              send = true;
+            }
+          }
+          if (send) Send(*s, WindowMessage(c.window));
+        }
+        break;
+      case Command::Kind::kDumpStacks:
+        for (const auto& s : sessions) {
+          bool send = false;
+          {
+            std::lock_guard<std::mutex> lock(s->mu);
+            send = s->hello && !s->gone && !s->duplicate && s->worker.rank >= 0;
+          }
+          if (send) Send(*s, DumpStacksMessage(c.window.id));
+        }
+        break;
+      case Command::Kind::kEndWindowNow: {
+        const int64_t now = RealtimeNs();
+        if (current_window_ && current_window_->id == c.window.id) {
+          current_window_->duration_ns =
+              std::max<int64_t>(0, std::min(current_window_->duration_ns,
+                                            now - current_window_->start_ns));
+        }
+        for (const auto& s : sessions) {
+          std::lock_guard<std::mutex> lock(s->mu);
+          if (s->rings && s->rings->window() && s->rings->window()->id == c.window.id) {
+            s->rings->TruncateWindow(now);
+            s->finish_now = true;
+          }
+        }
+        break;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Drain thread
+
+void NodeCollector::DrainLoop() {
+  using Clock = std::chrono::steady_clock;
+  const auto interval = std::chrono::milliseconds(options_.drain_interval_ms);
+  const int64_t sample_interval_ns = int64_t{options_.sample_interval_ms} * 1'000'000;
+  const int64_t grace_ns = int64_t{options_.finish_grace_ms} * 1'000'000;
+  int64_t next_sample_ns = 0;
+  auto next = Clock::now();
+  // One more round after stop_: summaries of windows EndWindowNow closed still go out.
+  bool last_round = false;
+  while (!last_round) {
+    last_round = stop_;
+    next += interval;
+    const auto now_tp = Clock::now();
+    if (next < now_tp) next = now_tp;  // fell behind: do not try to catch up in a burst
+    if (!last_round) std::this_thread::sleep_until(next);
+
+    std::vector<std::shared_ptr<Session>> sessions;
+    {
+      std::lock_guard<std::mutex> lock(sessions_mu_);
+      sessions = sessions_;
+    }
+    const int64_t now = RealtimeNs();
+    bool sampling = false;
+    std::vector<std::pair<uint64_t, WorkerSummary>> summaries;
+    std::vector<std::pair<int32_t, bool>> left;  // (rank, clean)
+    std::vector<std::shared_ptr<Session>> retired;
+    uint64_t drained = 0;
+    uint64_t lost = 0;
+    for (const auto& s : sessions) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (!s->rings) {
+        if (s->gone) retired.push_back(s);
+        continue;
+      }
+      drained += s->rings->Drain(kDrainPerRound);
+      if (s->rings->in_window()) {
+        const WindowSpec& w = *s->rings->window();
+        const bool done = s->done_window == w.id;
+        if (s->gone && !s->bye) {
+          Log(fmt::format("{} disconnected during window {} without saying bye (killed or "
+                          "crashed?): it sends no summary",
+                          s->Name(), w.id));
+          s->rings->AbandonWindow();
+          ++lost;
+        } else if (s->finish_now || s->gone || (now >= w.end_ns() && done) ||
+                   now >= w.end_ns() + grace_ns || last_round) {
+          const uint64_t id = w.id;
+          summaries.emplace_back(id, s->rings->FinishWindow());
+          s->finish_now = false;
+        } else if (now + kSampleLeadNs >= w.start_ns && now <= w.end_ns()) {
+          sampling = true;
+        }
+      }
+      if (s->gone) {
+        if (s->hello && !s->duplicate && s->worker.rank >= 0) {
+          left.emplace_back(s->worker.rank, s->bye);
+        }
+        retired.push_back(s);
+      }
+    }
+    if (!retired.empty()) {
+      std::lock_guard<std::mutex> lock(sessions_mu_);
+      for (const auto& r : retired) {
+        for (size_t i = 0; i < sessions_.size(); ++i) {
+          if (sessions_[i] == r) {
+            sessions_.erase(sessions_.begin() + static_cast<std::ptrdiff_t>(i));
+            break;
+          }
+        }
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      stats_.events_drained += drained;
+      stats_.summaries_sent += summaries.size();
+      stats_.summaries_lost += lost;
+    }
+    // Outside every lock: the coordinator may call back into StartWindow etc.
+    for (auto& [id, summary] : summaries) coordinator_->OnSummary(id, std::move(summary));
+    for (const auto& [rank, clean] : left) coordinator_->OnWorkerLeft(rank, clean);
+
+    if (sampling && options_.sampler && now >= next_sample_ns) {
+      next_sample_ns = now + sample_interval_ns;
+      SampleHost(now, sessions);
+    }
+  }
+}
+
+void NodeCollector::SampleHost(int64_t now_ns,
+                               const std::vector<std::shared_ptr<Session>>& sessions) {
+  std::vector<int32_t> pids;
+  for (const auto& s : sessions) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (s->rings && s->rings->in_window() && !s->gone) pids.push_back(s->worker.pid);
+  }
+  if (pids.empty()) return;
+  std::vector<PidSample> samples;
+  options_.sampler(now_ns, pids, &samples);
+  if (samples.empty()) return;
+  for (const auto& s : sessions) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (!s->rings || !s->rings->in_window()) continue;
+    const int32_t pid = s->worker.pid;
+    for (const PidSample& m : samples) {
+      if (m.pid == pid || m.pid < 0) s->rings->AddMetric(m.sample);
+    }
+  }
+}
+
+}  // namespace perftracker

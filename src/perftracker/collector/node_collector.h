@@ -1,0 +1,149 @@
+// NodeCollector: the per-host daemon between the training processes' agents and the server
+// (DESIGN.md "Processes"). In `perftracker run` it lives inside the run process.
+//
+// Threads (two, whatever the number of agents):
+//  - the I/O thread owns the Unix socket: accept(), non-blocking reads framed by LineReader
+//    (64 KiB lines), message parsing, writes to agents (a per-connection outbox flushed on
+//    POLLOUT), and the commands the server queued (StartWindow, DumpStacks, EndWindowNow).
+//    It wakes on socket activity or an eventfd.
+//  - the drain thread wakes every drain_interval: drains every agent's rings (AgentRings,
+//    per-agent mutex), samples host metrics every sample_interval while a window is open (or
+//    about to open: rates need a previous sample), finishes windows and sends summaries, and
+//    retires agents that disconnected.
+//
+// Never blocking on an agent: sockets are non-blocking, writes go to a bounded outbox, the
+// rings are read without any handshake, an agent that stops answering only loses its own
+// summary (the window is finished without it after finish_grace; the server names the
+// missing rank). A malformed line, an oversized line, an unknown type or a bad hello is
+// counted and logged once per connection, and the connection lives on (except a rejected
+// hello: that agent is ignored until it says a valid hello).
+//
+// A window ends for an agent when the agent said window_done for it (its hooks are off and
+// its events are in the rings), or finish_grace after the window's end, or at EndWindowNow.
+// An agent that disconnects during a window without `bye` sends no summary; with `bye` (the
+// process exited cleanly) its summary holds what it recorded until then.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "perftracker/collector/coordinator_link.h"
+#include "perftracker/core/metric_sample.h"
+#include "perftracker/core/status.h"
+#include "perftracker/sources/host/host_sampler.h"
+
+namespace perftracker {
+
+// Samples host metrics for `pids` at `now_ns` (CLOCK_REALTIME) into *out (pid -1: host-wide,
+// e.g. NIC counters). Rates are computed against the previous call, so the first call may
+// return only levels. MakeHostSampler() wraps the real HostSampler; tests pass fakes.
+using HostSampleFn =
+    std::function<void(int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out)>;
+using LogFn = std::function<void(std::string_view line)>;
+
+// A HostSampleFn over /proc and /sys (sources/host/HostSampler).
+HostSampleFn MakeHostSampler(const std::string& proc_root = "/proc",
+                             const std::string& sys_root = "/sys");
+
+struct CollectorOptions {
+  std::string socket_path;
+  int drain_interval_ms = 20;
+  int sample_interval_ms = 100;
+  // After a window's end, wait at most this long for an agent's window_done.
+  int finish_grace_ms = 1500;
+  size_t max_agents = 4096;
+  // Optional: host metrics during windows.
+  HostSampleFn sampler;
+  // Where log lines go (default: stderr, prefixed "perftracker: ").
+  LogFn log;
+};
+
+struct CollectorStats {
+  uint64_t connections = 0;
+  uint64_t agents = 0;  // valid hellos
+  uint64_t rejected_hellos = 0;
+  uint64_t malformed_lines = 0;
+  uint64_t oversized_lines = 0;
+  uint64_t unknown_messages = 0;
+  uint64_t messages = 0;
+  uint64_t events_drained = 0;
+  uint64_t summaries_sent = 0;
+  uint64_t summaries_lost = 0;  // agents gone mid-window
+};
+
+class NodeCollector : public CollectorControl {
+ public:
+  // `coordinator` is not owned and must outlive Stop().
+  NodeCollector(CollectorOptions options, CoordinatorLink* coordinator);
+  ~NodeCollector() override;
+  NodeCollector(const NodeCollector&) = delete;
+  NodeCollector& operator=(const NodeCollector&) = delete;
+
+  // Binds the socket (mode 0600) and starts the threads.
+  Status Start();
+  // Stops the threads, closes every connection, removes the socket. Idempotent.
+  void Stop();
+
+  // CollectorControl (thread-safe, never blocks).
+  void StartWindow(const WindowSpec& window) override;
+  void DumpStacks(uint64_t window) override;
+  void EndWindowNow(uint64_t window) override;
+
+  CollectorStats stats() const;
+  const std::string& socket_path() const { return options_.socket_path; }
+  // Pids of the agents connected now (rank >= 0 or not).
+  std::vector<int32_t> AgentPids() const;
+
+ private:
+  struct Session;
+  struct Command;
+
+  void IoLoop();
+  void DrainLoop();
+  void Accept();
+  void ReadFrom(const std::shared_ptr<Session>& s);
+  void HandleLine(const std::shared_ptr<Session>& s, const std::string& line);
+  void HandleHello(const std::shared_ptr<Session>& s, const struct AgentMessage& m);
+  void Send(Session& s, const std::string& message);
+  void FlushOutbox(Session& s);
+  void Close(const std::shared_ptr<Session>& s);
+  void RunCommands();
+  void Wake();
+  void Log(const std::string& line);
+  void LogOnce(Session& s, int kind, const std::string& line);
+  void SampleHost(int64_t now_ns, const std::vector<std::shared_ptr<Session>>& sessions);
+
+  CollectorOptions options_;
+  CoordinatorLink* coordinator_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  bool started_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread io_thread_;
+  std::thread drain_thread_;
+
+  mutable std::mutex sessions_mu_;  // guards sessions_ (the list; each Session has its own mutex)
+  std::vector<std::shared_ptr<Session>> sessions_;
+
+  std::mutex commands_mu_;
+  std::vector<Command> commands_;
+
+  // The window the server opened last (I/O thread only).
+  std::optional<WindowSpec> current_window_;
+
+  std::mutex log_mu_;
+  std::atomic<uint64_t> next_session_id_{1};
+
+  mutable std::mutex stats_mu_;
+  CollectorStats stats_;
+};
+
+}  // namespace perftracker

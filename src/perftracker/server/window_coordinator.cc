@@ -1,0 +1,429 @@
+#include "perftracker/server/window_coordinator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <utility>
+
+#include <fmt/core.h>
+
+#include "perftracker/report/report.h"
+#include "perftracker/server/report_writer.h"
+
+namespace perftracker {
+namespace {
+
+constexpr auto kTick = std::chrono::milliseconds(50);
+constexpr size_t kIterationHistory = 10000;
+// The report's notes show at most this much of each rank's stacks (the stacks file has all).
+constexpr size_t kStackNoteChars = 1500;
+constexpr size_t kMaxRanksInIterationNote = 16;
+constexpr size_t kIterationsForNote = 50;
+
+int64_t RealtimeNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::string Ms(double ns) { return fmt::format("{:.1f} ms", ns / 1e6); }
+
+std::string UtcTime(int64_t ns) {
+  const time_t secs = static_cast<time_t>(ns / 1'000'000'000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &t);
+  return fmt::format("{}.{:03d} UTC", buf, static_cast<int>((ns / 1'000'000) % 1000));
+}
+
+}  // namespace
+
+WindowCoordinator::WindowCoordinator(CoordinatorOptions options) : options_(std::move(options)) {
+  if (options_.max_windows < 0) options_.max_windows = 0;
+}
+
+WindowCoordinator::~WindowCoordinator() { Stop(); }
+
+void WindowCoordinator::AddCollector(CollectorControl* collector) {
+  std::lock_guard<std::mutex> lock(mu_);
+  collectors_.push_back(collector);
+}
+
+Status WindowCoordinator::Start() {
+  PERFTRACKER_RETURN_IF_ERROR(EnsureReportDir(options_.report_dir));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) return Status::Internal("coordinator already started");
+  started_ = true;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void WindowCoordinator::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  started_ = false;
+}
+
+void WindowCoordinator::Log(const std::string& line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "perftracker: %s\n", line.c_str());
+  }
+}
+
+std::optional<WindowReport> WindowCoordinator::last_report() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reports_.empty()) return std::nullopt;
+  return reports_.back();
+}
+
+std::vector<WindowReport> WindowCoordinator::reports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reports_;
+}
+
+uint64_t WindowCoordinator::windows_opened() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return windows_opened_;
+}
+
+std::vector<std::pair<int64_t, int64_t>> WindowCoordinator::IterationHistory(int32_t rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(rank);
+  if (it == workers_.end()) return {};
+  return {it->second.iterations.begin(), it->second.iterations.end()};
+}
+
+// ---------------------------------------------------------------------------------------
+// CoordinatorLink
+
+void WindowCoordinator::OnWorkerJoined(const WorkerInfo& worker) {
+  if (worker.rank < 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  Worker& w = workers_[worker.rank];
+  w.info = worker;
+  w.left = false;
+  w.left_clean = false;
+  world_size_ = std::max(world_size_, worker.world_size);
+  if (first_hello_ns_ == 0) first_hello_ns_ = RealtimeNs();
+  if (window_) window_->expected.insert(worker.rank);
+}
+
+void WindowCoordinator::OnWorkerLeft(int32_t rank, bool clean) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(rank);
+  if (it == workers_.end()) return;
+  it->second.left = true;
+  it->second.left_clean = clean;
+  cv_.notify_all();
+}
+
+void WindowCoordinator::OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& iterations = workers_[rank].iterations;
+  iterations.emplace_back(end_ns, duration_ns);
+  if (iterations.size() > kIterationHistory) iterations.pop_front();
+}
+
+void WindowCoordinator::OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) {
+  const std::string what =
+      fmt::format("rank {}: {}{}{}", rank, WindowReasonName(reason), detail.empty() ? "" : " — ",
+                  detail);
+  std::vector<CollectorControl*> start;
+  std::vector<CollectorControl*> stacks;
+  WindowSpec spec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = RealtimeNs();
+    if (window_) {
+      if (window_->triggers.size() < 64) window_->triggers.push_back(what);
+      if (reason == WindowReason::kHang && !window_->stacks_requested) {
+        window_->stacks_requested = true;
+        stacks = collectors_;
+        spec = window_->spec;
+      }
+    } else if (OpenLocked(reason, what, now)) {
+      start = collectors_;
+      spec = window_->spec;
+      if (reason == WindowReason::kHang) stacks = collectors_;
+    }
+  }
+  for (CollectorControl* c : start) c->StartWindow(spec);
+  for (CollectorControl* c : stacks) c->DumpStacks(spec.id);
+}
+
+void WindowCoordinator::OnStacks(uint64_t window, int32_t rank, const std::string& text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!window_ || window_->spec.id != window) return;
+  window_->stacks[rank] = text;
+  cv_.notify_all();
+}
+
+void WindowCoordinator::OnSummary(uint64_t window, WorkerSummary summary) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!window_ || window_->spec.id != window) return;  // a late summary of a finished window
+  const int32_t rank = summary.rank;
+  window_->summaries.insert_or_assign(rank, std::move(summary));
+  cv_.notify_all();
+}
+
+// ---------------------------------------------------------------------------------------
+// Windows
+
+bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int64_t now_ns) {
+  if (finalizing_ || now_ns < cooldown_until_ns_) {
+    if (!logged_cooldown_) {
+      logged_cooldown_ = true;
+      Log(fmt::format("trigger ignored ({}): the last window closed less than {:.0f} s ago",
+                      trigger, static_cast<double>(options_.cooldown_ns) / 1e9));
+    }
+    return false;
+  }
+  if (windows_opened_ >= static_cast<uint64_t>(options_.max_windows)) {
+    if (!logged_max_) {
+      logged_max_ = true;
+      Log(fmt::format("trigger ignored ({}): {} windows taken already (--max-windows)", trigger,
+                      options_.max_windows));
+    }
+    return false;
+  }
+  OpenWindow w;
+  w.spec.id = ++windows_opened_;
+  w.spec.reason = reason;
+  w.spec.start_ns = now_ns + options_.delay_ns;
+  w.spec.duration_ns = reason == WindowReason::kHang
+                           ? std::min(options_.window_ns, options_.hang_window_ns)
+                           : options_.window_ns;
+  w.stacks_requested = reason == WindowReason::kHang;
+  w.deadline_ns = w.spec.end_ns() + options_.wait_summaries_ns;
+  for (int32_t r = 0; r < world_size_; ++r) {
+    auto it = workers_.find(r);
+    if (it == workers_.end() || !it->second.left_clean) w.expected.insert(r);
+  }
+  for (const auto& [rank, worker] : workers_) {
+    if (!worker.left_clean) w.expected.insert(rank);
+  }
+  w.triggers.push_back(std::move(trigger));
+  logged_cooldown_ = false;
+  Log(fmt::format("window {} ({}) opens in {:.1f} s for {:.1f} s on {} ranks: {}", w.spec.id,
+                  WindowReasonName(reason), static_cast<double>(options_.delay_ns) / 1e9,
+                  static_cast<double>(w.spec.duration_ns) / 1e9, w.expected.size(),
+                  w.triggers.front()));
+  window_ = std::move(w);
+  return true;
+}
+
+bool WindowCoordinator::ReadyLocked(int64_t now_ns) const {
+  const OpenWindow& w = *window_;
+  const int64_t end = w.spec.end_ns();
+  if (!w.ending && now_ns < end) return false;
+  if (now_ns >= w.deadline_ns) return true;
+  for (int32_t rank : w.expected) {
+    auto it = workers_.find(rank);
+    // An agent that left without bye sends nothing more: do not wait for it.
+    const bool gone = it != workers_.end() && it->second.left && !it->second.left_clean;
+    if (gone) continue;
+    if (!w.summaries.count(rank)) return false;
+    if (w.stacks_requested && !w.stacks.count(rank) && !(it != workers_.end() && it->second.left)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void WindowCoordinator::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, kTick);
+    if (stop_) break;
+    const int64_t now = RealtimeNs();
+    if (options_.trigger_at_ns && !manual_done_ && first_hello_ns_ > 0 &&
+        now >= first_hello_ns_ + *options_.trigger_at_ns) {
+      manual_done_ = true;
+      const std::string what = fmt::format("requested {:.1f} s after the first rank started "
+                                           "(--trigger-at-seconds)",
+                                           static_cast<double>(*options_.trigger_at_ns) / 1e9);
+      if (window_) {
+        window_->triggers.push_back(what);
+      } else if (OpenLocked(WindowReason::kManual, what, now)) {
+        const WindowSpec spec = window_->spec;
+        const auto collectors = collectors_;
+        lock.unlock();
+        for (CollectorControl* c : collectors) c->StartWindow(spec);
+        lock.lock();
+        continue;
+      }
+    }
+    if (window_ && ReadyLocked(now)) {
+      OpenWindow w = std::move(*window_);
+      window_.reset();
+      finalizing_ = true;
+      lock.unlock();
+      Finalize(std::move(w));
+      lock.lock();
+      finalizing_ = false;
+      cooldown_until_ns_ = RealtimeNs() + options_.cooldown_ns;
+      cv_.notify_all();
+    }
+  }
+}
+
+void WindowCoordinator::Flush(int64_t timeout_ns) {
+  std::vector<CollectorControl*> collectors;
+  uint64_t id = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    manual_done_ = true;  // no new manual window once the job is over
+    if (!window_) {
+      // A report being written now is waited for.
+      cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return !finalizing_; });
+      return;
+    }
+    const int64_t now = RealtimeNs();
+    if (now < window_->spec.start_ns) {
+      Log(fmt::format("window {} was to start after the job ended: dropped", window_->spec.id));
+      id = window_->spec.id;
+      window_.reset();
+      collectors = collectors_;
+    } else {
+      window_->ending = true;
+      window_->spec.duration_ns = std::min(window_->spec.duration_ns, now - window_->spec.start_ns);
+      window_->deadline_ns = std::min(window_->deadline_ns, now + timeout_ns);
+      id = window_->spec.id;
+      collectors = collectors_;
+    }
+  }
+  for (CollectorControl* c : collectors) c->EndWindowNow(id);
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns) + std::chrono::seconds(1), [&] {
+    return !finalizing_ && !(window_ && window_->spec.id == id);
+  });
+}
+
+void WindowCoordinator::Finalize(OpenWindow w) {
+  std::vector<int32_t> missing;
+  std::map<int32_t, Worker> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers = workers_;
+  }
+  for (int32_t rank : w.expected) {
+    if (!w.summaries.count(rank)) missing.push_back(rank);
+  }
+  std::vector<WorkerSummary> summaries;
+  summaries.reserve(w.summaries.size());
+  for (auto& [rank, s] : w.summaries) summaries.push_back(std::move(s));
+
+  Localizer localizer(options_.localizer);
+  for (const auto& s : summaries) localizer.Add(s);
+  const double seconds = static_cast<double>(w.spec.duration_ns) / 1e9;
+  localizer.AddNote(fmt::format("live window {} ({}) from {} for {:.1f} s{}; trigger: {}", w.spec.id,
+                                WindowReasonName(w.spec.reason), UtcTime(w.spec.start_ns), seconds,
+                                w.ending ? " (cut short: the job ended)" : "",
+                                w.triggers.empty() ? "none" : w.triggers.front()));
+  if (w.triggers.size() > 1) {
+    std::string more;
+    for (size_t i = 1; i < w.triggers.size() && i < 8; ++i) {
+      more += (i > 1 ? "; " : "") + w.triggers[i];
+    }
+    localizer.AddNote(fmt::format("{} more trigger(s) during the window: {}", w.triggers.size() - 1,
+                                  more));
+  }
+  for (int32_t rank : missing) {
+    auto it = workers.find(rank);
+    std::string why = "agent gone?";
+    if (it == workers.end()) {
+      why = "its agent never connected: did the process start, and load perftracker?";
+    } else if (it->second.left && !it->second.left_clean) {
+      why = "agent gone? it disconnected without saying bye: killed or crashed";
+    }
+    localizer.AddNote(fmt::format("rank {} sent no summary ({})", rank, why));
+  }
+  // The always-on detector's view just before the window: often the clearest sign of who
+  // slowed down (the window shows why).
+  {
+    std::string note;
+    size_t shown = 0;
+    for (const auto& [rank, worker] : workers) {
+      double sum = 0;
+      size_t n = 0;
+      for (auto it = worker.iterations.rbegin(); it != worker.iterations.rend() && n < kIterationsForNote;
+           ++it) {
+        if (it->first > w.spec.start_ns) continue;
+        sum += static_cast<double>(it->second);
+        ++n;
+      }
+      if (n == 0) continue;
+      if (shown++ >= kMaxRanksInIterationNote) {
+        note += ", …";
+        break;
+      }
+      note += fmt::format("{}rank {} {}", note.empty() ? "" : ", ", rank, Ms(sum / static_cast<double>(n)));
+    }
+    if (!note.empty()) {
+      localizer.AddNote(fmt::format(
+          "mean iteration before the window (always-on detector, last {} iterations): {}",
+          kIterationsForNote, note));
+    }
+  }
+  if (w.stacks_requested) {
+    for (const auto& [rank, text] : w.stacks) {
+      std::string flat = text.substr(0, kStackNoteChars);
+      std::replace(flat.begin(), flat.end(), '\n', ' ');
+      localizer.AddNote(fmt::format("rank {} Python stacks{}: {}", rank,
+                                    text.size() > kStackNoteChars ? " (truncated)" : "", flat));
+    }
+    for (int32_t rank : w.expected) {
+      if (!w.stacks.count(rank)) localizer.AddNote(fmt::format("rank {} sent no stacks", rank));
+    }
+  }
+  Diagnosis diagnosis = localizer.Finish();
+  if (w.stacks_requested && options_.hang_analyzer) {
+    std::vector<int32_t> no_stacks;
+    for (int32_t rank : w.expected) {
+      if (!w.stacks.count(rank)) no_stacks.push_back(rank);
+    }
+    std::optional<Finding> hang = options_.hang_analyzer(w.stacks, no_stacks);
+    if (hang) diagnosis.findings.insert(diagnosis.findings.begin(), std::move(*hang));
+  }
+
+  ReportInput input;
+  input.diagnosis = &diagnosis;
+  input.workers = &summaries;
+  input.title = fmt::format("{}{}window {} ({})", options_.title, options_.title.empty() ? "" : " — ",
+                            w.spec.id, WindowReasonName(w.spec.reason));
+
+  WindowReport report;
+  report.id = w.spec.id;
+  report.reason = w.spec.reason;
+  report.missing_ranks = missing;
+  report.text = RenderText(input);
+  StatusOr<WrittenReport> written =
+      WriteWindowReport(options_.report_dir, w.spec.id, w.spec.reason, input,
+                        w.stacks_requested ? w.stacks : std::map<int32_t, std::string>{});
+  if (written.ok()) {
+    report.json_path = written->json_path;
+    report.html_path = written->html_path;
+    report.stacks_path = written->stacks_path;
+    Log(fmt::format("window {} diagnosed ({} of {} ranks): {}", w.spec.id, summaries.size(),
+                    w.expected.size(), report.json_path));
+  } else {
+    Log(fmt::format("window {}: the report could not be written: {}", w.spec.id,
+                    written.status().message()));
+  }
+  report.diagnosis = std::move(diagnosis);
+  std::lock_guard<std::mutex> lock(mu_);
+  reports_.push_back(std::move(report));
+}
+
+}  // namespace perftracker

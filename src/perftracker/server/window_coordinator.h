@@ -1,0 +1,157 @@
+// WindowCoordinator: the server's control plane for one job (embedded in `perftracker run`;
+// the multi-host server will put a gRPC service in front of the same class).
+//
+// Windows. Any rank's trigger (slowdown or hang), or the --trigger-at-seconds timer, opens
+// ONE window on every worker of the job: the same wall-clock start (now + delay, so that
+// the `window` message reaches every agent before it begins) and length on every collector.
+// Triggers that arrive while a window is open join it (recorded in the report); after a
+// window's report, triggers are ignored for a cooldown (the agents rearm their detectors,
+// and the job needs time to show new evidence); at most max_windows windows per job.
+// A hang trigger also asks every worker for its Python stacks at once (and so does one that
+// arrives during an open window); its window is at most hang_window long: a hung job shows
+// little in a window, its stacks are the evidence.
+//
+// Finishing. The window is localized when every expected worker's summary is in (and, for
+// a hang, every stack), or wait_summaries after the window's end, whichever comes first.
+// Expected workers: ranks 0..world_size-1 (from the hellos) plus every rank that said hello,
+// minus the ranks that left cleanly (bye) before the window opened. A missing one is named
+// in the report ("rank 3 sent no summary (agent gone?)"). Localizing and writing the report
+// happen on the coordinator's own thread, never on a collector's.
+//
+// Reports: for every window, <report_dir>/window-<id>-<reason>.json (the schema of
+// `perftracker diagnose --format json`) and .html, plus window-<id>-stacks.txt for hangs.
+//
+// Threading: the CoordinatorLink calls come from collector threads and only take the state
+// mutex briefly; calls into collectors (CollectorControl) are made without holding it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perftracker/collector/coordinator_link.h"
+#include "perftracker/core/status.h"
+#include "perftracker/localize/diagnosis.h"
+#include "perftracker/localize/localizer.h"
+
+namespace perftracker {
+
+// Turns the per-rank stacks of a hung job into a finding (localize/hang_analyzer.h).
+// `missing` lists the expected ranks that sent no stacks.
+using HangAnalyzeFn = std::function<std::optional<Finding>(
+    const std::map<int32_t, std::string>& stacks, const std::vector<int32_t>& missing)>;
+
+struct CoordinatorOptions {
+  std::string report_dir = "perftracker-reports";
+  int64_t window_ns = 20'000'000'000;
+  int64_t hang_window_ns = 5'000'000'000;  // windows opened by a hang last at most this long
+  int64_t delay_ns = 300'000'000;
+  int64_t wait_summaries_ns = 10'000'000'000;
+  std::optional<int64_t> trigger_at_ns;  // one manual window this long after the first hello
+  int64_t cooldown_ns = 30'000'000'000;
+  int max_windows = 5;
+  LocalizerOptions localizer;
+  std::string title;  // what is diagnosed (the command line)
+  HangAnalyzeFn hang_analyzer;  // default: localize/hang_analyzer
+  std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
+};
+
+// One window's outcome.
+struct WindowReport {
+  uint64_t id = 0;
+  WindowReason reason = WindowReason::kManual;
+  std::string json_path;
+  std::string html_path;
+  std::string stacks_path;  // hangs only
+  std::string text;         // RenderText of the diagnosis
+  Diagnosis diagnosis;
+  std::vector<int32_t> missing_ranks;
+};
+
+class WindowCoordinator : public CoordinatorLink {
+ public:
+  explicit WindowCoordinator(CoordinatorOptions options);
+  ~WindowCoordinator() override;
+  WindowCoordinator(const WindowCoordinator&) = delete;
+  WindowCoordinator& operator=(const WindowCoordinator&) = delete;
+
+  // A collector whose workers take part in windows (not owned; call before Start).
+  void AddCollector(CollectorControl* collector);
+  // Creates the report directory and starts the coordinator thread.
+  Status Start();
+  // Stops the thread; a window still in progress is abandoned (use Flush first).
+  void Stop();
+  // The job ended: a window in progress is ended now, and its report is written once the
+  // summaries are in or after at most `timeout_ns`. A window not yet begun is dropped.
+  void Flush(int64_t timeout_ns);
+
+  std::optional<WindowReport> last_report() const;
+  std::vector<WindowReport> reports() const;
+  // The always-on iteration times a rank reported (end_ns, duration_ns), oldest first.
+  std::vector<std::pair<int64_t, int64_t>> IterationHistory(int32_t rank) const;
+  uint64_t windows_opened() const;
+
+  // CoordinatorLink
+  void OnWorkerJoined(const WorkerInfo& worker) override;
+  void OnWorkerLeft(int32_t rank, bool clean) override;
+  void OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) override;
+  void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) override;
+  void OnStacks(uint64_t window, int32_t rank, const std::string& text) override;
+  void OnSummary(uint64_t window, WorkerSummary summary) override;
+
+ private:
+  struct Worker {
+    WorkerInfo info;
+    bool left = false;
+    bool left_clean = false;
+    std::deque<std::pair<int64_t, int64_t>> iterations;
+  };
+  struct OpenWindow {
+    WindowSpec spec;
+    bool stacks_requested = false;
+    bool ending = false;  // Flush: ended early
+    int64_t deadline_ns = 0;  // localize by then, whatever is missing
+    std::set<int32_t> expected;
+    std::map<int32_t, WorkerSummary> summaries;
+    std::map<int32_t, std::string> stacks;
+    std::vector<std::string> triggers;  // "rank 2: slowdown (detail)"
+  };
+
+  void Loop();
+  // Opens a window (state mutex held); false when cooldown or --max-windows refuse it.
+  bool OpenLocked(WindowReason reason, std::string trigger, int64_t now_ns);
+  bool ReadyLocked(int64_t now_ns) const;
+  void Finalize(OpenWindow window);
+  void Log(const std::string& line) const;
+
+  CoordinatorOptions options_;
+  std::vector<CollectorControl*> collectors_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool started_ = false;
+  std::thread thread_;
+  std::map<int32_t, Worker> workers_;
+  int32_t world_size_ = 0;
+  int64_t first_hello_ns_ = 0;
+  bool manual_done_ = false;
+  std::optional<OpenWindow> window_;
+  uint64_t windows_opened_ = 0;
+  int64_t cooldown_until_ns_ = 0;
+  bool logged_cooldown_ = false;
+  bool logged_max_ = false;
+  bool finalizing_ = false;
+  std::vector<WindowReport> reports_;
+};
+
+}  // namespace perftracker
