@@ -18,9 +18,10 @@ find_package(fmt QUIET)
 perftracker_require(fmt_FOUND "fmt" "libfmt-dev")
 find_package(nlohmann_json QUIET)
 perftracker_require(nlohmann_json_FOUND "nlohmann-json" "nlohmann-json3-dev")
-find_package(simdjson QUIET)
-perftracker_require(simdjson_FOUND "simdjson" "libsimdjson-dev")
 find_package(ZLIB QUIET)
 perftracker_require(ZLIB_FOUND "zlib" "zlib1g-dev")
 find_package(Protobuf QUIET)
 perftracker_require(Protobuf_FOUND "protobuf" "libprotobuf-dev protobuf-compiler")
+# Not simdjson, though DESIGN.md named it: the Kineto importer's hand-written streaming field
+# scanner parses each event once in place (no padded copy) at >= 300 MB/s per core with flat
+# memory (docs/performance.md, "Import"), so simdjson would be an unused dependency.

@@ -6,7 +6,7 @@ PERFTRACKER_DEPS=(
   cmake ninja-build g++
   # C++ libraries (cmake/Dependencies.cmake checks each one and names its package)
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev libspdlog-dev
-  nlohmann-json3-dev libsimdjson-dev libprotobuf-dev protobuf-compiler zlib1g-dev libzstd-dev
+  nlohmann-json3-dev libprotobuf-dev protobuf-compiler zlib1g-dev libzstd-dev
   pybind11-dev python3-dev
   # end-to-end tests: a real multi-process torch job (CPU, gloo) writes the traces
   python3 python3-torch
