@@ -508,6 +508,9 @@ class WindowSummarizer::Impl {
     grid_.AddPoint(metric_rows_[m][0], sample.time_ns, 1.0);
     grid_.AddPoint(metric_rows_[m][1], sample.time_ns, sample.value);
     grid_.AddPoint(metric_rows_[m][2], sample.time_ns, sample.value * sample.value);
+    metric_totals_[m][0] += 1;
+    metric_totals_[m][1] += sample.value;
+    metric_totals_[m][2] += sample.value * sample.value;
   }
 
   size_t peak_reorder_buffer() const {
@@ -797,6 +800,7 @@ class WindowSummarizer::Impl {
     for (auto& r : rows) r = {-1, -1, -1};
     return rows;
   }();
+  std::array<std::array<double, 3>, kNumMetrics> metric_totals_{};  // count, sum, sum of squares
   bool has_device_ = false;
   bool window_init_ = false;
   int64_t window_start_ = 0;
@@ -873,6 +877,14 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
   out.window_end_ns = window_end_;
   out.has_device = has_device_;
   out.stats = stats_;
+  for (int m = 0; m < kNumMetrics; ++m) {
+    const auto& [n, sum, sum_sq] = metric_totals_[static_cast<size_t>(m)];
+    if (n == 0) continue;
+    const double mean = sum / n;
+    out.worker_metrics.push_back(
+        {static_cast<Metric>(m), static_cast<float>(mean),
+         static_cast<float>(std::sqrt(std::max(0.0, sum_sq / n - mean * mean)))});
+  }
 
   // The iteration thread carries the most iteration markers; the critical thread of a
   // host-only worker is that one, else the busiest host thread.

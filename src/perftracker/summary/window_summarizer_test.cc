@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -403,6 +404,24 @@ TEST(WindowSummarizerTest, MetricsDuringAFunction) {
   ASSERT_FN(quiet, s, "torch_op:aten::quiet");
   ASSERT_EQ(quiet->metrics.size(), 1u);
   EXPECT_NEAR(quiet->metrics[0].mean, 0.0, 1e-9);
+}
+
+TEST(WindowSummarizerTest, WorkerMetricsCoverTheWholeWindow) {
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 2000);
+  for (int i = 0; i < 10; ++i) {
+    b.Metric(Metric::kRunQueueDelayFraction, 50 + i * 100, i % 2 ? 0.6 : 0.4);
+    b.Metric(Metric::kRunQueueDelayFraction, 1050 + i * 100, 0.0);
+  }
+  b.Metric(Metric::kCpuUtilization, 10, 1.0);
+  WorkerSummary s = b.Finish();
+  ASSERT_EQ(s.worker_metrics.size(), 2u);  // in Metric order
+  EXPECT_EQ(s.worker_metrics[0].metric, Metric::kCpuUtilization);
+  EXPECT_NEAR(s.worker_metrics[0].mean, 1.0, 1e-9);
+  EXPECT_EQ(s.worker_metrics[1].metric, Metric::kRunQueueDelayFraction);
+  EXPECT_NEAR(s.worker_metrics[1].mean, 0.25, 1e-6);  // (5 x 0.4 + 5 x 0.6 + 10 x 0) / 20
+  EXPECT_NEAR(s.worker_metrics[1].stddev, std::sqrt(0.13 - 0.0625), 1e-6);
 }
 
 TEST(WindowSummarizerTest, MalformedEventsAreCountedAndSkipped) {

@@ -77,6 +77,10 @@ struct WorkerSummary {
   bool has_device = false;  // saw at least one device (GPU) track
   std::vector<IterationSummary> iterations;
   std::vector<FunctionSummary> functions;
+  // Each sampled metric's mean / stddev over the whole window (all samples fed to the
+  // summarizer, equally weighted): the worker-level view when per-function levels are
+  // missing, e.g. the run-queue delay of a worker whose slow time is outside traced code.
+  std::vector<FunctionMetric> worker_metrics;
   SummaryStats stats;
 
   int64_t window_ns() const { return window_end_ns - window_start_ns; }

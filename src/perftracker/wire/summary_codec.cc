@@ -205,6 +205,11 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
   st->set_out_of_order_events(s.stats.out_of_order_events);
   st->set_malformed_events(s.stats.malformed_events);
   st->set_first_problem(s.stats.first_problem);
+  for (const FunctionMetric& fm : s.worker_metrics) {
+    m.add_worker_metric_ids(static_cast<uint32_t>(fm.metric));
+    m.add_worker_metric_means(static_cast<float>(fm.mean));
+    m.add_worker_metric_stddevs(static_cast<float>(fm.stddev));
+  }
   return m.SerializeAsString();
 }
 
@@ -345,6 +350,18 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   s.stats.out_of_order_events = st.out_of_order_events();
   s.stats.malformed_events = st.malformed_events();
   s.stats.first_problem = st.first_problem();
+  if (m.worker_metric_means_size() != m.worker_metric_ids_size() ||
+      m.worker_metric_stddevs_size() != m.worker_metric_ids_size()) {
+    return Corrupt(kWhat, rank + ": worker metric arrays differ in length");
+  }
+  for (int j = 0; j < m.worker_metric_ids_size(); ++j) {
+    if (m.worker_metric_ids(j) >= static_cast<uint32_t>(kNumMetrics)) {
+      return Corrupt(kWhat, rank + ": unknown worker metric " +
+                                std::to_string(m.worker_metric_ids(j)));
+    }
+    s.worker_metrics.push_back({static_cast<Metric>(m.worker_metric_ids(j)),
+                                m.worker_metric_means(j), m.worker_metric_stddevs(j)});
+  }
   return s;
 }
 

@@ -82,6 +82,8 @@ WorkerSummary SampleSummary() {
   s.stats.out_of_order_events = 7;
   s.stats.malformed_events = 1;
   s.stats.first_problem = "end before start: event on track 3";
+  s.worker_metrics.push_back({Metric::kRunQueueDelayFraction, 0.375, 0.125});
+  s.worker_metrics.push_back({Metric::kInvoluntaryCtxSwitchesPerSec, 1536.0, 12.5});
   return s;
 }
 
@@ -142,6 +144,12 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
   EXPECT_EQ(a.stats.out_of_order_events, b.stats.out_of_order_events);
   EXPECT_EQ(a.stats.malformed_events, b.stats.malformed_events);
   EXPECT_EQ(a.stats.first_problem, b.stats.first_problem);
+  ASSERT_EQ(a.worker_metrics.size(), b.worker_metrics.size());
+  for (size_t m = 0; m < a.worker_metrics.size(); ++m) {
+    EXPECT_EQ(a.worker_metrics[m].metric, b.worker_metrics[m].metric);
+    EXPECT_EQ(a.worker_metrics[m].mean, b.worker_metrics[m].mean);
+    EXPECT_EQ(a.worker_metrics[m].stddev, b.worker_metrics[m].stddev);
+  }
 }
 
 TEST(SummaryCodecTest, WorkerSummaryRoundTripsEveryField) {
@@ -316,6 +324,14 @@ TEST(SummaryCodecTest, SemanticCorruptionIsNamed) {
   auto bad_metric = DecodeWorkerSummary(EncodeWorkerSummary(s));
   ASSERT_FALSE(bad_metric.ok());
   EXPECT_NE(bad_metric.status().message().find("unknown metric 999"), std::string::npos);
+
+  s = SampleSummary();
+  s.worker_metrics[1].metric = static_cast<Metric>(777);
+  auto bad_worker_metric = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_FALSE(bad_worker_metric.ok());
+  EXPECT_NE(bad_worker_metric.status().message().find("rank 17: unknown worker metric 777"),
+            std::string::npos)
+      << bad_worker_metric.status().message();
 
   s = SampleSummary();
   s.window_end_ns = s.window_start_ns - 1;
