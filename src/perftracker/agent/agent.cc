@@ -1,0 +1,514 @@
+#include "perftracker/agent/agent.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "perftracker/sources/python/realtime_clock.h"
+
+namespace perftracker {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kTickNs = 50'000'000;             // control loop wake-up when idle
+constexpr int64_t kFirstBackoffNs = 100'000'000;    // first reconnect delay
+constexpr int64_t kByeFlushNs = 300'000'000;        // how long Stop() waits to flush bye
+constexpr const char* kIterationName = "iteration";
+
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::optional<int64_t> Int(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  if (it->is_number_float()) return static_cast<int64_t>(it->get<double>());
+  return it->get<int64_t>();
+}
+
+const char* ReasonName(uint8_t reason) {
+  return reason == static_cast<uint8_t>(TriggerReason::kHang) ? "hang" : "slowdown";
+}
+
+}  // namespace
+
+Agent::Agent(AgentConfig config)
+    : config_(std::move(config)),
+      detector_(config_.options.detector),
+      outbox_(config_.options.outbox_capacity) {}
+
+StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
+  std::unique_ptr<Agent> agent(new Agent(std::move(config)));
+  Agent& a = *agent;
+  a.creator_pid_ = getpid();
+  a.rank_ = a.config_.rank;
+  a.local_rank_ = a.config_.local_rank;
+  a.world_size_ = a.config_.world_size;
+  auto shm = AgentShm::Create(a.config_.shm_path, a.config_.rank, a.config_.options.shm);
+  if (!shm.ok()) return shm.status();
+  a.shm_ = std::move(shm.value());
+  auto profiler = PythonProfiler::Create(a.shm_.get());
+  if (!profiler.ok()) {
+    unlink(a.config_.shm_path.c_str());
+    return profiler.status();
+  }
+  a.profiler_ = std::move(profiler.value());
+  a.wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  a.gil_.Start();
+  a.control_thread_ = std::thread([&a] {
+    try {
+      a.ControlLoop();
+    } catch (...) {  // no exception crosses the thread; the job runs on without the agent
+      std::fprintf(stderr, "perftracker agent: control thread stopped on an internal error\n");
+    }
+  });
+  return agent;
+}
+
+Agent::~Agent() {
+  if (!abandoned_) Stop();
+  Py_XDECREF(stack_dumper_);
+}
+
+void Agent::Wake() {
+  if (wake_fd_ < 0) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof(one));
+}
+
+void Agent::Stop() {
+  if (stopped_ || abandoned_) return;
+  stopped_ = true;
+  stopping_ = true;
+  // Hooks off first (we hold the GIL, so no GIL task is running); the final window_done goes
+  // out before bye.
+  {
+    std::lock_guard<std::mutex> lock(window_mu_);
+    if (profiler_->recording()) {
+      const ProfilerCounts counts = profiler_->Stop();
+      recording_ = false;
+      FinishWindowLocked(window_ ? window_->id : -1, counts);
+    }
+    window_.reset();
+    requested_.reset();
+  }
+  stop_requested_ = true;
+  Wake();
+  Py_BEGIN_ALLOW_THREADS
+  if (control_thread_.joinable()) control_thread_.join();
+  gil_.Stop();
+  Py_END_ALLOW_THREADS
+  if (profiler_->recording()) profiler_->Stop();
+  recording_ = false;
+  if (wake_fd_ >= 0) close(wake_fd_);
+  wake_fd_ = -1;
+  if (getpid() == creator_pid_) unlink(config_.shm_path.c_str());
+}
+
+void Agent::AbandonAfterFork() {
+  abandoned_ = true;
+  stopping_ = true;
+  recording_ = false;
+  profiler_->AbandonAfterFork();
+  // The threads and the parent's file belong to the parent: never joined, never unlinked.
+  // The caller leaks this object (its std::thread members name threads of the parent).
+}
+
+void Agent::Push(const OutMessage& m) {
+  if (!outbox_.TryPush(m)) messages_dropped_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Agent::PushTrigger(const Trigger& trigger) {
+  OutMessage m;
+  m.type = OutMessage::Type::kTrigger;
+  m.reason = static_cast<uint8_t>(trigger.reason);
+  const size_t n = std::min(trigger.detail.size(), sizeof(m.text) - 1);
+  std::memcpy(m.text, trigger.detail.data(), n);
+  m.text[n] = '\0';
+  triggers_.fetch_add(1, std::memory_order_relaxed);
+  Push(m);
+}
+
+void Agent::OnMarker(Marker marker, std::string_view name, int64_t start_ns, int64_t end_ns) {
+  if (stopping_.load(std::memory_order_relaxed)) return;
+  markers_.fetch_add(1, std::memory_order_relaxed);
+  const bool rec = recording_.load(std::memory_order_relaxed);
+  if (rec) {
+    profiler_->Record(
+        marker == Marker::kDataLoaderNext ? EventKind::kDataLoad : EventKind::kOptimizerStep,
+        name, true, start_ns, end_ns, 0);
+  }
+  if (marker_busy_.test_and_set(std::memory_order_acquire)) {
+    markers_skipped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (rearm_pending_.load(std::memory_order_relaxed) && rearm_pending_.exchange(false)) {
+    detector_.Rearm();
+  }
+  int64_t it_start = 0;
+  int64_t it_end = 0;
+  const int64_t t = marker == Marker::kDataLoaderNext ? start_ns : end_ns;
+  if (detector_.OnMarker(marker, t, &it_start, &it_end)) {
+    iterations_.fetch_add(1, std::memory_order_relaxed);
+    OutMessage m;
+    m.type = OutMessage::Type::kIteration;
+    m.a = it_end;
+    m.b = it_end - it_start;
+    Push(m);
+    if (rec) profiler_->Record(EventKind::kIteration, kIterationName, false, it_start, it_end, 0);
+    if (!rec && !window_open_.load(std::memory_order_relaxed)) {
+      if (std::optional<Trigger> trigger = detector_.CheckSlowdown()) PushTrigger(*trigger);
+    }
+  }
+  marker_busy_.clear(std::memory_order_release);
+}
+
+void Agent::RecordCollective(std::string_view name, int64_t start_ns, int64_t end_ns,
+                             uint64_t bytes) {
+  if (recording_.load(std::memory_order_relaxed)) {
+    profiler_->Record(EventKind::kCollective, name, true, start_ns, end_ns, bytes);
+  }
+}
+
+void Agent::SetRank(int rank, int local_rank, int world_size) {
+  rank_ = rank;
+  if (local_rank >= 0) local_rank_ = local_rank;
+  if (world_size >= 0) world_size_ = world_size;
+  shm_->header()->rank = rank;
+  hello_dirty_ = true;
+  Wake();
+}
+
+void Agent::RequestWindow(int64_t window, int64_t start_ns, int64_t duration_ns) {
+  {
+    std::lock_guard<std::mutex> lock(window_mu_);
+    requested_ = Window{window, start_ns, start_ns + std::max<int64_t>(duration_ns, 0),
+                        Window::State::kScheduled};
+  }
+  Wake();
+}
+
+void Agent::ProfileNow(int64_t duration_ns) {
+  std::lock_guard<std::mutex> lock(window_mu_);
+  if (window_ || profiler_->recording()) return;
+  profiler_->Start(RealtimeNs() + duration_ns);
+  recording_ = true;
+}
+
+ProfilerCounts Agent::ProfileStop() {
+  std::lock_guard<std::mutex> lock(window_mu_);
+  if (window_) return {};  // a collector window owns the profiler
+  recording_ = false;
+  ProfilerCounts counts = profiler_->Stop();
+  window_events_ += counts.events;
+  window_dropped_ += counts.dropped;
+  return counts;
+}
+
+void Agent::SetStackDumper(PyObject* fn) {
+  Py_XINCREF(fn);
+  Py_XDECREF(stack_dumper_);
+  stack_dumper_ = fn;
+}
+
+AgentStats Agent::stats() const {
+  AgentStats s;
+  s.markers = markers_;
+  s.markers_skipped = markers_skipped_;
+  s.iterations = iterations_;
+  s.triggers = triggers_;
+  s.messages_sent = messages_sent_;
+  s.messages_dropped = messages_dropped_;
+  s.connects = connects_;
+  s.connect_failures = connect_failures_;
+  s.messages_received = messages_received_;
+  s.unknown_messages = unknown_messages_;
+  s.malformed_messages = malformed_messages_;
+  s.windows = windows_;
+  s.windows_ignored = windows_ignored_;
+  s.stack_dumps = stack_dumps_;
+  s.window_events = window_events_;
+  s.window_dropped = window_dropped_;
+  return s;
+}
+
+// ---------------------------------------------------------------- control thread
+
+void Agent::SendJson(const std::string& line) {
+  if (channel_.connected() && channel_.SendLine(line)) {
+    messages_sent_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  messages_dropped_.fetch_add(1, std::memory_order_relaxed);
+  if (!channel_.connected() && !config_.socket_path.empty() && !reported_lost_ &&
+      connects_.load() > 0) {
+    reported_lost_ = true;
+    std::fprintf(stderr,
+                 "perftracker agent: lost the collector (%s); training continues, reconnecting "
+                 "in the background\n",
+                 channel_.last_error().c_str());
+  }
+}
+
+void Agent::SendHello() {
+  json j = {{"type", "hello"},
+            {"pid", static_cast<int64_t>(getpid())},
+            {"rank", rank_.load()},
+            {"world_size", world_size_.load()},
+            {"local_rank", local_rank_.load()},
+            {"host", config_.host},
+            {"shm", config_.shm_path},
+            {"version", kAgentVersion}};
+  SendJson(Dump(j));
+}
+
+void Agent::TryConnect(int64_t now) {
+  if (config_.socket_path.empty() || channel_.connected() || now < next_connect_ns_) return;
+  const Status st = channel_.Connect(config_.socket_path);
+  if (st.ok()) {
+    connects_.fetch_add(1, std::memory_order_relaxed);
+    backoff_ns_ = 0;
+    hello_dirty_ = false;
+    SendHello();
+    return;
+  }
+  connect_failures_.fetch_add(1, std::memory_order_relaxed);
+  if (!reported_unreachable_ && connects_.load() == 0) {
+    reported_unreachable_ = true;
+    std::fprintf(stderr,
+                 "perftracker agent: collector at %s unreachable (%s); training continues "
+                 "without it (retrying in the background)\n",
+                 config_.socket_path.c_str(), st.message().c_str());
+  }
+  backoff_ns_ = backoff_ns_ == 0 ? kFirstBackoffNs
+                                 : std::min(backoff_ns_ * 2, config_.options.reconnect_max_ns);
+  next_connect_ns_ = now + backoff_ns_;
+}
+
+void Agent::DrainOutbox() {
+  OutMessage m;
+  const int rank = rank_.load();
+  while (outbox_.TryPop(&m)) {
+    json j;
+    switch (m.type) {
+      case OutMessage::Type::kIteration:
+        j = {{"type", "iteration"}, {"rank", rank}, {"end_ns", m.a}, {"duration_ns", m.b}};
+        break;
+      case OutMessage::Type::kTrigger:
+        j = {{"type", "trigger"},
+             {"rank", rank},
+             {"reason", ReasonName(m.reason)},
+             {"detail", std::string(m.text)}};
+        break;
+      case OutMessage::Type::kWindowDone:
+        j = {{"type", "window_done"},
+             {"rank", rank},
+             {"window", m.a},
+             {"events", m.b},
+             {"dropped", m.c}};
+        break;
+    }
+    SendJson(Dump(j));
+  }
+}
+
+void Agent::FinishWindowLocked(int64_t window, const ProfilerCounts& counts) {
+  window_events_ += counts.events;
+  window_dropped_ += counts.dropped;
+  OutMessage m;
+  m.type = OutMessage::Type::kWindowDone;
+  m.a = window;
+  m.b = static_cast<int64_t>(counts.events);
+  m.c = static_cast<int64_t>(counts.dropped);
+  Push(m);
+  rearm_pending_ = true;
+  window_open_ = false;
+}
+
+void Agent::StartWindow(const Window& w) {
+  // window_mu_ held.
+  if (window_ || profiler_->recording()) {
+    windows_ignored_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  windows_.fetch_add(1, std::memory_order_relaxed);
+  window_ = w;
+  window_open_ = true;
+}
+
+void Agent::HandleWindowTimers(int64_t now) {
+  std::lock_guard<std::mutex> lock(window_mu_);
+  if (requested_) {
+    StartWindow(*requested_);
+    requested_.reset();
+  }
+  if (!window_) return;
+  Window& w = *window_;
+  if (w.state == Window::State::kScheduled && now >= w.start_ns) {
+    w.state = Window::State::kActive;
+    const int64_t end = w.end_ns;
+    gil_.Submit([this, end] {
+      std::lock_guard<std::mutex> l(window_mu_);
+      if (stopping_ || !window_ || profiler_->recording()) return;
+      profiler_->Start(end);
+      recording_ = true;
+    });
+  }
+  if (w.state == Window::State::kActive && now >= w.end_ns) {
+    w.state = Window::State::kStopping;
+    const int64_t id = w.id;
+    gil_.Submit([this, id] {
+      std::lock_guard<std::mutex> l(window_mu_);
+      if (stopping_ || !window_) return;
+      recording_ = false;
+      const ProfilerCounts counts = profiler_->Stop();
+      FinishWindowLocked(id, counts);
+      window_.reset();
+      Wake();
+    });
+  }
+}
+
+void Agent::DumpStacks(int64_t window) {
+  stack_dumps_.fetch_add(1, std::memory_order_relaxed);
+  auto text = std::make_shared<std::string>();
+  auto task = gil_.Submit([this, text] {
+    if (stack_dumper_ == nullptr) {
+      *text = "(no stack dumper registered)";
+      return;
+    }
+    PyObject* r = PyObject_CallNoArgs(stack_dumper_);
+    const char* s = r != nullptr && PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : nullptr;
+    *text = s != nullptr ? s : "(the stack dumper failed)";
+    if (PyErr_Occurred()) PyErr_Clear();
+    Py_XDECREF(r);
+  });
+  json j = {{"type", "stacks"}, {"rank", rank_.load()}, {"window", window}};
+  if (gil_.Wait(task, config_.options.stack_timeout_ns)) {
+    std::string t = *text;
+    if (t.size() > ControlChannel::kMaxLine - 1024) {
+      t.resize(ControlChannel::kMaxLine - 1024);
+      t += "\n... (truncated)";
+    }
+    j["available"] = true;
+    j["text"] = t;
+  } else {
+    j["available"] = false;
+    j["text"] = "Python stacks unavailable: no thread released the GIL within " +
+                std::to_string(config_.options.stack_timeout_ns / 1'000'000) +
+                " ms (a thread holds the GIL, e.g. stuck inside a C extension)";
+  }
+  SendJson(Dump(j));
+}
+
+void Agent::HandleLine(const std::string& line) {
+  messages_received_.fetch_add(1, std::memory_order_relaxed);
+  const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+    if (malformed_messages_.fetch_add(1) == 0) {
+      std::fprintf(stderr, "perftracker agent: ignoring a malformed collector message\n");
+    }
+    return;
+  }
+  const std::string type = j["type"].get<std::string>();
+  if (type == "window") {
+    const auto id = Int(j, "window");
+    const auto start = Int(j, "start_ns");
+    const auto duration = Int(j, "duration_ns");
+    if (!id || !start || !duration) {
+      malformed_messages_.fetch_add(1);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(window_mu_);
+    StartWindow(Window{*id, *start, *start + std::max<int64_t>(*duration, 0),
+                       Window::State::kScheduled});
+  } else if (type == "dump_stacks") {
+    DumpStacks(Int(j, "window").value_or(-1));
+  } else {
+    // `config` (detector overrides) is not applied by this version: thresholds come from
+    // PERFTRACKER_AGENT_OPTIONS at start. Counted like any unknown type.
+    unknown_messages_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Agent::ControlLoop() {
+  std::vector<std::string> lines;
+  next_hang_check_ns_ = RealtimeNs();
+  while (!stop_requested_.load()) {
+    const int64_t now = RealtimeNs();
+    TryConnect(now);
+    if (channel_.connected() && hello_dirty_.exchange(false)) SendHello();
+    DrainOutbox();
+    HandleWindowTimers(now);
+    if (now >= next_hang_check_ns_) {
+      next_hang_check_ns_ = now + config_.options.hang_check_interval_ns;
+      if (std::optional<Trigger> trigger = detector_.CheckHang(now)) PushTrigger(*trigger);
+      DrainOutbox();
+    }
+    if (channel_.has_pending_output()) channel_.Flush();
+
+    int64_t deadline = std::min(now + kTickNs, next_hang_check_ns_);
+    {
+      std::lock_guard<std::mutex> lock(window_mu_);
+      if (window_ && window_->state == Window::State::kScheduled) {
+        deadline = std::min(deadline, window_->start_ns);
+      } else if (window_ && window_->state == Window::State::kActive) {
+        deadline = std::min(deadline, window_->end_ns);
+      }
+    }
+    if (!channel_.connected() && !config_.socket_path.empty()) {
+      deadline = std::min(deadline, std::max(next_connect_ns_, now));
+    }
+    pollfd fds[2];
+    nfds_t nfds = 0;
+    fds[nfds++] = {wake_fd_, POLLIN, 0};
+    if (channel_.connected()) {
+      fds[nfds++] = {channel_.fd(), static_cast<short>(
+                                        POLLIN | (channel_.has_pending_output() ? POLLOUT : 0)),
+                     0};
+    }
+    const int64_t wait_ns = std::max<int64_t>(deadline - RealtimeNs(), 0);
+    const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
+                      static_cast<long>(wait_ns % 1'000'000'000)};
+    const int ready = ppoll(fds, nfds, &ts, nullptr);
+    if (ready <= 0) continue;
+    if (fds[0].revents & POLLIN) {
+      uint64_t v;
+      [[maybe_unused]] const ssize_t n = read(wake_fd_, &v, sizeof(v));
+    }
+    if (nfds > 1 && fds[1].revents != 0) {
+      lines.clear();
+      const bool ok = channel_.ReadLines(&lines);
+      for (const std::string& l : lines) HandleLine(l);
+      if (!ok && !reported_lost_) {
+        reported_lost_ = true;
+        std::fprintf(stderr,
+                     "perftracker agent: lost the collector (%s); training continues, "
+                     "reconnecting in the background\n",
+                     channel_.last_error().c_str());
+      }
+      if (!ok) next_connect_ns_ = RealtimeNs() + kFirstBackoffNs;
+    }
+  }
+  // Stop: the final window_done and bye, flushed for a short while at most.
+  DrainOutbox();
+  if (channel_.connected()) {
+    SendJson(Dump(json{{"type", "bye"}, {"rank", rank_.load()}}));
+    const int64_t until = RealtimeNs() + kByeFlushNs;
+    while (channel_.connected() && channel_.has_pending_output() && RealtimeNs() < until) {
+      pollfd pfd{channel_.fd(), POLLOUT, 0};
+      poll(&pfd, 1, 10);
+      channel_.Flush();
+    }
+  }
+  channel_.Close();
+}
+
+}  // namespace perftracker

@@ -1,0 +1,195 @@
+// Agent: everything perftracker runs inside one training process, tied together.
+//
+//   training thread (GIL)                control thread (no GIL)          GIL worker
+//   ─────────────────────                ───────────────────────          ──────────
+//   OnMarker ─► IterationDetector        connects to $PERFTRACKER_SOCKET  runs GIL tasks:
+//     ├─ iteration/trigger ─► outbox ──► sends JSON lines (hello, ...)     profiler Start/
+//     └─ (in a window) events ─► rings   receives window / dump_stacks ──► Stop, stacks
+//                                        timers: window edges, CheckHang
+//
+// Always on: the detector, fed by the Python wrappers of DataLoader next() and
+// Optimizer.step() (a few hundred ns per marker, no lock, no syscall, no allocation once
+// learned). The training thread only puts fixed-size messages into a bounded lock-free
+// outbox (full -> dropped and counted); it never waits for the collector.
+//
+// Windows: the collector's `window` message schedules [start_ns, start_ns + duration_ns);
+// at the start the GIL worker installs the PythonProfiler on every thread, at the end it
+// removes it and the control thread reports window_done with the window's event and drop
+// counts. Only one window at a time (a window arriving during another is ignored and
+// counted). The detector is re-armed after a window (its baseline is forgotten: the
+// profiled iterations were slower on purpose) and slowdown triggers are muted during one.
+//
+// Collector faults: connect failures and broken connections are retried with exponential
+// back-off (100 ms .. reconnect_max); messages that cannot be sent are dropped and counted;
+// one line on stderr the first time; the training job is never slowed, blocked or killed
+// (MSG_NOSIGNAL, non-blocking socket).
+//
+// Lifetime: Create() and Stop() with the GIL held (Stop releases it while joining the
+// threads); Stop is called from atexit, before the interpreter finalizes; nothing happens
+// at static destruction. In a forked child the agent is abandoned (AbandonAfterFork): its
+// threads do not exist there, the parent's shared memory is left alone.
+#pragma once
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "perftracker/agent/agent_options.h"
+#include "perftracker/agent/bounded_queue.h"
+#include "perftracker/agent/control_channel.h"
+#include "perftracker/agent/gil_worker.h"
+#include "perftracker/core/agent_shm.h"
+#include "perftracker/core/status.h"
+#include "perftracker/detect/iteration_detector.h"
+#include "perftracker/sources/python/python_profiler.h"
+
+namespace perftracker {
+
+inline constexpr const char* kAgentVersion = "0.1.0";
+
+struct AgentConfig {
+  std::string socket_path;  // empty: no collector (benchmarks, tests)
+  std::string shm_path;
+  int rank = -1;
+  int local_rank = -1;
+  int world_size = -1;
+  std::string host;
+  AgentOptions options;
+};
+
+struct AgentStats {
+  uint64_t markers = 0;
+  uint64_t markers_skipped = 0;  // a marker arrived while another thread fed the detector
+  uint64_t iterations = 0;
+  uint64_t triggers = 0;
+  uint64_t messages_sent = 0;
+  uint64_t messages_dropped = 0;  // outbox full, not connected, or the socket broke
+  uint64_t connects = 0;
+  uint64_t connect_failures = 0;
+  uint64_t messages_received = 0;
+  uint64_t unknown_messages = 0;
+  uint64_t malformed_messages = 0;
+  uint64_t windows = 0;
+  uint64_t windows_ignored = 0;
+  uint64_t stack_dumps = 0;
+  uint64_t window_events = 0;   // over all windows
+  uint64_t window_dropped = 0;  // over all windows
+};
+
+class Agent {
+ public:
+  // GIL held. Creates the shared memory and starts the agent's threads.
+  static StatusOr<std::unique_ptr<Agent>> Create(AgentConfig config);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // GIL held. Sends bye, joins the threads, removes every hook, unlinks the shared memory.
+  void Stop();
+  // GIL held, in a forked child: forget everything without touching the parent's threads.
+  void AbandonAfterFork();
+
+  // --- training thread, GIL held ---
+  void OnMarker(Marker marker, std::string_view name, int64_t start_ns, int64_t end_ns);
+  void RecordCollective(std::string_view name, int64_t start_ns, int64_t end_ns, uint64_t bytes);
+  void SetRank(int rank, int local_rank, int world_size);
+  bool recording() const { return recording_.load(std::memory_order_relaxed); }
+
+  // Schedules a window exactly like the collector's `window` message (tests, manual use).
+  void RequestWindow(int64_t window, int64_t start_ns, int64_t duration_ns);
+  // GIL held. Synchronous window on the calling thread, for benchmarks.
+  void ProfileNow(int64_t duration_ns);
+  ProfilerCounts ProfileStop();
+  // GIL held. `fn()` returns all threads' Python stacks as text (used for dump_stacks).
+  void SetStackDumper(PyObject* fn);
+
+  PythonProfiler* profiler() { return profiler_.get(); }
+  const std::string& shm_path() const { return config_.shm_path; }
+  int rank() const { return rank_.load(std::memory_order_relaxed); }
+  AgentStats stats() const;
+
+ private:
+  struct OutMessage {
+    enum class Type : uint8_t { kIteration, kTrigger, kWindowDone };
+    Type type = Type::kIteration;
+    uint8_t reason = 0;  // TriggerReason
+    int64_t a = 0;
+    int64_t b = 0;
+    int64_t c = 0;
+    char text[200] = {};
+  };
+  struct Window {
+    enum class State : uint8_t { kScheduled, kActive, kStopping };
+    int64_t id = 0;
+    int64_t start_ns = 0;
+    int64_t end_ns = 0;
+    State state = State::kScheduled;
+  };
+
+  explicit Agent(AgentConfig config);
+  void Push(const OutMessage& m);
+  void PushTrigger(const Trigger& trigger);
+  void Wake();
+  void ControlLoop();
+  void TryConnect(int64_t now);
+  void SendHello();
+  void SendJson(const std::string& line);
+  void DrainOutbox();
+  void HandleLine(const std::string& line);
+  void StartWindow(const Window& w);
+  void HandleWindowTimers(int64_t now);
+  void DumpStacks(int64_t window);
+  void FinishWindowLocked(int64_t window, const ProfilerCounts& counts);
+
+  AgentConfig config_;
+  pid_t creator_pid_ = 0;
+  std::unique_ptr<AgentShm> shm_;
+  std::unique_ptr<PythonProfiler> profiler_;
+  IterationDetector detector_;
+  BoundedQueue<OutMessage> outbox_;
+  GilWorker gil_;
+  std::thread control_thread_;
+  int wake_fd_ = -1;
+  PyObject* stack_dumper_ = nullptr;
+
+  std::atomic<int> rank_{-1};
+  std::atomic<int> local_rank_{-1};
+  std::atomic<int> world_size_{-1};
+  std::atomic<bool> hello_dirty_{false};
+  std::atomic<bool> recording_{false};
+  std::atomic<bool> window_open_{false};  // scheduled or active: slowdown triggers muted
+  std::atomic<bool> rearm_pending_{false};
+  std::atomic_flag marker_busy_ = ATOMIC_FLAG_INIT;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stop_requested_{false};
+  bool stopped_ = false;
+  bool abandoned_ = false;
+
+  // Window state: guarded by window_mu_ (control thread, GIL tasks, RequestWindow).
+  std::mutex window_mu_;
+  std::optional<Window> window_;
+  std::optional<Window> requested_;
+
+  // Control-thread only.
+  ControlChannel channel_;
+  int64_t next_connect_ns_ = 0;
+  int64_t backoff_ns_ = 0;
+  int64_t next_hang_check_ns_ = 0;
+  bool reported_unreachable_ = false;
+  bool reported_lost_ = false;
+
+  mutable std::atomic<uint64_t> markers_{0}, markers_skipped_{0}, iterations_{0}, triggers_{0},
+      messages_sent_{0}, messages_dropped_{0}, connects_{0}, connect_failures_{0},
+      messages_received_{0}, unknown_messages_{0}, malformed_messages_{0}, windows_{0},
+      windows_ignored_{0}, stack_dumps_{0}, window_events_{0}, window_dropped_{0};
+};
+
+}  // namespace perftracker

@@ -1,0 +1,244 @@
+// perftracker._agent: the native half of the agent (the Python half is
+// python/perftracker/agent.py). One Agent per process, created by activate(), stopped at
+// interpreter exit (atexit, registered by agent.py), abandoned in forked children.
+// Also exposes test and benchmark helpers (read_shm, drain_*, profile_*).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "perftracker/agent/agent.h"
+#include "perftracker/sources/python/realtime_clock.h"
+
+namespace py = pybind11;
+
+namespace perftracker {
+namespace {
+
+// Raw pointer on purpose: destroyed by stop() (from atexit), leaked in a forked child,
+// nothing at static destruction.
+Agent* g_agent = nullptr;
+
+py::dict CountsDict(const ProfilerCounts& c) {
+  py::dict d;
+  d["events"] = c.events;
+  d["dropped"] = c.dropped;
+  d["threads"] = c.threads;
+  d["skipped_threads"] = c.skipped_threads;
+  return d;
+}
+
+// Collector stand-in for benchmarks: drains every ring of a file on its own thread.
+struct Drainer {
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> events{0};
+};
+Drainer* g_drainer = nullptr;
+
+void DrainLoop(Drainer* d, std::string path) {
+  auto shm = AgentShm::Open(path);
+  if (!shm.ok()) return;
+  std::vector<Event> buf(4096);
+  for (;;) {
+    const bool last = d->stop.load();
+    size_t got = 0;
+    const uint32_t rings =
+        std::min((*shm)->header()->rings_claimed.load(), (*shm)->header()->num_rings);
+    for (uint32_t r = 0; r < rings; ++r) got += (*shm)->Pop(static_cast<int>(r), buf.data(), buf.size());
+    d->events += got;
+    if (last) return;
+    if (got == 0) usleep(200);
+  }
+}
+
+}  // namespace
+}  // namespace perftracker
+
+PYBIND11_MODULE(_agent, m) {
+  using namespace perftracker;
+  m.doc() = "perftracker agent (native part); see perftracker.agent";
+
+  m.def(
+      "parse_options",
+      [](const std::string& text) {
+        auto o = ParseAgentOptions(text);
+        if (!o.ok()) throw py::value_error(o.status().message());
+        py::dict d;
+        d["rings"] = o->shm.num_rings;
+        d["ring_events"] = o->shm.ring_capacity;
+        d["functions"] = o->shm.function_capacity;
+        d["learn_repeats"] = o->detector.learn_repeats;
+        d["window_iterations"] = o->detector.window_iterations;
+        d["slowdown_ratio"] = o->detector.slowdown_ratio;
+        d["hang_factor"] = o->detector.hang_factor;
+        d["min_hang_ms"] = o->detector.min_hang_ns / 1e6;
+        return d;
+      },
+      "Validates PERFTRACKER_AGENT_OPTIONS text; raises ValueError with the reason.");
+
+  m.def(
+      "activate",
+      [](const std::string& socket, const std::string& shm_path, int rank, int local_rank,
+         int world_size, const std::string& host, const std::string& options) {
+        if (g_agent != nullptr) return false;
+        auto o = ParseAgentOptions(options);
+        if (!o.ok()) throw py::value_error(o.status().message());
+        AgentConfig c;
+        c.socket_path = socket;
+        c.shm_path = shm_path;
+        c.rank = rank;
+        c.local_rank = local_rank;
+        c.world_size = world_size;
+        c.host = host;
+        c.options = *o;
+        auto agent = Agent::Create(std::move(c));
+        if (!agent.ok()) throw std::runtime_error(agent.status().message());
+        g_agent = agent.value().release();
+        return true;
+      },
+      py::arg("socket"), py::arg("shm_path"), py::arg("rank"), py::arg("local_rank"),
+      py::arg("world_size"), py::arg("host"), py::arg("options"));
+
+  m.def("active", [] { return g_agent != nullptr; });
+  m.def("stop", [] {
+    Agent* a = g_agent;
+    g_agent = nullptr;
+    if (a == nullptr) return;
+    a->Stop();
+    delete a;
+  });
+  m.def("after_fork_child", [] {
+    if (g_agent != nullptr) g_agent->AbandonAfterFork();  // leaked: its threads are the parent's
+    g_agent = nullptr;
+    if (g_drainer != nullptr) g_drainer = nullptr;  // leaked likewise
+  });
+
+  m.def("recording", [] { return g_agent != nullptr && g_agent->recording(); });
+  m.def(
+      "marker",
+      [](int kind, std::string_view name, int64_t start_ns) {
+        if (g_agent == nullptr) return;
+        g_agent->OnMarker(kind == 0 ? Marker::kDataLoaderNext : Marker::kOptimizerStep, name,
+                          start_ns, RealtimeNs());
+      },
+      "marker(kind, name, start_ns): 0 = data-loader next() returned, 1 = optimizer step "
+      "returned; start_ns = time.time_ns() at the call.");
+  m.def("collective", [](std::string_view name, int64_t start_ns, uint64_t bytes) {
+    if (g_agent != nullptr) g_agent->RecordCollective(name, start_ns, RealtimeNs(), bytes);
+  });
+  m.def("set_rank", [](int rank, int local_rank, int world_size) {
+    if (g_agent != nullptr) g_agent->SetRank(rank, local_rank, world_size);
+  });
+  m.def("hide_code", [](py::object code) {
+    if (g_agent != nullptr) g_agent->profiler()->Hide(code.ptr());
+  });
+  m.def("set_stack_dumper", [](py::object fn) {
+    if (g_agent != nullptr) g_agent->SetStackDumper(fn.ptr());
+  });
+  m.def(
+      "request_window",
+      [](int64_t window, int64_t start_ns, int64_t duration_ns) {
+        if (g_agent != nullptr) g_agent->RequestWindow(window, start_ns, duration_ns);
+      },
+      "Schedules a window as the collector's `window` message would.");
+  m.def("profile_start", [](double duration_s) {
+    if (g_agent != nullptr) g_agent->ProfileNow(static_cast<int64_t>(duration_s * 1e9));
+  });
+  m.def("profile_stop", [] {
+    return CountsDict(g_agent != nullptr ? g_agent->ProfileStop() : ProfilerCounts{});
+  });
+  m.def("hooked_threads", [] {
+    return g_agent != nullptr ? g_agent->profiler()->HookedThreadCount() : 0;
+  });
+  m.def("shm_path", [] { return g_agent != nullptr ? g_agent->shm_path() : std::string(); });
+  m.def("now_ns", [] { return RealtimeNs(); });
+  m.def("stats", [] {
+    py::dict d;
+    if (g_agent == nullptr) return d;
+    const AgentStats s = g_agent->stats();
+    d["markers"] = s.markers;
+    d["markers_skipped"] = s.markers_skipped;
+    d["iterations"] = s.iterations;
+    d["triggers"] = s.triggers;
+    d["messages_sent"] = s.messages_sent;
+    d["messages_dropped"] = s.messages_dropped;
+    d["connects"] = s.connects;
+    d["connect_failures"] = s.connect_failures;
+    d["messages_received"] = s.messages_received;
+    d["unknown_messages"] = s.unknown_messages;
+    d["malformed_messages"] = s.malformed_messages;
+    d["windows"] = s.windows;
+    d["windows_ignored"] = s.windows_ignored;
+    d["stack_dumps"] = s.stack_dumps;
+    d["window_events"] = s.window_events;
+    d["window_dropped"] = s.window_dropped;
+    return d;
+  });
+
+  m.def(
+      "read_shm",
+      [](const std::string& path) {
+        auto shm = AgentShm::Open(path);
+        if (!shm.ok()) throw std::runtime_error(shm.status().message());
+        AgentShm& s = **shm;
+        py::dict out;
+        out["pid"] = s.header()->pid;
+        out["rank"] = s.header()->rank;
+        out["dropped"] = s.TotalDropped();
+        py::list functions;
+        for (uint32_t i = 0; i < s.functions_published(); ++i) {
+          const FunctionSlot& f = s.function(i);
+          functions.append(py::make_tuple(
+              f.id, f.parent == FunctionTable::kNoParent ? -1 : static_cast<int64_t>(f.parent),
+              std::string(EventKindName(static_cast<EventKind>(f.kind))),
+              py::str(std::string(f.name, f.name_len))));
+        }
+        out["functions"] = functions;
+        py::list events;
+        Event buf[1024];
+        const uint32_t rings = std::min(s.header()->rings_claimed.load(), s.header()->num_rings);
+        py::list ring_threads;
+        for (uint32_t r = 0; r < rings; ++r) {
+          ring_threads.append(s.ring_header(static_cast<int>(r))->thread_id);
+          for (;;) {
+            const size_t n = s.Pop(static_cast<int>(r), buf, 1024);
+            for (size_t i = 0; i < n; ++i) {
+              const Event& e = buf[i];
+              events.append(py::make_tuple(r, e.start_ns, e.end_ns, e.function_id,
+                                           std::string(EventKindName(e.kind)), e.payload));
+            }
+            if (n < 1024) break;
+          }
+        }
+        out["events"] = events;
+        out["ring_threads"] = ring_threads;
+        return out;
+      },
+      "Test helper: consumes every event of an agent file like the collector; returns "
+      "{pid, rank, dropped, functions: [(id, parent, kind, name)], events: [(ring, start, end, "
+      "function_id, kind, payload)], ring_threads}.");
+
+  m.def("drain_start", [](const std::string& path) {
+    if (g_drainer != nullptr) return;
+    g_drainer = new Drainer();
+    g_drainer->thread = std::thread(DrainLoop, g_drainer, path);
+  });
+  m.def("drain_stop", [] {
+    if (g_drainer == nullptr) return uint64_t{0};
+    Drainer* d = g_drainer;
+    g_drainer = nullptr;
+    d->stop = true;
+    {
+      py::gil_scoped_release release;
+      d->thread.join();
+    }
+    const uint64_t n = d->events;
+    delete d;
+    return n;
+  });
+}

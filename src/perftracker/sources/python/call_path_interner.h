@@ -1,0 +1,191 @@
+// CallPathInterner: gives every distinct call path (a function plus the whole call stack it
+// was called under) a small dense id, and publishes each new id to the AgentShm function
+// table so the collector can resolve it.
+//
+// A path is built incrementally, as the shadow stack grows: id(path + f) =
+// Intern(id(path), key(f)), where key(f) is a stable pointer identifying the function (for
+// Python: its PyCodeObject*, kept alive by the caller). So one lookup per call, whatever the
+// depth, and the same path always yields the same id (within one process), while the same
+// function under two different stacks yields two ids. The function table stores (kind,
+// name, parent id), which is exactly the FunctionTable tree the summarizer re-keys from.
+//
+// Two levels:
+//  - CallPathCache: per thread, no locks, an open-addressing hash map (parent, key) -> id
+//    (linear probing, power-of-two capacity, grows at 1/2 load). This is the hot path.
+//  - CallPathInterner: process wide, mutex-guarded, consulted on a cache miss (once per new
+//    path per thread); it assigns the next id and publishes it before returning, so an
+//    event carrying the id can be pushed right away (AgentShm's invariant).
+//
+// Bounded memory: when the shm function table is full, Intern returns kDropped; a path
+// under a kDropped parent is kDropped too, so children of an unpublishable frame collapse
+// into a few cache entries. Callers drop (and count) events whose id is kDropped.
+// Hidden keys (perftracker's own wrapper functions) resolve to kHidden: the caller skips the
+// frame, so wrappers never appear in any path.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "perftracker/core/agent_shm.h"
+#include "perftracker/core/event.h"
+#include "perftracker/core/function_table.h"
+
+namespace perftracker {
+
+class CallPathCache {
+ public:
+  static constexpr uint32_t kMiss = UINT32_MAX - 2;
+
+  CallPathCache();
+  uint32_t Find(uint32_t parent, const void* key) const {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = Hash(parent, key) & mask;; i = (i + 1) & mask) {
+      const Slot& s = slots_[i];
+      if (s.key == key && s.parent == parent) return s.id;
+      if (s.key == nullptr) return kMiss;
+    }
+  }
+  void Insert(uint32_t parent, const void* key, uint32_t id);
+  size_t size() const { return size_; }
+  void Clear();
+
+ private:
+  struct Slot {
+    const void* key = nullptr;
+    uint32_t parent = 0;
+    uint32_t id = 0;
+  };
+  static size_t Hash(uint32_t parent, const void* key) {
+    uint64_t h = (reinterpret_cast<uintptr_t>(key) >> 4) ^ (uint64_t{parent} << 32 | parent);
+    h *= 0x9E3779B97F4A7C15ull;
+    return static_cast<size_t>(h >> 20);
+  }
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
+};
+
+class CallPathInterner {
+ public:
+  static constexpr uint32_t kNoParent = FunctionTable::kNoParent;  // UINT32_MAX
+  static constexpr uint32_t kDropped = UINT32_MAX - 1;
+  static constexpr uint32_t kHidden = UINT32_MAX - 3;
+
+  // Produces the display name of a key ("qualname (file.py:12)") on first interning.
+  using NameFn = std::string (*)(const void* key);
+
+  explicit CallPathInterner(AgentShm* shm);  // not owned, must outlive this
+
+  // The id of `key` called under `parent` (kNoParent for a root); kHidden for a hidden key,
+  // kDropped when the function table is full or the parent was dropped.
+  uint32_t Intern(uint32_t parent, const void* key, EventKind kind, NameFn name_fn);
+  // Same for functions identified by name (collectives, data loading, GC, iterations).
+  uint32_t InternName(uint32_t parent, EventKind kind, std::string_view name);
+  // Marks `key` as perftracker's own: Intern(any parent, key) returns kHidden from now on.
+  void Hide(const void* key);
+
+  uint32_t size();
+  // Paths that could not be published because the function table was full.
+  uint64_t dropped_paths();
+
+ private:
+  struct PathKey {
+    uint32_t parent;
+    uint8_t kind;
+    const void* key;
+    bool operator==(const PathKey&) const = default;
+  };
+  struct PathKeyHash {
+    size_t operator()(const PathKey& k) const {
+      return std::hash<const void*>()(k.key) ^ (size_t{k.parent} * 0x9E3779B97F4A7C15ull) ^ k.kind;
+    }
+  };
+  uint32_t Publish(uint32_t parent, EventKind kind, std::string_view name);
+
+  AgentShm* shm_;
+  std::mutex mu_;
+  std::unordered_map<PathKey, uint32_t, PathKeyHash> by_key_;
+  std::unordered_map<std::string, uint32_t> by_name_;  // "kind|parent|name"
+  std::unordered_set<const void*> hidden_;
+  uint32_t next_id_ = 0;
+  uint64_t dropped_paths_ = 0;
+};
+
+// ShadowStack: one thread's stack of open calls, each with its path id. Push interns
+// (parent = the top's id) through the thread's CallPathCache; Pop matches the returning
+// frame by identity, so returns of frames that were never pushed (entered before the hook
+// was installed, or hidden) are ignored, and a missed return (frames above the returning
+// one) closes those frames too.
+class ShadowStack {
+ public:
+  struct Frame {
+    const void* frame;  // the interpreter frame (identity only, never dereferenced)
+    uint32_t id;        // path id, or CallPathInterner::kDropped
+    int64_t start_ns;
+  };
+
+  ShadowStack(CallPathInterner* interner, EventKind kind, CallPathInterner::NameFn name_fn)
+      : interner_(interner), kind_(kind), name_fn_(name_fn) {}
+
+  // Pushes `frame` running function `key`; false (nothing pushed) for a hidden function.
+  bool Push(const void* frame, const void* key, int64_t now_ns) {
+    const uint32_t parent = frames_.empty() ? CallPathInterner::kNoParent : frames_.back().id;
+    uint32_t id = cache_.Find(parent, key);
+    if (id == CallPathCache::kMiss) {
+      id = interner_->Intern(parent, key, kind_, name_fn_);
+      cache_.Insert(parent, key, id);
+    }
+    if (id == CallPathInterner::kHidden) return false;
+    frames_.push_back({frame, id, now_ns});
+    return true;
+  }
+
+  // Closes `frame`: calls emit(const Frame&) for it and every frame above it (innermost
+  // first) and pops them. Returns false (and emits nothing) when `frame` is not on the stack.
+  template <typename Emit>
+  bool Pop(const void* frame, Emit&& emit) {
+    if (!frames_.empty() && frames_.back().frame == frame) {
+      emit(frames_.back());
+      frames_.pop_back();
+      return true;
+    }
+    for (size_t i = frames_.size(); i-- > 0;) {
+      if (frames_[i].frame != frame) continue;
+      while (frames_.size() > i) {
+        emit(frames_.back());
+        frames_.pop_back();
+      }
+      return true;
+    }
+    return false;
+  }
+
+  // Closes every open frame (innermost first).
+  template <typename Emit>
+  void PopAll(Emit&& emit) {
+    while (!frames_.empty()) {
+      emit(frames_.back());
+      frames_.pop_back();
+    }
+  }
+
+  uint32_t top_id() const {
+    return frames_.empty() ? CallPathInterner::kNoParent : frames_.back().id;
+  }
+  size_t depth() const { return frames_.size(); }
+  const std::vector<Frame>& frames() const { return frames_; }
+  const CallPathCache& cache() const { return cache_; }
+
+ private:
+  CallPathInterner* interner_;
+  EventKind kind_;
+  CallPathInterner::NameFn name_fn_;
+  CallPathCache cache_;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace perftracker
