@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <utility>
 
 #include <fmt/core.h>
 
+#include "perftracker/localize/hang_analyzer.h"
 #include "perftracker/report/report.h"
 #include "perftracker/server/report_writer.h"
 
@@ -16,8 +18,9 @@ namespace {
 
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr size_t kIterationHistory = 10000;
-// The report's notes show at most this much of each rank's stacks (the stacks file has all).
-constexpr size_t kStackNoteChars = 1500;
+// The report's notes show this many innermost frames of each rank's main thread (the
+// stacks file has everything).
+constexpr size_t kFramesInNote = 4;
 constexpr size_t kMaxRanksInIterationNote = 16;
 constexpr size_t kIterationsForNote = 50;
 
@@ -36,6 +39,29 @@ std::string UtcTime(int64_t ns) {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &t);
   return fmt::format("{}.{:03d} UTC", buf, static_cast<int>((ns / 1'000'000) % 1000));
+}
+
+std::string StacksPath(const std::string& dir, uint64_t window) {
+  return (std::filesystem::path(dir) / fmt::format("window-{}-stacks.txt", window)).string();
+}
+
+// "train.py:61 main > model.py:27 forward" (innermost last): the main thread's innermost
+// frames, for a one-line note.
+std::string InnermostFrames(const std::string& text) {
+  const std::vector<ThreadStack> threads = ParsePythonStacks(text);
+  if (threads.empty()) return "(stacks could not be parsed)";
+  const ThreadStack* main = &threads.front();
+  for (const auto& t : threads) {
+    if (t.name == "MainThread") main = &t;
+  }
+  std::string out;
+  const size_t n = main->frames.size();
+  for (size_t i = n > kFramesInNote ? n - kFramesInNote : 0; i < n; ++i) {
+    const StackFrame& f = main->frames[i];
+    const std::string file = std::filesystem::path(f.file).filename().string();
+    out += fmt::format("{}{}:{} {}", out.empty() ? "" : " > ", file, f.line, f.function);
+  }
+  return out.empty() ? "(no frames)" : out;
 }
 
 }  // namespace
@@ -378,23 +404,48 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   }
   if (w.stacks_requested) {
     for (const auto& [rank, text] : w.stacks) {
-      std::string flat = text.substr(0, kStackNoteChars);
-      std::replace(flat.begin(), flat.end(), '\n', ' ');
-      localizer.AddNote(fmt::format("rank {} Python stacks{}: {}", rank,
-                                    text.size() > kStackNoteChars ? " (truncated)" : "", flat));
+      localizer.AddNote(fmt::format("rank {} main thread: {}", rank, InnermostFrames(text)));
     }
     for (int32_t rank : w.expected) {
-      if (!w.stacks.count(rank)) localizer.AddNote(fmt::format("rank {} sent no stacks", rank));
+      if (!w.stacks.count(rank)) {
+        localizer.AddNote(fmt::format("rank {} sent no Python stacks (stuck in native code "
+                                      "holding the GIL, or gone?)",
+                                      rank));
+      }
+    }
+    if (!w.stacks.empty()) {
+      localizer.AddNote(fmt::format("every rank's Python stacks: {}",
+                                    StacksPath(options_.report_dir, w.spec.id)));
     }
   }
   Diagnosis diagnosis = localizer.Finish();
-  if (w.stacks_requested && options_.hang_analyzer) {
-    std::vector<int32_t> no_stacks;
+  if (w.stacks_requested) {
+    HangAnalyzer hang;
+    std::vector<double> means;
     for (int32_t rank : w.expected) {
-      if (!w.stacks.count(rank)) no_stacks.push_back(rank);
+      auto st = w.stacks.find(rank);
+      auto wk = workers.find(rank);
+      int64_t last_progress = 0;
+      if (wk != workers.end() && !wk->second.iterations.empty()) {
+        last_progress = wk->second.iterations.back().first;
+        double sum = 0;
+        size_t n = 0;
+        for (auto it = wk->second.iterations.rbegin();
+             it != wk->second.iterations.rend() && n < kIterationsForNote; ++it, ++n) {
+          sum += static_cast<double>(it->second);
+        }
+        means.push_back(sum / static_cast<double>(n));
+      }
+      hang.AddRank(rank, st == w.stacks.end() ? std::nullopt : std::optional<std::string>(st->second),
+                   last_progress);
     }
-    std::optional<Finding> hang = options_.hang_analyzer(w.stacks, no_stacks);
-    if (hang) diagnosis.findings.insert(diagnosis.findings.begin(), std::move(*hang));
+    int64_t mean_iteration = 0;
+    if (!means.empty()) {
+      std::nth_element(means.begin(), means.begin() + static_cast<std::ptrdiff_t>(means.size() / 2),
+                       means.end());
+      mean_iteration = static_cast<int64_t>(means[means.size() / 2]);
+    }
+    diagnosis.findings.insert(diagnosis.findings.begin(), hang.Analyze(RealtimeNs(), mean_iteration));
   }
 
   ReportInput input;

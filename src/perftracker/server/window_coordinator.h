@@ -9,7 +9,10 @@
 // and the job needs time to show new evidence); at most max_windows windows per job.
 // A hang trigger also asks every worker for its Python stacks at once (and so does one that
 // arrives during an open window); its window is at most hang_window long: a hung job shows
-// little in a window, its stacks are the evidence.
+// little in a window, its stacks are the evidence. The HangAnalyzer (localize/) turns the
+// stacks and each rank's last progress (its last `iteration`) into the PT-HANG finding that
+// leads the diagnosis; each rank's innermost main-thread frames are notes, and the full
+// stacks go to window-<id>-stacks.txt.
 //
 // Finishing. The window is localized when every expected worker's summary is in (and, for
 // a hang, every stack), or wait_summaries after the window's end, whichever comes first.
@@ -45,15 +48,10 @@
 
 namespace perftracker {
 
-// Turns the per-rank stacks of a hung job into a finding (localize/hang_analyzer.h).
-// `missing` lists the expected ranks that sent no stacks.
-using HangAnalyzeFn = std::function<std::optional<Finding>(
-    const std::map<int32_t, std::string>& stacks, const std::vector<int32_t>& missing)>;
-
 struct CoordinatorOptions {
   std::string report_dir = "perftracker-reports";
   int64_t window_ns = 20'000'000'000;
-  int64_t hang_window_ns = 5'000'000'000;  // windows opened by a hang last at most this long
+  int64_t hang_window_ns = 2'000'000'000;  // windows opened by a hang last at most this long
   int64_t delay_ns = 300'000'000;
   int64_t wait_summaries_ns = 10'000'000'000;
   std::optional<int64_t> trigger_at_ns;  // one manual window this long after the first hello
@@ -61,7 +59,6 @@ struct CoordinatorOptions {
   int max_windows = 5;
   LocalizerOptions localizer;
   std::string title;  // what is diagnosed (the command line)
-  HangAnalyzeFn hang_analyzer;  // default: localize/hang_analyzer
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
 };
 
