@@ -53,6 +53,11 @@
 //     median call nor by extra calls (a few slow calls: preemption, jitter) stays material
 //     only above 3x the bar and says "intermittent" in its evidence. A worker the others wait for
 //     (its wait time is a low outlier) with no anomalous traced function is PT-STRAGGLER-UNTRACED.
+//  5b. CPU contention: a straggler finding (compute, data, communication, sync, untraced)
+//     on a worker whose run-queue delay fraction (live mode: HostSampler) exceeds its peer
+//     group's median by >= 0.15 and >= 2x becomes PT-CPU-CONTENTION: starved of CPU, not slow
+//     code. The worker's value is WorkerSummary::worker_metrics' mean, else the
+//     time-weighted mean of its root functions' levels.
 //  6. Findings naming the same function with the same code on several workers merge.
 //  7. Expectation checks on the job median (no peers needed): host-bound (device idle
 //     while the host works >= 30 % of the iteration), synchronizations, data loading and
@@ -108,6 +113,11 @@ constexpr double kEarlyArrivalShare = 0.5;
 // An excess not carried by the median call nor by extra calls (a few slow calls) is material
 // only above this multiple of the materiality bar.
 constexpr double kIntermittentFactor = 3.0;
+// CPU contention: a worker's run-queue delay fraction at least this much above its peers'
+// median, and this many times it, makes its straggler finding PT-CPU-CONTENTION. (An
+// absolute excess, not a level: on an oversubscribed host every rank waits some.)
+constexpr double kContentionRunQueue = 0.15;
+constexpr double kContentionPeerRatio = 2.0;
 // Lists of workers in a finding are capped; the full count goes into the evidence.
 constexpr size_t kMaxListedWorkers = 1024;
 // Per-worker notes of one kind beyond this many are summarized.
@@ -157,6 +167,9 @@ struct WorkerRecord {
   float gc_ns = 0;
   float pageable_ns = 0;
   float idle_gap_ns = 0;
+  // Host metrics over the window (live mode), -1 when not sampled.
+  float run_queue = -1;  // run-queue delay / wall time
+  float cpu_util = -1;   // cores busy
 };
 
 struct FunctionInfo {
@@ -234,6 +247,8 @@ struct WorkerFinding {
   // For communication / sync findings: the worker's extra total wait, when smaller than the
   // function's excess (then that is what the job loses).
   double lost_cap = INFINITY;
+  // PT-CPU-CONTENTION: the peers' median run-queue delay fraction (-1 = not contention).
+  float contention_peer_run_queue = -1;
   bool wait_type() const {
     return category == FindingCategory::kCommunication ||
            category == FindingCategory::kSynchronization;
@@ -384,6 +399,8 @@ class Localizer::Impl {
   void ResolveVictims(std::vector<WorkerFinding>& wfs);
   void FindUntraced(const std::vector<std::vector<uint32_t>>& members,
                     std::vector<WorkerFinding>& wfs);
+  void MarkCpuContention(const std::vector<std::vector<uint32_t>>& members,
+                         std::vector<WorkerFinding>& wfs);
   std::vector<Rendered> MergeAndRender(std::vector<WorkerFinding>& wfs);
   void ExpectationChecks(std::vector<Rendered>& out);
   Finding JobFinding(std::string_view code, FindingCategory category, std::string resource,
@@ -656,6 +673,25 @@ void Localizer::Impl::Add(const WorkerSummary& worker) {
     wr.idle_gap_ns += r.idle_gap_ns;
   }
   wr.num_records = count;
+  // Host metrics: the window-wide level when the summary has it, else the time-weighted
+  // level over the root functions that carry one.
+  auto host_metric = [&](Metric metric) -> float {
+    for (const FunctionMetric& m : worker.worker_metrics) {
+      if (m.metric == metric && std::isfinite(m.mean)) return static_cast<float>(m.mean);
+    }
+    double weight = 0, sum = 0;
+    for (const FunctionSummary& f : worker.functions) {
+      if (f.parent != FunctionSummary::kNoParent || f.total_ns <= 0) continue;
+      for (const FunctionMetric& m : f.metrics) {
+        if (m.metric != metric || !std::isfinite(m.mean)) continue;
+        weight += static_cast<double>(f.total_ns);
+        sum += static_cast<double>(f.total_ns) * m.mean;
+      }
+    }
+    return weight > 0 ? static_cast<float>(sum / weight) : -1.0f;
+  };
+  wr.run_queue = host_metric(Metric::kRunQueueDelayFraction);
+  wr.cpu_util = host_metric(Metric::kCpuUtilization);
   prev_fids_.swap(fids_);
   workers_.push_back(wr);
 }
@@ -1004,7 +1040,10 @@ std::vector<WorkerFinding> Localizer::Impl::Collapse(std::vector<Anomaly> anomal
         wf.category = FindingCategory::kCompute;
         wf.resource = leaf == EventKind::kGpuKernel ? "GPU" : "CPU";
       }
-      wf.code = wf.named.only_on_some ? fc::kFunctionOnlyOnSome : CodeFor(wf.category);
+      // GC pauses only some workers take are a GC straggler, not extra work.
+      wf.code = wf.named.only_on_some && wf.category != FindingCategory::kGc
+                    ? fc::kFunctionOnlyOnSome
+                    : CodeFor(wf.category);
       // Consume the path down to the named function and everything under the named one.
       for (size_t p = 0; p <= named_pos; ++p) consumed[path[p]] = true;
       for (size_t i = 0; i < s.size(); ++i) {
@@ -1085,6 +1124,33 @@ void Localizer::Impl::FindUntraced(const std::vector<std::vector<uint32_t>>& mem
       wf.named.median = workers_[w].wait_fn_ns;
       wfs.push_back(std::move(wf));
     }
+  }
+}
+
+void Localizer::Impl::MarkCpuContention(const std::vector<std::vector<uint32_t>>& members,
+                                        std::vector<WorkerFinding>& wfs) {
+  std::vector<float> values;
+  for (auto& wf : wfs) {
+    if (wf.dropped) continue;
+    const bool straggler = wf.code == fc::kStragglerCompute || wf.code == fc::kStragglerData ||
+                           wf.code == fc::kStragglerComm || wf.code == fc::kStragglerSync ||
+                           wf.code == fc::kStragglerUntraced;
+    const uint32_t w = wf.named.worker;
+    if (!straggler || workers_[w].run_queue < kContentionRunQueue) continue;
+    values.clear();
+    for (uint32_t o : members[wf.named.group]) {
+      if (o != w && workers_[o].run_queue >= 0) values.push_back(workers_[o].run_queue);
+    }
+    if (values.empty()) continue;
+    const auto peer = static_cast<float>(MedianInPlace(values));
+    if (workers_[w].run_queue < peer + kContentionRunQueue ||
+        workers_[w].run_queue < kContentionPeerRatio * peer) {
+      continue;
+    }
+    wf.code = fc::kCpuContention;
+    wf.category = FindingCategory::kCpuContention;
+    wf.resource = "CPU (run queue)";
+    wf.contention_peer_run_queue = peer;
   }
 }
 
@@ -1263,6 +1329,19 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
                               fmt::format("{} (peers' median {})", FormatNs(a.critical),
                                           FormatNs(a.peer_critical))});
       }
+    }
+    if (top.contention_peer_run_queue >= 0) {
+      const WorkerRecord& cw = workers_[w];
+      const std::string rq = fmt::format("run-queue delay {} of wall time on {} vs {} on peers",
+                                         FormatShare(cw.run_queue), WorkerName(w),
+                                         FormatShare(top.contention_peer_run_queue));
+      f.title = fmt::format("CPU contention: {}; {}", rq, f.title);
+      std::vector<Evidence> first{{"run-queue delay", rq + " (median)"}};
+      if (cw.cpu_util >= 0) {
+        first.push_back(
+            {"CPU utilization", fmt::format("{:.2f} cores on {}", cw.cpu_util, WorkerName(w))});
+      }
+      f.evidence.insert(f.evidence.begin(), first.begin(), first.end());
     }
     if (plural) {
       f.evidence.push_back(
@@ -1632,6 +1711,7 @@ Diagnosis Localizer::Impl::Finish() {
   }
   ResolveVictims(wfs);
   FindUntraced(members, wfs);
+  MarkCpuContention(members, wfs);
   std::vector<Rendered> all = MergeAndRender(wfs);
   ExpectationChecks(all);
   for (auto& f : d.findings) {

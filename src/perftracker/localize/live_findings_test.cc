@@ -1,0 +1,234 @@
+// Live-mode findings of the localizer: CPU contention from run-queue evidence (HostSampler
+// samples summarized per function and per worker) and GC stragglers from the agent's
+// gc.callbacks pauses.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/localizer.h"
+
+namespace perftracker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int kIterations = 20;
+
+struct Fn {
+  std::string key;  // "python:train_step > python:forward"
+  EventKind kind;
+  double ms_per_iteration;
+  double calls_per_iteration = 1;
+  std::vector<FunctionMetric> metrics = {};
+};
+
+// A host-only DDP worker as the live agent sees it: 20 iterations of iteration_ms.
+WorkerSummary Worker(int32_t rank, double iteration_ms, const std::vector<Fn>& fns,
+                     std::vector<FunctionMetric> worker_metrics = {}) {
+  WorkerSummary w;
+  w.rank = rank;
+  w.host = "node0";
+  w.source = "collector";
+  const auto it_ns = static_cast<int64_t>(iteration_ms * kMs);
+  w.window_start_ns = 0;
+  w.window_end_ns = it_ns * kIterations;
+  for (int i = 0; i < kIterations; ++i) w.iterations.push_back({i * it_ns, it_ns, 0, 0, 0, 0, 0});
+  for (const Fn& f : fns) {
+    FunctionSummary s;
+    s.key = f.key;
+    const size_t sep = f.key.rfind(" > ");
+    const std::string leaf = sep == std::string::npos ? f.key : f.key.substr(sep + 3);
+    s.name = leaf.substr(leaf.find(':') + 1);
+    s.kind = f.kind;
+    if (sep != std::string::npos) {
+      const std::string parent = f.key.substr(0, sep);
+      for (size_t i = 0; i < w.functions.size(); ++i) {
+        if (w.functions[i].key == parent) s.parent = static_cast<uint32_t>(i);
+      }
+    }
+    s.count = static_cast<uint64_t>(f.calls_per_iteration * kIterations);
+    s.total_ns = static_cast<int64_t>(f.ms_per_iteration * kMs * kIterations);
+    s.self_ns = s.total_ns;
+    s.critical_ns = s.total_ns;
+    if (s.count > 0) {
+      s.durations.Add(static_cast<double>(s.total_ns) / static_cast<double>(s.count), s.count);
+    }
+    s.metrics = f.metrics;
+    w.functions.push_back(std::move(s));
+  }
+  w.worker_metrics = std::move(worker_metrics);
+  return w;
+}
+
+// forward_ms of model compute, then the all-reduce that waits for the slowest rank: every
+// rank's iteration is 10 + max(forward) + 20 ms.
+std::vector<Fn> DdpStep(double forward_ms, double slowest_forward_ms,
+                        std::vector<FunctionMetric> step_metrics = {}) {
+  return {
+      {"data_load:DataLoader.__next__", EventKind::kDataLoad, 5},
+      {"python:train_step", EventKind::kPythonCall, 5 + forward_ms, 1, step_metrics},
+      {"python:train_step > python:forward", EventKind::kPythonCall, forward_ms},
+      {"collective:all_reduce", EventKind::kCollective, 20 + slowest_forward_ms - forward_ms},
+  };
+}
+
+std::vector<FunctionMetric> RunQueue(double fraction) {
+  return {{Metric::kRunQueueDelayFraction, fraction, 0.01}, {Metric::kCpuUtilization, 0.6, 0.1}};
+}
+
+const Finding* FindCode(const Diagnosis& d, std::string_view code) {
+  for (const auto& f : d.findings) {
+    if (f.code == code) return &f;
+  }
+  return nullptr;
+}
+
+std::string AllEvidence(const Finding& f) {
+  std::string out;
+  for (const auto& e : f.evidence) out += e.label + ": " + e.value + "\n";
+  return out;
+}
+
+TEST(LiveFindingsTest, StragglerWithRunQueueEvidenceIsCpuContention) {
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool slow = r == 2;
+    loc.Add(Worker(r, 110, DdpStep(slow ? 80 : 50, 80), RunQueue(slow ? 0.38 : 0.02)));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-CPU-CONTENTION");
+  EXPECT_EQ(f.category, FindingCategory::kCpuContention);
+  EXPECT_EQ(f.resource, "CPU (run queue)");
+  EXPECT_THAT(f.workers, ElementsAre(2));
+  EXPECT_THAT(f.victims, ElementsAre(0, 1, 3));
+  EXPECT_EQ(f.function, "forward");
+  EXPECT_TRUE(f.material);
+  EXPECT_THAT(f.title, HasSubstr("CPU contention: run-queue delay 38% of wall time on rank 2 "
+                                 "vs 2% on peers; rank 2 spends 80.0 ms/iter in forward"));
+  ASSERT_GE(f.evidence.size(), 2u);
+  EXPECT_EQ(f.evidence[0].label, "run-queue delay");
+  EXPECT_EQ(f.evidence[0].value,
+            "run-queue delay 38% of wall time on rank 2 vs 2% on peers (median)");
+  EXPECT_EQ(f.evidence[1].value, "0.60 cores on rank 2");
+  EXPECT_EQ(FindCode(d, "PT-STRAGGLER-COMPUTE"), nullptr) << "contention, not slow code";
+  EXPECT_NE(FindCatalogueEntry(f.code), nullptr);
+}
+
+TEST(LiveFindingsTest, PerFunctionLevelsAreTheFallback) {
+  // No worker-level metrics: the root functions' run-queue levels, weighted by their time.
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool slow = r == 1;
+    loc.Add(Worker(r, 110, DdpStep(slow ? 80 : 50, 80, RunQueue(slow ? 0.5 : 0.05))));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, "PT-CPU-CONTENTION");
+  EXPECT_THAT(d.findings[0].workers, ElementsAre(1));
+  // Only train_step carries a level: 50% on rank 1 vs 5% on its peers.
+  EXPECT_THAT(d.findings[0].title, HasSubstr("run-queue delay 50% of wall time on rank 1 vs 5%"));
+}
+
+TEST(LiveFindingsTest, ModestOrSharedRunQueueDelayIsNotContention) {
+  struct Case {
+    double culprit, peers;
+    const char* why;
+  };
+  for (const Case& c : {Case{0.12, 0.02, "excess below 0.15"},
+                        Case{0.90, 0.50, "everyone waits: less than 2x the peers"}}) {
+    SCOPED_TRACE(c.why);
+    Localizer loc;
+    for (int32_t r = 0; r < 4; ++r) {
+      const bool slow = r == 3;
+      loc.Add(Worker(r, 110, DdpStep(slow ? 80 : 50, 80), RunQueue(slow ? c.culprit : c.peers)));
+    }
+    const Diagnosis d = loc.Finish();
+    ASSERT_FALSE(d.findings.empty());
+    EXPECT_EQ(d.findings[0].code, "PT-STRAGGLER-COMPUTE");
+    EXPECT_EQ(FindCode(d, "PT-CPU-CONTENTION"), nullptr);
+  }
+}
+
+TEST(LiveFindingsTest, NoSamplesNoContention) {
+  // Offline traces carry no run-queue samples: the straggler stays a compute finding.
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) loc.Add(Worker(r, 110, DdpStep(r == 2 ? 80 : 50, 80)));
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, "PT-STRAGGLER-COMPUTE");
+}
+
+TEST(LiveFindingsTest, UntracedStragglerWithRunQueueEvidenceIsContention) {
+  // Rank 0's traced functions are as long as its peers', yet everyone waits for it: the time
+  // went to waiting for a CPU between them.
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    std::vector<Fn> fns = {
+        {"python:train_step", EventKind::kPythonCall, 55},
+        {"python:train_step > python:forward", EventKind::kPythonCall, 50},
+        {"collective:all_reduce", EventKind::kCollective, r == 0 ? 20.0 : 50.0},
+    };
+    loc.Add(Worker(r, 110, fns, RunQueue(r == 0 ? 0.3 : 0.01)));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-CPU-CONTENTION");
+  EXPECT_THAT(f.workers, ElementsAre(0));
+  EXPECT_THAT(f.title, HasSubstr("run-queue delay 30% of wall time on rank 0 vs 1.0% on peers"));
+  EXPECT_THAT(f.title, HasSubstr("none of its traced functions is longer"));
+}
+
+TEST(LiveFindingsTest, GcStragglerFromAgentGcPauses) {
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool heavy = r == 2;
+    std::vector<Fn> fns = DdpStep(50, 50);
+    fns[3].ms_per_iteration = heavy ? 20 : 45;  // the others wait for rank 2's pauses
+    fns.push_back({"gc:gc.collect (generation 2)", EventKind::kGc, heavy ? 25.0 : 0.5,
+                   heavy ? 1.0 : 0.05});
+    loc.Add(Worker(r, 105, fns, RunQueue(0.02)));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-GC");
+  EXPECT_EQ(f.category, FindingCategory::kGc);
+  EXPECT_EQ(f.function, "gc.collect (generation 2)");
+  EXPECT_THAT(f.workers, ElementsAre(2));
+  EXPECT_THAT(f.victims, ElementsAre(0, 1, 3));
+  EXPECT_TRUE(f.material);
+  EXPECT_THAT(AllEvidence(f), HasSubstr("more calls: 1 per iteration vs 0.1"));
+}
+
+TEST(LiveFindingsTest, GcPausesOnlyOneWorkerTakesAreAGcStraggler) {
+  // Generation-2 collections only on rank 1 (its peers' collections stay in generation 0,
+  // a different function): a GC straggler, not "a function only some workers run".
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool heavy = r == 1;
+    std::vector<Fn> fns = DdpStep(50, 50);
+    fns[3].ms_per_iteration = heavy ? 20 : 40;
+    if (heavy) fns.push_back({"gc:gc.collect (generation 2)", EventKind::kGc, 20});
+    fns.push_back({"gc:gc.collect (generation 0)", EventKind::kGc, 0.2, 3});
+    loc.Add(Worker(r, 100, fns));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-GC");
+  EXPECT_EQ(f.category, FindingCategory::kGc);
+  EXPECT_EQ(f.resource, "CPU (Python GC)");
+  EXPECT_THAT(f.workers, ElementsAre(1));
+  EXPECT_THAT(f.title, HasSubstr("gc.collect (generation 2)"));
+}
+
+}  // namespace
+}  // namespace perftracker
