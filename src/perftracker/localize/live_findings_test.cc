@@ -230,5 +230,38 @@ TEST(LiveFindingsTest, GcPausesOnlyOneWorkerTakesAreAGcStraggler) {
   EXPECT_THAT(f.title, HasSubstr("gc.collect (generation 2)"));
 }
 
+TEST(LiveFindingsTest, GcSpreadOverCallPathsIsStillAGcStraggler) {
+  // The agent's GC events nest under whatever Python function ran when the collection
+  // started: rank 3's extra 30 ms of pauses are split over three call paths, none of which
+  // explains its longer train_step alone.
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool heavy = r == 3;
+    const double gc = heavy ? 10 : 0.2;
+    std::vector<Fn> fns = {
+        {"data_load:DataLoader.__next__", EventKind::kDataLoad, 5 + gc},
+        {"data_load:DataLoader.__next__ > gc:gc collect generation 2", EventKind::kGc, gc},
+        {"python:train_step", EventKind::kPythonCall, 55 + 2 * gc},
+        {"python:train_step > python:forward", EventKind::kPythonCall, 30 + gc},
+        {"python:train_step > python:forward > gc:gc collect generation 2", EventKind::kGc, gc},
+        {"python:train_step > python:loss", EventKind::kPythonCall, 20 + gc},
+        {"python:train_step > python:loss > gc:gc collect generation 2", EventKind::kGc, gc},
+        {"collective:all_reduce", EventKind::kCollective, heavy ? 20.0 : 20.0 + 3 * (10 - 0.2)},
+    };
+    loc.Add(Worker(r, 110, fns));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-GC");
+  EXPECT_EQ(f.category, FindingCategory::kGc);
+  EXPECT_THAT(f.workers, ElementsAre(3));
+  EXPECT_TRUE(f.material);
+  EXPECT_THAT(f.title, HasSubstr("(GC pauses: 30.0 ms/iter on rank 3 vs 600 us (peers' median))"));
+  ASSERT_FALSE(f.evidence.empty());
+  EXPECT_EQ(f.evidence[0].label, "GC pauses");
+  EXPECT_EQ(FindCode(d, "PT-STRAGGLER-COMPUTE"), nullptr);
+}
+
 }  // namespace
 }  // namespace perftracker

@@ -53,7 +53,11 @@
 //     median call nor by extra calls (a few slow calls: preemption, jitter) stays material
 //     only above 3x the bar and says "intermittent" in its evidence. A worker the others wait for
 //     (its wait time is a low outlier) with no anomalous traced function is PT-STRAGGLER-UNTRACED.
-//  5b. CPU contention: a straggler finding (compute, data, communication, sync, untraced)
+//  5b. GC: a compute / untraced straggler finding whose excess is mostly (>= 70 %) the
+//     worker's extra GC pause time (its GC, wherever nested, minus its group's median)
+//     becomes PT-STRAGGLER-GC: the live agent records pauses inside whatever function ran,
+//     so they can be spread over many call paths none of which explains the excess alone.
+//  5c. CPU contention: a straggler finding (compute, data, communication, sync, untraced)
 //     on a worker whose run-queue delay fraction (live mode: HostSampler) exceeds its peer
 //     group's median by >= 0.15 and >= 2x becomes PT-CPU-CONTENTION: starved of CPU, not slow
 //     code. The worker's value is WorkerSummary::worker_metrics' mean, else the
@@ -249,6 +253,8 @@ struct WorkerFinding {
   double lost_cap = INFINITY;
   // PT-CPU-CONTENTION: the peers' median run-queue delay fraction (-1 = not contention).
   float contention_peer_run_queue = -1;
+  // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).
+  float gc_peer_ns = -1;
   bool wait_type() const {
     return category == FindingCategory::kCommunication ||
            category == FindingCategory::kSynchronization;
@@ -401,6 +407,8 @@ class Localizer::Impl {
                     std::vector<WorkerFinding>& wfs);
   void MarkCpuContention(const std::vector<std::vector<uint32_t>>& members,
                          std::vector<WorkerFinding>& wfs);
+  void MarkGcStragglers(const std::vector<std::vector<uint32_t>>& members,
+                        std::vector<WorkerFinding>& wfs);
   std::vector<Rendered> MergeAndRender(std::vector<WorkerFinding>& wfs);
   void ExpectationChecks(std::vector<Rendered>& out);
   Finding JobFinding(std::string_view code, FindingCategory category, std::string resource,
@@ -1127,6 +1135,26 @@ void Localizer::Impl::FindUntraced(const std::vector<std::vector<uint32_t>>& mem
   }
 }
 
+void Localizer::Impl::MarkGcStragglers(const std::vector<std::vector<uint32_t>>& members,
+                                       std::vector<WorkerFinding>& wfs) {
+  std::vector<float> values;
+  for (auto& wf : wfs) {
+    if (wf.dropped ||
+        (wf.code != fc::kStragglerCompute && wf.code != fc::kStragglerUntraced)) {
+      continue;
+    }
+    values.clear();
+    for (uint32_t o : members[wf.named.group]) values.push_back(workers_[o].gc_ns);
+    const auto peer = static_cast<float>(MedianInPlace(values));
+    const double extra_gc = static_cast<double>(workers_[wf.named.worker].gc_ns) - peer;
+    if (extra_gc < kExplainsMost * wf.named.excess() || extra_gc < material_ns_) continue;
+    wf.code = fc::kStragglerGc;
+    wf.category = FindingCategory::kGc;
+    wf.resource = "CPU (Python GC)";
+    wf.gc_peer_ns = peer;
+  }
+}
+
 void Localizer::Impl::MarkCpuContention(const std::vector<std::vector<uint32_t>>& members,
                                         std::vector<WorkerFinding>& wfs) {
   std::vector<float> values;
@@ -1329,6 +1357,13 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
                               fmt::format("{} (peers' median {})", FormatNs(a.critical),
                                           FormatNs(a.peer_critical))});
       }
+    }
+    if (top.gc_peer_ns >= 0) {
+      const std::string gc = fmt::format("{}/iter on {} vs {} (peers' median)",
+                                         FormatNs(workers_[w].gc_ns), WorkerName(w),
+                                         FormatNs(top.gc_peer_ns));
+      f.title = fmt::format("{} (GC pauses: {})", f.title, gc);
+      f.evidence.insert(f.evidence.begin(), Evidence{"GC pauses", gc});
     }
     if (top.contention_peer_run_queue >= 0) {
       const WorkerRecord& cw = workers_[w];
@@ -1711,6 +1746,7 @@ Diagnosis Localizer::Impl::Finish() {
   }
   ResolveVictims(wfs);
   FindUntraced(members, wfs);
+  MarkGcStragglers(members, wfs);
   MarkCpuContention(members, wfs);
   std::vector<Rendered> all = MergeAndRender(wfs);
   ExpectationChecks(all);
