@@ -13,7 +13,11 @@
 namespace perftracker {
 namespace {
 
-size_t RingStride(uint32_t capacity) { return sizeof(RingHeader) + capacity * sizeof(Event); }
+// Rounded up to 64 bytes so that every RingHeader (alignas(64)) stays aligned.
+size_t RingStride(uint32_t capacity) {
+  const size_t bytes = sizeof(RingHeader) + static_cast<size_t>(capacity) * sizeof(Event);
+  return (bytes + 63) / 64 * 64;
+}
 
 size_t TotalSize(const AgentShmOptions& o) {
   return sizeof(ShmHeader) + static_cast<size_t>(o.function_capacity) * sizeof(FunctionSlot) +

@@ -35,7 +35,7 @@ namespace perftracker {
 inline constexpr uint32_t kShmMagic = 0x31525450;  // "PTR1"
 inline constexpr uint16_t kShmVersion = 1;
 
-struct ShmHeader {
+struct alignas(64) ShmHeader {
   uint32_t magic;
   uint16_t version;
   uint16_t event_size;
@@ -73,6 +73,8 @@ struct alignas(64) RingHeader {
   char pad2[48];
 };
 static_assert(sizeof(RingHeader) == 192);
+static_assert(sizeof(ShmHeader) % 64 == 0 && sizeof(FunctionSlot) % 64 == 0,
+              "every ring header must start 64-byte aligned");
 
 struct AgentShmOptions {
   uint32_t num_rings = 16;
