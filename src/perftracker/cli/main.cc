@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "perftracker/cli/diagnose_command.h"
+#include "perftracker/cli/run_command.h"
 
 #ifndef PERFTRACKER_VERSION
 #define PERFTRACKER_VERSION "0.0.0"
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   perftracker::DiagnoseOptions diagnose;
   CLI::App* diagnose_cmd = perftracker::AddDiagnoseCommand(app, &diagnose);
+  perftracker::RunOptions run;
+  CLI::App* run_cmd = perftracker::AddRunCommand(app, &run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (diagnose_cmd->parsed()) return perftracker::RunDiagnose(diagnose);
+    if (run_cmd->parsed()) return perftracker::RunJob(run);
   } catch (const std::exception& e) {
     fmt::print(stderr, "perftracker: internal error: {}\n", e.what());
     return 2;

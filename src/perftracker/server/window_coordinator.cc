@@ -458,7 +458,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   report.id = w.spec.id;
   report.reason = w.spec.reason;
   report.missing_ranks = missing;
-  report.text = RenderText(input);
+  report.text = RenderText(input, options_.text);
   StatusOr<WrittenReport> written =
       WriteWindowReport(options_.report_dir, w.spec.id, w.spec.reason, input,
                         w.stacks_requested ? w.stacks : std::map<int32_t, std::string>{});

@@ -45,6 +45,7 @@
 #include "perftracker/core/status.h"
 #include "perftracker/localize/diagnosis.h"
 #include "perftracker/localize/localizer.h"
+#include "perftracker/report/report.h"
 
 namespace perftracker {
 
@@ -59,6 +60,7 @@ struct CoordinatorOptions {
   int max_windows = 5;
   LocalizerOptions localizer;
   std::string title;  // what is diagnosed (the command line)
+  TextOptions text;   // for WindowReport::text
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
 };
 

@@ -1,0 +1,475 @@
+#include "perftracker/cli/run_command.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
+
+#include "perftracker/collector/node_collector.h"
+#include "perftracker/server/report_writer.h"
+#include "perftracker/server/window_coordinator.h"
+
+extern char** environ;  // NOLINT(readability-identifier-naming): POSIX
+
+#ifndef PERFTRACKER_BUILD_PYTHON_DIR
+#define PERFTRACKER_BUILD_PYTHON_DIR ""
+#endif
+
+namespace perftracker {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// After the job ends, wait at most this long for the summaries of a window it cut short.
+constexpr double kFlushSeconds = 5.0;
+constexpr size_t kMaxTitle = 160;
+
+// The job's process group, for the signal handler (0 = no job yet).
+std::atomic<pid_t> g_job_pgid{0};
+
+void ForwardSignal(int sig) {
+  const pid_t pgid = g_job_pgid.load();
+  if (pgid > 0) kill(-pgid, sig);  // async-signal-safe
+}
+
+int64_t Seconds(double s) { return static_cast<int64_t>(std::llround(s * 1e9)); }
+
+std::string ShellQuote(const std::string& arg) {
+  if (!arg.empty() && arg.find_first_of(" \t\n'\"\\$`*?[]{}()<>|&;!#~") == std::string::npos) {
+    return arg;
+  }
+  std::string out = "'";
+  for (char c : arg) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string CommandLine(const std::vector<std::string>& command) {
+  std::string out;
+  for (const auto& a : command) out += (out.empty() ? "" : " ") + ShellQuote(a);
+  if (out.size() > kMaxTitle) out = out.substr(0, kMaxTitle - 3) + "...";
+  return out;
+}
+
+bool IsWritableDir(const std::string& dir) {
+  struct stat st {};
+  return !dir.empty() && stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+         access(dir.c_str(), W_OK | X_OK) == 0;
+}
+
+// A private directory (0700) for the collector's socket: $XDG_RUNTIME_DIR, else $TMPDIR,
+// else /tmp. Empty on failure.
+std::string MakeSocketDir() {
+  std::vector<std::string> bases;
+  for (const char* var : {"XDG_RUNTIME_DIR", "TMPDIR"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v != '\0') bases.emplace_back(v);
+  }
+  bases.emplace_back("/tmp");
+  for (const auto& base : bases) {
+    // sun_path holds 108 bytes: leave room for "/perftracker-XXXXXX/collector.sock".
+    if (!IsWritableDir(base) || base.size() > 60) continue;
+    std::string templ = base + "/perftracker-XXXXXX";
+    if (mkdtemp(templ.data()) != nullptr) return templ;
+  }
+  return "";
+}
+
+std::string MakeRunId() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return fmt::format("{:x}-{}", ts.tv_sec, getpid());
+}
+
+// Removes the agents' shared-memory files of this run whose process is gone (an agent that
+// was killed could not remove its own). Files of live processes are left alone.
+void RemoveStaleShm(const std::string& run_id) {
+  const std::string prefix = "perftracker-" + run_id + "-";
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    const std::string_view name(e->d_name);
+    if (!name.starts_with(prefix)) continue;
+    const std::string pid_text(name.substr(prefix.size()));
+    char* end = nullptr;
+    const long pid = std::strtol(pid_text.c_str(), &end, 10);
+    if (end == pid_text.c_str() || *end != '\0' || pid <= 0) continue;
+    if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      unlink(("/dev/shm/" + std::string(name)).c_str());
+    }
+  }
+  closedir(d);
+}
+
+bool AgentAvailable(const std::string& python_dir, std::string* missing) {
+  const fs::path boot = fs::path(python_dir) / "perftracker" / "_boot" / "sitecustomize.py";
+  std::error_code ec;
+  if (python_dir.empty() || !fs::exists(boot, ec)) {
+    *missing = python_dir.empty() ? std::string("(no python directory was built in)") : boot.string();
+    return false;
+  }
+  for (auto it = fs::directory_iterator(fs::path(python_dir) / "perftracker", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with("_agent") && name.ends_with(".so")) return true;
+  }
+  *missing = (fs::path(python_dir) / "perftracker" / "_agent*.so").string();
+  return false;
+}
+
+// environ plus `set` (replacing variables of the same name).
+std::vector<std::string> ChildEnvironment(const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    bool replaced = false;
+    for (const auto& [name, value] : set) {
+      if (entry.size() > name.size() && entry.starts_with(name) && entry[name.size()] == '=') {
+        replaced = true;
+      }
+    }
+    if (!replaced) env.emplace_back(entry);
+  }
+  for (const auto& [name, value] : set) env.push_back(name + "=" + value);
+  return env;
+}
+
+// Spawns the job in its own process group with the default disposition of the signals this
+// process handles or ignores. Returns the pid, or -errno.
+pid_t SpawnJob(const std::vector<std::string>& command, const std::vector<std::string>& env,
+               const sigset_t& child_mask) {
+  std::vector<char*> argv;
+  for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : kForwardedSignals) sigaddset(&defaults, sig);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setsigmask(&attr, &child_mask);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  return rc == 0 ? pid : -rc;
+}
+
+// Makes this process's group the terminal's foreground group again (from a background
+// group tcsetpgrp raises SIGTTOU: ignored meanwhile).
+void TakeTerminal() {
+  struct sigaction ignore {};
+  struct sigaction old_ttou {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGTTOU, &ignore, &old_ttou);
+  tcsetpgrp(STDIN_FILENO, getpgrp());
+  sigaction(SIGTTOU, &old_ttou, nullptr);
+}
+
+// A power of two in [2, 2^26].
+std::string PowerOfTwoEvents(const std::string& text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || v < 2 || v > (1ull << 26) || (v & (v - 1)) != 0) {
+    return "must be a power of two between 2 and 67108864";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string AgentOptionsString(const RunOptions& o) {
+  return fmt::format(
+      "rings={},ring_events={},learn_repeats={},relearn_after={},window_iterations={},"
+      "slowdown_ratio={},hang_factor={}",
+      o.rings, o.ring_events, o.learn_repeats, o.relearn_after, o.window_iterations,
+      o.slowdown_ratio, o.hang_factor);
+}
+
+std::string AgentPythonDir() {
+  const char* env = std::getenv("PERFTRACKER_PYTHON_DIR");
+  if (env != nullptr && *env != '\0') return env;
+  return PERFTRACKER_BUILD_PYTHON_DIR;
+}
+
+CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
+  CLI::App* cmd = app.add_subcommand(
+      "run",
+      "Run a training job under live diagnosis: every Python process it starts loads the "
+      "perftracker agent (no code change); a slowdown or a hang opens a profiling window on "
+      "every rank, and the diagnosis is written to the report directory and printed at the "
+      "end. Usage: perftracker run [options] -- <command...>, e.g. "
+      "perftracker run -- torchrun --nproc_per_node 4 train.py");
+  cmd->add_option("command", o->command, "The job's command line, after --");
+  cmd->add_option("--report-dir", o->report_dir,
+                  "Directory for the reports (window-<id>-<reason>.json / .html), created if "
+                  "needed")
+      ->default_val("perftracker-reports");
+  cmd->add_option("--window-seconds", o->window_seconds, "Length of a profiling window")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->default_val(20.0);
+  cmd->add_option("--window-delay-ms", o->window_delay_ms,
+                  "A window starts this long after its trigger, at the same wall-clock time on "
+                  "every rank")
+      ->check(CLI::Range(0, 60000))
+      ->default_val(300);
+  cmd->add_option("--wait-summaries-seconds", o->wait_summaries_seconds,
+                  "After a window's end, localize without the workers whose summaries are still "
+                  "missing after this long (the report names them)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->default_val(10.0);
+  cmd->add_option("--trigger-at-seconds", o->trigger_at_seconds,
+                  "Also take one window this long after the first rank says hello (demos, "
+                  "tests, on-demand profiling)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--cooldown-seconds", o->cooldown_seconds,
+                  "After a window's report, ignore triggers for this long")
+      ->check(CLI::Range(0.0, 1e6))
+      ->default_val(30.0);
+  cmd->add_option("--max-windows", o->max_windows, "At most this many windows per job")
+      ->check(CLI::Range(0, 1000))
+      ->default_val(3);
+  cmd->add_option("--slowdown-ratio", o->slowdown_ratio,
+                  "Detector: trigger when the mean of the last --window-iterations iterations "
+                  "exceeds the recent shortest mean by this fraction")
+      ->check(CLI::Range(0.001, 100.0))
+      ->default_val(0.05);
+  cmd->add_option("--learn-repeats", o->learn_repeats,
+                  "Detector: identical data-loader/optimizer marker sequences needed to learn "
+                  "the iteration")
+      ->check(CLI::Range(1, 1000))
+      ->default_val(10);
+  cmd->add_option("--relearn-after", o->relearn_after,
+                  "Detector: unmatched markers before the iteration is learned again")
+      ->check(CLI::Range(1, 1000000))
+      ->default_val(200);
+  cmd->add_option("--window-iterations", o->window_iterations,
+                  "Detector: iterations in the moving mean")
+      ->check(CLI::Range(1, 100000))
+      ->default_val(50);
+  cmd->add_option("--hang-factor", o->hang_factor,
+                  "Detector: a hang is no iteration for this many mean iteration times")
+      ->check(CLI::Range(1.0, 10000.0))
+      ->default_val(5.0);
+  cmd->add_option("--ring-events", o->ring_events,
+                  "Agent: events per thread ring (a power of two; 40 bytes each); a full ring "
+                  "drops and counts")
+      ->check(CLI::Validator(PowerOfTwoEvents, "POWER_OF_TWO"))
+      ->default_val(1u << 16);
+  cmd->add_option("--rings", o->rings, "Agent: thread rings per process")
+      ->check(CLI::Range(1, 1024))
+      ->default_val(16);
+  cmd->add_option("--material-share", o->material_share,
+                  "A finding is material when it costs at least this share of the iteration")
+      ->check(CLI::Range(0.0001, 1.0))
+      ->default_val(0.05);
+  cmd->add_option("--server", o->server,
+                  "Multi-host server address (not supported yet: the embedded server is used)");
+  cmd->add_flag("--color", o->color, "Colour the final text report");
+  return cmd;
+}
+
+int RunJob(const RunOptions& options) {
+  if (options.command.empty()) {
+    fmt::print(stderr,
+               "perftracker run: no command given; usage: perftracker run [options] -- "
+               "<command...> (see perftracker run --help)\n");
+    return 2;
+  }
+  if (!options.server.empty()) {
+    fmt::print(stderr,
+               "perftracker: warning: --server {}: the multi-host server arrives with the server "
+               "issue; running with the embedded server\n",
+               options.server);
+  }
+  {
+    const Status st = EnsureReportDir(options.report_dir);
+    if (!st.ok()) {
+      fmt::print(stderr, "perftracker run: --report-dir: {}\n", st.message());
+      return 2;
+    }
+  }
+
+  const std::string run_id = MakeRunId();
+  std::vector<std::pair<std::string, std::string>> env_set;
+
+  // The embedded server.
+  CoordinatorOptions co;
+  co.report_dir = options.report_dir;
+  co.window_ns = Seconds(options.window_seconds);
+  co.delay_ns = int64_t{options.window_delay_ms} * 1'000'000;
+  co.wait_summaries_ns = Seconds(options.wait_summaries_seconds);
+  if (options.trigger_at_seconds) co.trigger_at_ns = Seconds(*options.trigger_at_seconds);
+  co.cooldown_ns = Seconds(options.cooldown_seconds);
+  co.max_windows = options.max_windows;
+  co.localizer.material_share = options.material_share;
+  co.title = CommandLine(options.command);
+  co.text.color = options.color;
+  WindowCoordinator coordinator(co);
+
+  // The node collector.
+  const std::string socket_dir = MakeSocketDir();
+  CollectorOptions collector_options;
+  collector_options.socket_path = socket_dir.empty() ? "" : socket_dir + "/collector.sock";
+  collector_options.sampler = MakeHostSampler();
+  NodeCollector collector(collector_options, &coordinator);
+  coordinator.AddCollector(&collector);
+
+  bool live = true;
+  if (socket_dir.empty()) {
+    fmt::print(stderr,
+               "perftracker: warning: cannot create a private directory for the collector's "
+               "socket in $XDG_RUNTIME_DIR, $TMPDIR or /tmp; running the job without "
+               "perftracker\n");
+    live = false;
+  }
+  if (live) {
+    const Status st = coordinator.Start();
+    if (!st.ok()) {
+      fmt::print(stderr, "perftracker run: --report-dir: {}\n", st.message());
+      rmdir(socket_dir.c_str());
+      return 2;
+    }
+    const Status cst = collector.Start();
+    if (!cst.ok()) {
+      fmt::print(stderr, "perftracker: warning: {}; running the job without perftracker\n",
+                 cst.message());
+      live = false;
+    }
+  }
+  if (live) {
+    const std::string python_dir = AgentPythonDir();
+    std::string missing;
+    if (AgentAvailable(python_dir, &missing)) {
+      std::string pythonpath =
+          (fs::path(python_dir) / "perftracker" / "_boot").string() + ":" + python_dir;
+      const char* old = std::getenv("PYTHONPATH");
+      if (old != nullptr && *old != '\0') pythonpath += std::string(":") + old;
+      env_set.emplace_back("PYTHONPATH", pythonpath);
+    } else {
+      fmt::print(stderr,
+                 "perftracker: warning: the agent is not available: {} not found (build the "
+                 "perftracker_python target, or set PERFTRACKER_PYTHON_DIR to the directory "
+                 "that holds perftracker/_agent*.so); running the job without it\n",
+                 missing);
+    }
+    env_set.emplace_back("PERFTRACKER_SOCKET", collector.socket_path());
+    env_set.emplace_back("PERFTRACKER_RUN_ID", run_id);
+    env_set.emplace_back("PERFTRACKER_AGENT_OPTIONS", AgentOptionsString(options));
+  }
+
+  // Signals: blocked around the spawn so that none is lost before the job's pgid is known;
+  // the job starts with the caller's mask and default dispositions.
+  sigset_t forwarded;
+  sigemptyset(&forwarded);
+  for (int sig : kForwardedSignals) sigaddset(&forwarded, sig);
+  sigset_t old_mask;
+  pthread_sigmask(SIG_BLOCK, &forwarded, &old_mask);
+  struct sigaction sa {};
+  sa.sa_handler = ForwardSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  struct sigaction old_actions[std::size(kForwardedSignals)];
+  for (size_t i = 0; i < std::size(kForwardedSignals); ++i) {
+    sigaction(kForwardedSignals[i], &sa, &old_actions[i]);
+  }
+  signal(SIGPIPE, SIG_IGN);
+
+  const pid_t pid = SpawnJob(options.command, ChildEnvironment(env_set), old_mask);
+  if (pid > 0) g_job_pgid = pid;
+  // On a terminal, the job becomes the foreground process group (as a shell would make
+  // it): Ctrl-C and Ctrl-Z reach it directly, and it may read the terminal.
+  const bool terminal = pid > 0 && isatty(STDIN_FILENO) == 1 && tcgetpgrp(STDIN_FILENO) == getpgrp();
+  if (terminal) tcsetpgrp(STDIN_FILENO, pid);
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+
+  int exit_code = 0;
+  if (pid < 0) {
+    fmt::print(stderr, "perftracker run: cannot run '{}': {}\n", options.command[0],
+               std::strerror(static_cast<int>(-pid)));
+    exit_code = 127;
+  } else {
+    int status = 0;
+    for (;;) {
+      if (waitpid(pid, &status, WUNTRACED) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (!WIFSTOPPED(status)) break;
+      // Ctrl-Z stopped the job: stop too, so that the shell sees a stopped job; on `fg`
+      // hand the terminal back to the job and continue it.
+      if (terminal) TakeTerminal();
+      kill(getpid(), SIGSTOP);
+      if (terminal && tcgetpgrp(STDIN_FILENO) == getpgrp()) tcsetpgrp(STDIN_FILENO, pid);
+      kill(-pid, SIGCONT);
+    }
+    if (WIFEXITED(status)) {
+      exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      exit_code = 128 + WTERMSIG(status);
+    }
+  }
+  if (terminal) TakeTerminal();
+  // The job's process group may live on (workers of a launcher that died): signals that
+  // arrive from now on are still forwarded until we exit.
+
+  if (live) {
+    coordinator.Flush(Seconds(std::min(kFlushSeconds, options.wait_summaries_seconds)));
+    collector.Stop();
+    coordinator.Stop();
+    rmdir(socket_dir.c_str());
+    RemoveStaleShm(run_id);
+  }
+
+  if (live) {
+    const std::vector<WindowReport> reports = coordinator.reports();
+    if (reports.empty()) {
+      fmt::print(
+          "perftracker: no window was taken: the job ran without a slowdown or hang trigger\n");
+    } else {
+      fmt::print("\n{}", reports.back().text);
+      fmt::print("perftracker: {} window{} diagnosed; reports in {}:\n", reports.size(),
+                 reports.size() == 1 ? "" : "s", options.report_dir);
+      for (const auto& r : reports) {
+        if (r.json_path.empty()) continue;
+        fmt::print("  {}  {}{}{}\n", r.json_path, r.html_path, r.stacks_path.empty() ? "" : "  ",
+                   r.stacks_path);
+      }
+    }
+    std::fflush(stdout);
+  }
+  return exit_code;
+}
+
+}  // namespace perftracker

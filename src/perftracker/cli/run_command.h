@@ -1,0 +1,60 @@
+// `perftracker run [options] -- <command...>`: runs a training job under live diagnosis.
+//
+// In this process: the node collector (Unix socket, ring draining, host sampling) and the
+// embedded server (window coordination, localization, reports). For the job: a process of
+// its own process group, with PERFTRACKER_SOCKET, PERFTRACKER_RUN_ID,
+// PERFTRACKER_AGENT_OPTIONS set and PYTHONPATH prefixed by the agent's boot directory (its
+// sitecustomize starts the agent in every Python process) and package directory. SIGINT,
+// SIGTERM, SIGHUP and SIGQUIT are forwarded to the job's process group; the job's exit code
+// is passed through (a signal N becomes 128 + N). See docs/live-mode.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace perftracker {
+
+struct RunOptions {
+  std::vector<std::string> command;
+  std::string report_dir = "perftracker-reports";
+  double window_seconds = 20;
+  int window_delay_ms = 300;
+  double wait_summaries_seconds = 10;
+  std::optional<double> trigger_at_seconds;
+  double cooldown_seconds = 30;
+  int max_windows = 3;
+  // Detector thresholds (the agent's PERFTRACKER_AGENT_OPTIONS).
+  double slowdown_ratio = 0.05;
+  int learn_repeats = 10;
+  int relearn_after = 200;
+  int window_iterations = 50;
+  double hang_factor = 5.0;
+  // Agent memory.
+  uint32_t ring_events = 1u << 16;
+  uint32_t rings = 16;
+  double material_share = 0.05;
+  std::string server;
+  bool color = false;
+};
+
+// Registers the subcommand; `options` must outlive the app.
+CLI::App* AddRunCommand(CLI::App& app, RunOptions* options);
+
+// Runs the job; returns its exit code (128 + N when a signal N ended it), 127 when the
+// command cannot be started, 2 on bad usage (nothing started).
+int RunJob(const RunOptions& options);
+
+// The PERFTRACKER_AGENT_OPTIONS value for `options` (key=value pairs).
+std::string AgentOptionsString(const RunOptions& options);
+
+// Where the agent's Python package lives: $PERFTRACKER_PYTHON_DIR, else the build tree's
+// python/ directory (compile-time). The directory holds perftracker/_boot/sitecustomize.py.
+std::string AgentPythonDir();
+
+}  // namespace perftracker
