@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <optional>
 
 namespace perftracker {
@@ -192,17 +193,23 @@ TEST(HostSamplerTest, RealProcBurningCpu) {
   out.clear();
   sampler.Sample(now(), {pid}, &out);
   const auto cpu = Find(out, pid, Metric::kCpuUtilization, static_cast<uint32_t>(pid));
+  const auto run_delay =
+      Find(out, pid, Metric::kRunQueueDelayFraction, static_cast<uint32_t>(pid));
   ASSERT_TRUE(cpu.has_value());
-  EXPECT_GT(*cpu, 0.5);
-  EXPECT_LT(*cpu, 1.5);  // one thread burned
+  ASSERT_TRUE(run_delay.has_value()) << sampler.stats().first_problem;
+  // One thread was always runnable: it either ran or waited in a run queue, so the two
+  // fractions add up to about one (clock ticks are 10 ms: a few percent of 200 ms).
+  EXPECT_NEAR(*cpu + *run_delay, 1.0, 0.15) << "cpu " << *cpu << ", run-queue " << *run_delay;
+  if (*run_delay < 0.4) {
+    EXPECT_GT(*cpu, 0.5);
+  } else {
+    std::cout << "host busy: the burn waited " << *run_delay * 100
+              << "% of the time for a CPU; utilization " << *cpu << "\n";
+  }
+  EXPECT_LT(*cpu, 1.2);  // one thread burned
   const auto rss = Find(out, pid, Metric::kMemoryRssBytes, static_cast<uint32_t>(pid));
   ASSERT_TRUE(rss.has_value());
   EXPECT_GT(*rss, 1e6);
-  const auto run_delay =
-      Find(out, pid, Metric::kRunQueueDelayFraction, static_cast<uint32_t>(pid));
-  ASSERT_TRUE(run_delay.has_value()) << sampler.stats().first_problem;
-  EXPECT_GE(*run_delay, 0.0);
-  EXPECT_LT(*run_delay, 1.0);
   EXPECT_EQ(sampler.stats().vanished_pids, 0u);
 }
 
