@@ -146,7 +146,7 @@ Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
   std::vector<ThreadStack> threads = ParsePythonStacks(*stacks);
   const ThreadStack* main = nullptr;
   for (const auto& t : threads) {
-    if (t.name == "MainThread") main = &t;
+    if (t.is_main) main = &t;
   }
   if (main == nullptr && !threads.empty()) main = &threads.front();
   if (main == nullptr || main->frames.empty()) {
@@ -194,6 +194,47 @@ Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
   return c;
 }
 
+bool IsThreadIdent(std::string_view s) {
+  if (s.starts_with("0x")) s.remove_prefix(2);
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  });
+}
+
+// A thread header, in any of the accepted shapes:
+//   Thread 140371 (MainThread) (most recent call last):       documented agent format
+//   Thread MainThread (140371) [main], most recent call last:  name first, main marked
+//   Thread 0x00007f3b2c1ff640 (most recent call first):        faulthandler
+//   Current thread 0x00007f3b3a6e7740 (most recent call first):
+ThreadStack ParseHeader(std::string_view line) {
+  ThreadStack t;
+  t.is_main = line.starts_with("Current thread ") || Contains(line, "[main]");
+  std::string_view rest = line.substr(line.find("hread ") + 6);
+  rest = rest.substr(0, rest.find("most recent call"));
+  while (!rest.empty() && (rest.back() == ' ' || rest.back() == '(' || rest.back() == ',')) {
+    rest.remove_suffix(1);
+  }
+  if (const size_t m = rest.find(" [main]"); m != std::string_view::npos) {
+    rest = rest.substr(0, m);
+  }
+  rest = Trim(rest);
+  // rest: "<a>" or "<a> (<b>)", one of them the ident.
+  std::string_view a = rest;
+  std::string_view b;
+  if (rest.ends_with(")")) {
+    const size_t open = rest.rfind(" (");
+    if (open != std::string_view::npos) {
+      a = Trim(rest.substr(0, open));
+      b = rest.substr(open + 2, rest.size() - open - 3);
+    }
+  }
+  if (!b.empty() && !IsThreadIdent(a) && IsThreadIdent(b)) std::swap(a, b);
+  t.id = std::string(a);
+  t.name = std::string(b);
+  t.is_main = t.is_main || t.name == "MainThread";
+  return t;
+}
+
 }  // namespace
 
 std::vector<ThreadStack> ParsePythonStacks(std::string_view text) {
@@ -213,22 +254,11 @@ std::vector<ThreadStack> ParsePythonStacks(std::string_view text) {
     pos = eol + 1;
     const std::string_view line = Trim(raw);
     const bool header = (line.starts_with("Thread ") || line.starts_with("Current thread ")) &&
-                        Contains(line, "(most recent call");
+                        Contains(line, "most recent call");
     if (header) {
       finish();
-      ThreadStack t;
-      std::string_view rest = line.substr(line.find("hread ") + 6);
-      const size_t space = rest.find(' ');
-      t.id = std::string(rest.substr(0, space));
-      rest.remove_prefix(space == std::string_view::npos ? rest.size() : space);
-      rest = Trim(rest);
-      // Optional "(<name>)" before "(most recent call ...)".
-      if (rest.starts_with("(") && !rest.starts_with("(most recent call")) {
-        const size_t close = rest.find(')');
-        if (close != std::string_view::npos) t.name = std::string(rest.substr(1, close - 1));
-      }
-      innermost_first = Contains(line, "(most recent call first)");
-      threads.push_back(std::move(t));
+      threads.push_back(ParseHeader(line));
+      innermost_first = Contains(line, "most recent call first");
       last_was_frame = false;
       continue;
     }

@@ -12,9 +12,10 @@
 //
 // i.e. a header line "Thread <id> (<name>) (most recent call last):" followed by
 // traceback.format_stack() of that thread's frame (outermost first). Blocks in
-// faulthandler's order ("(most recent call first):", innermost first, no source lines) and
-// headers without a name are accepted too; the main thread is the one named MainThread,
-// else the first block.
+// faulthandler's order ("(most recent call first):", innermost first, no source lines),
+// headers without a name and "Thread <name> (<id>) [main], most recent call last:" are
+// accepted too; the main thread is the one named MainThread or marked [main], else the
+// first block.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,7 @@ struct StackFrame {
 struct ThreadStack {
   std::string id;    // as printed ("140371", "0x00007f...")
   std::string name;  // "MainThread", "" when not given
+  bool is_main = false;  // named MainThread, marked [main], or faulthandler's current thread
   std::vector<StackFrame> frames;  // outermost first
 };
 

@@ -105,6 +105,8 @@ TEST(ParsePythonStacksTest, TracebackFormat) {
   EXPECT_EQ(threads[0].id, "140371029874432");
   EXPECT_EQ(threads[0].name, "perftracker-agent");
   EXPECT_EQ(threads[1].name, "MainThread");
+  EXPECT_FALSE(threads[0].is_main);
+  EXPECT_TRUE(threads[1].is_main);
   ASSERT_EQ(threads[1].frames.size(), 4u);
   EXPECT_EQ(threads[1].frames[0].file, "/work/job/train.py");
   EXPECT_EQ(threads[1].frames[0].line, 140);
@@ -126,10 +128,34 @@ TEST(ParsePythonStacksTest, FaulthandlerFormatIsInnermostFirst) {
   ASSERT_EQ(threads.size(), 2u);
   EXPECT_EQ(threads[0].id, "0x00007f3b2c1ff640");
   EXPECT_EQ(threads[0].name, "");
+  EXPECT_FALSE(threads[0].is_main);
+  EXPECT_TRUE(threads[1].is_main);  // "Current thread"
   ASSERT_EQ(threads[1].frames.size(), 2u);
   EXPECT_EQ(threads[1].frames[0].function, "<module>");  // outermost first after parsing
   EXPECT_EQ(threads[1].frames[1].function, "forward");
   EXPECT_EQ(threads[1].frames[1].line, 27);
+}
+
+TEST(ParsePythonStacksTest, NameFirstHeaderWithMainMarker) {
+  // python/perftracker/agent.py's header shape.
+  const auto threads = ParsePythonStacks(
+      "Thread MainThread (140371211413312) [main], most recent call last:\n"
+      "  File \"/work/job/train.py\", line 140, in <module>\n"
+      "    main()\n"
+      "  File \"/work/job/model.py\", line 27, in forward\n"
+      "    time.sleep(3600)\n"
+      "Thread Thread-1 (_pin_memory_loop) (140371029874432), most recent call last:\n"
+      "  File \"/usr/lib/python3.11/threading.py\", line 995, in _bootstrap\n"
+      "    self._bootstrap_inner()\n");
+  ASSERT_EQ(threads.size(), 2u);
+  EXPECT_EQ(threads[0].id, "140371211413312");
+  EXPECT_EQ(threads[0].name, "MainThread");
+  EXPECT_TRUE(threads[0].is_main);
+  ASSERT_EQ(threads[0].frames.size(), 2u);
+  EXPECT_EQ(threads[0].frames[1].code, "time.sleep(3600)");
+  EXPECT_EQ(threads[1].id, "140371029874432");
+  EXPECT_EQ(threads[1].name, "Thread-1 (_pin_memory_loop)");
+  EXPECT_FALSE(threads[1].is_main);
 }
 
 TEST(ParsePythonStacksTest, GarbageIsSkipped) {
