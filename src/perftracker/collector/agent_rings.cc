@@ -11,6 +11,10 @@ constexpr size_t kBatch = 4096;
 // Events may start this much before the window's start and still count: the agent turns
 // its hooks on when it sees the start on its own clock reading, a few µs either way.
 constexpr int64_t kStartSlackNs = 100'000'000;
+// The agent writes a call when it returns, so an enclosing call arrives after everything it
+// contains; the summarizer nests it correctly while it is within this many events of its
+// start (an iteration's worth of calls of a call-heavy model). 48 bytes per buffered event.
+constexpr size_t kReorderWindow = 1u << 16;
 
 }  // namespace
 
@@ -97,7 +101,9 @@ void AgentRings::Route(int ring, const Event& event) {
 void AgentRings::BeginWindow(const WindowSpec& window) {
   window_ = window;
   window_end_ns_ = window.end_ns();
-  summarizer_ = std::make_unique<WindowSummarizer>(&functions_);
+  SummarizerOptions options;
+  options.reorder_window = kReorderWindow;
+  summarizer_ = std::make_unique<WindowSummarizer>(&functions_, options);
   tracks_announced_.clear();
   dropped_at_start_ = shm_->TotalDropped();
   window_malformed_ = 0;

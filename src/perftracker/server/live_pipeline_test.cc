@@ -1,1 +1,173 @@
+// The live pipeline without Python: fake agents (shared memory + control socket) -> the
+// NodeCollector -> the embedded WindowCoordinator -> report files.
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "perftracker/collector/fake_agent_for_test.h"
+#include "perftracker/collector/node_collector.h"
+#include "perftracker/server/window_coordinator.h"
+
+namespace perftracker {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kMs = 1'000'000;
+
+class LivePipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = fs::temp_directory_path() / ("perftracker-live-test-" + std::to_string(getpid()) + "-" + name);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    socket_ = "/tmp/perftracker-live-" + std::to_string(getpid()) + ".sock";
+    unlink(socket_.c_str());
+  }
+  void TearDown() override {
+    if (collector_) collector_->Stop();
+    if (coordinator_) coordinator_->Stop();
+    fs::remove_all(dir_);
+  }
+
+  void Start(int64_t wait_summaries_ms) {
+    CoordinatorOptions co;
+    co.report_dir = (dir_ / "reports").string();
+    co.window_ns = 400 * kMs;
+    co.delay_ns = 100 * kMs;
+    co.wait_summaries_ns = wait_summaries_ms * kMs;
+    co.log = [](std::string_view) {};
+    coordinator_ = std::make_unique<WindowCoordinator>(co);
+    CollectorOptions o;
+    o.socket_path = socket_;
+    o.drain_interval_ms = 10;
+    o.finish_grace_ms = 300;
+    o.log = [](std::string_view) {};
+    collector_ = std::make_unique<NodeCollector>(o, coordinator_.get());
+    coordinator_->AddCollector(collector_.get());
+    ASSERT_TRUE(coordinator_->Start().ok());
+    ASSERT_TRUE(collector_->Start().ok());
+  }
+
+  // An agent's window: `iterations` of step > (forward, backward), forward taking
+  // forward_ms, each iteration marked; then window_done.
+  static void Play(FakeAgent& agent, const nlohmann::json& window, int64_t forward_ms) {
+    const int64_t start = window["start_ns"].get<int64_t>();
+    const int64_t duration = window["duration_ns"].get<int64_t>();
+    const uint32_t train = agent.Publish(EventKind::kPythonCall, "train.py:5 train");
+    const uint32_t step = agent.Publish(EventKind::kPythonCall, "train.py:9 step", train);
+    const uint32_t forward = agent.Publish(EventKind::kPythonCall, "model.py:20 forward", step);
+    const uint32_t backward = agent.Publish(EventKind::kPythonCall, "model.py:40 backward", step);
+    const uint32_t iteration = agent.Publish(EventKind::kIteration, "iteration", train);
+    // Every rank runs the same iterations (synchronous training): the fast ones wait in
+    // backward for the slow one.
+    const int64_t len = 40 * kMs;
+    for (int64_t t = start + kMs; t + len < start + duration; t += len) {
+      agent.Push(forward, t, t + forward_ms * kMs);
+      agent.Push(backward, t + forward_ms * kMs, t + len);
+      agent.Push(step, t, t + len);
+      agent.Push(iteration, t, t + len, EventKind::kIteration);
+    }
+    agent.WindowDone(window["window"].get<uint64_t>());
+  }
+
+  bool WaitForReport(int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (coordinator_->last_report()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  static nlohmann::json ReadJson(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return nlohmann::json::parse(ss.str());
+  }
+
+  fs::path dir_;
+  std::string socket_;
+  std::unique_ptr<WindowCoordinator> coordinator_;
+  std::unique_ptr<NodeCollector> collector_;
+};
+
+TEST_F(LivePipelineTest, ATriggerFromOneRankDiagnosesTheSlowRankFromEveryRanksRings) {
+  Start(5000);
+  std::vector<std::unique_ptr<FakeAgent>> agents;
+  for (int r = 0; r < 4; ++r) {
+    agents.push_back(std::make_unique<FakeAgent>(r, 4, "live"));
+    ASSERT_TRUE(agents.back()->Connect(socket_));
+    agents.back()->Hello();
+  }
+  // Let the hellos land, then rank 2's detector fires.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  agents[2]->SendJson({{"type", "trigger"}, {"rank", 2}, {"reason", "slowdown"},
+                       {"detail", "mean of last 50 iterations is 30% above the shortest"}});
+  for (auto& a : agents) {
+    auto w = a->WaitFor("window", 3000);
+    ASSERT_TRUE(w) << "rank " << a->rank() << " got no window";
+    Play(*a, *w, a->rank() == 2 ? 30 : 10);
+  }
+  ASSERT_TRUE(WaitForReport(5000));
+  const WindowReport report = *coordinator_->last_report();
+  EXPECT_TRUE(report.missing_ranks.empty());
+  const nlohmann::json j = ReadJson(report.json_path);
+  EXPECT_EQ(j["num_workers"], 4);
+  ASSERT_FALSE(j["findings"].empty());
+  const auto& top = j["findings"][0];
+  EXPECT_TRUE(top["material"].get<bool>());
+  EXPECT_EQ(top["workers"], nlohmann::json::array({2}));
+  EXPECT_EQ(top["function"], "model.py:20 forward");
+  EXPECT_EQ(top["function_key"],
+            "python:train.py:5 train > python:train.py:9 step > python:model.py:20 forward");
+  EXPECT_TRUE(fs::exists(report.html_path));
+  for (const auto& w : j["workers"]) {
+    EXPECT_EQ(w["iterations"].get<int>(), 9) << w.dump();
+    EXPECT_EQ(w["stats"]["dropped_events"], 0);
+  }
+}
+
+TEST_F(LivePipelineTest, AnAgentKilledMidWindowIsNamedMissingAfterTheTimeout) {
+  Start(700);
+  std::vector<std::unique_ptr<FakeAgent>> agents;
+  for (int r = 0; r < 4; ++r) {
+    agents.push_back(std::make_unique<FakeAgent>(r, 4, "killed"));
+    ASSERT_TRUE(agents.back()->Connect(socket_));
+    agents.back()->Hello();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  agents[0]->SendJson({{"type", "trigger"}, {"rank", 0}, {"reason", "slowdown"}});
+  std::vector<nlohmann::json> windows;
+  for (auto& a : agents) {
+    auto w = a->WaitFor("window", 3000);
+    ASSERT_TRUE(w);
+    windows.push_back(*w);
+  }
+  agents[3]->Disconnect();  // killed: no bye, no window_done
+  for (int r = 0; r < 3; ++r) Play(*agents[static_cast<size_t>(r)], windows[static_cast<size_t>(r)], 10);
+  ASSERT_TRUE(WaitForReport(5000));
+  const WindowReport report = *coordinator_->last_report();
+  EXPECT_EQ(report.missing_ranks, std::vector<int32_t>{3});
+  const nlohmann::json j = ReadJson(report.json_path);
+  EXPECT_EQ(j["num_workers"], 3);
+  bool named = false;
+  for (const auto& n : j["notes"]) {
+    named |= n.get<std::string>().starts_with("rank 3 sent no summary (agent gone?");
+  }
+  EXPECT_TRUE(named) << j["notes"].dump(1);
+}
+
+}  // namespace
+}  // namespace perftracker

@@ -1,1 +1,393 @@
+#include "perftracker/server/window_coordinator.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "perftracker/core/function_table.h"
+#include "perftracker/summary/window_summarizer.h"
+
+namespace perftracker {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kMs = 1'000'000;
+
+int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// Records what the server asks of a collector; optionally answers EndWindowNow with
+// summaries through `on_end`.
+class FakeCollector : public CollectorControl {
+ public:
+  void StartWindow(const WindowSpec& window) override {
+    std::lock_guard<std::mutex> lock(mu);
+    started.push_back(window);
+  }
+  void DumpStacks(uint64_t window) override {
+    std::lock_guard<std::mutex> lock(mu);
+    stacks_asked.push_back(window);
+  }
+  void EndWindowNow(uint64_t window) override {
+    std::function<void(uint64_t)> cb;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ended.push_back(window);
+      cb = on_end;
+    }
+    if (cb) cb(window);
+  }
+  std::vector<WindowSpec> Started() {
+    std::lock_guard<std::mutex> lock(mu);
+    return started;
+  }
+
+  std::mutex mu;
+  std::vector<WindowSpec> started;
+  std::vector<uint64_t> stacks_asked;
+  std::vector<uint64_t> ended;
+  std::function<void(uint64_t)> on_end;
+};
+
+// A worker's summary of `iterations` iterations of step > forward, forward taking
+// `forward_ms`, through the real summarizer.
+WorkerSummary MakeSummary(int32_t rank, int64_t start_ns, int64_t forward_ms, int iterations = 20) {
+  FunctionTable table;
+  const uint32_t step = table.Intern(EventKind::kPythonCall, "train.py:9 step");
+  const uint32_t forward = table.Intern(EventKind::kPythonCall, "model.py:20 forward", step);
+  const uint32_t backward = table.Intern(EventKind::kPythonCall, "model.py:40 backward", step);
+  const uint32_t iter = table.Intern(EventKind::kIteration, "iteration");
+  WindowSummarizer s(&table);
+  int64_t t = start_ns;
+  auto ev = [&](uint32_t fn, EventKind kind, int64_t a, int64_t b) {
+    Event e;
+    e.start_ns = a;
+    e.end_ns = b;
+    e.function_id = fn;
+    e.kind = kind;
+    e.track_id = 1;
+    s.OnEvent(e);
+  };
+  for (int i = 0; i < iterations; ++i) {
+    const int64_t len = (forward_ms + 10) * kMs;
+    ev(iter, EventKind::kIteration, t, t + len);
+    ev(step, EventKind::kPythonCall, t, t + len);
+    ev(forward, EventKind::kPythonCall, t, t + forward_ms * kMs);
+    ev(backward, EventKind::kPythonCall, t + forward_ms * kMs, t + len);
+    t += len;
+  }
+  WorkerSummary out = s.Finish();
+  out.rank = rank;
+  out.host = "testhost";
+  out.source = "pid " + std::to_string(1000 + rank);
+  return out;
+}
+
+class WindowCoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("perftracker-coordinator-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    if (coordinator_) coordinator_->Stop();
+    fs::remove_all(dir_);
+  }
+
+  CoordinatorOptions Options() {
+    CoordinatorOptions o;
+    o.report_dir = dir_.string();
+    o.window_ns = 200 * kMs;
+    o.delay_ns = 50 * kMs;
+    o.wait_summaries_ns = 400 * kMs;
+    o.cooldown_ns = 60'000 * kMs;
+    o.title = "test job";
+    o.log = [this](std::string_view line) {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      logs_.emplace_back(line);
+    };
+    return o;
+  }
+
+  void Start(CoordinatorOptions o) {
+    coordinator_ = std::make_unique<WindowCoordinator>(o);
+    coordinator_->AddCollector(&c1_);
+    coordinator_->AddCollector(&c2_);
+    const Status st = coordinator_->Start();
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+
+  void Join(int32_t rank, int32_t world) {
+    WorkerInfo w;
+    w.rank = rank;
+    w.world_size = world;
+    w.pid = 1000 + rank;
+    w.host = "testhost";
+    coordinator_->OnWorkerJoined(w);
+  }
+
+  bool WaitForReports(size_t n, int timeout_ms = 5000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (coordinator_->reports().size() >= n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
+  bool LogContains(const std::string& part) {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    for (const auto& l : logs_) {
+      if (l.find(part) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  static nlohmann::json ReadJson(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return nlohmann::json::parse(ss.str());
+  }
+
+  static bool HasNote(const nlohmann::json& report, const std::string& part) {
+    for (const auto& n : report["notes"]) {
+      if (n.get<std::string>().find(part) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  fs::path dir_;
+  FakeCollector c1_;
+  FakeCollector c2_;
+  std::unique_ptr<WindowCoordinator> coordinator_;
+  std::mutex log_mu_;
+  std::vector<std::string> logs_;
+};
+
+TEST_F(WindowCoordinatorTest, AnyTriggerOpensOneWindowOnEveryCollectorAndWritesTheReport) {
+  Start(Options());
+  for (int r = 0; r < 4; ++r) Join(r, 4);
+  const int64_t before = NowNs();
+  coordinator_->OnTrigger(2, WindowReason::kSlowdown, "mean 130 ms is 12% above 116 ms");
+  coordinator_->OnTrigger(1, WindowReason::kSlowdown, "also slower");  // joins the window
+  const auto s1 = c1_.Started();
+  const auto s2 = c2_.Started();
+  ASSERT_EQ(s1.size(), 1u);
+  ASSERT_EQ(s2.size(), 1u);
+  EXPECT_EQ(s1[0].id, 1u);
+  EXPECT_EQ(s1[0].start_ns, s2[0].start_ns);  // same wall-clock start everywhere
+  EXPECT_GE(s1[0].start_ns, before + 50 * kMs);
+  EXPECT_EQ(s1[0].duration_ns, 200 * kMs);
+  EXPECT_EQ(s1[0].reason, WindowReason::kSlowdown);
+  EXPECT_TRUE(c1_.stacks_asked.empty());
+
+  for (int r = 0; r < 4; ++r) {
+    coordinator_->OnSummary(1, MakeSummary(r, s1[0].start_ns, r == 2 ? 30 : 10));
+  }
+  ASSERT_TRUE(WaitForReports(1));
+  const WindowReport report = *coordinator_->last_report();
+  EXPECT_EQ(report.id, 1u);
+  EXPECT_TRUE(report.missing_ranks.empty());
+  EXPECT_EQ(report.json_path, (dir_ / "window-1-slowdown.json").string());
+  EXPECT_TRUE(fs::exists(report.html_path));
+  const nlohmann::json j = ReadJson(report.json_path);
+  // The schema of `perftracker diagnose --format json`.
+  EXPECT_EQ(j["schema_version"], 1);
+  EXPECT_EQ(j["num_workers"], 4);
+  EXPECT_TRUE(j["skipped_inputs"].is_array());
+  EXPECT_EQ(j["workers"].size(), 4u);
+  EXPECT_TRUE(j["has_material_finding"].get<bool>());
+  ASSERT_FALSE(j["findings"].empty());
+  EXPECT_EQ(j["findings"][0]["workers"], nlohmann::json::array({2}));
+  EXPECT_EQ(j["findings"][0]["function"], "model.py:20 forward");
+  EXPECT_TRUE(HasNote(j, "live window 1 (slowdown)"));
+  EXPECT_TRUE(HasNote(j, "trigger: rank 2: slowdown — mean 130 ms is 12% above 116 ms"));
+  EXPECT_TRUE(HasNote(j, "1 more trigger(s) during the window: rank 1: slowdown — also slower"));
+  EXPECT_NE(report.text.find("rank 2"), std::string::npos) << report.text;
+}
+
+TEST_F(WindowCoordinatorTest, CooldownAndMaxWindowsRefuseTriggers) {
+  CoordinatorOptions o = Options();
+  o.cooldown_ns = 300 * kMs;
+  o.max_windows = 2;
+  Start(o);
+  Join(0, 1);
+  for (int window = 1; window <= 2; ++window) {
+    coordinator_->OnTrigger(0, WindowReason::kSlowdown, "");
+    ASSERT_EQ(c1_.Started().size(), static_cast<size_t>(window));
+    coordinator_->OnSummary(window, MakeSummary(0, c1_.Started().back().start_ns, 10));
+    ASSERT_TRUE(WaitForReports(static_cast<size_t>(window)));
+    coordinator_->OnTrigger(0, WindowReason::kSlowdown, "too soon");
+    EXPECT_EQ(c1_.Started().size(), static_cast<size_t>(window));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  EXPECT_TRUE(LogContains("the last window closed less than"));
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "third");
+  EXPECT_EQ(c1_.Started().size(), 2u);
+  EXPECT_TRUE(LogContains("2 windows taken already (--max-windows)"));
+}
+
+TEST_F(WindowCoordinatorTest, MissingRanksAreNamedAfterTheTimeout) {
+  Start(Options());
+  for (int r = 0; r < 3; ++r) Join(r, 4);  // rank 3 never connects
+  coordinator_->OnWorkerLeft(2, /*clean=*/false);  // rank 2's agent is gone
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "");
+  const WindowSpec w = c1_.Started().at(0);
+  coordinator_->OnSummary(1, MakeSummary(0, w.start_ns, 10));
+  coordinator_->OnSummary(1, MakeSummary(1, w.start_ns, 10));
+  ASSERT_TRUE(WaitForReports(1, 3000));
+  // Not before the window's end + wait_summaries.
+  EXPECT_GE(NowNs(), w.end_ns() + 400 * kMs);
+  const WindowReport report = *coordinator_->last_report();
+  EXPECT_EQ(report.missing_ranks, (std::vector<int32_t>{2, 3}));
+  const nlohmann::json j = ReadJson(report.json_path);
+  EXPECT_TRUE(HasNote(j, "rank 2 sent no summary (agent gone? it disconnected without saying bye"));
+  EXPECT_TRUE(HasNote(j, "rank 3 sent no summary (its agent never connected"));
+}
+
+TEST_F(WindowCoordinatorTest, AllSummariesInEndsTheWaitEarly) {
+  CoordinatorOptions o = Options();
+  o.wait_summaries_ns = 60'000 * kMs;
+  Start(o);
+  Join(0, 2);
+  Join(1, 2);
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "");
+  const WindowSpec w = c1_.Started().at(0);
+  coordinator_->OnSummary(1, MakeSummary(0, w.start_ns, 10));
+  coordinator_->OnSummary(1, MakeSummary(1, w.start_ns, 10));
+  ASSERT_TRUE(WaitForReports(1, 3000));
+}
+
+TEST_F(WindowCoordinatorTest, AHangAsksForStacksAndLeadsWithPtHang) {
+  Start(Options());
+  for (int r = 0; r < 3; ++r) Join(r, 3);
+  const int64_t t0 = NowNs() - 10'000 * kMs;
+  for (int r = 0; r < 3; ++r) coordinator_->OnIteration(r, t0 + r, 100 * kMs);
+  coordinator_->OnTrigger(1, WindowReason::kHang, "no iteration for 5.2 s");
+  ASSERT_EQ(c1_.stacks_asked, std::vector<uint64_t>{1});
+  ASSERT_EQ(c2_.stacks_asked, std::vector<uint64_t>{1});
+  const WindowSpec w = c1_.Started().at(0);
+  EXPECT_EQ(w.reason, WindowReason::kHang);
+  const std::string waiting =
+      "Thread 1 (MainThread) (most recent call last):\n"
+      "  File \"/job/train.py\", line 50, in main\n"
+      "    loss.backward()\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/_tensor.py\", line 488, in backward\n"
+      "    torch.autograd.backward(\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/autograd/__init__.py\", line 197, in backward\n"
+      "    Variable._execution_engine.run_backward(\n";
+  const std::string stuck =
+      "Thread 1 (MainThread) (most recent call last):\n"
+      "  File \"/job/train.py\", line 44, in main\n"
+      "    batch = load()\n"
+      "  File \"/job/data.py\", line 12, in load\n"
+      "    time.sleep(3600)\n";
+  coordinator_->OnStacks(1, 0, waiting);
+  coordinator_->OnStacks(1, 1, stuck);
+  coordinator_->OnStacks(1, 2, waiting);
+  for (int r = 0; r < 3; ++r) coordinator_->OnSummary(1, MakeSummary(r, w.start_ns, 10, 1));
+  ASSERT_TRUE(WaitForReports(1));
+  const WindowReport report = *coordinator_->last_report();
+  EXPECT_EQ(report.json_path, (dir_ / "window-1-hang.json").string());
+  const nlohmann::json j = ReadJson(report.json_path);
+  ASSERT_FALSE(j["findings"].empty());
+  EXPECT_EQ(j["findings"][0]["code"], "PT-HANG");
+  EXPECT_EQ(j["findings"][0]["workers"], nlohmann::json::array({1}));
+  EXPECT_TRUE(HasNote(j, "rank 1 main thread: train.py:44 main > data.py:12 load"));
+  EXPECT_TRUE(HasNote(j, "every rank's Python stacks: "));
+  ASSERT_FALSE(report.stacks_path.empty());
+  std::ifstream in(report.stacks_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find("==== rank 1 ====\n" + stuck), std::string::npos);
+}
+
+TEST_F(WindowCoordinatorTest, TriggerAtSecondsTakesOneManualWindow) {
+  CoordinatorOptions o = Options();
+  o.trigger_at_ns = 100 * kMs;
+  Start(o);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(c1_.Started().empty());  // counted from the first hello
+  const int64_t joined = NowNs();
+  Join(0, 1);
+  for (int i = 0; i < 100 && c1_.Started().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(c1_.Started().size(), 1u);
+  EXPECT_EQ(c1_.Started()[0].reason, WindowReason::kManual);
+  EXPECT_GE(c1_.Started()[0].start_ns, joined + 100 * kMs);
+}
+
+TEST_F(WindowCoordinatorTest, FlushEndsTheWindowNowAndWritesItsReport) {
+  CoordinatorOptions o = Options();
+  o.window_ns = 60'000 * kMs;
+  Start(o);
+  Join(0, 2);
+  Join(1, 2);
+  c1_.on_end = [&](uint64_t window) {
+    const WindowSpec w = c1_.Started().at(0);
+    coordinator_->OnSummary(window, MakeSummary(0, w.start_ns, 10, 2));
+    coordinator_->OnSummary(window, MakeSummary(1, w.start_ns, 10, 2));
+  };
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // past the window's start
+  const auto t = std::chrono::steady_clock::now();
+  coordinator_->Flush(2000 * kMs);
+  EXPECT_LT(std::chrono::steady_clock::now() - t, std::chrono::milliseconds(1500));
+  ASSERT_EQ(coordinator_->reports().size(), 1u);
+  EXPECT_EQ(c1_.ended, std::vector<uint64_t>{1});
+  const nlohmann::json j = ReadJson(coordinator_->last_report()->json_path);
+  EXPECT_TRUE(HasNote(j, "(cut short: the job ended)"));
+}
+
+TEST_F(WindowCoordinatorTest, FlushDropsAWindowThatHasNotBegun) {
+  CoordinatorOptions o = Options();
+  o.delay_ns = 10'000 * kMs;
+  Start(o);
+  Join(0, 1);
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "");
+  coordinator_->Flush(500 * kMs);
+  EXPECT_TRUE(coordinator_->reports().empty());
+  EXPECT_TRUE(LogContains("was to start after the job ended: dropped"));
+}
+
+TEST_F(WindowCoordinatorTest, KeepsEachRanksIterationTimes) {
+  Start(Options());
+  Join(0, 1);
+  coordinator_->OnIteration(0, 1000, 100);
+  coordinator_->OnIteration(0, 1100, 110);
+  const auto history = coordinator_->IterationHistory(0);
+  ASSERT_EQ(history.size(), 2u);
+  EXPECT_EQ(history[1], (std::pair<int64_t, int64_t>{1100, 110}));
+}
+
+TEST_F(WindowCoordinatorTest, AnUnwritableReportDirIsAClearError) {
+  CoordinatorOptions o = Options();
+  fs::create_directories(dir_);
+  { std::ofstream f(dir_ / "file"); }
+  o.report_dir = (dir_ / "file" / "sub").string();
+  WindowCoordinator c(o);
+  const Status st = c.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("cannot create the report directory"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace perftracker
