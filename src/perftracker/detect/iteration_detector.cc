@@ -155,8 +155,7 @@ void IterationDetector::Learn(Marker marker, int64_t time_ns, bool* closed, int6
   if (history_size_ == history_.size()) {
     // Full: keep the newer half (amortized O(1) per marker, no allocation).
     const size_t keep = history_.size() / 2;
-    std::copy(history_.end() - static_cast<std::ptrdiff_t>(keep), history_.end(),
-              history_.begin());
+    std::copy(history_.end() - static_cast<std::ptrdiff_t>(keep), history_.end(), history_.begin());
     std::copy(history_ns_.end() - static_cast<std::ptrdiff_t>(keep), history_ns_.end(),
               history_ns_.begin());
     history_size_ = keep;
@@ -255,8 +254,7 @@ std::optional<Trigger> IterationDetector::CheckSlowdown() {
   if (rearm_requested_.load(std::memory_order_relaxed)) {
     ApplyPendingRearm();
     // The baseline restarts from the current window (if it is full).
-    shortest_mean_ns_ =
-        ring_count_ == durations_.size() ? last_mean_ns_ : 0;
+    shortest_mean_ns_ = ring_count_ == durations_.size() ? last_mean_ns_ : 0;
   }
   if (slowdown_fired_ || shortest_mean_ns_ <= 0) return std::nullopt;
   if (last_mean_ns_ <= (1.0 + options_.slowdown_ratio) * shortest_mean_ns_) return std::nullopt;
@@ -296,8 +294,7 @@ void IterationDetector::Rearm() { rearm_requested_.store(true, std::memory_order
 bool IterationDetector::learned() const { return learned_.load(std::memory_order_relaxed); }
 
 int64_t IterationDetector::mean_iteration_ns() const {
-  return learned_.load(std::memory_order_relaxed) ? mean_ns_.load(std::memory_order_relaxed)
-                                                  : 0;
+  return learned_.load(std::memory_order_relaxed) ? mean_ns_.load(std::memory_order_relaxed) : 0;
 }
 
 uint64_t IterationDetector::iterations() const {

@@ -17,11 +17,11 @@
 namespace perftracker {
 
 struct DetectorOptions {
-  int learn_repeats = 10;       // M: identical marker sequences needed to learn the iteration
-  int relearn_after = 200;      // K: unmatched markers before learning starts again
-  int window_iterations = 50;   // N: iterations in the moving mean
-  double slowdown_ratio = 0.05; // fire when mean(last N) > (1 + this) x the recent shortest mean
-  double hang_factor = 5.0;     // fire when nothing happens for this x the mean iteration
+  int learn_repeats = 10;        // M: identical marker sequences needed to learn the iteration
+  int relearn_after = 200;       // K: unmatched markers before learning starts again
+  int window_iterations = 50;    // N: iterations in the moving mean
+  double slowdown_ratio = 0.05;  // fire when mean(last N) > (1 + this) x the recent shortest mean
+  double hang_factor = 5.0;      // fire when nothing happens for this x the mean iteration
   int64_t min_hang_ns = 2'000'000'000;  // never call a hang before this much silence
 };
 
@@ -80,11 +80,11 @@ class IterationDetector {
   // Tracking: the learned pattern (starts with a next, ends with a step).
   std::vector<Marker> pattern_;
   size_t pattern_len_ = 0;
-  size_t pos_ = 0;            // index in pattern_ of the next expected marker
-  bool in_sync_ = false;      // the markers since iteration_start_ns_ matched the pattern
-  bool complete_ = false;     // ... and all of it: the next pattern start closes the iteration
+  size_t pos_ = 0;         // index in pattern_ of the next expected marker
+  bool in_sync_ = false;   // the markers since iteration_start_ns_ matched the pattern
+  bool complete_ = false;  // ... and all of it: the next pattern start closes the iteration
   int64_t iteration_start_ns_ = 0;
-  int unmatched_ = 0;         // markers that did not match since the last closed iteration
+  int unmatched_ = 0;  // markers that did not match since the last closed iteration
   // Durations of the last window_iterations iterations (a ring) and their sum.
   std::vector<int64_t> durations_;
   size_t ring_next_ = 0;

@@ -128,10 +128,10 @@ struct Classified {
   int64_t last_progress_ns = 0;
   Where where = Where::kNoStacks;
   std::string why_no_stacks;
-  std::string wait_label;                // kWaiting: "all_reduce", "backward (DDP ...)"
-  std::vector<StackFrame> frames;        // main thread, outermost first
-  std::vector<const StackFrame*> user;   // innermost user frames, innermost first
-  bool data_loader = false;              // kOwnCode: stuck in the data loader
+  std::string wait_label;               // kWaiting: "all_reduce", "backward (DDP ...)"
+  std::vector<StackFrame> frames;       // main thread, outermost first
+  std::vector<const StackFrame*> user;  // innermost user frames, innermost first
+  bool data_loader = false;             // kOwnCode: stuck in the data loader
 };
 
 Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
@@ -297,7 +297,9 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
             [](const Classified& a, const Classified& b) { return a.rank < b.rank; });
   std::vector<const Classified*> waiting, own, missing;
   for (const auto& c : all) {
-    (c.where == Where::kWaiting ? waiting : c.where == Where::kOwnCode ? own : missing)
+    (c.where == Where::kWaiting   ? waiting
+     : c.where == Where::kOwnCode ? own
+                                  : missing)
         .push_back(&c);
   }
   auto ranks_of = [](const std::vector<const Classified*>& cs) {
@@ -311,8 +313,8 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
   std::string wait_phrase;
   for (const auto& [label, ranks] : by_wait) {
     if (!wait_phrase.empty()) wait_phrase += "; ";
-    wait_phrase += fmt::format("{} wait{} in {}", RankList(ranks), ranks.size() == 1 ? "s" : "",
-                               label);
+    wait_phrase +=
+        fmt::format("{} wait{} in {}", RankList(ranks), ranks.size() == 1 ? "s" : "", label);
   }
   auto earliest = [](const std::vector<const Classified*>& cs) {
     std::vector<const Classified*> out;
@@ -354,8 +356,8 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
   // Silence: the earliest last progress of the culprits (or of anyone).
   int64_t stopped = 0;
   for (const auto* c : culprits.empty() ? std::vector<const Classified*>{} : culprits) {
-    if (c->last_progress_ns > 0) stopped = stopped == 0 ? c->last_progress_ns
-                                                        : std::min(stopped, c->last_progress_ns);
+    if (c->last_progress_ns > 0)
+      stopped = stopped == 0 ? c->last_progress_ns : std::min(stopped, c->last_progress_ns);
   }
   if (stopped == 0) {
     for (const auto& c : all) {
@@ -364,8 +366,8 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
       }
     }
   }
-  f.lost_ns_per_iteration = stopped > 0 && now_ns > stopped ? static_cast<double>(now_ns - stopped)
-                                                             : 0;
+  f.lost_ns_per_iteration =
+      stopped > 0 && now_ns > stopped ? static_cast<double>(now_ns - stopped) : 0;
   const std::string who = culprits.empty() ? "no rank" : RankList(ranks_of(culprits));
   const std::string silence =
       f.lost_ns_per_iteration > 0
@@ -383,8 +385,8 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
       f.title = fmt::format("the job hangs: {} {} stuck in their own code (e.g. {}){}", who,
                             culprits.size() == 1 ? "is" : "are", at, silence);
     } else {
-      f.title = fmt::format("{} hang{} in {} while {}{}", who, culprits.size() == 1 ? "s" : "",
-                            at, wait_phrase, silence);
+      f.title = fmt::format("{} hang{} in {} while {}{}", who, culprits.size() == 1 ? "s" : "", at,
+                            wait_phrase, silence);
     }
     std::string frames;
     for (const StackFrame* u : worst->user) {
@@ -401,17 +403,19 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
     }
   } else if (waiting.empty()) {
     f.resource = "process (no Python stacks)";
-    f.title = culprits.empty()
-                  ? std::string("the job hangs: no rank sent usable Python stacks and no "
-                                "rank's last progress is known")
-                  : fmt::format("the job hangs: no rank sent usable Python stacks; {} stopped "
-                                "first ({}){}",
-                                who, verdict, silence);
+    f.title = culprits.empty() ? std::string(
+                                     "the job hangs: no rank sent usable Python stacks and no "
+                                     "rank's last progress is known")
+                               : fmt::format(
+                                     "the job hangs: no rank sent usable Python stacks; {} stopped "
+                                     "first ({}){}",
+                                     who, verdict, silence);
   } else if (worst != nullptr && worst->where == Where::kNoStacks) {
     f.resource = "process (no Python stacks)";
-    f.title = fmt::format("{} sent no Python stacks while {}{}: stuck in native code holding "
-                          "the GIL, dead, or unreachable",
-                          who, wait_phrase.empty() ? "the others wait" : wait_phrase, silence);
+    f.title = fmt::format(
+        "{} sent no Python stacks while {}{}: stuck in native code holding "
+        "the GIL, dead, or unreachable",
+        who, wait_phrase.empty() ? "the others wait" : wait_phrase, silence);
   } else {
     f.resource = "communication (a collective never completed)";
     if (worst != nullptr && worst->where == Where::kWaiting) {
@@ -451,9 +455,9 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
     if (!culprit_ago.empty() || !others_ago.empty()) {
       f.evidence.push_back(
           {"last progress (iteration end)",
-           fmt::format("{}: {}{}", who, culprit_ago.empty() ? "unknown" : culprit_ago,
-                       others_ago.empty() ? "" : fmt::format("; the others: {} (median)",
-                                                             others_ago))});
+           fmt::format(
+               "{}: {}{}", who, culprit_ago.empty() ? "unknown" : culprit_ago,
+               others_ago.empty() ? "" : fmt::format("; the others: {} (median)", others_ago))});
     }
   }
   if (mean_iteration_ns > 0 && f.lost_ns_per_iteration > 0) {
@@ -471,10 +475,10 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
     for (size_t i = n; i-- > 0 && n - i <= kStackFramesShown;) {
       stack += (stack.empty() ? "" : "\n") + FrameText(worst->frames[i]);
     }
-    if (n > kStackFramesShown) stack += fmt::format("\n... ({} outer frames)", n - kStackFramesShown);
-    f.evidence.push_back({fmt::format("main-thread stack on rank {} (innermost first)",
-                                      worst->rank),
-                          stack});
+    if (n > kStackFramesShown)
+      stack += fmt::format("\n... ({} outer frames)", n - kStackFramesShown);
+    f.evidence.push_back(
+        {fmt::format("main-thread stack on rank {} (innermost first)", worst->rank), stack});
   }
   return f;
 }

@@ -36,8 +36,8 @@ struct StackFrame {
 };
 
 struct ThreadStack {
-  std::string id;    // as printed ("140371", "0x00007f...")
-  std::string name;  // "MainThread", "" when not given
+  std::string id;        // as printed ("140371", "0x00007f...")
+  std::string name;      // "MainThread", "" when not given
   bool is_main = false;  // named MainThread, marked [main], or faulthandler's current thread
   std::vector<StackFrame> frames;  // outermost first
 };

@@ -17,7 +17,8 @@ constexpr int64_t kNow = 1'700'000'000 * kSec;
 
 // The agent's `stacks` text (docs/agent-protocol.md): a pin-memory / agent thread first, the
 // main thread in an all_reduce as torch 1.13 / gloo shows it.
-const char* const kWaitingInAllReduce = R"(Thread 140371029874432 (perftracker-agent) (most recent call last):
+const char* const kWaitingInAllReduce =
+    R"(Thread 140371029874432 (perftracker-agent) (most recent call last):
   File "/usr/lib/python3.11/threading.py", line 995, in _bootstrap
     self._bootstrap_inner()
   File "/usr/lib/python3.11/threading.py", line 1038, in _bootstrap_inner

@@ -192,8 +192,8 @@ TEST(LiveFindingsTest, GcStragglerFromAgentGcPauses) {
     const bool heavy = r == 2;
     std::vector<Fn> fns = DdpStep(50, 50);
     fns[3].ms_per_iteration = heavy ? 20 : 45;  // the others wait for rank 2's pauses
-    fns.push_back({"gc:gc.collect (generation 2)", EventKind::kGc, heavy ? 25.0 : 0.5,
-                   heavy ? 1.0 : 0.05});
+    fns.push_back(
+        {"gc:gc.collect (generation 2)", EventKind::kGc, heavy ? 25.0 : 0.5, heavy ? 1.0 : 0.05});
     loc.Add(Worker(r, 105, fns, RunQueue(0.02)));
   }
   const Diagnosis d = loc.Finish();

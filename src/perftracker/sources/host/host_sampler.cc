@@ -229,8 +229,7 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
     }
     if (switches_ok) {
       emit(Metric::kVoluntaryCtxSwitchesPerSec, static_cast<double>(voluntary) * 1e9 / wall_ns);
-      emit(Metric::kInvoluntaryCtxSwitchesPerSec,
-           static_cast<double>(involuntary) * 1e9 / wall_ns);
+      emit(Metric::kInvoluntaryCtxSwitchesPerSec, static_cast<double>(involuntary) * 1e9 / wall_ns);
     }
   }
   PidState& state = pids_[pid];

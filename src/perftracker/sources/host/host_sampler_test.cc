@@ -41,8 +41,8 @@ class FixtureTree {
   void Process(int pid, uint64_t utime, uint64_t stime, uint64_t rss_pages) {
     const std::string d = "proc/" + std::to_string(pid);
     // comm with a space and a parenthesis, as a renamed Python thread can have.
-    Write(d + "/stat", std::to_string(pid) + " (pt_main (x) 1) R 1 " + std::to_string(pid) +
-                           " " + std::to_string(pid) + " 0 -1 4194560 52000 0 12 0 " +
+    Write(d + "/stat", std::to_string(pid) + " (pt_main (x) 1) R 1 " + std::to_string(pid) + " " +
+                           std::to_string(pid) + " 0 -1 4194560 52000 0 12 0 " +
                            std::to_string(utime) + " " + std::to_string(stime) +
                            " 0 0 20 0 3 0 123456 3279814656 " + std::to_string(rss_pages) +
                            " 18446744073709551615 1 1 0 0 0 0 0 16781312 17642 0 0 0 17 1 0 0 "
@@ -52,8 +52,8 @@ class FixtureTree {
   void Thread(int pid, int tid, uint64_t cpu_ns, uint64_t run_delay_ns, uint64_t voluntary,
               uint64_t involuntary) {
     const std::string d = "proc/" + std::to_string(pid) + "/task/" + std::to_string(tid);
-    Write(d + "/schedstat", std::to_string(cpu_ns) + " " + std::to_string(run_delay_ns) +
-                                " 4242\n");
+    Write(d + "/schedstat",
+          std::to_string(cpu_ns) + " " + std::to_string(run_delay_ns) + " 4242\n");
     Write(d + "/status", "Name:\tpt_main\nUmask:\t0022\nState:\tR (running)\nTgid:\t" +
                              std::to_string(pid) + "\nPid:\t" + std::to_string(tid) +
                              "\nVmRSS:\t  819200 kB\nThreads:\t3\n"
@@ -193,8 +193,7 @@ TEST(HostSamplerTest, RealProcBurningCpu) {
   out.clear();
   sampler.Sample(now(), {pid}, &out);
   const auto cpu = Find(out, pid, Metric::kCpuUtilization, static_cast<uint32_t>(pid));
-  const auto run_delay =
-      Find(out, pid, Metric::kRunQueueDelayFraction, static_cast<uint32_t>(pid));
+  const auto run_delay = Find(out, pid, Metric::kRunQueueDelayFraction, static_cast<uint32_t>(pid));
   ASSERT_TRUE(cpu.has_value());
   ASSERT_TRUE(run_delay.has_value()) << sampler.stats().first_problem;
   // One thread was always runnable: it either ran or waited in a run queue, so the two
