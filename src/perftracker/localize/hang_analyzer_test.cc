@@ -198,6 +198,66 @@ TEST(HangAnalyzerTest, CulpritStuckInOwnCodeOthersInAllReduce) {
   EXPECT_NE(FindCatalogueEntry(f.code), nullptr);
 }
 
+// Captured from a real job (torch 1.13.1, gloo, 2 ranks, torch.multiprocessing.spawn, DDP):
+// rank 1 sleeps in its module's forward at step 3; 4 s later each rank's main-thread stack
+// was written with the documented format.
+const char* const kRealRank0 = R"(Thread 140176758857792 (MainThread) (most recent call last):
+  File "<string>", line 1, in <module>
+  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 120, in spawn_main
+    exitcode = _main(fd, parent_sentinel)
+  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 133, in _main
+    return self._bootstrap(parent_sentinel)
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap
+    self.run()
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 108, in run
+    self._target(*self._args, **self._kwargs)
+  File "/usr/lib/python3/dist-packages/torch/multiprocessing/spawn.py", line 69, in _wrap
+    fn(i, *args)
+  File "/tmp/hangcheck/h.py", line 30, in run
+    opt.zero_grad(); loss.backward(); opt.step()
+  File "/usr/lib/python3/dist-packages/torch/_tensor.py", line 488, in backward
+    torch.autograd.backward(
+  File "/usr/lib/python3/dist-packages/torch/autograd/__init__.py", line 197, in backward
+    Variable._execution_engine.run_backward(  # Calls into the C++ engine to run the backward pass
+)";
+const char* const kRealRank1 = R"(Thread 139820369043520 (MainThread) (most recent call last):
+  File "<string>", line 1, in <module>
+  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 120, in spawn_main
+    exitcode = _main(fd, parent_sentinel)
+  File "/usr/lib/python3.11/multiprocessing/spawn.py", line 133, in _main
+    return self._bootstrap(parent_sentinel)
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap
+    self.run()
+  File "/usr/lib/python3.11/multiprocessing/process.py", line 108, in run
+    self._target(*self._args, **self._kwargs)
+  File "/usr/lib/python3/dist-packages/torch/multiprocessing/spawn.py", line 69, in _wrap
+    fn(i, *args)
+  File "/tmp/hangcheck/h.py", line 29, in run
+    loss = m(torch.randn(8, 64), rank, step).sum()
+  File "/usr/lib/python3/dist-packages/torch/nn/modules/module.py", line 1194, in _call_impl
+    return forward_call(*input, **kwargs)
+  File "/usr/lib/python3/dist-packages/torch/nn/parallel/distributed.py", line 1040, in forward
+    output = self._run_ddp_forward(*inputs, **kwargs)
+  File "/usr/lib/python3/dist-packages/torch/nn/parallel/distributed.py", line 1003, in _run_ddp_forward
+    return module_to_run(*inputs, **kwargs)
+  File "/usr/lib/python3/dist-packages/torch/nn/modules/module.py", line 1194, in _call_impl
+    return forward_call(*input, **kwargs)
+  File "/tmp/hangcheck/h.py", line 20, in forward
+    time.sleep(3600)
+)";
+
+TEST(HangAnalyzerTest, RealTorch113DdpHang) {
+  HangAnalyzer h;
+  h.AddRank(0, kRealRank0, kNow - 4 * kSec);
+  h.AddRank(1, kRealRank1, kNow - 4 * kSec - 30'000'000);
+  const Finding f = h.Analyze(kNow, 30'000'000);
+  EXPECT_THAT(f.workers, ElementsAre(1));
+  EXPECT_THAT(f.victims, ElementsAre(0));
+  EXPECT_EQ(f.function_key, "/tmp/hangcheck/h.py:20 forward");
+  EXPECT_THAT(f.title, HasSubstr("rank 1 hangs in h.py:20 forward while rank 0 waits in "
+                                 "backward (DDP gradient all-reduce)"));
+}
+
 TEST(HangAnalyzerTest, DdpBackwardAndWrappedBarrierCountAsWaiting) {
   HangAnalyzer h;
   h.AddRank(0, kWaitingInDdpBackward, kNow - 2 * kSec);
