@@ -174,7 +174,10 @@ void WindowCoordinator::OnTrigger(int32_t rank, WindowReason reason, const std::
     if (window_) {
       if (window_->triggers.size() < 64) window_->triggers.push_back(what);
       if (reason == WindowReason::kHang && !window_->stacks_requested) {
+        // The window becomes a hang window: stacks, PT-HANG, named window-<id>-hang.
         window_->stacks_requested = true;
+        window_->spec.reason = WindowReason::kHang;
+        hang_window_taken_ = true;
         stacks = collectors_;
         spec = window_->spec;
       }
@@ -207,7 +210,10 @@ void WindowCoordinator::OnSummary(uint64_t window, WorkerSummary summary) {
 // Windows
 
 bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int64_t now_ns) {
-  if (finalizing_ || now_ns < cooldown_until_ns_) {
+  // A hang is never refused by the cooldown, and the first one not by --max-windows either:
+  // the job makes no progress, and its stacks are the only way to say why.
+  const bool first_hang = reason == WindowReason::kHang && !hang_window_taken_;
+  if (!first_hang && (finalizing_ || now_ns < cooldown_until_ns_)) {
     if (!logged_cooldown_) {
       logged_cooldown_ = true;
       Log(fmt::format("trigger ignored ({}): the last window closed less than {:.0f} s ago",
@@ -215,7 +221,7 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
     }
     return false;
   }
-  if (windows_opened_ >= static_cast<uint64_t>(options_.max_windows)) {
+  if (!first_hang && windows_opened_ >= static_cast<uint64_t>(options_.max_windows)) {
     if (!logged_max_) {
       logged_max_ = true;
       Log(fmt::format("trigger ignored ({}): {} windows taken already (--max-windows)", trigger,
@@ -231,6 +237,7 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
                            ? std::min(options_.window_ns, options_.hang_window_ns)
                            : options_.window_ns;
   w.stacks_requested = reason == WindowReason::kHang;
+  if (reason == WindowReason::kHang) hang_window_taken_ = true;
   w.deadline_ns = w.spec.end_ns() + options_.wait_summaries_ns;
   for (int32_t r = 0; r < world_size_; ++r) {
     auto it = workers_.find(r);

@@ -6,7 +6,9 @@
 // the `window` message reaches every agent before it begins) and length on every collector.
 // Triggers that arrive while a window is open join it (recorded in the report); after a
 // window's report, triggers are ignored for a cooldown (the agents rearm their detectors,
-// and the job needs time to show new evidence); at most max_windows windows per job.
+// and the job needs time to show new evidence); at most max_windows windows per job. The
+// first hang trigger is exempt from both: a hung job makes no progress, and only its stacks
+// say why.
 // A hang trigger also asks every worker for its Python stacks at once (and so does one that
 // arrives during an open window); its window is at most hang_window long: a hung job shows
 // little in a window, its stacks are the evidence. The HangAnalyzer (localize/) turns the
@@ -150,6 +152,7 @@ class WindowCoordinator : public CoordinatorLink {
   bool logged_cooldown_ = false;
   bool logged_max_ = false;
   bool finalizing_ = false;
+  bool hang_window_taken_ = false;
   std::vector<WindowReport> reports_;
 };
 

@@ -319,6 +319,36 @@ TEST_F(WindowCoordinatorTest, AHangAsksForStacksAndLeadsWithPtHang) {
   EXPECT_NE(ss.str().find("==== rank 1 ====\n" + stuck), std::string::npos);
 }
 
+TEST_F(WindowCoordinatorTest, TheFirstHangIsNeverRefused) {
+  CoordinatorOptions o = Options();
+  o.max_windows = 1;
+  Start(o);
+  Join(0, 1);
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "");
+  coordinator_->OnSummary(1, MakeSummary(0, c1_.Started().back().start_ns, 10));
+  ASSERT_TRUE(WaitForReports(1));
+  // In the cooldown and past --max-windows: a hang still opens a window and asks for stacks.
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress");
+  ASSERT_EQ(c1_.Started().size(), 2u);
+  EXPECT_EQ(c1_.Started()[1].reason, WindowReason::kHang);
+  EXPECT_EQ(c1_.stacks_asked, std::vector<uint64_t>{2});
+  coordinator_->OnTrigger(0, WindowReason::kHang, "again");  // joins the open window
+  EXPECT_EQ(c1_.Started().size(), 2u);
+}
+
+TEST_F(WindowCoordinatorTest, AHangDuringAnOpenWindowMakesItAHangWindow) {
+  Start(Options());
+  Join(0, 1);
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "");
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress");
+  EXPECT_EQ(c1_.Started().size(), 1u);
+  EXPECT_EQ(c1_.stacks_asked, std::vector<uint64_t>{1});
+  coordinator_->OnStacks(1, 0, "Thread 1 (MainThread) (most recent call last):\n");
+  coordinator_->OnSummary(1, MakeSummary(0, c1_.Started().back().start_ns, 10));
+  ASSERT_TRUE(WaitForReports(1));
+  EXPECT_EQ(coordinator_->last_report()->json_path, (dir_ / "window-1-hang.json").string());
+}
+
 TEST_F(WindowCoordinatorTest, TriggerAtSecondsTakesOneManualWindow) {
   CoordinatorOptions o = Options();
   o.trigger_at_ns = 100 * kMs;
