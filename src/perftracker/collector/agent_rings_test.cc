@@ -26,6 +26,7 @@ class AgentRingsTest : public ::testing::Test {
     agent_ = std::move(agent.value());
     auto mine = AgentShm::Open(path_);
     ASSERT_TRUE(mine.ok()) << mine.status().message();
+    unlink(path_.c_str());  // both mappings stay valid; nothing leaks if a test aborts
     WorkerInfo w;
     w.rank = 1;
     w.pid = 77;
@@ -33,7 +34,6 @@ class AgentRingsTest : public ::testing::Test {
     rings_ = std::make_unique<AgentRings>(std::move(mine.value()), w);
     ring_ = agent_->ClaimRing(4242);
   }
-  void TearDown() override { unlink(path_.c_str()); }
 
   void Push(uint32_t fn, int64_t start_ms, int64_t end_ms,
             EventKind kind = EventKind::kPythonCall) {
