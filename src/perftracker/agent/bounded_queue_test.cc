@@ -41,7 +41,7 @@ TEST(BoundedQueueTest, ManyProducersOneConsumerLoseNothingThatWasAccepted) {
   }
   uint64_t sum = 0, count = 0, v = 0;
   std::thread consumer([&] {
-    while (!done.load() || q.TryPop(&v)) {
+    while (!done.load()) {
       if (q.TryPop(&v)) {
         sum += v;
         ++count;

@@ -185,29 +185,26 @@ PythonProfiler::~PythonProfiler() {
 
 void PythonProfiler::Start(int64_t end_ns) {
   if (recording_) return;
+  // Modules first (an import runs Python code: it must not be recorded).
+  PyObject* threading = PyImport_ImportModule("threading");
+  if (threading == nullptr) PyErr_Clear();
+  PyObject* gc = PyImport_ImportModule("gc");
+  if (gc == nullptr) PyErr_Clear();
   recording_ = true;
   start_ns_ = RealtimeNs();
   end_ns_ = end_ns;
   counts_ = {};
   g_recording = this;
-  ForEachThread([this](PyThreadState* t) {
-    PyFrameObject* frame = PyThreadState_GetFrame(t);
-    if (frame == nullptr) return;  // no Python running there (e.g. the agent's own threads)
-    Py_DECREF(frame);
-    InstallOn(t);
-  });
   // Threads started during the window.
-  if (PyObject* threading = PyImport_ImportModule("threading")) {
+  if (threading != nullptr) {
     Py_XDECREF(saved_thread_hook_);
     saved_thread_hook_ = PyObject_GetAttrString(threading, "_profile_hook");
     if (saved_thread_hook_ == nullptr) PyErr_Clear();
     if (PyObject_SetAttrString(threading, "_profile_hook", thread_bootstrap_) < 0) PyErr_Clear();
     Py_DECREF(threading);
-  } else {
-    PyErr_Clear();
   }
   // GC pauses.
-  if (PyObject* gc = PyImport_ImportModule("gc")) {
+  if (gc != nullptr) {
     PyObject* callbacks = PyObject_GetAttrString(gc, "callbacks");
     if (callbacks == nullptr || !PyList_Check(callbacks) ||
         PyList_Append(callbacks, gc_callback_) < 0) {
@@ -215,9 +212,14 @@ void PythonProfiler::Start(int64_t end_ns) {
     }
     Py_XDECREF(callbacks);
     Py_DECREF(gc);
-  } else {
-    PyErr_Clear();
   }
+  // Every thread that runs Python now.
+  ForEachThread([this](PyThreadState* t) {
+    PyFrameObject* frame = PyThreadState_GetFrame(t);
+    if (frame == nullptr) return;  // no Python running there (e.g. the agent's own threads)
+    Py_DECREF(frame);
+    InstallOn(t);
+  });
 }
 
 void PythonProfiler::InstallOn(PyThreadState* tstate) {

@@ -1,0 +1,407 @@
+"""perftracker agent: the Python half of what runs inside each training process.
+
+Started by perftracker/_boot/sitecustomize.py (``perftracker run`` puts it on PYTHONPATH and
+sets PERFTRACKER_SOCKET); nothing in the training script changes. The native half,
+perftracker._agent, holds the iteration detector, the profile hook, the shared-memory rings
+and the control-socket thread; this module
+
+* decides whether this process is a rank (env RANK from torchrun; else the rank is learned
+  when torch.distributed.init_process_group returns, or at the first optimizer step of a
+  non-distributed job). Other processes -- the launcher, DataLoader workers, multiprocessing
+  helpers -- stay passive: no shared memory, no connection;
+* hooks torch as its modules are imported (no import of torch here): DataLoader iterator
+  ``__next__`` and ``Optimizer.step`` feed the always-on detector; torch.distributed
+  collectives are timed (bytes, group size) only while a profiling window is open;
+* stops cleanly at exit (atexit) and forgets everything in forked children.
+
+Nothing here may raise into the training program: failures print one line
+"perftracker agent: ..." on stderr and the job runs on without (that part of) the agent.
+"""
+
+import atexit
+import functools
+import os
+import socket
+import sys
+import threading
+import time
+
+from . import _agent
+
+_state = {"started": False, "active": False, "disabled": False}
+_options = ""
+_hidden_codes = []
+_tls = threading.local()
+_now = time.time_ns  # CLOCK_REALTIME ns, the agent's time base
+
+_COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base",
+    "all_gather_object", "broadcast", "broadcast_object_list", "reduce", "reduce_scatter",
+    "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
+    "barrier", "monitored_barrier", "send", "recv", "isend", "irecv", "gather", "scatter",
+    "gather_object", "scatter_object_list",
+)
+
+
+def _say(message):
+    try:
+        print("perftracker agent: " + message, file=sys.stderr, flush=True)
+    except Exception:
+        pass
+
+
+def _env_int(name):
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _is_multiprocessing_child():
+    return "--multiprocessing-fork" in getattr(sys, "argv", ())
+
+
+def _hide(fn):
+    """perftracker's wrappers never appear in recorded call paths."""
+    _hidden_codes.append(fn.__code__)
+    if _state["active"]:
+        _agent.hide_code(fn.__code__)
+    return fn
+
+
+# ------------------------------------------------------------------ lifecycle
+
+def start():
+    """Starts the agent in this process (idempotent). Raises ValueError on bad options."""
+    global _options
+    if _state["started"]:
+        return
+    _options = os.environ.get("PERFTRACKER_AGENT_OPTIONS", "")
+    _agent.parse_options(_options)  # a bad option disables the agent with its message
+    _state["started"] = True
+    _install_import_hooks()
+    os.register_at_fork(after_in_child=_after_fork_child)
+    atexit.register(stop)
+    rank = _env_int("RANK")
+    if rank is not None and not _is_multiprocessing_child():
+        _activate(rank, _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE"))
+
+
+def stop():
+    """Stops the agent: hooks off, bye to the collector, threads joined, shm removed."""
+    try:
+        if _agent.active():
+            _agent.stop()
+    except Exception as e:  # pragma: no cover - must never fail the exit
+        _say("stop failed: %s" % e)
+    _state["active"] = False
+
+
+def _activate(rank, local_rank, world_size):
+    if _state["active"] or _state["disabled"]:
+        return
+    try:
+        run_id = os.environ.get("PERFTRACKER_RUN_ID") or "local"
+        shm_path = "/dev/shm/perftracker-%s-%d" % (run_id, os.getpid())
+        _agent.activate(
+            socket=os.environ.get("PERFTRACKER_SOCKET", ""),
+            shm_path=shm_path,
+            rank=-1 if rank is None else rank,
+            local_rank=-1 if local_rank is None else local_rank,
+            world_size=-1 if world_size is None else world_size,
+            host=socket.gethostname(),
+            options=_options,
+        )
+        _agent.set_stack_dumper(_dump_stacks)
+        for code in _hidden_codes:
+            _agent.hide_code(code)
+        _state["active"] = True
+    except Exception as e:
+        _state["disabled"] = True
+        _say("disabled: %s" % (str(e).splitlines()[0] if str(e) else type(e).__name__))
+
+
+def _after_fork_child():
+    # A forked child (e.g. a DataLoader worker) is not the rank its parent was: forget the
+    # parent's agent and wait, passive, until this process proves to be a rank itself.
+    try:
+        _agent.after_fork_child()
+    except Exception:
+        pass
+    _state["active"] = False
+
+
+def _on_process_group(c10d):
+    rank = c10d.get_rank()
+    world_size = c10d.get_world_size()
+    local_rank = _env_int("LOCAL_RANK")
+    if _state["active"]:
+        _agent.set_rank(rank, -1 if local_rank is None else local_rank, world_size)
+    else:
+        _activate(rank, local_rank, world_size)
+
+
+def _activate_from_step():
+    # A job without torch.distributed: the process that steps an optimizer is the trainer,
+    # unless it is a DataLoader worker.
+    if _state["active"] or _state["disabled"]:
+        return
+    torch_data = sys.modules.get("torch.utils.data")
+    if torch_data is not None and torch_data.get_worker_info() is not None:
+        return
+    rank = _env_int("RANK")
+    _activate(0 if rank is None else rank, _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE") or 1)
+
+
+def _dump_stacks():
+    """All threads' Python stacks, main thread first (answer to dump_stacks)."""
+    import traceback
+
+    me = threading.get_ident()
+    main = threading.main_thread().ident
+    names = {t.ident: t.name for t in threading.enumerate()}
+    frames = sys._current_frames()
+    order = sorted(frames, key=lambda ident: (ident != main, ident))
+    out = []
+    for ident in order:
+        if ident == me:
+            continue
+        out.append("Thread %s (%d)%s, most recent call last:\n"
+                   % (names.get(ident, "?"), ident, " [main]" if ident == main else ""))
+        out.append("".join(traceback.format_stack(frames[ident])))
+    return "".join(out)
+
+
+# ------------------------------------------------------------------ torch hooks
+
+def _patch_dataloader(mod):
+    cls = mod._BaseDataLoaderIter
+    orig = cls.__next__
+    if getattr(orig, "_perftracker", False):
+        return
+    marker = _agent.marker
+    now = _now
+
+    @functools.wraps(orig)
+    def __next__(self):
+        t0 = now()
+        data = orig(self)
+        marker(0, "DataLoader.__next__", t0)
+        return data
+
+    __next__._perftracker = True
+    cls.__next__ = _hide(__next__)
+
+
+def _wrap_step(cls):
+    step = cls.step
+    if getattr(step, "_perftracker", False):
+        return
+    name = cls.__name__ + ".step"
+    marker = _agent.marker
+    now = _now
+    tls = _tls
+
+    def step_wrapper(self, *args, **kwargs):
+        if getattr(tls, "in_step", False):  # a subclass's step calling super().step()
+            return step(self, *args, **kwargs)
+        tls.in_step = True
+        t0 = now()
+        try:
+            out = step(self, *args, **kwargs)
+        finally:
+            tls.in_step = False
+        marker(1, name, t0)
+        if not _state["active"]:
+            _activate_from_step()
+        return out
+
+    functools.update_wrapper(step_wrapper, step)  # keeps torch's `hooked` flag
+    step_wrapper._perftracker = True
+    cls.step = _hide(step_wrapper)
+
+
+def _patch_optimizer(mod):
+    opt = mod.Optimizer
+    orig = getattr(opt, "_hook_for_profile", None)
+    if orig is None:  # another torch version: wrap at construction instead
+        orig_init = opt.__init__
+        if getattr(orig_init, "_perftracker", False):
+            return
+
+        @functools.wraps(orig_init)
+        def __init__(self, *args, **kwargs):
+            orig_init(self, *args, **kwargs)
+            try:
+                _wrap_step(type(self))
+            except Exception:
+                pass
+
+        __init__._perftracker = True
+        opt.__init__ = _hide(__init__)
+        return
+    if getattr(orig, "_perftracker", False):
+        return
+
+    # torch 1.13: Optimizer.__init__ calls _hook_for_profile(), which wraps the class's
+    # step() once for the profiler; our wrapper goes around it, for every subclass.
+    @functools.wraps(orig)
+    def _hook_for_profile(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        try:
+            _wrap_step(type(self))
+        except Exception:
+            pass
+        return out
+
+    _hook_for_profile._perftracker = True
+    opt._hook_for_profile = _hide(_hook_for_profile)
+
+
+def _tensor_bytes(obj, torch):
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(o, torch) for o in obj if isinstance(o, (torch.Tensor, list, tuple)))
+    return 0
+
+
+def _collective_bytes(args, kwargs):
+    """Bytes of the largest tensor argument (a list of tensors counts as its sum)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    best = 0
+    for a in list(args) + list(kwargs.values()):
+        best = max(best, _tensor_bytes(a, torch))
+    return best
+
+
+def _group_size(c10d, args, kwargs):
+    group = kwargs.get("group")
+    if group is None:
+        pg = getattr(c10d, "ProcessGroup", None)
+        for a in args:
+            if pg is not None and isinstance(a, pg):
+                group = a
+                break
+    try:
+        return c10d.get_world_size(group) if group is not None else c10d.get_world_size()
+    except Exception:
+        return -1
+
+
+def _wrap_collective(c10d, name, fn):
+    recording = _agent.recording
+    collective = _agent.collective
+    now = _now
+    label = "torch.distributed." + name
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not recording():
+            return fn(*args, **kwargs)
+        t0 = now()
+        out = fn(*args, **kwargs)
+        try:
+            collective("%s (group of %d)" % (label, _group_size(c10d, args, kwargs)), t0,
+                       _collective_bytes(args, kwargs))
+        except Exception:
+            pass
+        return out
+
+    wrapper._perftracker = True
+    return _hide(wrapper)
+
+
+def _patch_c10d(mod):
+    orig_init = mod.init_process_group
+    if getattr(orig_init, "_perftracker", False):
+        return
+
+    @functools.wraps(orig_init)
+    def init_process_group(*args, **kwargs):
+        out = orig_init(*args, **kwargs)
+        try:
+            _on_process_group(mod)
+        except Exception as e:
+            _say("could not learn the rank: %s" % e)
+        return out
+
+    init_process_group._perftracker = True
+    mod.init_process_group = _hide(init_process_group)
+    for name in _COLLECTIVES:
+        fn = getattr(mod, name, None)
+        if callable(fn) and not getattr(fn, "_perftracker", False):
+            setattr(mod, name, _wrap_collective(mod, name, fn))
+    # torch.distributed re-exports these names; refresh it when it is already imported.
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        for name in ("init_process_group",) + _COLLECTIVES:
+            if hasattr(dist, name) and hasattr(mod, name):
+                setattr(dist, name, getattr(mod, name))
+
+
+_PATCHES = {
+    "torch.utils.data.dataloader": _patch_dataloader,
+    "torch.optim.optimizer": _patch_optimizer,
+    "torch.distributed.distributed_c10d": _patch_c10d,
+}
+
+
+def _apply(patch, module):
+    try:
+        patch(module)
+    except Exception as e:
+        _say("could not hook %s: %s (training is not affected)" % (module.__name__, e))
+
+
+class _PatchingLoader:
+    """Delegates to the real loader, then patches the freshly executed module."""
+
+    def __init__(self, loader, patch):
+        self._loader = loader
+        self._patch = patch
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _apply(self._patch, module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _PostImportFinder:
+    """A sys.meta_path entry that patches a few torch modules right after they execute."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        patch = _PATCHES.get(fullname)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _PatchingLoader(spec.loader, patch)
+        return spec
+
+
+def _install_import_hooks():
+    if not any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportFinder())
+    for name, patch in _PATCHES.items():  # modules imported before the agent started
+        module = sys.modules.get(name)
+        if module is not None:
+            _apply(patch, module)

@@ -1,0 +1,431 @@
+"""End-to-end tests of the agent: real training processes (started like `perftracker run`
+does: sitecustomize on PYTHONPATH, PERFTRACKER_SOCKET set) against a fake collector in this
+process. Run with /usr/bin/python3 and PYTHONPATH=<build>/python (CTest does).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+import perftracker
+from perftracker import _agent
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fake_collector import FakeCollector  # noqa: E402
+
+BUILD_PYTHON = os.path.dirname(os.path.dirname(os.path.abspath(perftracker.__file__)))
+BOOT = os.path.join(BUILD_PYTHON, "perftracker", "_boot")
+SANITIZED = os.environ.get("PERFTRACKER_SANITIZED") == "1"
+
+
+def have_torch():
+    try:
+        import torch  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+HAVE_TORCH = have_torch()
+
+
+class AgentTestBase(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="perftracker-agent-test-")
+        self.sock = os.path.join(self.dir, "collector.sock")
+        self.run_id = "test%d" % os.getpid()
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def job(self, source, env=None, args=(), extra_path=()):
+        path = os.path.join(self.dir, "job.py")
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(source))
+        e = {k: v for k, v in os.environ.items()
+             if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "PERFTRACKER_AGENT_OPTIONS")}
+        e["PYTHONPATH"] = os.pathsep.join([BOOT] + list(extra_path) + [BUILD_PYTHON])
+        e["PERFTRACKER_SOCKET"] = self.sock
+        e["PERFTRACKER_RUN_ID"] = self.run_id
+        e.update(env or {})
+        p = subprocess.Popen([sys.executable, path] + list(args), env=e, cwd=self.dir,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        return p
+
+    def finish(self, p, timeout=60):
+        out, err = p.communicate(timeout=timeout)
+        return p.returncode, out, err
+
+    def agent_lines(self, err):
+        return [l for l in err.splitlines() if l.startswith("perftracker agent:")]
+
+
+def chain(functions, fid):
+    """The function's name and all its callers' names, outermost first."""
+    by_id = {f[0]: f for f in functions}
+    names = []
+    while fid != -1:
+        f = by_id[fid]
+        names.append(f[3])
+        fid = f[1]
+    return list(reversed(names))
+
+
+CALLS_JOB = """
+    import json, os, sys, threading, time
+    from perftracker import _agent
+    STOP = sys.argv[1]
+
+    def inner():
+        s = 0
+        for i in range(20):
+            s += i
+        return s
+
+    def outer():
+        return inner()
+
+    state = {"bg_profile": "unset"}
+
+    def background():
+        while not os.path.exists(STOP):
+            outer()
+            state["bg_profile"] = repr(sys.getprofile())
+            time.sleep(0.001)
+
+    def late_worker():
+        outer()
+
+    def main():
+        bg = threading.Thread(target=background, name="bg")
+        bg.start()
+        deadline = time.time() + 40
+        n = 0
+        while not os.path.exists(STOP) and time.time() < deadline:
+            outer()
+            n += 1
+            if n % 200 == 0:
+                t = threading.Thread(target=late_worker, name="late")
+                t.start()
+                t.join()
+            time.sleep(0.0002)
+        bg.join()
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(repr(sys.getprofile())))
+        t.start()
+        t.join()
+        print(json.dumps({"main_profile": repr(sys.getprofile()), "new_thread_profile": seen[0],
+                          "bg_profile": state["bg_profile"], "hooked": _agent.hooked_threads(),
+                          "stats": _agent.stats()}))
+
+    main()
+"""
+
+
+class WindowTest(AgentTestBase):
+    def test_window_records_python_calls_with_their_stacks_and_then_stops(self):
+        collector = FakeCollector(self.sock)
+        stop = os.path.join(self.dir, "stop")
+        p = self.job(CALLS_JOB, env={"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"},
+                     args=[stop])
+        _, _, hello = collector.wait_for("hello")
+        self.assertEqual(hello["pid"], p.pid)
+        self.assertEqual(hello["rank"], 3)
+        self.assertEqual(hello["local_rank"], 1)
+        self.assertEqual(hello["world_size"], 4)
+        self.assertEqual(hello["shm"], "/dev/shm/perftracker-%s-%d" % (self.run_id, p.pid))
+        self.assertTrue(os.path.exists(hello["shm"]))
+        shm = hello["shm"]
+
+        time.sleep(0.3)
+        before = _agent.read_shm(shm)
+        self.assertEqual(before["events"], [], "nothing is recorded outside a window")
+        self.assertEqual(before["rank"], 3)
+
+        start = time.time_ns() + 200_000_000
+        duration = 600_000_000
+        collector.send({"type": "window", "window": 7, "start_ns": start,
+                        "duration_ns": duration, "reason": "manual"})
+        _, _, done = collector.wait_for("window_done", timeout=10)
+        self.assertEqual(done["window"], 7)
+        self.assertEqual(done["rank"], 3)
+        self.assertGreater(done["events"], 100)
+        self.assertEqual(done["dropped"], 0)
+
+        got = _agent.read_shm(shm)
+        functions, events = got["functions"], got["events"]
+        inner_ids = [f[0] for f in functions if f[3].startswith("inner (job.py:")]
+        chains = {fid: chain(functions, fid) for fid in inner_ids}
+        names = [" > ".join(c) for c in chains.values()]
+        # Same function, different stacks -> different identities, each with its whole stack.
+        main_paths = [n for n in names if n.startswith("<module> (job.py:") and
+                      "main (job.py:" in n and n.endswith("outer (job.py:12) > inner (job.py:6)")]
+        self.assertEqual(len(main_paths), 1, names)
+        self.assertTrue(any("background (job.py:" in n for n in names), names)
+        self.assertTrue(any("late_worker (job.py:" in n for n in names),
+                        "a thread started during the window is recorded: %s" % names)
+        self.assertTrue(all("perftracker" not in n for n in names), names)
+        # Events: kind, function ids and times inside the window, on one ring per thread.
+        inner_events = [e for e in events if e[3] in inner_ids]
+        self.assertGreater(len(inner_events), 50)
+        for ring, s, e, fid, kind, payload in inner_events:
+            self.assertEqual(kind, "python")
+            self.assertLessEqual(s, e)
+            self.assertGreaterEqual(s, start - 10_000_000)
+            self.assertLessEqual(e, start + duration + 50_000_000)
+        self.assertGreaterEqual(len({e[0] for e in inner_events}), 3)  # main, bg, late threads
+        self.assertIn(p.pid, got["ring_threads"])  # main thread: tid == pid
+
+        # After the window: nothing more is recorded, and no thread keeps the hook.
+        time.sleep(0.4)
+        self.assertEqual(_agent.read_shm(shm)["events"], [])
+        open(stop, "w").close()
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        report = json.loads(out.strip().splitlines()[-1])
+        self.assertEqual(report["hooked"], 0)
+        self.assertEqual(report["main_profile"], "None")
+        self.assertEqual(report["bg_profile"], "None")
+        self.assertEqual(report["new_thread_profile"], "None")
+        self.assertEqual(self.agent_lines(err), [])
+        collector.wait_for("bye", timeout=5)
+        self.assertFalse(os.path.exists(shm), "the shared memory is removed at exit")
+        collector.kill()
+
+    def test_full_ring_drops_and_counts(self):
+        collector = FakeCollector(self.sock)
+        stop = os.path.join(self.dir, "stop")
+        p = self.job(CALLS_JOB, args=[stop],
+                     env={"RANK": "0", "PERFTRACKER_AGENT_OPTIONS": "rings=2,ring_events=64"})
+        _, _, hello = collector.wait_for("hello")
+        collector.send({"type": "window", "window": 1, "start_ns": time.time_ns(),
+                        "duration_ns": 300_000_000, "reason": "manual"})
+        _, _, done = collector.wait_for("window_done", timeout=10)
+        self.assertGreater(done["dropped"], 0)
+        got = _agent.read_shm(hello["shm"])
+        self.assertGreater(got["dropped"], 0)
+        self.assertLessEqual(len(got["events"]), 2 * 64)
+        open(stop, "w").close()
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        collector.kill()
+
+
+MARKER_JOB = """
+    import json, sys, time
+    from perftracker import _agent
+    # A training loop as the wrappers report it: next() then step(), ~5 ms per iteration.
+    gaps = []
+    last = time.time()
+    end = time.time() + float(sys.argv[1])
+    n = 0
+    while time.time() < end:
+        t0 = time.time_ns()
+        time.sleep(0.001)
+        _agent.marker(0, "DataLoader.__next__", t0)
+        t1 = time.time_ns()
+        time.sleep(0.004)
+        _agent.marker(1, "SGD.step", t1)
+        now = time.time()
+        gaps.append(now - last)
+        last = now
+        n += 1
+    print(json.dumps({"iterations": n, "max_gap": max(gaps), "stats": _agent.stats()}))
+"""
+
+
+class CollectorFaultTest(AgentTestBase):
+    def test_no_collector_one_line_and_the_job_runs(self):
+        # Also: the sitecustomize that perftracker's shadows still runs.
+        other = os.path.join(self.dir, "other_site")
+        os.makedirs(other)
+        with open(os.path.join(other, "sitecustomize.py"), "w") as f:
+            f.write("import sys\nprint('shadowed sitecustomize ran', file=sys.stderr)\n")
+        p = self.job(MARKER_JOB, env={"RANK": "0"}, args=["1.0"], extra_path=[other])
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        report = json.loads(out.strip().splitlines()[-1])
+        self.assertGreater(report["iterations"], 100)
+        self.assertGreater(report["stats"]["iterations"], 50)  # the detector ran anyway
+        lines = self.agent_lines(err)
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("unreachable", lines[0])
+        self.assertIn("shadowed sitecustomize ran", err)
+
+    def test_killing_the_collector_mid_run_neither_hangs_nor_crashes(self):
+        collector = FakeCollector(self.sock)
+        p = self.job(MARKER_JOB, env={"RANK": "1", "PERFTRACKER_AGENT_OPTIONS": "learn_repeats=3"},
+                     args=["2.5"])
+        collector.wait_for("hello")
+        collector.wait_for("iteration", timeout=10)
+        collector.kill()
+        t_kill = time.time()
+        rc, out, err = self.finish(p, timeout=20)
+        self.assertEqual(rc, 0, err)
+        self.assertLess(time.time() - t_kill, 10)
+        report = json.loads(out.strip().splitlines()[-1])
+        self.assertGreater(report["iterations"], 200)
+        self.assertLess(report["max_gap"], 0.2, "the training loop never stalled")
+        self.assertGreater(report["stats"]["messages_dropped"], 0)
+        lines = self.agent_lines(err)
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("lost the collector", lines[0])
+
+    def test_bad_options_disable_the_agent_with_one_line(self):
+        p = self.job(MARKER_JOB, env={"RANK": "0", "PERFTRACKER_AGENT_OPTIONS": "rings=0"},
+                     args=["0.2"])
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        lines = self.agent_lines(err)
+        self.assertEqual(len(lines), 1, err)
+        self.assertTrue(lines[0].startswith("perftracker agent: disabled:"), lines[0])
+        self.assertIn("rings", lines[0])
+        self.assertEqual(json.loads(out.strip().splitlines()[-1])["stats"], {})
+
+
+TORCH_LOOP_JOB = """
+    import os, sys, time
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def stuck_here():
+        time.sleep(float(os.environ.get("HANG_S", "8")))
+
+    def train():
+        torch.manual_seed(0)
+        ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = DataLoader(ds, batch_size=4)
+        n = 0
+        extra = 0.0
+        while True:
+            for x, y in loader:
+                loss = ((model(x) - y) ** 2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                time.sleep(0.01 + extra)
+                n += 1
+                if n == int(os.environ.get("SLOW_AT", "60")):
+                    print("slowing", time.time_ns(), flush=True)
+                    extra = 0.02
+                if n == int(os.environ.get("HANG_AT", "110")):
+                    print("hanging", time.time_ns(), flush=True)
+                    stuck_here()
+                    return
+
+    train()
+"""
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable by this interpreter")
+class DetectorTest(AgentTestBase):
+    def test_learns_iterations_fires_slowdown_then_hang_and_dumps_stacks(self):
+        collector = FakeCollector(self.sock)
+        opts = ("learn_repeats=5,window_iterations=10,slowdown_ratio=0.3,hang_factor=5,"
+                "min_hang_ms=0,hang_check_ms=10")
+        p = self.job(TORCH_LOOP_JOB, env={"RANK": "0", "PERFTRACKER_AGENT_OPTIONS": opts})
+        collector.wait_for("hello", timeout=60)
+        collector.wait_for("iteration", timeout=60)
+        _, _, slow = collector.wait_for("trigger", timeout=60,
+                                        pred=lambda m: m["reason"] == "slowdown")
+        iterations = collector.messages("iteration")
+        self.assertGreaterEqual(len(iterations), 30, "no slowdown before the injected sleep")
+        first = sorted(m["duration_ns"] for m in iterations[:20])[10]
+        self.assertGreater(first, 9_000_000)
+        self.assertLess(first, 200_000_000)
+
+        t_hang, _, hang = collector.wait_for("trigger", timeout=60,
+                                             pred=lambda m: m["reason"] == "hang")
+        iterations = collector.messages("iteration")
+        mean = sum(m["duration_ns"] for m in iterations[-10:]) / 10
+        last_end = iterations[-1]["end_ns"]
+        silence = t_hang * 1e9 - last_end
+        self.assertLess(silence, 5 * mean + 2 * mean + 150e6,
+                        "hang reported within 5x the mean iteration (%.0f ms, mean %.0f ms)"
+                        % (silence / 1e6, mean / 1e6))
+        self.assertIn("no progress", hang["detail"])
+
+        collector.send({"type": "dump_stacks", "window": 5})
+        _, _, stacks = collector.wait_for("stacks", timeout=10)
+        self.assertTrue(stacks["available"])
+        self.assertEqual(stacks["window"], 5)
+        self.assertIn("[main]", stacks["text"])
+        self.assertIn("in stuck_here", stacks["text"])
+        self.assertIn("in train", stacks["text"])
+        p.kill()
+        collector.kill()
+
+    def test_rank_learned_from_init_process_group_collectives_and_worker_processes(self):
+        collector = FakeCollector(self.sock)
+        job = """
+            import os, sys, time
+            import torch
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, TensorDataset
+
+            def do_allreduce(t):
+                dist.all_reduce(t)
+
+            def main():
+                dist.init_process_group("gloo", init_method="file://" + sys.argv[1],
+                                        rank=0, world_size=1)
+                ds = TensorDataset(torch.randn(32, 4))
+                # Worker processes (forked and spawned) must stay passive.
+                for ctx in ("fork", "spawn"):
+                    for (x,) in DataLoader(ds, batch_size=8, num_workers=2,
+                                           multiprocessing_context=ctx):
+                        pass
+                print("ready", flush=True)
+                t = torch.ones(1000)
+                end = time.time() + 4
+                while time.time() < end:
+                    do_allreduce(t)
+                    time.sleep(0.005)
+                dist.destroy_process_group()
+
+            if __name__ == "__main__":
+                main()
+        """
+        p = self.job(job, args=[os.path.join(self.dir, "pg")])
+        _, _, hello = collector.wait_for("hello", timeout=60)
+        self.assertEqual(hello["pid"], p.pid)
+        self.assertEqual(hello["rank"], 0)
+        self.assertEqual(hello["world_size"], 1)
+        # wait for "ready" (workers done), then profile the all_reduce loop
+        line = p.stdout.readline()
+        self.assertEqual(line.strip(), "ready")
+        collector.send({"type": "window", "window": 2, "start_ns": time.time_ns(),
+                        "duration_ns": 500_000_000, "reason": "manual"})
+        collector.wait_for("window_done", timeout=10)
+        got = _agent.read_shm(hello["shm"])
+        coll = [f for f in got["functions"] if f[2] == "collective"]
+        self.assertTrue(coll, got["functions"])
+        self.assertEqual(coll[0][3], "torch.distributed.all_reduce (group of 1)")
+        self.assertTrue(any(n.startswith("do_allreduce (job.py:")
+                            for n in chain(got["functions"], coll[0][0])))
+        ev = [e for e in got["events"] if e[4] == "collective"]
+        self.assertGreater(len(ev), 10)
+        self.assertTrue(all(e[5] == 4000 for e in ev))  # 1000 float32
+        rc, _, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        pids = {m["pid"] for m in collector.messages("hello")}
+        self.assertEqual(pids, {p.pid}, "DataLoader workers never say hello")
+        collector.kill()
+
+
+if __name__ == "__main__":
+    unittest.main()
