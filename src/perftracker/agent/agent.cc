@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "perftracker/sources/python/realtime_clock.h"
+#include "perftracker/sources/python/tsc_clock.h"
 
 namespace perftracker {
 namespace {
@@ -21,6 +22,7 @@ constexpr int64_t kTickNs = 50'000'000;             // control loop wake-up when
 constexpr int64_t kFirstBackoffNs = 100'000'000;    // first reconnect delay
 constexpr int64_t kByeFlushNs = 300'000'000;        // how long Stop() waits to flush bye
 constexpr const char* kIterationName = "iteration";
+constexpr int64_t kClockCalibrationNs = 50'000'000;
 
 std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -440,6 +442,7 @@ void Agent::HandleLine(const std::string& line) {
 
 void Agent::ControlLoop() {
   std::vector<std::string> lines;
+  TscClock::Calibrate(kClockCalibrationNs);  // off the training thread, once
   next_hang_check_ns_ = RealtimeNs();
   while (!stop_requested_.load()) {
     const int64_t now = RealtimeNs();

@@ -13,6 +13,7 @@
 
 #include "perftracker/agent/agent.h"
 #include "perftracker/sources/python/realtime_clock.h"
+#include "perftracker/sources/python/tsc_clock.h"
 
 namespace py = pybind11;
 
@@ -30,6 +31,20 @@ py::dict CountsDict(const ProfilerCounts& c) {
   d["threads"] = c.threads;
   d["skipped_threads"] = c.skipped_threads;
   return d;
+}
+
+// Benchmark floor: a profile function that does nothing. What any C-level profile hook
+// costs in CPython 3.11 before doing any work (frame objects, de-specialized dispatch).
+int NoopProfile(PyObject*, PyFrameObject*, int, PyObject*) { return 0; }
+
+size_t DrainAll(AgentShm& s) {
+  std::vector<Event> buf(4096);
+  size_t total = 0;
+  const uint32_t rings = std::min(s.header()->rings_claimed.load(), s.header()->num_rings);
+  for (uint32_t r = 0; r < rings; ++r) {
+    for (size_t n; (n = s.Pop(static_cast<int>(r), buf.data(), buf.size())) > 0;) total += n;
+  }
+  return total;
 }
 
 // Collector stand-in for benchmarks: drains every ring of a file on its own thread.
@@ -157,6 +172,8 @@ PYBIND11_MODULE(_agent, m) {
   });
   m.def("shm_path", [] { return g_agent != nullptr ? g_agent->shm_path() : std::string(); });
   m.def("now_ns", [] { return RealtimeNs(); });
+  m.def("clock_ns_per_tick", [] { return TscClock::ns_per_tick(); },
+        "The calibrated TSC rate used by the profile hook (0: clock_gettime is used).");
   m.def("stats", [] {
     py::dict d;
     if (g_agent == nullptr) return d;
@@ -223,6 +240,21 @@ PYBIND11_MODULE(_agent, m) {
       "{pid, rank, dropped, functions: [(id, parent, kind, name)], events: [(ring, start, end, "
       "function_id, kind, payload)], ring_threads}.");
 
+  m.def(
+      "noop_profile",
+      [](bool on) {
+        PyEval_SetProfile(on ? &NoopProfile : nullptr, nullptr);
+      },
+      "Benchmark helper: installs (True) or removes (False) a do-nothing C profile function "
+      "on the calling thread.");
+  m.def(
+      "drain_now",
+      [](const std::string& path) {
+        auto shm = AgentShm::Open(path);
+        if (!shm.ok()) throw std::runtime_error(shm.status().message());
+        return DrainAll(**shm);
+      },
+      "Benchmark helper: consumes every event of an agent file now; returns how many.");
   m.def("drain_start", [](const std::string& path) {
     if (g_drainer != nullptr) return;
     g_drainer = new Drainer();

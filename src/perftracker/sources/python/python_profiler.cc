@@ -7,18 +7,20 @@
 #include <cstring>
 
 #include "perftracker/sources/python/realtime_clock.h"
+#include "perftracker/sources/python/tsc_clock.h"
 
 namespace perftracker {
 
 struct PythonProfiler::ThreadState {
   ThreadState(PythonProfiler* p, CallPathInterner* interner, CallPathInterner::NameFn name_fn,
-              int64_t start, int64_t end)
+              int64_t start, int64_t end, const TscClock::Anchor& clock_anchor)
       : profiler(p), stack(interner, EventKind::kPythonCall, name_fn), start_ns(start),
-        end_ns(end) {}
+        end_ns(end), clock(clock_anchor) {}
   PythonProfiler* profiler;
   ShadowStack stack;
   int64_t start_ns;
   int64_t end_ns;  // INT64_MIN once the window is over: the next event removes the hook
+  TscClock::Anchor clock;
   int ring = RingWriter::kNoRing;
   bool primed = false;
   uint64_t events = 0;
@@ -102,7 +104,7 @@ void Prime(PythonProfiler::ThreadState* ts, PyFrameObject* first) {
 int Hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* /*arg*/) {
   if (what != PyTrace_CALL && what != PyTrace_RETURN) return 0;
   PythonProfiler::ThreadState* ts = reinterpret_cast<HookObject*>(obj)->state;
-  const int64_t now = RealtimeNs();
+  const int64_t now = TscClock::Now(ts->clock);
   if (now >= ts->end_ns) [[unlikely]] {
     RemoveHook(PyThreadState_Get());  // may free `obj`: not touched below
     return 0;
@@ -191,6 +193,7 @@ void PythonProfiler::Start(int64_t end_ns) {
   PyObject* gc = PyImport_ImportModule("gc");
   if (gc == nullptr) PyErr_Clear();
   recording_ = true;
+  clock_ = TscClock::MakeAnchor();
   start_ns_ = RealtimeNs();
   end_ns_ = end_ns;
   counts_ = {};
@@ -228,7 +231,8 @@ void PythonProfiler::InstallOn(PyThreadState* tstate) {
     ++counts_.skipped_threads;  // someone else profiles this thread: leave it alone
     return;
   }
-  auto ts = std::make_unique<ThreadState>(this, &interner_, &CodeName, start_ns_, end_ns_);
+  auto ts =
+      std::make_unique<ThreadState>(this, &interner_, &CodeName, start_ns_, end_ns_, clock_);
   HookObject* obj = PyObject_New(HookObject, reinterpret_cast<PyTypeObject*>(hook_type_));
   if (obj == nullptr) {
     PyErr_Clear();
@@ -293,6 +297,7 @@ ProfilerCounts PythonProfiler::Stop() {
   });
   for (auto& ts : still_hooked) ts.release();  // deliberately leaked (rare, bounded per window)
   threads_.clear();
+  rings_.FlushAll();
 
   if (PyObject* threading = PyImport_ImportModule("threading")) {
     PyObject* restore = saved_thread_hook_ != nullptr ? saved_thread_hook_ : Py_None;
@@ -348,7 +353,7 @@ void PythonProfiler::Record(EventKind kind, std::string_view name, bool nest, in
     Emit(ts, id, kind, start_ns, end_ns, payload);
     return;
   }
-  ThreadState tmp(this, &interner_, &CodeName, start_ns_, end_ns_);
+  ThreadState tmp(this, &interner_, &CodeName, start_ns_, end_ns_, clock_);
   tmp.ring = rings_.RingForCurrentThread();
   Emit(&tmp, id, kind, start_ns, end_ns, payload);
   counts_.events += tmp.events;

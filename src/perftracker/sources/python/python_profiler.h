@@ -42,6 +42,7 @@
 #include "perftracker/core/status.h"
 #include "perftracker/sources/python/call_path_interner.h"
 #include "perftracker/sources/python/ring_writer.h"
+#include "perftracker/sources/python/tsc_clock.h"
 
 namespace perftracker {
 
@@ -106,6 +107,7 @@ class PythonProfiler {
   int64_t start_ns_ = 0;
   int64_t end_ns_ = 0;
   int64_t gc_start_ns_ = 0;
+  TscClock::Anchor clock_;  // the window's time base (see TscClock)
   ProfilerCounts counts_;
 };
 

@@ -19,7 +19,19 @@ thread_local ThreadRingCache t_ring_cache;
 }  // namespace
 
 RingWriter::RingWriter(AgentShm* shm)
-    : shm_(shm), generation_(g_next_generation.fetch_add(1, std::memory_order_relaxed)) {}
+    : shm_(shm),
+      generation_(g_next_generation.fetch_add(1, std::memory_order_relaxed)),
+      capacity_(shm->header()->ring_capacity),
+      producers_(shm->header()->num_rings) {
+  for (uint32_t r = 0; r < producers_.size(); ++r) {
+    Producer& p = producers_[r];
+    p.header = shm->ring_header(static_cast<int>(r));
+    // The file format (agent_shm.h): each ring is its RingHeader followed by its events.
+    p.events = reinterpret_cast<Event*>(reinterpret_cast<char*>(p.header) + sizeof(RingHeader));
+    p.head = p.header->head.load(std::memory_order_relaxed);
+    p.cached_tail = p.header->tail.load(std::memory_order_acquire);
+  }
+}
 
 uint64_t RingWriter::CurrentThreadId() { return static_cast<uint64_t>(syscall(SYS_gettid)); }
 
@@ -46,7 +58,31 @@ bool RingWriter::Push(int ring, const Event& event) {
     shm_->header()->dropped_no_ring.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  return shm_->Push(ring, event);
+  Producer& p = producers_[static_cast<size_t>(ring)];
+  if (p.head - p.cached_tail >= capacity_) {
+    p.cached_tail = p.header->tail.load(std::memory_order_acquire);
+    if (p.head - p.cached_tail >= capacity_) {
+      p.header->head.store(p.head, std::memory_order_release);  // let the consumer catch up
+      p.unpublished = 0;
+      p.header->dropped.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  p.events[p.head & (capacity_ - 1)] = event;
+  ++p.head;
+  if (++p.unpublished >= kPublishEvery) {
+    p.header->head.store(p.head, std::memory_order_release);
+    p.unpublished = 0;
+  }
+  return true;
+}
+
+void RingWriter::FlushAll() {
+  for (Producer& p : producers_) {
+    if (p.unpublished == 0) continue;
+    p.header->head.store(p.head, std::memory_order_release);
+    p.unpublished = 0;
+  }
 }
 
 }  // namespace perftracker

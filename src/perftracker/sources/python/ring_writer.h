@@ -4,14 +4,22 @@
 // allocates: a full ring drops and counts (AgentShm), a thread that finds no free ring drops
 // and counts in ShmHeader::dropped_no_ring.
 //
+// Producer fast path: the writer keeps each ring's head and a cached copy of the consumer's
+// tail locally; it re-reads the shared tail only when the ring looks full, and publishes the
+// head (release store) every kPublishEvery events and on Flush(), so the consumer's cache
+// line is not pulled back and forth on every event. Events pushed but not yet published are
+// invisible to the consumer until the next publication (at the latest: Flush at window end).
+//
 // Threading: RingForCurrentThread() may be called from any thread (a mutex guards the
 // thread -> ring map; it is taken once per thread, the result is cached in the caller).
-// Push() on a ring must only be called by the thread that owns it (SPSC rings).
+// Push() and Flush() on a ring must be serialized by the caller: the ring's own thread, or
+// (the agent's case) the GIL. Only one RingWriter may write into one AgentShm.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "perftracker/core/agent_shm.h"
 #include "perftracker/core/event.h"
@@ -32,8 +40,12 @@ class RingWriter {
   // pushes on that thread's behalf while it cannot push itself (mutual exclusion, e.g. the
   // GIL, is the caller's duty).
   int RingForThread(uint64_t thread_id);
+  static constexpr uint32_t kPublishEvery = 16;
+
   // Pushes `event` into `ring` (the caller's ring). False (and counted) when dropped.
   bool Push(int ring, const Event& event);
+  // Publishes every ring's pushed events to the consumer.
+  void FlushAll();
 
   AgentShm* shm() const { return shm_; }
   // Unique per RingWriter instance: lets per-thread caches detect a stale writer.
@@ -43,8 +55,18 @@ class RingWriter {
   static uint64_t CurrentThreadId();
 
  private:
+  struct Producer {
+    RingHeader* header = nullptr;
+    Event* events = nullptr;
+    uint64_t head = 0;         // next write position (published up to header->head)
+    uint64_t cached_tail = 0;  // the consumer's tail, as last read
+    uint32_t unpublished = 0;
+  };
+
   AgentShm* shm_;
   uint64_t generation_;
+  uint64_t capacity_;
+  std::vector<Producer> producers_;  // one per ring
   std::mutex mu_;
   std::unordered_map<uint64_t, int> ring_of_thread_;
 };

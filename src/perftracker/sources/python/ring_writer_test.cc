@@ -45,6 +45,8 @@ TEST_F(RingWriterTest, RecordsArriveUnchangedInTheThreadsRing) {
   auto reader = AgentShm::Open(path_);  // the collector's view
   ASSERT_TRUE(reader.ok());
   Event out[4];
+  EXPECT_EQ((*reader)->Pop(ring, out, 4), 0u);  // not published yet
+  writer.FlushAll();
   ASSERT_EQ((*reader)->Pop(ring, out, 4), 1u);
   EXPECT_EQ(out[0].start_ns, ev.start_ns);
   EXPECT_EQ(out[0].duration_ns(), 1234);
@@ -73,6 +75,29 @@ TEST_F(RingWriterTest, FullRingDropsAndCountsNoRingDropsAndCounts) {
   EXPECT_EQ(other_ring, RingWriter::kNoRing);  // the only ring is taken
   EXPECT_EQ(shm_->header()->dropped_no_ring.load(), 1u);
   EXPECT_EQ(shm_->TotalDropped(), 7u);
+}
+
+TEST_F(RingWriterTest, ConsumerDrainingMakesRoomAgainAndOrderIsKept) {
+  Make(1, 64);
+  RingWriter writer(shm_.get());
+  const int ring = writer.RingForCurrentThread();
+  auto reader = AgentShm::Open(path_);
+  ASSERT_TRUE(reader.ok());
+  Event out[64];
+  int64_t next_expected = 0;
+  for (int64_t i = 0; i < 1000; ++i) {
+    Event ev;
+    ev.start_ns = i;
+    while (!writer.Push(ring, ev)) {
+      const size_t n = (*reader)->Pop(ring, out, 64);
+      for (size_t k = 0; k < n; ++k) EXPECT_EQ(out[k].start_ns, next_expected++);
+    }
+  }
+  writer.FlushAll();
+  for (size_t n; (n = (*reader)->Pop(ring, out, 64)) > 0;) {
+    for (size_t k = 0; k < n; ++k) EXPECT_EQ(out[k].start_ns, next_expected++);
+  }
+  EXPECT_EQ(next_expected, 1000);
 }
 
 }  // namespace
