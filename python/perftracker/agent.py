@@ -154,7 +154,7 @@ def _activate_from_step():
 
 
 def _dump_stacks():
-    """All threads' Python stacks, main thread first (answer to dump_stacks)."""
+    """All threads' Python stacks, main thread (MainThread) first: the `stacks` text."""
     import traceback
 
     me = threading.get_ident()
@@ -166,8 +166,8 @@ def _dump_stacks():
     for ident in order:
         if ident == me:
             continue
-        out.append("Thread %s (%d)%s, most recent call last:\n"
-                   % (names.get(ident, "?"), ident, " [main]" if ident == main else ""))
+        # The canonical header of docs/agent-protocol.md ("The stacks text").
+        out.append("Thread %d (%s) (most recent call last):\n" % (ident, names.get(ident, "?")))
         out.append("".join(traceback.format_stack(frames[ident])))
     return "".join(out)
 

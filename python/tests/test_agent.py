@@ -363,7 +363,9 @@ class DetectorTest(AgentTestBase):
         _, _, stacks = collector.wait_for("stacks", timeout=10)
         self.assertTrue(stacks["available"])
         self.assertEqual(stacks["window"], 5)
-        self.assertIn("[main]", stacks["text"])
+        # docs/agent-protocol.md "The stacks text": the main thread's block comes first.
+        self.assertRegex(stacks["text"].splitlines()[0],
+                         r"^Thread \d+ \(MainThread\) \(most recent call last\):$")
         self.assertIn("in stuck_here", stacks["text"])
         self.assertIn("in train", stacks["text"])
         p.kill()
