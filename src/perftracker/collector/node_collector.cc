@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -97,6 +98,11 @@ NodeCollector::NodeCollector(CollectorOptions options, CoordinatorLink* coordina
   if (options_.drain_interval_ms <= 0) options_.drain_interval_ms = 20;
   if (options_.sample_interval_ms <= 0) options_.sample_interval_ms = 100;
   if (options_.finish_grace_ms < 0) options_.finish_grace_ms = 0;
+  if (options_.drain_threads <= 0) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    options_.drain_threads = std::min(4, std::max(1, cores / 2));
+  }
+  options_.drain_threads = std::min(options_.drain_threads, 64);
 }
 
 NodeCollector::~NodeCollector() { Stop(); }
@@ -139,7 +145,9 @@ Status NodeCollector::Start() {
   started_ = true;
   stop_ = false;
   io_thread_ = std::thread([this] { IoLoop(); });
-  drain_thread_ = std::thread([this] { DrainLoop(); });
+  for (int i = 0; i < options_.drain_threads; ++i) {
+    drain_threads_.emplace_back([this, i] { DrainLoop(i); });
+  }
   return Status::Ok();
 }
 
@@ -148,7 +156,8 @@ void NodeCollector::Stop() {
   stop_ = true;
   Wake();
   if (io_thread_.joinable()) io_thread_.join();
-  if (drain_thread_.joinable()) drain_thread_.join();
+  for (auto& t : drain_threads_) t.join();
+  drain_threads_.clear();
   {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     for (auto& s : sessions_) {
@@ -591,7 +600,8 @@ void NodeCollector::RunCommands() {
 // ---------------------------------------------------------------------------------------
 // Drain thread
 
-void NodeCollector::DrainLoop() {
+void NodeCollector::DrainLoop(int index) {
+  const auto threads = static_cast<uint64_t>(options_.drain_threads);
   using Clock = std::chrono::steady_clock;
   const auto interval = std::chrono::milliseconds(options_.drain_interval_ms);
   const int64_t sample_interval_ns = int64_t{options_.sample_interval_ms} * 1'000'000;
@@ -620,6 +630,7 @@ void NodeCollector::DrainLoop() {
     uint64_t drained = 0;
     uint64_t lost = 0;
     for (const auto& s : sessions) {
+      if (s->id % threads != static_cast<uint64_t>(index)) continue;  // another drain thread's
       std::lock_guard<std::mutex> lock(s->mu);
       if (!s->rings) {
         if (s->gone) retired.push_back(s);
@@ -672,7 +683,11 @@ void NodeCollector::DrainLoop() {
     for (auto& [id, summary] : summaries) coordinator_->OnSummary(id, std::move(summary));
     for (const auto& [rank, clean] : left) coordinator_->OnWorkerLeft(rank, clean);
 
-    if (sampling && options_.sampler && now >= next_sample_ns) {
+    // Drain thread 0 samples for every agent in a window; the others only tell it that
+    // theirs are.
+    if (sampling) sampling_wanted_ = true;
+    if (index == 0 && now >= next_sample_ns && sampling_wanted_.exchange(false) &&
+        options_.sampler) {
       next_sample_ns = now + sample_interval_ns;
       SampleHost(now, sessions);
     }

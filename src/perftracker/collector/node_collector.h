@@ -1,15 +1,17 @@
 // NodeCollector: the per-host daemon between the training processes' agents and the server
 // (DESIGN.md "Processes"). In `perftracker run` it lives inside the run process.
 //
-// Threads (two, whatever the number of agents):
+// Threads (1 + drain_threads, whatever the number of agents):
 //  - the I/O thread owns the Unix socket: accept(), non-blocking reads framed by LineReader
 //    (64 KiB lines), message parsing, writes to agents (a per-connection outbox flushed on
 //    POLLOUT), and the commands the server queued (StartWindow, DumpStacks, EndWindowNow).
 //    It wakes on socket activity or an eventfd.
-//  - the drain thread wakes every drain_interval: drains every agent's rings (AgentRings,
-//    per-agent mutex), samples host metrics every sample_interval while a window is open (or
-//    about to open: rates need a previous sample), finishes windows and sends summaries, and
-//    retires agents that disconnected.
+//  - each drain thread wakes every drain_interval and serves the agents whose connection
+//    number is its index modulo drain_threads: drains their rings (AgentRings, per-agent
+//    mutex), finishes their windows and sends the summaries, and retires those that
+//    disconnected. Drain thread 0 also samples host metrics every sample_interval while a
+//    window is open (or about to open: rates need a previous sample). One drain thread
+//    summarizes about 1.2 M events/s (docs/live-mode.md).
 //
 // Never blocking on an agent: sockets are non-blocking, writes go to a bounded outbox, the
 // rings are read without any handshake, an agent that stops answering only loses its own
@@ -56,6 +58,8 @@ HostSampleFn MakeHostSampler(const std::string& proc_root = "/proc",
 struct CollectorOptions {
   std::string socket_path;
   int drain_interval_ms = 20;
+  // Threads that drain and summarize rings (0: min(4, max(1, cores / 2))).
+  int drain_threads = 0;
   int sample_interval_ms = 100;
   // After a window's end, wait at most this long for an agent's window_done.
   int finish_grace_ms = 1500;
@@ -107,7 +111,7 @@ class NodeCollector : public CollectorControl {
   struct Command;
 
   void IoLoop();
-  void DrainLoop();
+  void DrainLoop(int index);
   void Accept();
   void ReadFrom(const std::shared_ptr<Session>& s);
   void HandleLine(const std::shared_ptr<Session>& s, const std::string& line);
@@ -128,13 +132,15 @@ class NodeCollector : public CollectorControl {
   bool started_ = false;
   std::atomic<bool> stop_{false};
   std::thread io_thread_;
-  std::thread drain_thread_;
+  std::vector<std::thread> drain_threads_;
 
   mutable std::mutex sessions_mu_;  // guards sessions_ (the list; each Session has its own mutex)
   std::vector<std::shared_ptr<Session>> sessions_;
 
   std::mutex commands_mu_;
   std::vector<Command> commands_;
+
+  std::atomic<bool> sampling_wanted_{false};
 
   // The window the server opened last (I/O thread only).
   std::optional<WindowSpec> current_window_;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -101,6 +102,7 @@ class NodeCollectorTest : public ::testing::Test {
     CollectorOptions o;
     o.socket_path = socket_path_;
     o.drain_interval_ms = 10;
+    o.drain_threads = 2;  // agents 1, 3, ... and 2, 4, ... are drained by different threads
     o.sample_interval_ms = 20;
     o.finish_grace_ms = 300;
     o.sampler = std::move(sampler);
@@ -213,12 +215,12 @@ TEST_F(NodeCollectorTest, RelaysHelloIterationsAndTriggers) {
 }
 
 TEST_F(NodeCollectorTest, SummarizesAWindowOfEveryAgentUnderItsCallPaths) {
-  std::vector<int32_t> sampled_pids;
+  size_t most_pids_sampled = 0;
   std::mutex sampled_mu;
   StartCollector([&](int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out) {
     {
       std::lock_guard<std::mutex> lock(sampled_mu);
-      sampled_pids = pids;
+      most_pids_sampled = std::max(most_pids_sampled, pids.size());
     }
     PidSample s;
     s.pid = getpid();
@@ -257,7 +259,8 @@ TEST_F(NodeCollectorTest, SummarizesAWindowOfEveryAgentUnderItsCallPaths) {
     EXPECT_EQ(s.stats.dropped_events, 0u);
   }
   std::lock_guard<std::mutex> sampled_lock(sampled_mu);
-  EXPECT_EQ(sampled_pids.size(), 2u);  // both agents (one test process: the same pid)
+  // Both agents at once (one test process: the same pid twice), while both windows ran.
+  EXPECT_EQ(most_pids_sampled, 2u);
 }
 
 TEST_F(NodeCollectorTest, MalformedMessagesAreLoggedOnceAndNeverFatal) {
@@ -347,7 +350,8 @@ TEST_F(NodeCollectorTest, ByeDuringAWindowSendsWhatWasRecorded) {
   a0.Push(f, start + kMs, start + 2 * kMs);
   a0.SendJson({{"type", "bye"}, {"rank", 0}});
   a0.Disconnect();
-  ASSERT_TRUE(coordinator_.WaitUntil([&] { return coordinator_.summaries.size() == 1; }, 2000));
+  ASSERT_TRUE(coordinator_.WaitUntil(
+      [&] { return coordinator_.summaries.size() == 1 && coordinator_.left.count(0) != 0; }, 2000));
   std::lock_guard<std::mutex> lock(coordinator_.mu());
   EXPECT_NE(Find(coordinator_.summaries[0].second, "python:f"), nullptr);
   EXPECT_TRUE(coordinator_.left[0]);  // clean
