@@ -96,7 +96,12 @@ void Agent::Stop() {
     if (profiler_->recording()) {
       const ProfilerCounts counts = profiler_->Stop();
       recording_ = false;
-      FinishWindowLocked(window_ ? window_->id : -1, counts);
+      if (window_) {
+        FinishWindowLocked(window_->id, counts);  // the collector's window, cut short by exit
+      } else {
+        window_events_ += counts.events;  // a local ProfileNow() window
+        window_dropped_ += counts.dropped;
+      }
     }
     window_.reset();
     requested_.reset();
