@@ -21,7 +21,6 @@ Nothing here may raise into the training program: failures print one line
 import atexit
 import functools
 import os
-import socket
 import sys
 import threading
 import time
@@ -101,6 +100,8 @@ def _activate(rank, local_rank, world_size):
     if _state["active"] or _state["disabled"]:
         return
     try:
+        import socket
+
         run_id = os.environ.get("PERFTRACKER_RUN_ID") or "local"
         shm_path = "/dev/shm/perftracker-%s-%d" % (run_id, os.getpid())
         _agent.activate(

@@ -46,7 +46,7 @@ class AgentTestBase(unittest.TestCase):
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
+            p.communicate()  # reaps it and closes its pipes
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def job(self, source, env=None, args=(), extra_path=()):
@@ -84,7 +84,7 @@ def chain(functions, fid):
 
 
 CALLS_JOB = """
-    import json, os, sys, threading, time
+    import gc, json, os, sys, threading, time
     from perftracker import _agent
     STOP = sys.argv[1]
 
@@ -120,6 +120,7 @@ CALLS_JOB = """
                 t = threading.Thread(target=late_worker, name="late")
                 t.start()
                 t.join()
+                gc.collect()
             time.sleep(0.0002)
         bg.join()
         seen = []
@@ -187,6 +188,11 @@ class WindowTest(AgentTestBase):
             self.assertLessEqual(e, start + duration + 50_000_000)
         self.assertGreaterEqual(len({e[0] for e in inner_events}), 3)  # main, bg, late threads
         self.assertIn(p.pid, got["ring_threads"])  # main thread: tid == pid
+        # GC pauses (gc.callbacks), as root functions.
+        gc_ids = {f[0] for f in functions if f[2] == "gc"}
+        self.assertTrue(any(f[3] == "gc collect generation 2" and f[1] == -1
+                            for f in functions if f[2] == "gc"), functions)
+        self.assertTrue(any(e[3] in gc_ids for e in events))
 
         # After the window: nothing more is recorded, and no thread keeps the hook.
         time.sleep(0.4)
@@ -282,6 +288,30 @@ class CollectorFaultTest(AgentTestBase):
         lines = self.agent_lines(err)
         self.assertEqual(len(lines), 1, err)
         self.assertIn("lost the collector", lines[0])
+
+    def test_stacks_unavailable_while_a_thread_holds_the_gil(self):
+        collector = FakeCollector(self.sock)
+        job = """
+            import ctypes, time
+            print("holding", flush=True)
+            time.sleep(0.2)
+            ctypes.PyDLL(None).sleep(4)  # a C call that keeps the GIL
+            print("released", flush=True)
+        """
+        p = self.job(job, env={"RANK": "0", "PERFTRACKER_AGENT_OPTIONS": "stack_timeout_ms=500"})
+        collector.wait_for("hello")
+        self.assertEqual(p.stdout.readline().strip(), "holding")
+        time.sleep(0.8)
+        t0 = time.time()
+        collector.send({"type": "dump_stacks", "window": 3})
+        t_reply, _, stacks = collector.wait_for("stacks", timeout=10)
+        self.assertFalse(stacks["available"])
+        self.assertIn("GIL", stacks["text"])
+        self.assertLess(t_reply - t0, 2.0, "the agent answered without waiting for the GIL")
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("released", out)
+        collector.kill()
 
     def test_bad_options_disable_the_agent_with_one_line(self):
         p = self.job(MARKER_JOB, env={"RANK": "0", "PERFTRACKER_AGENT_OPTIONS": "rings=0"},
@@ -393,8 +423,19 @@ class DetectorTest(AgentTestBase):
                         pass
                 print("ready", flush=True)
                 t = torch.ones(1000)
+                model = torch.nn.Linear(4, 1)
+                opt = torch.optim.Adam(model.parameters())
+                loader = DataLoader(ds, batch_size=4)
+                it = iter(loader)
                 end = time.time() + 4
                 while time.time() < end:
+                    try:
+                        (x,) = next(it)
+                    except StopIteration:
+                        it = iter(loader)
+                        (x,) = next(it)
+                    model(x).sum().backward()
+                    opt.step()
                     do_allreduce(t)
                     time.sleep(0.005)
                 dist.destroy_process_group()
@@ -422,6 +463,13 @@ class DetectorTest(AgentTestBase):
         ev = [e for e in got["events"] if e[4] == "collective"]
         self.assertGreater(len(ev), 10)
         self.assertTrue(all(e[5] == 4000 for e in ev))  # 1000 float32
+        # Data-loader waits, optimizer steps (an Adam, wrapped at construction) and the
+        # learned iterations are recorded too.
+        names = {f[0]: (f[2], f[3]) for f in got["functions"]}
+        kinds = {names[e[3]] for e in got["events"]}
+        self.assertIn(("data_load", "DataLoader.__next__"), kinds)
+        self.assertIn(("optimizer_step", "Adam.step"), kinds)
+        self.assertIn(("iteration", "iteration"), kinds)
         rc, _, err = self.finish(p)
         self.assertEqual(rc, 0, err)
         pids = {m["pid"] for m in collector.messages("hello")}
