@@ -283,7 +283,8 @@ class CollectorFaultTest(AgentTestBase):
         self.assertLess(time.time() - t_kill, 10)
         report = json.loads(out.strip().splitlines()[-1])
         self.assertGreater(report["iterations"], 200)
-        self.assertLess(report["max_gap"], 0.2, "the training loop never stalled")
+        # A stalled agent would block for seconds (reconnect back-off, socket timeouts).
+        self.assertLess(report["max_gap"], 0.5, "the training loop never stalled")
         self.assertGreater(report["stats"]["messages_dropped"], 0)
         lines = self.agent_lines(err)
         self.assertEqual(len(lines), 1, err)
@@ -384,9 +385,12 @@ class DetectorTest(AgentTestBase):
         mean = sum(m["duration_ns"] for m in iterations[-10:]) / 10
         last_end = iterations[-1]["end_ns"]
         silence = t_hang * 1e9 - last_end
-        self.assertLess(silence, 5 * mean + 2 * mean + 150e6,
+        # The detector fires at 5x the mean; the rest is timer period (10 ms) and delivery,
+        # with room for a loaded test machine.
+        self.assertLess(silence, 5 * mean + 300e6,
                         "hang reported within 5x the mean iteration (%.0f ms, mean %.0f ms)"
                         % (silence / 1e6, mean / 1e6))
+        self.assertGreater(silence, 4 * mean, "not before 5x the mean (minus clock skew)")
         self.assertIn("no progress", hang["detail"])
 
         collector.send({"type": "dump_stacks", "window": 5})
