@@ -131,6 +131,9 @@ ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message,
     if (!GetRank(j, &m.rank)) return Missing(error, type, "rank");
     if (!GetUint(j, "window", &m.window)) return Missing(error, type, "window");
     if (!GetString(j, "text", &m.text, SIZE_MAX)) return Missing(error, type, "text");
+    if (auto it = j.find("available"); it != j.end() && it->is_boolean()) {
+      m.available = it->get<bool>();
+    }
   } else if (type == "bye") {
     m.type = AgentMessageType::kBye;
     if (!GetRank(j, &m.rank)) m.rank = -1;

@@ -42,6 +42,7 @@ struct AgentMessage {
   uint64_t events = 0;
   uint64_t dropped = 0;
   std::string text;  // stacks
+  bool available = true;  // stacks: false when the agent could not take them (text says why)
 };
 
 // Longest string field kept from a message (host names, details); stacks text is bounded

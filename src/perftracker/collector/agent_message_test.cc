@@ -44,6 +44,11 @@ TEST(AgentMessageTest, ParsesEveryAgentMessageType) {
   ASSERT_EQ(ParseAgentMessage(R"({"type":"stacks","rank":0,"window":1,"text":"a\nb"})", &m),
             ParseOutcome::kOk);
   EXPECT_EQ(m.text, "a\nb");
+  EXPECT_TRUE(m.available);
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"stacks","rank":0,"window":1,"available":false,"text":"GIL"})",
+                              &m),
+            ParseOutcome::kOk);
+  EXPECT_FALSE(m.available);
   ASSERT_EQ(ParseAgentMessage(R"({"type":"bye","rank":0})", &m), ParseOutcome::kOk);
   EXPECT_EQ(m.type, AgentMessageType::kBye);
 }

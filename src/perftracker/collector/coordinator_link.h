@@ -60,8 +60,9 @@ class CoordinatorLink {
   virtual void OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) = 0;
   // An agent's detector fired (or a `manual` request).
   virtual void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) = 0;
-  // An agent's answer to dump_stacks.
-  virtual void OnStacks(uint64_t window, int32_t rank, const std::string& text) = 0;
+  // An agent's answer to dump_stacks: `text` holds the stacks of all its threads, or, when
+  // not `available` (no thread released the GIL in time), the agent's explanation.
+  virtual void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) = 0;
   // A worker's summary of window `window` (rank, host and source are filled in).
   virtual void OnSummary(uint64_t window, WorkerSummary summary) = 0;
 };

@@ -434,7 +434,7 @@ void NodeCollector::HandleLine(const std::shared_ptr<Session>& s, const std::str
       coordinator_->OnTrigger(rank, m.reason, m.detail);
       break;
     case AgentMessageType::kStacks:
-      coordinator_->OnStacks(m.window, rank, m.text);
+      coordinator_->OnStacks(m.window, rank, m.available, m.text);
       break;
     default:
       break;

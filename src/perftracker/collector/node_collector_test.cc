@@ -50,7 +50,7 @@ class FakeCoordinator : public CoordinatorLink {
     triggers.push_back({rank, reason, detail});
     cv_.notify_all();
   }
-  void OnStacks(uint64_t, int32_t rank, const std::string& text) override {
+  void OnStacks(uint64_t, int32_t rank, bool, const std::string& text) override {
     std::lock_guard<std::mutex> lock(mu_);
     stacks[rank] = text;
     cv_.notify_all();

@@ -191,10 +191,11 @@ void WindowCoordinator::OnTrigger(int32_t rank, WindowReason reason, const std::
   for (CollectorControl* c : stacks) c->DumpStacks(spec.id);
 }
 
-void WindowCoordinator::OnStacks(uint64_t window, int32_t rank, const std::string& text) {
+void WindowCoordinator::OnStacks(uint64_t window, int32_t rank, bool available,
+                                 const std::string& text) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!window_ || window_->spec.id != window) return;
-  window_->stacks[rank] = text;
+  (available ? window_->stacks : window_->no_stacks)[rank] = text;
   cv_.notify_all();
 }
 
@@ -267,7 +268,8 @@ bool WindowCoordinator::ReadyLocked(int64_t now_ns) const {
     const bool gone = it != workers_.end() && it->second.left && !it->second.left_clean;
     if (gone) continue;
     if (!w.summaries.count(rank)) return false;
-    if (w.stacks_requested && !w.stacks.count(rank) && !(it != workers_.end() && it->second.left)) {
+    if (w.stacks_requested && !w.stacks.count(rank) && !w.no_stacks.count(rank) &&
+        !(it != workers_.end() && it->second.left)) {
       return false;
     }
   }
@@ -343,6 +345,13 @@ void WindowCoordinator::Flush(int64_t timeout_ns) {
   });
 }
 
+std::map<int32_t, std::string> WindowCoordinator::StacksFile(const OpenWindow& w) {
+  if (!w.stacks_requested) return {};
+  std::map<int32_t, std::string> out = w.stacks;
+  for (const auto& [rank, why] : w.no_stacks) out[rank] = "(no stacks: " + why + ")\n";
+  return out;
+}
+
 void WindowCoordinator::Finalize(OpenWindow w) {
   std::vector<int32_t> missing;
   std::map<int32_t, Worker> workers;
@@ -414,7 +423,13 @@ void WindowCoordinator::Finalize(OpenWindow w) {
       localizer.AddNote(fmt::format("rank {} main thread: {}", rank, InnermostFrames(text)));
     }
     for (int32_t rank : w.expected) {
-      if (!w.stacks.count(rank)) {
+      if (w.stacks.count(rank)) continue;
+      auto why = w.no_stacks.find(rank);
+      if (why != w.no_stacks.end()) {
+        std::string text = why->second.substr(0, 300);
+        std::replace(text.begin(), text.end(), '\n', ' ');
+        localizer.AddNote(fmt::format("rank {} could not take its Python stacks: {}", rank, text));
+      } else {
         localizer.AddNote(fmt::format("rank {} sent no Python stacks (stuck in native code "
                                       "holding the GIL, or gone?)",
                                       rank));
@@ -467,8 +482,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   report.missing_ranks = missing;
   report.text = RenderText(input, options_.text);
   StatusOr<WrittenReport> written =
-      WriteWindowReport(options_.report_dir, w.spec.id, w.spec.reason, input,
-                        w.stacks_requested ? w.stacks : std::map<int32_t, std::string>{});
+      WriteWindowReport(options_.report_dir, w.spec.id, w.spec.reason, input, StacksFile(w));
   if (written.ok()) {
     report.json_path = written->json_path;
     report.html_path = written->html_path;

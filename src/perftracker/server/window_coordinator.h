@@ -106,7 +106,7 @@ class WindowCoordinator : public CoordinatorLink {
   void OnWorkerLeft(int32_t rank, bool clean) override;
   void OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) override;
   void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) override;
-  void OnStacks(uint64_t window, int32_t rank, const std::string& text) override;
+  void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) override;
   void OnSummary(uint64_t window, WorkerSummary summary) override;
 
  private:
@@ -124,6 +124,7 @@ class WindowCoordinator : public CoordinatorLink {
     std::set<int32_t> expected;
     std::map<int32_t, WorkerSummary> summaries;
     std::map<int32_t, std::string> stacks;
+    std::map<int32_t, std::string> no_stacks;  // rank -> the agent's explanation
     std::vector<std::string> triggers;  // "rank 2: slowdown (detail)"
   };
 
@@ -132,6 +133,7 @@ class WindowCoordinator : public CoordinatorLink {
   bool OpenLocked(WindowReason reason, std::string trigger, int64_t now_ns);
   bool ReadyLocked(int64_t now_ns) const;
   void Finalize(OpenWindow window);
+  static std::map<int32_t, std::string> StacksFile(const OpenWindow& w);
   void Log(const std::string& line) const;
 
   CoordinatorOptions options_;

@@ -299,9 +299,9 @@ TEST_F(WindowCoordinatorTest, AHangAsksForStacksAndLeadsWithPtHang) {
       "    batch = load()\n"
       "  File \"/job/data.py\", line 12, in load\n"
       "    time.sleep(3600)\n";
-  coordinator_->OnStacks(1, 0, waiting);
-  coordinator_->OnStacks(1, 1, stuck);
-  coordinator_->OnStacks(1, 2, waiting);
+  coordinator_->OnStacks(1, 0, true, waiting);
+  coordinator_->OnStacks(1, 1, true, stuck);
+  coordinator_->OnStacks(1, 2, true, waiting);
   for (int r = 0; r < 3; ++r) coordinator_->OnSummary(1, MakeSummary(r, w.start_ns, 10, 1));
   ASSERT_TRUE(WaitForReports(1));
   const WindowReport report = *coordinator_->last_report();
@@ -317,6 +317,30 @@ TEST_F(WindowCoordinatorTest, AHangAsksForStacksAndLeadsWithPtHang) {
   std::stringstream ss;
   ss << in.rdbuf();
   EXPECT_NE(ss.str().find("==== rank 1 ====\n" + stuck), std::string::npos);
+}
+
+TEST_F(WindowCoordinatorTest, StacksThatAreNotAvailableCountAsNoStacks) {
+  Start(Options());
+  Join(0, 2);
+  Join(1, 2);
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress");
+  const WindowSpec w = c1_.Started().at(0);
+  coordinator_->OnStacks(1, 0, true,
+                         "Thread 1 (MainThread) (most recent call last):\n"
+                         "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", "
+                         "line 1536, in all_reduce\n    work.wait()\n");
+  coordinator_->OnStacks(1, 1, false, "no thread released the GIL within 2000 ms");
+  for (int r = 0; r < 2; ++r) coordinator_->OnSummary(1, MakeSummary(r, w.start_ns, 10, 1));
+  ASSERT_TRUE(WaitForReports(1));  // both answered: no wait for the timeout
+  const WindowReport report = *coordinator_->last_report();
+  const nlohmann::json j = ReadJson(report.json_path);
+  EXPECT_EQ(j["findings"][0]["code"], "PT-HANG");
+  EXPECT_EQ(j["findings"][0]["workers"], nlohmann::json::array({1}));
+  EXPECT_TRUE(HasNote(j, "rank 1 could not take its Python stacks: no thread released the GIL"));
+  std::ifstream in(report.stacks_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find("==== rank 1 ====\n(no stacks: no thread released"), std::string::npos);
 }
 
 TEST_F(WindowCoordinatorTest, TheFirstHangIsNeverRefused) {
@@ -343,7 +367,7 @@ TEST_F(WindowCoordinatorTest, AHangDuringAnOpenWindowMakesItAHangWindow) {
   coordinator_->OnTrigger(0, WindowReason::kHang, "no progress");
   EXPECT_EQ(c1_.Started().size(), 1u);
   EXPECT_EQ(c1_.stacks_asked, std::vector<uint64_t>{1});
-  coordinator_->OnStacks(1, 0, "Thread 1 (MainThread) (most recent call last):\n");
+  coordinator_->OnStacks(1, 0, true, "Thread 1 (MainThread) (most recent call last):\n");
   coordinator_->OnSummary(1, MakeSummary(0, c1_.Started().back().start_ns, 10));
   ASSERT_TRUE(WaitForReports(1));
   EXPECT_EQ(coordinator_->last_report()->json_path, (dir_ / "window-1-hang.json").string());
