@@ -108,6 +108,10 @@ CALLS_JOB = """
     def late_worker():
         outer()
 
+    def forked_child_work():
+        for _ in range(100):
+            outer()
+
     def main():
         bg = threading.Thread(target=background, name="bg")
         bg.start()
@@ -121,6 +125,12 @@ CALLS_JOB = """
                 t.start()
                 t.join()
                 gc.collect()
+            if n % 500 == 0:  # a fork during the window must not write into our rings
+                pid = os.fork()
+                if pid == 0:
+                    forked_child_work()
+                    os._exit(0)
+                os.waitpid(pid, 0)
             time.sleep(0.0002)
         bg.join()
         seen = []
@@ -178,6 +188,10 @@ class WindowTest(AgentTestBase):
         self.assertTrue(any("late_worker (job.py:" in n for n in names),
                         "a thread started during the window is recorded: %s" % names)
         self.assertTrue(all("perftracker" not in n for n in names), names)
+        # A forked child inherits the hook of the forking thread; it must not write into the
+        # parent's (shared) rings, not even in Python's own after-fork callbacks.
+        self.assertFalse(any("forked_child_work" in f[3] or "_after_fork (threading.py" in f[3]
+                             for f in functions), [f[3] for f in functions])
         # Events: kind, function ids and times inside the window, on one ring per thread.
         inner_events = [e for e in events if e[3] in inner_ids]
         self.assertGreater(len(inner_events), 50)

@@ -1,6 +1,7 @@
 #include "perftracker/sources/python/python_profiler.h"
 
 #include <frameobject.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <climits>
@@ -43,6 +44,12 @@ PyType_Spec kHookSpec = {"perftracker._agent.ProfilerThread", sizeof(HookObject)
 
 // The profiler that is recording, if any (read and written with the GIL held only).
 PythonProfiler* g_recording = nullptr;
+
+// Set in a forked child before any Python code runs there (pthread_atfork): the hook the
+// forking thread inherited must not write into the parent's rings (MAP_SHARED). Python's own
+// after-fork callbacks run Python code before the agent's Python handler can react.
+bool g_in_forked_child = false;
+void OnForkChild() { g_in_forked_child = true; }
 
 // "qualname (file.py:line)". Keeps a reference to the code object: a published path's code
 // is never freed, so its address can never be reused by another function (bounded by the
@@ -105,7 +112,7 @@ int Hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* /*arg*/) {
   if (what != PyTrace_CALL && what != PyTrace_RETURN) return 0;
   PythonProfiler::ThreadState* ts = reinterpret_cast<HookObject*>(obj)->state;
   const int64_t now = TscClock::Now(ts->clock);
-  if (now >= ts->end_ns) [[unlikely]] {
+  if (now >= ts->end_ns || g_in_forked_child) [[unlikely]] {
     RemoveHook(PyThreadState_Get());  // may free `obj`: not touched below
     return 0;
   }
@@ -165,6 +172,10 @@ void ForEachThread(F&& f) {
 PythonProfiler::PythonProfiler(AgentShm* shm) : shm_(shm), interner_(shm), rings_(shm) {}
 
 StatusOr<std::unique_ptr<PythonProfiler>> PythonProfiler::Create(AgentShm* shm) {
+  static const bool fork_handler_registered =
+      pthread_atfork(nullptr, nullptr, &OnForkChild) == 0;
+  (void)fork_handler_registered;
+  g_in_forked_child = false;  // a (forked) process that becomes a rank itself records again
   std::unique_ptr<PythonProfiler> p(new PythonProfiler(shm));
   p->hook_type_ = PyType_FromSpec(&kHookSpec);
   p->thread_bootstrap_ = PyCFunction_New(&kBootstrapDef, nullptr);
@@ -337,7 +348,7 @@ void PythonProfiler::Hide(PyObject* code) {
 
 void PythonProfiler::Record(EventKind kind, std::string_view name, bool nest, int64_t start_ns,
                             int64_t end_ns, uint64_t payload) {
-  if (!recording_ || end_ns <= start_ns_ || start_ns >= end_ns_) return;
+  if (!recording_ || g_in_forked_child || end_ns <= start_ns_ || start_ns >= end_ns_) return;
   PyThreadState* tstate = PyThreadState_Get();
   ThreadState* ts = nullptr;
   if (tstate->c_profilefunc == &Hook) {
