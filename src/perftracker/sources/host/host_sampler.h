@@ -38,7 +38,7 @@ class HostSampler {
   // come from the change since the previous Sample() that saw the same pid / interface, so
   // the first call yields only levels (kMemoryRssBytes). Per-pid samples carry
   // source = pid; interface samples carry source = the interface's ifindex.
-  //   kCpuUtilization               user + system time of all threads / wall time (1.0 = one core)
+  //   kCpuUtilization               CPU time of all threads / wall time (1.0 = one core)
   //   kRunQueueDelayFraction        time threads were runnable but waited for a CPU, summed
   //                                 over the process's threads / wall time
   //   kVoluntaryCtxSwitchesPerSec   summed over threads
@@ -51,6 +51,7 @@ class HostSampler {
 
  private:
   struct ThreadState {
+    uint64_t cpu_ns = 0;
     uint64_t run_delay_ns = 0;
     uint64_t voluntary = 0;
     uint64_t involuntary = 0;

@@ -87,8 +87,8 @@ TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
   const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
   FixtureTree t;
   t.Process(4242, 1000, 200, 50'000);
-  t.Thread(4242, 4242, 9'000'000, 100'000'000, 10, 5);
-  t.Thread(4242, 4250, 1'000'000, 20'000'000, 100, 0);
+  t.Thread(4242, 4242, 900'000'000, 100'000'000, 10, 5);
+  t.Thread(4242, 4250, 100'000'000, 20'000'000, 100, 0);
   t.Nic("lo", 1, 1'000'000, 1'000'000);
   t.Nic("eth0", 2, 5'000'000, 7'000'000);
   t.Nic("ib0", 7, 0, 0);
@@ -104,17 +104,16 @@ TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
   // the two threads and a new one (which contributes all of its counts).
   const auto cpu_ticks = static_cast<uint64_t>(1.5 * ticks);
   t.Process(4242, 1000 + cpu_ticks / 3, 200 + cpu_ticks - cpu_ticks / 3, 60'000);
-  t.Thread(4242, 4242, 19'000'000, 500'000'000, 30, 45);
-  t.Thread(4242, 4250, 2'000'000, 120'000'000, 150, 0);
-  t.Thread(4242, 4260, 3'000'000, 100'000'000, 20, 15);
+  t.Thread(4242, 4242, 1'900'000'000, 500'000'000, 30, 45);
+  t.Thread(4242, 4250, 300'000'000, 120'000'000, 150, 0);
+  t.Thread(4242, 4260, 300'000'000, 100'000'000, 20, 15);
   t.Nic("eth0", 2, 5'000'000 + 2'000'000'000, 7'000'000 + 500'000);
   t.Nic("ib0", 7, 0, 0);
   out.clear();
   sampler.Sample(12 * kSec, {4242}, &out);
 
-  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kCpuUtilization, 4242),
-                   static_cast<double>(cpu_ticks) / ticks / 2.0);
-  EXPECT_NEAR(*Find(out, 4242, Metric::kCpuUtilization, 4242), 0.75, 0.01);
+  // (1000 + 200 + 300) ms of CPU time over 2 s, from the threads' schedstat (exact).
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kCpuUtilization, 4242), 0.75);
   // (400 + 100 + 100) ms of run delay over 2 s.
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kRunQueueDelayFraction, 4242), 0.3);
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kVoluntaryCtxSwitchesPerSec, 4242),
@@ -129,6 +128,26 @@ TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
   EXPECT_EQ(out.size(), 5u + 4u);  // 5 per pid, 2 per interface
   EXPECT_EQ(sampler.stats().vanished_pids, 0u);
   EXPECT_EQ(sampler.stats().unreadable_files, 0u) << sampler.stats().first_problem;
+}
+
+TEST(HostSamplerTest, ClockTicksWhenSchedstatIsMissing) {
+  // A kernel without CONFIG_SCHED_INFO: CPU time from /proc/<pid>/stat, no run-queue delay.
+  const auto ticks = static_cast<uint64_t>(sysconf(_SC_CLK_TCK));
+  FixtureTree t;
+  t.Process(77, 500, 100, 10);
+  t.Thread(77, 77, 0, 0, 1, 1);
+  t.Remove("proc/77/task/77/schedstat");
+  HostSampler sampler(t.proc(), t.sys());
+  std::vector<PidSample> out;
+  sampler.Sample(1 * kSec, {77}, &out);
+  t.Process(77, 500 + ticks, 100, 10);  // one second of user time
+  out.clear();
+  sampler.Sample(3 * kSec, {77}, &out);
+  EXPECT_DOUBLE_EQ(*Find(out, 77, Metric::kCpuUtilization, 77), 0.5);
+  EXPECT_FALSE(Find(out, 77, Metric::kRunQueueDelayFraction, 77).has_value());
+  EXPECT_EQ(sampler.stats().unreadable_files, 2u + 2u);  // schedstat and /sys, per call
+  EXPECT_NE(sampler.stats().first_problem.find("schedstat"), std::string::npos)
+      << sampler.stats().first_problem;
 }
 
 TEST(HostSamplerTest, VanishedPidsAndUnreadableFilesAreCountedNotFatal) {
@@ -197,7 +216,7 @@ TEST(HostSamplerTest, RealProcBurningCpu) {
   ASSERT_TRUE(cpu.has_value());
   ASSERT_TRUE(run_delay.has_value()) << sampler.stats().first_problem;
   // One thread was always runnable: it either ran or waited in a run queue, so the two
-  // fractions add up to about one (clock ticks are 10 ms: a few percent of 200 ms).
+  // fractions add up to about one (the other threads of the test sleep).
   EXPECT_NEAR(*cpu + *run_delay, 1.0, 0.15) << "cpu " << *cpu << ", run-queue " << *run_delay;
   if (*run_delay < 0.4) {
     EXPECT_GT(*cpu, 0.5);
