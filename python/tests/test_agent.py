@@ -116,16 +116,18 @@ CALLS_JOB = """
         bg = threading.Thread(target=background, name="bg")
         bg.start()
         deadline = time.time() + 40
-        n = 0
+        next_late = next_fork = time.time()
         while not os.path.exists(STOP) and time.time() < deadline:
             outer()
-            n += 1
-            if n % 200 == 0:
+            now = time.time()
+            if now >= next_late:  # every 150 ms: a short thread and a full collection
+                next_late = now + 0.15
                 t = threading.Thread(target=late_worker, name="late")
                 t.start()
                 t.join()
                 gc.collect()
-            if n % 500 == 0:  # a fork during the window must not write into our rings
+            if now >= next_fork:  # a fork during the window must not write into our rings
+                next_fork = now + 0.15
                 pid = os.fork()
                 if pid == 0:
                     forked_child_work()
