@@ -1,0 +1,759 @@
+#!/usr/bin/python3
+"""End-to-end tests of live mode: `perftracker run` on a real 4-rank torch job.
+
+Each test starts `perftracker run --report-dir DIR [options] -- /usr/bin/python3
+live_job.py [fault]` as a user would (live_job.py knows nothing about perftracker: the
+agent is loaded through the sitecustomize that `perftracker run` puts on PYTHONPATH), lets
+the always-on detector notice the injected fault (or forces a window with
+--trigger-at-seconds), and checks what a user relies on: the finding in the report JSON
+that perftracker writes into DIR (the schema of `diagnose --format json`), the text printed
+at the end, exit codes, and that perftracker's own failures leave the job alone.
+
+  /usr/bin/python3 tests/e2e/test_live.py --perftracker build/src/perftracker/cli/perftracker \
+      [-v] [LiveFaultTest.test_hang_names_rank_and_stack] [--keep DIR]
+
+Every job runs in its own process group; every process it starts (the job's process group, the
+busy processes of the contention test, anything orphaned: this process is a child
+subreaper) is killed and reaped after each test, even on failure, and the shared-memory
+files of killed agents are removed. Without torch (Debian's python3-torch, run by
+--torch-python) the tests that run jobs are skipped with a message.
+
+Options common to the fault tests, and why:
+  --window-iterations 20   the detector's moving mean over 20 iterations (default 50), so
+                           that a fault that starts after 40 steps is seen within seconds;
+  --slowdown-ratio 0.15    4 ranks on 2 shared cores make healthy iteration times wander by
+                           5-8 % (the default 5 % bar fired on a healthy job here); the
+                           injected faults slow the job by 25-100 %;
+  --window-seconds 4       a short window (default 20 s) keeps each test well under a minute;
+  --max-windows 3 --cooldown-seconds 0
+                           should a busy machine still fire a trigger before the fault, the
+                           fault gets a window of its own; the tests read the LAST window's
+                           report (the fault lasts to the end of the job)
+"""
+
+import argparse
+import ctypes
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LIVE_JOB = os.path.join(HERE, "live_job.py")
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEMO_JOB = os.path.join(REPO, "examples", "live", "train.py")
+CATEGORIES = {"compute", "data_loading", "communication", "synchronization", "host_overhead",
+              "gc", "cpu_contention", "gpu_hardware", "memory", "hang", "data_quality"}
+FINDING_KEYS = {"code", "category", "title", "workers", "victims", "function",
+                "function_key", "resource", "lost_ms_per_iteration", "lost_share",
+                "material", "evidence"}
+
+CONFIG = argparse.Namespace(perftracker=None, torch_python="/usr/bin/python3", keep=None)
+TIMINGS = []  # (what, seconds), printed at the end
+
+# Detector and window options of the fault tests (see the module docstring).
+FAULT_RUN_OPTIONS = ["--window-iterations", "20", "--slowdown-ratio", "0.15",
+                     "--window-seconds", "4", "--max-windows", "3", "--cooldown-seconds", "0"]
+FAULT_AFTER_STEPS = 40
+
+
+def log(msg):
+    print(f"[e2e-live] {msg}", file=sys.stderr, flush=True)
+
+
+_TORCH = {}
+
+
+def require_torch():
+    if "ok" not in _TORCH:
+        try:
+            r = subprocess.run([CONFIG.torch_python, "-c", "import torch.distributed"],
+                               capture_output=True, timeout=120)
+            _TORCH["ok"] = r.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _TORCH["ok"] = False
+    if not _TORCH["ok"]:
+        raise unittest.SkipTest(f"torch is not importable by {CONFIG.torch_python} "
+                                "(install python3-torch): skipping live-mode jobs")
+
+
+# ------------------------------------------------------------------ processes
+
+def _proc_table():
+    """pid -> (ppid, pgid) of every process we can read."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 3:
+            table[int(entry)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def descendants(root):
+    """pids of every live descendant of `root`, with their process groups."""
+    table = _proc_table()
+    children = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = {}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out[child] = table[child][1]
+                todo.append(child)
+    return out
+
+
+def become_subreaper():
+    """Orphans of our jobs (e.g. the training processes once `perftracker run` is killed)
+    are re-parented to this process, so that they can be found, killed and reaped."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_CHILD_SUBREAPER = 36
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def kill_everything_we_started():
+    """SIGKILLs every descendant of this process (and their process groups), then reaps."""
+    me, my_pgid = os.getpid(), os.getpgrp()
+    for _ in range(5):
+        procs = descendants(me)
+        if not procs:
+            break
+        for pgid in set(procs.values()):
+            if pgid not in (my_pgid, 0, 1):
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except OSError:
+                    pass
+        for pid in procs:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.2)
+        reap()
+
+
+def reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def wait_pid(pid, timeout):
+    """Exit status (os.waitstatus_to_exitcode) of our child `pid`, or None on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done == pid:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    return None
+
+
+def start_busy_loops(cpu, count):
+    """`count` CPU-bound processes pinned to `cpu`, in a process group of their own but in
+    this session (the jobs' scheduler autogroup)."""
+    code = ("import os, sys\n"
+            "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+            "while True:\n    pass\n")
+    return [subprocess.Popen([sys.executable, "-c", code, str(cpu)], process_group=0)
+            for _ in range(count)]
+
+
+def rank_pids(root):
+    """rank -> pid of the job's ranks below `root` (ranks started with RANK in their
+    environment: live_job.py --launcher env)."""
+    out = {}
+    for pid in descendants(root):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                worker = b"--worker" in f.read().split(b"\0")
+        except OSError:
+            continue
+        if worker and b"RANK" in env:
+            out[int(env[b"RANK"])] = pid
+    return out
+
+
+def schedstat(pid):
+    """(cpu ns, run-queue wait ns) summed over the process's threads."""
+    cpu = wait = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                fields = f.read().split()
+        except OSError:
+            continue
+        cpu += int(fields[0])
+        wait += int(fields[1])
+    return cpu, wait
+
+
+# ------------------------------------------------------------------ one live run
+
+class LiveRun:
+    """One `perftracker run [run_args] -- python live_job.py [job_args]`, in a temporary
+    directory: report dir, progress file (rank 0: "step wall_time"), stdout and stderr."""
+
+    def __init__(self, name, run_args, job_args, steps, job=LIVE_JOB):
+        self.name = name
+        self.dir = tempfile.mkdtemp(prefix=f"perftracker-live-{name}-")
+        self.report_dir = os.path.join(self.dir, "reports")
+        self.progress_path = os.path.join(self.dir, "progress.txt")
+        self.stdout_path = os.path.join(self.dir, "stdout.txt")
+        self.stderr_path = os.path.join(self.dir, "stderr.txt")
+        self.cmd = [CONFIG.perftracker, "run", "--report-dir", self.report_dir, *run_args,
+                    "--", CONFIG.torch_python, job, "--steps", str(steps),
+                    "--progress-file", self.progress_path, *job_args]
+        self.proc = None
+        self.job_pid = None
+        self.rc = None
+        self.started = None
+        self.seconds = None
+        self.seen_pids = set()
+
+    def start(self):
+        self.started = time.time()
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            # A process group of its own (cleanup), but this session: the job's ranks and
+            # the contention test's busy processes must share one scheduler autogroup
+            # (kernel.sched_autogroup_enabled groups CPU shares by session).
+            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=err, cwd=self.dir, process_group=0)
+        return self
+
+    def track(self):
+        """Remembers the job's processes (for shared-memory cleanup) and its main pid."""
+        if self.proc is None:
+            return
+        procs = descendants(self.proc.pid)
+        self.seen_pids.update(procs)
+        if self.job_pid is None:
+            for pid, pgid in procs.items():
+                if pgid == pid:  # perftracker starts the job in its own process group
+                    self.job_pid = pid
+
+    def wait(self, timeout):
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: perftracker run did not end within "
+                                     f"{timeout} s\n{self.describe()}")
+            self.track()
+            time.sleep(0.1)
+        self.rc = self.proc.returncode
+        self.seconds = time.time() - self.started
+        TIMINGS.append((self.name, self.seconds))
+        return self.rc
+
+    def poll_until(self, what, predicate, timeout, interval=0.05):
+        """Polls predicate() (tracking processes meanwhile) until it is truthy."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}: perftracker run ended before {what}\n"
+                                     f"{self.describe()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: no {what} within {timeout} s\n"
+                                     f"{self.describe()}")
+            self.track()
+            time.sleep(interval)
+
+    def steps(self):
+        """[(step, wall time)] that rank 0 finished."""
+        try:
+            with open(self.progress_path) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return []
+        out = []
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 2:
+                out.append((int(parts[0]), float(parts[1])))
+        return out
+
+    def last_step(self):
+        s = self.steps()
+        return s[-1][0] if s else -1
+
+    def stdout(self):
+        with open(self.stdout_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def stderr(self):
+        with open(self.stderr_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def report_paths(self):
+        return sorted(glob.glob(os.path.join(self.report_dir, "window-*.json")))
+
+    def report(self, reason=None):
+        """The last window's JSON report (of that reason, when given)."""
+        paths = [p for p in self.report_paths()
+                 if reason is None or p.endswith(f"-{reason}.json")]
+        if not paths:
+            raise AssertionError(f"{self.name}: no {reason or ''} report in "
+                                 f"{self.report_dir}\n{self.describe()}")
+        paths.sort(key=lambda p: int(re.search(r"window-(\d+)-", p).group(1)))
+        with open(paths[-1], encoding="utf-8") as f:
+            try:
+                return json.load(f)
+            except ValueError as e:
+                raise AssertionError(f"{paths[-1]} is not JSON: {e}") from None
+
+    def fault_start_time(self):
+        """Wall time at which live_job.py says the fault started (None before)."""
+        m = re.search(r"live_job: rank \d+ fault \w+ starts at step \d+ \(([\d.]+)\)",
+                      self.stderr())
+        return float(m.group(1)) if m else None
+
+    def describe(self):
+        try:
+            out, err = self.stdout(), self.stderr()
+        except OSError:
+            out, err = "", ""
+        return (f"command: {' '.join(self.cmd)}\nrc {self.rc}, reports "
+                f"{[os.path.basename(p) for p in self.report_paths()]}, last step "
+                f"{self.last_step()}\n--- stderr (tail):\n{err[-4000:]}\n"
+                f"--- stdout (tail):\n{out[-4000:]}")
+
+    def cleanup(self):
+        kill_everything_we_started()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        reap()
+        # Agents that were killed cannot remove their shared memory; `perftracker run`
+        # removes the files of dead agents when the job ends, but not when it was killed
+        # itself or when the job's ranks outlive its main process.
+        if self.proc is not None:
+            for path in glob.glob(f"/dev/shm/perftracker-*-{self.proc.pid}-*"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        if CONFIG.keep:
+            dest = os.path.join(CONFIG.keep, os.path.basename(self.dir))
+            shutil.copytree(self.dir, dest, dirs_exist_ok=True)
+            log(f"kept {self.name} in {dest}")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def median_interval(steps):
+    times = [t for _, t in steps]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    return statistics.median(gaps) if gaps else float("nan")
+
+
+# ------------------------------------------------------------------ checks
+
+class LiveChecks(unittest.TestCase):
+    maxDiff = None
+
+    def new_run(self, name, run_args, job_args, steps, **kw):
+        require_torch()
+        run = LiveRun(name, run_args, job_args, steps, **kw)
+        self.addCleanup(run.cleanup)
+        return run
+
+    def check_schema(self, report, run, recorded=True):
+        for key in ("num_workers", "median_iteration_ms", "has_material_finding", "notes",
+                    "findings", "skipped_inputs", "workers"):
+            self.assertIn(key, report, run.describe())
+        for f in report["findings"]:
+            self.assertTrue(FINDING_KEYS <= set(f), f"finding lacks {FINDING_KEYS - set(f)}")
+            self.assertIn(f["category"], CATEGORIES)
+        self.assertEqual(report["has_material_finding"],
+                         any(f["material"] for f in report["findings"]))
+        self.assertEqual(report["num_workers"], 4, run.describe())
+        self.assertEqual(sorted(w["rank"] for w in report["workers"]), [0, 1, 2, 3])
+        for w in report["workers"] if recorded else []:  # the agent recorded in every rank
+            self.assertGreater(w["stats"]["events"], 0, json.dumps(w))
+
+    def top_finding(self, report, run):
+        self.assertTrue(report["has_material_finding"],
+                        f"no material finding:\n{json.dumps(report['findings'][:3], indent=1)}"
+                        f"\n{run.describe()}")
+        return report["findings"][0]
+
+    def check_final_text(self, run, *words):
+        """The diagnosis printed at the end names the culprit; the report paths follow."""
+        out = run.stdout()
+        self.assertIn("window diagnosed; reports in", out, run.describe())
+        self.assertIn(run.report_dir, out)
+        verdict = out.lower()[:out.lower().find("#1 ")] if "#1 " in out else out.lower()
+        for word in words:
+            self.assertIn(word.lower(), verdict, run.describe())
+
+    def run_fault(self, name, job_args, steps=200, run_args=(), timeout=240):
+        run = self.new_run(name, FAULT_RUN_OPTIONS + list(run_args),
+                           ["--fault-after-steps", str(FAULT_AFTER_STEPS)] + job_args, steps)
+        run.start()
+        rc = run.wait(timeout)
+        self.assertEqual(rc, 0, run.describe())
+        return run
+
+
+class LiveFaultTest(LiveChecks):
+    """One injected fault per test; the detector opens the window."""
+
+    def test_healthy_job_has_no_material_finding(self):
+        # A window is forced 3 s after the first rank's hello. As in the offline healthy
+        # test (test_diagnose.py), 4 ranks on 2 cores make real ~8 % imbalances between
+        # ranks (CPU time-slicing), so the healthy check uses a 10 % materiality bar; the
+        # faults below cost 20-60 % of an iteration and are checked at the default 5 %.
+        run = self.new_run("healthy", ["--trigger-at-seconds", "3", "--window-seconds", "4",
+                                       "--max-windows", "1", "--material-share", "0.10",
+                                       "--window-iterations", "20", "--slowdown-ratio",
+                                       "0.15"], [], steps=160)
+        run.start()
+        self.assertEqual(run.wait(180), 0, run.describe())
+        paths = run.report_paths()
+        self.assertEqual(len(paths), 1, run.describe())
+        report = run.report()
+        self.check_schema(report, run)
+        self.assertFalse(report["has_material_finding"],
+                         "healthy job reported a material finding:\n" +
+                         json.dumps(report["findings"][:3], indent=1))
+        for w in report["workers"]:
+            self.assertEqual(w["stats"]["dropped_events"], 0, json.dumps(w))
+            self.assertGreater(w["iterations"], 10, json.dumps(w))
+        self.assertIn("window diagnosed; reports in", run.stdout(), run.describe())
+        self.assertEqual(len(run.steps()), 160, run.describe())
+        # A job that ended normally leaves no shared memory behind.
+        left = glob.glob(f"/dev/shm/perftracker-*-{run.proc.pid}-*")
+        self.assertEqual(left, [], "agents' shared memory left after a clean exit")
+
+    def test_slow_compute_names_rank_and_block2_forward(self):
+        # Ranks started as torchrun starts them (RANK / WORLD_SIZE ... in the environment).
+        run = self.run_fault("slow_compute", ["--fault", "slow_compute", "--fault-rank", "2",
+                                              "--slow-repeats", "6", "--launcher", "env"])
+        report = run.report("slowdown")
+        self.check_schema(report, run)
+        top = self.top_finding(report, run)
+        self.assertEqual(top["workers"], [2], json.dumps(top, indent=1))
+        self.assertEqual(top["category"], "compute", json.dumps(top, indent=1))
+        self.assertIn("Block2.forward", top["function"], json.dumps(top, indent=1))
+        self.assertIn("live_job.py", top["function"])
+        self.check_final_text(run, "rank 2", "Block2.forward")
+
+    def test_slow_data_names_rank_and_data_loading(self):
+        run = self.run_fault("slow_data", ["--fault", "slow_data", "--fault-rank", "1",
+                                           "--data-delay-ms", "0.5"])
+        report = run.report("slowdown")
+        self.check_schema(report, run)
+        top = self.top_finding(report, run)
+        self.assertEqual(top["workers"], [1], json.dumps(top, indent=1))
+        # The top finding is data loading, or a function that runs inside the DataLoader
+        # iterator's __next__ (the Dataset's __getitem__): see the expected failure below.
+        self.assertTrue(top["category"] == "data_loading" or
+                        "DataLoaderIter.__next__" in top["function_key"],
+                        json.dumps(top, indent=1))
+        data = [f for f in report["findings"]
+                if f["material"] and f["category"] == "data_loading"]
+        self.assertTrue(data, json.dumps(report["findings"][:4], indent=1))
+        self.assertEqual(data[0]["workers"], [1], json.dumps(data[0], indent=1))
+        self.check_final_text(run, "rank 1")
+        type(self).slow_data_top = top
+
+    @unittest.expectedFailure
+    def test_slow_data_top_finding_is_data_loading(self):
+        # Known gap (localize/): the live agent records both the data-loader wait
+        # (data_load:DataLoader.__next__, a PT-STRAGGLER-DATA finding on the right rank)
+        # and the Python functions under torch's iterator __next__; the longest of these,
+        # RandomDataset.__getitem__, ranks first as PT-STRAGGLER-COMPUTE, category compute.
+        # Remove expectedFailure when the localizer files such functions under data loading.
+        top = getattr(type(self), "slow_data_top", None)
+        if top is None:
+            self.skipTest("runs after test_slow_data_names_rank_and_data_loading")
+        self.assertEqual(top["category"], "data_loading", json.dumps(top, indent=1))
+
+    def test_gc_pauses_name_rank_and_gc(self):
+        run = self.run_fault("gc", ["--fault", "gc", "--fault-rank", "1",
+                                    "--gc-objects", "100000"])
+        report = run.report("slowdown")
+        self.check_schema(report, run)
+        top = self.top_finding(report, run)
+        self.assertEqual(top["workers"], [1], json.dumps(top, indent=1))
+        self.assertEqual(top["category"], "gc", json.dumps(top, indent=1))
+        self.assertEqual(top["code"], "PT-STRAGGLER-GC", json.dumps(top, indent=1))
+        evidence = json.dumps(top["evidence"]).lower()
+        self.assertIn("gc collect", evidence, json.dumps(top, indent=1))
+        self.check_final_text(run, "rank 1")
+
+    def test_cpu_contention_names_rank_and_run_queue(self):
+        # Layout (live_job.py --pin isolate): the fault rank R alone on the last allowed
+        # CPU, the other three ranks on the first one. Healthy, R is the fastest rank (a
+        # whole core against a third of one). Then the test starts BUSY processes pinned
+        # to R's CPU, in the job's session (one scheduler autogroup): R gets about
+        # 1/(BUSY+1) of its core while its peers keep a third of theirs, so R alone is
+        # starved and holds everyone up. The busy processes are not ranks; nothing in the
+        # job changes. The test measures each rank's run-queue delay itself
+        # (/proc/PID/task/*/schedstat) to show that the scenario does what it says.
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            self.skipTest(f"needs 2 CPUs to isolate a rank, this process may use {cpus}")
+        busy_count, rank = 5, 2
+        run = self.new_run("cpu_contention", FAULT_RUN_OPTIONS,
+                           ["--fault", "cpu_contention", "--fault-rank", str(rank), "--pin",
+                            "isolate", "--launcher", "env",
+                            "--fault-after-steps", str(FAULT_AFTER_STEPS)], steps=200)
+        run.start()
+        run.poll_until(f"step {FAULT_AFTER_STEPS}",
+                       lambda: run.last_step() >= FAULT_AFTER_STEPS, timeout=120)
+        ranks = rank_pids(run.proc.pid)
+        busy = start_busy_loops(cpus[-1], busy_count)
+        try:
+            before = {r: schedstat(p) for r, p in ranks.items()}
+            t0 = time.monotonic()
+            run.poll_until("report", run.report_paths, timeout=120)
+            dt = time.monotonic() - t0
+            after = {r: schedstat(p) for r, p in ranks.items()}
+        finally:
+            for p in busy:  # the job runs on at its normal pace
+                p.kill()
+                p.wait()
+        rc = run.wait(240)
+        self.assertEqual(rc, 0, run.describe())
+        delay = {r: (after[r][1] - before[r][1]) / 1e9 / dt for r in ranks}
+        cpu = {r: (after[r][0] - before[r][0]) / 1e9 / dt for r in ranks}
+        log("cpu_contention: run-queue delay / wall time per rank " +
+            ", ".join(f"rank {r} {delay[r]:.2f} (cpu {cpu[r]:.2f})" for r in sorted(ranks)))
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3], f"rank pids {ranks}")
+        # Not asserted: on a machine that other work keeps busy every rank waits in the
+        # run queue most of the time (measured here: 0.87-0.96 on all four ranks), and the
+        # starved rank does not stand out.
+        report = run.report("slowdown")
+        self.check_schema(report, run)
+        type(self).contention = (report, run.describe())
+        # No false culprit: whatever is material names the starved rank.
+        for f in report["findings"]:
+            if f["material"] and f["workers"]:
+                self.assertEqual(f["workers"], [rank], json.dumps(f, indent=1))
+
+    @unittest.expectedFailure
+    def test_cpu_contention_finding(self):
+        # Known gap (localize/): PT-CPU-CONTENTION needs a straggler function on the
+        # starved rank first. In this DDP job the starved rank's lost time lands in the
+        # backward pass / gradient all-reduce (C++: DDP's all-reduce is not a Python call
+        # the agent sees), where its peers wait for it just as long, and the scheduler's
+        # wake-up credit lets its short forward bursts run at full speed: every rank's
+        # functions look alike ("no material finding"), although the test measured the
+        # rank's run-queue delay far above its peers'. Remove expectedFailure when the
+        # localizer names a rank from its run-queue delay alone.
+        if not hasattr(type(self), "contention"):
+            self.skipTest("runs after test_cpu_contention_names_rank_and_run_queue")
+        report, describe = type(self).contention
+        self.assertTrue(report["has_material_finding"], describe)
+        top = report["findings"][0]
+        self.assertEqual(top["workers"], [2], json.dumps(top, indent=1))
+        self.assertEqual(top["category"], "cpu_contention", json.dumps(top, indent=1))
+        evidence = json.dumps(top["evidence"]).lower()
+        self.assertIn("run-queue", evidence, json.dumps(top, indent=1))
+
+    def test_hang_names_rank_and_stack(self):
+        # Slowdown triggers off (--slowdown-ratio 1: only a 2x slowdown would fire): on a
+        # busy machine a noise trigger could otherwise take the window the hang needs.
+        options = [o if o != "0.15" else "1" for o in FAULT_RUN_OPTIONS]
+        run = self.new_run("hang", options,
+                           ["--fault", "hang", "--fault-rank", "3",
+                            "--fault-after-steps", str(FAULT_AFTER_STEPS)], steps=400)
+        run.start()
+        hang_start = run.poll_until("hang", run.fault_start_time, timeout=120)
+        opened = run.poll_until("hang window", lambda: "(hang) opens" in run.stderr() and
+                                time.time(), timeout=60, interval=0.02)
+        report_path = run.poll_until("hang report", lambda: glob.glob(
+            os.path.join(run.report_dir, "window-*-hang.json")), timeout=60, interval=0.02)[0]
+        written = os.stat(report_path).st_mtime
+        before = [s for s in run.steps() if s[0] < FAULT_AFTER_STEPS]
+        mean_iteration = statistics.mean(
+            b - a for (_, a), (_, b) in zip(before[10:], before[11:]))
+        detect_s, report_s = opened - hang_start, written - hang_start
+        log(f"hang: mean iteration {mean_iteration * 1000:.0f} ms; trigger (window opens) "
+            f"{detect_s:.2f} s and report file {report_s:.2f} s after the hang started "
+            f"({detect_s / mean_iteration:.0f}x / {report_s / mean_iteration:.0f}x the mean "
+            "iteration)")
+        TIMINGS.append(("hang: detection", detect_s))
+        TIMINGS.append(("hang: report", report_s))
+        # The detector calls a hang after 5x the mean iteration but never before 2 s of
+        # silence (DetectorOptions::min_hang_ns: a checkpoint save is not a hang); the
+        # report then waits for the hang window (0.3 s delay + at most 2 s) and the ranks'
+        # stacks. With ~70 ms iterations that is ~4.5 s, not 5 x 70 ms (see the report).
+        self.assertLess(detect_s, max(5 * mean_iteration, 2.0) + 1.5, run.describe())
+        self.assertLess(report_s, detect_s + 0.3 + 2.0 + 3.0, run.describe())
+
+        # The job never ends by itself: stop it as a user would (Ctrl-C / SIGTERM to
+        # perftracker run, which forwards it to the job) and get the final diagnosis.
+        os.kill(run.proc.pid, signal.SIGTERM)
+        rc = run.wait(60)
+        self.assertNotEqual(rc, 0, run.describe())
+        report = run.report("hang")
+        self.check_schema(report, run, recorded=False)  # a hung job calls nothing
+        top = self.top_finding(report, run)
+        self.assertEqual(top["code"], "PT-HANG", json.dumps(top, indent=1))
+        self.assertEqual(top["category"], "hang")
+        self.assertEqual(top["workers"], [3], json.dumps(top, indent=1))
+        self.assertEqual(sorted(top["victims"]), [0, 1, 2], json.dumps(top, indent=1))
+        # The stack names where rank 3 is stuck: Block2.forward's sleep in live_job.py.
+        with open(LIVE_JOB) as f:
+            sleep_line = 1 + [i for i, l in enumerate(f) if "time.sleep(3600)" in l][0]
+        self.assertEqual(top["function"], "forward", json.dumps(top, indent=1))
+        self.assertIn(f"live_job.py:{sleep_line}", top["function_key"],
+                      json.dumps(top, indent=1))
+        self.assertIn("time.sleep(3600)", json.dumps(top["evidence"]))
+        stacks = glob.glob(os.path.join(run.report_dir, "window-*-stacks.txt"))
+        self.assertEqual(len(stacks), 1, run.describe())
+        with open(stacks[0]) as f:
+            text = f.read()
+        for rank in range(4):
+            self.assertIn(f"rank {rank}", text)
+        self.assertIn(f'live_job.py", line {sleep_line}, in forward', text)
+        self.check_final_text(run, "rank 3", "hang")
+
+
+class PerftrackerFaultTest(LiveChecks):
+    """perftracker's own failures must not hurt the job."""
+
+    def test_killing_perftracker_run_leaves_the_job_running(self):
+        # A window is open (hooks on in every rank) when `perftracker run` -- collector and
+        # server -- is SIGKILLed; the ranks must go on at the same pace and exit 0.
+        steps, window_s = 260, 5.0
+        run = self.new_run("kill_collector", ["--trigger-at-seconds", "3", "--window-seconds",
+                                              str(window_s), "--max-windows", "1"], [],
+                           steps=steps)
+        run.start()
+        opened = run.poll_until("window", lambda: "opens in" in run.stderr() and time.time(),
+                                timeout=120, interval=0.02)
+        time.sleep(1.5)
+        run.track()
+        job_pid = run.job_pid
+        self.assertIsNotNone(job_pid, run.describe())
+        killed_at = time.time()
+        killed_step = run.last_step()
+        os.kill(run.proc.pid, signal.SIGKILL)
+        run.wait(30)
+        # The job's main process is now our child (subreaper): its exit code is the job's.
+        code = wait_pid(job_pid, 240)
+        self.assertEqual(code, 0, f"job exit {code}\n{run.describe()}")
+        done = run.steps()
+        self.assertEqual(len(done), steps, run.describe())
+        window_end = opened + 0.3 + window_s  # the hooks turn themselves off by then
+        before = [s for s in done if s[0] >= 10 and s[1] < opened]
+        during = [s for s in done if killed_at < s[1] < window_end]
+        after = [s for s in done if s[1] > window_end + 0.5]
+        b, a = median_interval(before), median_interval(after)
+        gaps = [y - x for (_, x), (_, y) in zip(during, during[1:])] or [0.0]
+        log(f"kill_collector: killed at step {killed_step}; median step {b * 1000:.1f} ms "
+            f"before the window, {a * 1000:.1f} ms after it (ratio {a / b:.3f}); longest "
+            f"step between the kill and the window's end {max(gaps) * 1000:.0f} ms")
+        self.assertGreater(len(before), 10, run.describe())
+        self.assertGreater(len(after), 20, run.describe())
+        # Same pace (2 noisy cores: 25 % tolerance), and no stall while the dead
+        # collector's window was still open.
+        self.assertLess(a / b, 1.25, f"steps slowed after perftracker was killed\n"
+                                     f"{run.describe()}")
+        self.assertLess(max(gaps), max(1.0, 10 * b), run.describe())
+
+    def test_bad_options_give_one_error_and_exit_2(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            marker = os.path.join(tmp, "job-ran")
+            job = [sys.executable, "-c", f"open({marker!r}, 'w').close()"]
+            blocker = os.path.join(tmp, "file")
+            open(blocker, "w").close()
+            cases = [
+                (["--window-seconds", "abc"], "--window-seconds"),
+                (["--ring-events", "1000"], "--ring-events"),
+                (["--slowdown-ratio", "-1"], "--slowdown-ratio"),
+                (["--report-dir", os.path.join(blocker, "reports")], blocker),
+            ]
+            for args, named in cases:
+                with self.subTest(args=args):
+                    r = subprocess.run([CONFIG.perftracker, "run", *args, "--", *job],
+                                       capture_output=True, text=True, timeout=60, cwd=tmp)
+                    lines = [l for l in r.stderr.splitlines() if l.strip()]
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    self.assertEqual(len(lines), 1, f"expected one error line:\n{r.stderr}")
+                    self.assertIn(named, lines[0])
+                    self.assertTrue(lines[0].startswith("perftracker"), lines[0])
+                    self.assertFalse(os.path.exists(marker), "the job ran despite the error")
+            r = subprocess.run([CONFIG.perftracker, "run"], capture_output=True, text=True,
+                               timeout=60, cwd=tmp)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("--", r.stderr, "the message should show how to pass the command")
+
+    def test_exit_code_passes_through(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = subprocess.run([CONFIG.perftracker, "run", "--report-dir",
+                                os.path.join(tmp, "r"), "--", sys.executable, "-c",
+                                "import sys; sys.exit(7)"],
+                               capture_output=True, text=True, timeout=60, cwd=tmp)
+            self.assertEqual(r.returncode, 7, r.stderr)
+
+
+class DemoTest(unittest.TestCase):
+    def test_demo_job_is_the_tested_job(self):
+        # examples/live/train.py (what scripts/setup.sh runs) is this test's job.
+        with open(LIVE_JOB, "rb") as a, open(DEMO_JOB, "rb") as b:
+            self.assertEqual(a.read(), b.read(),
+                             "examples/live/train.py differs from tests/e2e/live_job.py: "
+                             "copy it (cp tests/e2e/live_job.py examples/live/train.py)")
+
+
+def main():
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--perftracker", default=os.environ.get("PERFTRACKER_BIN"))
+    p.add_argument("--torch-python", default="/usr/bin/python3")
+    p.add_argument("--keep", default=None, help="copy each run's directory here")
+    args, rest = p.parse_known_args()
+    if not args.perftracker or not os.path.exists(args.perftracker):
+        sys.exit(f"test_live.py: pass --perftracker PATH to the built binary "
+                 f"(got {args.perftracker!r})")
+    CONFIG.perftracker = os.path.abspath(args.perftracker)
+    CONFIG.torch_python = args.torch_python
+    CONFIG.keep = os.path.abspath(args.keep) if args.keep else None
+    become_subreaper()
+    start = time.monotonic()
+    try:
+        prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False)
+    finally:
+        kill_everything_we_started()
+    total = time.monotonic() - start
+    runs = ", ".join(f"{w} {s:.1f} s" for w, s in TIMINGS)
+    log(f"timing: total {total:.1f} s; {runs}")
+    sys.exit(0 if prog.result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
