@@ -158,6 +158,7 @@ class WindowTest(AgentTestBase):
         self.assertEqual(hello["rank"], 3)
         self.assertEqual(hello["local_rank"], 1)
         self.assertEqual(hello["world_size"], 4)
+        self.assertEqual(hello["version"], 1)
         self.assertEqual(hello["shm"], "/dev/shm/perftracker-%s-%d" % (self.run_id, p.pid))
         self.assertTrue(os.path.exists(hello["shm"]))
         shm = hello["shm"]

@@ -272,7 +272,7 @@ void Agent::SendHello() {
             {"local_rank", local_rank_.load()},
             {"host", config_.host},
             {"shm", config_.shm_path},
-            {"version", kAgentVersion}};
+            {"version", kAgentProtocolVersion}};
   SendJson(Dump(j));
 }
 

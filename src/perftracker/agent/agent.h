@@ -53,7 +53,7 @@
 
 namespace perftracker {
 
-inline constexpr const char* kAgentVersion = "0.1.0";
+inline constexpr int kAgentProtocolVersion = 1;  // `version` in hello (docs/agent-protocol.md)
 
 struct AgentConfig {
   std::string socket_path;  // empty: no collector (benchmarks, tests)
