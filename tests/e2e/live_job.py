@@ -248,10 +248,10 @@ def launch_env(args, argv):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=400)
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--fault-rank", type=int, default=2)
-    p.add_argument("--fault-after-steps", type=int, default=40,
+    p.add_argument("--fault-after-steps", type=int, default=80,
                    help="steps before the fault starts (the detector learns the iteration "
                         "first)")
     p.add_argument("--world-size", type=int, default=4)
@@ -264,11 +264,11 @@ def parse_args(argv):
     p.add_argument("--pin", choices=("none", "round_robin", "isolate"), default="none")
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--slow-repeats", type=int, default=4,
+    p.add_argument("--slow-repeats", type=int, default=6,
                    help="slow_compute: extra runs of Block2's forward work")
-    p.add_argument("--data-delay-ms", type=float, default=0.2,
+    p.add_argument("--data-delay-ms", type=float, default=0.5,
                    help="slow_data: extra delay per sample")
-    p.add_argument("--gc-objects", type=int, default=300000,
+    p.add_argument("--gc-objects", type=int, default=100000,
                    help="gc: live container objects a full collection walks every step")
     p.add_argument("--progress-file", default=None)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -411,7 +411,7 @@ class LiveChecks(unittest.TestCase):
     def check_final_text(self, run, *words):
         """The diagnosis printed at the end names the culprit; the report paths follow."""
         out = run.stdout()
-        self.assertIn("window diagnosed; reports in", out, run.describe())
+        self.assertRegex(out, r"\d+ windows? diagnosed; reports in", run.describe())
         self.assertIn(run.report_dir, out)
         verdict = out.lower()[:out.lower().find("#1 ")] if "#1 " in out else out.lower()
         for word in words:
@@ -450,7 +450,7 @@ class LiveFaultTest(LiveChecks):
         for w in report["workers"]:
             self.assertEqual(w["stats"]["dropped_events"], 0, json.dumps(w))
             self.assertGreater(w["iterations"], 10, json.dumps(w))
-        self.assertIn("window diagnosed; reports in", run.stdout(), run.describe())
+        self.assertIn("1 window diagnosed; reports in", run.stdout(), run.describe())
         self.assertEqual(len(run.steps()), 160, run.describe())
         # A job that ended normally leaves no shared memory behind.
         left = glob.glob(f"/dev/shm/perftracker-*-{run.proc.pid}-*")

@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""A real, small, multi-process PyTorch training job for perftracker's live mode.
+
+It knows nothing about perftracker: no import, no profiler, no annotation. It is diagnosed
+by running it under `perftracker run`, which loads the agent into every rank:
+
+  perftracker run --report-dir /tmp/reports -- \\
+      /usr/bin/python3 tests/e2e/live_job.py --fault slow_compute --fault-rank 2
+
+N ranks (default 4) on this host, gloo over an env:// rendezvous on a free localhost port,
+DistributedDataParallel over a model of three blocks (classes Block1, Block2, Block3, each
+an nn.Module whose forward is a Python method, so that the agent's call paths name
+`Block2.forward`), a real torch.utils.data.DataLoader over a Dataset, SGD, one torch
+thread per rank. Ranks are started by torch.multiprocessing.spawn (--launcher spawn, the
+default) or as plain subprocesses with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT /
+LOCAL_RANK in their environment, as torchrun starts them (--launcher env).
+
+Faults, injected on --fault-rank from step --fault-after-steps on (by then the agent's
+detector has learned the iteration, so its slowdown trigger fires on the change):
+  slow_data       a sleep of --data-delay-ms in the Dataset's __getitem__ (per sample)
+  slow_compute    Block2.forward repeats its work --slow-repeats extra times
+  gc              a large live heap of container objects, and a full gc.collect() of it
+                  in every step (the kind of pause a leaky object graph causes)
+  hang            Block2.forward sleeps forever; the other ranks block in DDP's all-reduce
+                  (whoever runs the job must end it: SIGTERM / SIGKILL its process group)
+  cpu_contention  nothing inside the job: the caller starts busy processes pinned to the
+                  fault rank's CPU (see --pin isolate)
+
+--pin isolate pins the fault rank alone to the last allowed CPU and every other rank to the
+first one; --pin round_robin pins rank R to CPU R mod #CPUs.
+
+--progress-file FILE: rank 0 appends "step wall_time_s" after each optimizer step (the
+end-to-end tests follow the job's progress and step rate with it).
+
+Needs Debian's python3-torch (CPU): run it with /usr/bin/python3.
+"""
+
+import argparse
+import gc
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn import functional as F
+
+FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention")
+
+
+class RandomDataset(torch.utils.data.Dataset):
+    """Synthetic regression samples; each sample takes `delay_s` longer when it is set."""
+
+    def __init__(self, size, features, seed):
+        gen = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(size, features, generator=gen)
+        self.y = torch.randn(size, features, generator=gen)
+        self.delay_s = 0.0  # set by the training loop once the slow_data fault starts
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, index):
+        if self.delay_s > 0:
+            time.sleep(self.delay_s)
+        return self.x[index], self.y[index]
+
+
+class LinearBlock(nn.Module):
+    """A Linear layer's parameters; each block's forward applies them itself (F.linear), so
+    that a block's work is its forward's own time, as in models that call torch ops
+    directly."""
+
+    def __init__(self, width):
+        super().__init__()
+        layer = nn.Linear(width, width)
+        self.weight = layer.weight
+        self.bias = layer.bias
+
+
+class Block1(LinearBlock):
+    def forward(self, x):
+        return torch.relu(F.linear(x, self.weight, self.bias))
+
+
+class Block2(LinearBlock):
+    """The block the faults live in: extra work (slow_compute) or a hang."""
+
+    def __init__(self, width):
+        super().__init__(width)
+        self.extra_repeats = 0
+        self.hang = False
+
+    def forward(self, x):
+        y = torch.relu(F.linear(x, self.weight, self.bias))
+        if self.extra_repeats:
+            # The same ops again, outside autograd (as a slower core would take longer on
+            # them): the backward pass is unchanged.
+            with torch.no_grad():
+                for _ in range(self.extra_repeats):
+                    torch.relu(F.linear(x, self.weight, self.bias))
+        if self.hang:
+            while True:  # stuck, as on a lock or a dead device; the peers wait in all-reduce
+                time.sleep(3600)
+        return y
+
+
+class Block3(LinearBlock):
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class Model(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.block1 = Block1(width)
+        self.block2 = Block2(width)
+        self.block3 = Block3(width)
+
+    def forward(self, x):
+        return self.block3(self.block2(self.block1(x)))
+
+
+class LeakyCache:
+    """The gc fault: a big graph of small containers that stays alive (a cache that only
+    grows), and a full collection of it in every step, as code calling gc.collect() per
+    step (or a low gc threshold over a large heap) does."""
+
+    def __init__(self, objects):
+        self.nodes = []
+        for i in range(objects):
+            node = {"id": i, "peers": []}
+            node["peers"].append(node)  # a reference cycle
+            self.nodes.append(node)
+
+    def collect(self):
+        gc.collect()
+
+
+def sync_gradients(model, world_size):
+    """--sync allreduce: the gradient all-reduce as explicit torch.distributed calls after
+    the backward pass (instead of DDP's, which overlaps the backward pass in C++)."""
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+
+
+def pin(rank, args):
+    if args.pin == "none" or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin == "round_robin":
+        cpu = cpus[rank % len(cpus)]
+    else:  # isolate: the fault rank alone on the last CPU, the others on the first one
+        cpu = cpus[-1] if rank == args.fault_rank else cpus[0]
+    os.sched_setaffinity(0, {cpu})
+
+
+def run_rank(rank, args):
+    torch.set_num_threads(1)  # several ranks share few cores, as on a real node
+    pin(rank, args)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo", init_method="env://", rank=rank,
+                            world_size=args.world_size)
+    faulty = rank == args.fault_rank and args.fault != "none"
+    model = Model(args.width)
+    net = nn.parallel.DistributedDataParallel(model) if args.sync == "ddp" else model
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    loss_fn = nn.MSELoss()
+    dataset = RandomDataset(args.steps * args.batch * args.world_size, args.width, seed=1234)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        dataset, num_replicas=args.world_size, rank=rank, shuffle=False)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, sampler=sampler,
+                                         num_workers=0)
+    progress = open(args.progress_file, "a", buffering=1) if (
+        args.progress_file and rank == 0) else None
+    cache = None
+
+    for step, (x, y) in enumerate(loader):
+        if faulty and step == args.fault_after_steps:
+            if args.fault == "slow_data":
+                dataset.delay_s = args.data_delay_ms / 1000.0
+            elif args.fault == "slow_compute":
+                model.block2.extra_repeats = args.slow_repeats
+            elif args.fault == "hang":
+                model.block2.hang = True
+            elif args.fault == "gc":
+                cache = LeakyCache(args.gc_objects)
+            print(f"live_job: rank {rank} fault {args.fault} starts at step {step} "
+                  f"({time.time():.3f})", file=sys.stderr, flush=True)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        if args.sync == "allreduce":
+            sync_gradients(model, args.world_size)
+        opt.step()
+        if cache is not None:
+            cache.collect()
+        if progress is not None:
+            progress.write(f"{step} {time.time():.6f}\n")
+    dist.barrier()
+    dist.destroy_process_group()
+    if progress is not None:
+        progress.close()
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_worker(args):
+    """--launcher env: this process is one rank, as torchrun would start it."""
+    run_rank(int(os.environ["RANK"]), args)
+
+
+def launch_env(args, argv):
+    """Starts one subprocess per rank with torchrun's environment; the first failure ends
+    the others. Returns the exit code (0 when every rank exited 0)."""
+    procs = []
+    for rank in range(args.world_size):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
+                   WORLD_SIZE=str(args.world_size), LOCAL_WORLD_SIZE=str(args.world_size),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                                       "--worker", *argv], env=env))
+    rc = 0
+    alive = list(procs)
+    while alive:
+        for p in list(alive):
+            code = p.poll()
+            if code is None:
+                continue
+            alive.remove(p)
+            if code != 0 and rc == 0:
+                rc = code if code > 0 else 128 - code
+                for q in alive:
+                    q.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+    return rc
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--fault", choices=FAULTS, default="none")
+    p.add_argument("--fault-rank", type=int, default=2)
+    p.add_argument("--fault-after-steps", type=int, default=80,
+                   help="steps before the fault starts (the detector learns the iteration "
+                        "first)")
+    p.add_argument("--world-size", type=int, default=4)
+    p.add_argument("--launcher", choices=("spawn", "env"), default="spawn",
+                   help="torch.multiprocessing.spawn, or subprocesses with torchrun's "
+                        "environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+    p.add_argument("--sync", choices=("ddp", "allreduce"), default="ddp",
+                   help="gradient synchronization: DistributedDataParallel (default) or "
+                        "explicit dist.all_reduce calls after the backward pass")
+    p.add_argument("--pin", choices=("none", "round_robin", "isolate"), default="none")
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--slow-repeats", type=int, default=6,
+                   help="slow_compute: extra runs of Block2's forward work")
+    p.add_argument("--data-delay-ms", type=float, default=0.5,
+                   help="slow_data: extra delay per sample")
+    p.add_argument("--gc-objects", type=int, default=100000,
+                   help="gc: live container objects a full collection walks every step")
+    p.add_argument("--progress-file", default=None)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if not 0 <= args.fault_rank < args.world_size:
+        p.error(f"--fault-rank {args.fault_rank} is not in [0, {args.world_size})")
+    return args
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.worker:
+        env_worker(args)
+        return 0
+    start = time.monotonic()
+    if args.launcher == "spawn":
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(free_port())
+        mp.spawn(run_rank, args=(args,), nprocs=args.world_size, join=True)
+        rc = 0
+    else:
+        args.port = free_port()
+        rc = launch_env(args, argv)
+    print(f"live_job: {args.world_size} ranks, {args.steps} steps, fault={args.fault} "
+          f"(rank {args.fault_rank} from step {args.fault_after_steps}), "
+          f"{time.monotonic() - start:.1f} s, exit {rc}", file=sys.stderr)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
