@@ -98,6 +98,12 @@ namespace fc = finding_codes;
 constexpr uint32_t kNone = UINT32_MAX;
 // Peer statistics need at least this many workers in a group.
 constexpr size_t kMinPeers = 3;
+// Up to this many workers, a candidate is compared with its peers without itself: with 3,
+// the MAD is the smaller of the two other deviations, so two noisy peers hide a 3x
+// straggler (seen on a 3-worker diagnosis of a real job: z 2.8 against its peers' 6.3).
+// From 4 workers on, the full-sample MAD is robust to one outlier and leave-one-out only
+// sharpens the noise (it flagged time-slicing noise on healthy 4-rank jobs).
+constexpr size_t kSmallGroup = 3;
 // A child anomaly "explains" its parent's when it carries this share of the excess.
 constexpr double kExplainsMost = 0.7;
 // MAD floors (see robust_stats.h).
@@ -913,6 +919,22 @@ std::vector<Anomaly> Localizer::Impl::FindAnomalies(
         for (uint32_t e = begin; e < end; ++e) {
           if (times[e] > threshold) {
             emit(entries[e], static_cast<float>(c.median), static_cast<float>(scale), false);
+          } else if (n <= kSmallGroup && times[e] > floor) {
+            // In a tiny group compare the candidate with its peers only (leave one out).
+            values.clear();
+            for (uint32_t o = begin; o < end; ++o) {
+              if (o != e) values.push_back(times[o]);
+            }
+            values.resize(n - 1, 0.0f);
+            const RobustCenter peers = MedianAndMadInPlace(values);
+            const double peer_scale =
+                RobustScale(peers, kScaleRelativeFloor, kScaleAbsoluteFloorNs);
+            const double peer_floor =
+                peers.median + std::max(options_.min_relative_effect * peers.median, report_ns_);
+            if (times[e] > std::max(peer_floor, peers.median + options_.outlier_z * peer_scale)) {
+              emit(entries[e], static_cast<float>(peers.median), static_cast<float>(peer_scale),
+                   false);
+            }
           }
         }
       } else {
@@ -1140,8 +1162,7 @@ void Localizer::Impl::MarkGcStragglers(const std::vector<std::vector<uint32_t>>&
                                        std::vector<WorkerFinding>& wfs) {
   std::vector<float> values;
   for (auto& wf : wfs) {
-    if (wf.dropped ||
-        (wf.code != fc::kStragglerCompute && wf.code != fc::kStragglerUntraced)) {
+    if (wf.dropped || (wf.code != fc::kStragglerCompute && wf.code != fc::kStragglerUntraced)) {
       continue;
     }
     values.clear();
@@ -1360,9 +1381,9 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
       }
     }
     if (top.gc_peer_ns >= 0) {
-      const std::string gc = fmt::format("{}/iter on {} vs {} (peers' median)",
-                                         FormatNs(workers_[w].gc_ns), WorkerName(w),
-                                         FormatNs(top.gc_peer_ns));
+      const std::string gc =
+          fmt::format("{}/iter on {} vs {} (peers' median)", FormatNs(workers_[w].gc_ns),
+                      WorkerName(w), FormatNs(top.gc_peer_ns));
       f.title = fmt::format("{} (GC pauses: {})", f.title, gc);
       f.evidence.insert(f.evidence.begin(), Evidence{"GC pauses", gc});
     }

@@ -456,6 +456,28 @@ TEST(Localizer, AFewSlowCallsAreIntermittentNotMaterial) {
   }
 }
 
+// Regression (3 good ranks of a real 4-rank job whose 4th file was truncated): block2 took
+// 12.0 / 7.5 / 30.8 ms per iteration; the MAD of all three (4.5 ms) hid the 3x straggler
+// (z 2.8). Compared with its two peers only, it stands out (z 6.3).
+TEST(Localizer, ThreeWorkersWithNoisyPeersStillFindTheStraggler) {
+  DpJob job;
+  job.ranks = 3;
+  auto specs = job.Make();
+  const double block2[] = {12.0, 7.5, 30.8};
+  for (int r = 0; r < 3; ++r) {
+    const double delta = block2[r] - job.block2_ms;
+    specs[r].fn(DpJob::Key("annotation:block2")).ms += delta;
+    specs[r].fn(DpJob::Key("annotation:block2 > torch_op:aten::mm")).ms += delta;
+    specs[r].fn(DpJob::Key("collective:nccl:all_reduce")).ms -= delta - (30.8 - job.block2_ms);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_FALSE(material.empty());
+  EXPECT_EQ(material[0]->function, "block2");
+  EXPECT_THAT(material[0]->workers, ElementsAre(2));
+}
+
 TEST(Localizer, ParentChildCollapseNamesTheAnnotation) {
   // block2 > aten::mm > GPU kernel all grow on rank 1: one finding, named block2, with the
   // operator and the kernel as evidence.
