@@ -680,10 +680,11 @@ class PerftrackerFaultTest(LiveChecks):
             f"step between the kill and the window's end {max(gaps) * 1000:.0f} ms")
         self.assertGreater(len(before), 10, run.describe())
         self.assertGreater(len(after), 20, run.describe())
-        # Same pace (2 noisy cores: 25 % tolerance), and no stall while the dead
-        # collector's window was still open.
-        self.assertLess(a / b, 1.25, f"steps slowed after perftracker was killed\n"
-                                     f"{run.describe()}")
+        # Same pace, and no stall while the dead collector's window was still open. The
+        # tolerance is wide: on 2 cores shared with other work the step time of one run
+        # moves by tens of percent (measured ratios here: 0.75-1.03).
+        self.assertLess(a / b, 1.5, f"steps slowed after perftracker was killed\n"
+                                    f"{run.describe()}")
         self.assertLess(max(gaps), max(1.0, 10 * b), run.describe())
 
     def test_bad_options_give_one_error_and_exit_2(self):
