@@ -486,19 +486,15 @@ class LiveFaultTest(LiveChecks):
         self.assertTrue(data, json.dumps(report["findings"][:4], indent=1))
         self.assertEqual(data[0]["workers"], [1], json.dumps(data[0], indent=1))
         self.check_final_text(run, "rank 1")
-        type(self).slow_data_top = top
-
-    @unittest.expectedFailure
-    def test_slow_data_top_finding_is_data_loading(self):
-        # Known gap (localize/): the live agent records both the data-loader wait
-        # (data_load:DataLoader.__next__, a PT-STRAGGLER-DATA finding on the right rank)
-        # and the Python functions under torch's iterator __next__; the longest of these,
-        # RandomDataset.__getitem__, ranks first as PT-STRAGGLER-COMPUTE, category compute.
-        # Remove expectedFailure when the localizer files such functions under data loading.
-        top = getattr(type(self), "slow_data_top", None)
-        if top is None:
-            self.skipTest("runs after test_slow_data_names_rank_and_data_loading")
-        self.assertEqual(top["category"], "data_loading", json.dumps(top, indent=1))
+        if top["category"] != "data_loading":
+            # Known gap (localize/): the live agent records both the data-loader wait
+            # (data_load:DataLoader.__next__, the PT-STRAGGLER-DATA finding checked above)
+            # and the Python functions under torch's iterator __next__; when the Dataset's
+            # __getitem__ has the larger excess it ranks first as PT-STRAGGLER-COMPUTE
+            # (seen in about half of the runs). Make this an assertion once the localizer
+            # files functions under the data-loader iterator under data loading.
+            log(f"KNOWN GAP slow_data: the top finding is {top['code']} ({top['category']}) "
+                f"in {top['function']}, not data loading")
 
     def test_gc_pauses_name_rank_and_gc(self):
         run = self.run_fault("gc", ["--fault", "gc", "--fault-rank", "1",
@@ -557,31 +553,27 @@ class LiveFaultTest(LiveChecks):
         # starved rank does not stand out.
         report = run.report("slowdown")
         self.check_schema(report, run)
-        type(self).contention = (report, run.describe())
         # No false culprit: whatever is material names the starved rank.
         for f in report["findings"]:
             if f["material"] and f["workers"]:
                 self.assertEqual(f["workers"], [rank], json.dumps(f, indent=1))
-
-    @unittest.expectedFailure
-    def test_cpu_contention_finding(self):
-        # Known gap (localize/): PT-CPU-CONTENTION needs a straggler function on the
-        # starved rank first. In this DDP job the starved rank's lost time lands in the
-        # backward pass / gradient all-reduce (C++: DDP's all-reduce is not a Python call
-        # the agent sees), where its peers wait for it just as long, and the scheduler's
-        # wake-up credit lets its short forward bursts run at full speed: every rank's
-        # functions look alike ("no material finding"), although the test measured the
-        # rank's run-queue delay far above its peers'. Remove expectedFailure when the
-        # localizer names a rank from its run-queue delay alone.
-        if not hasattr(type(self), "contention"):
-            self.skipTest("runs after test_cpu_contention_names_rank_and_run_queue")
-        report, describe = type(self).contention
-        self.assertTrue(report["has_material_finding"], describe)
-        top = report["findings"][0]
-        self.assertEqual(top["workers"], [2], json.dumps(top, indent=1))
-        self.assertEqual(top["category"], "cpu_contention", json.dumps(top, indent=1))
-        evidence = json.dumps(top["evidence"]).lower()
-        self.assertIn("run-queue", evidence, json.dumps(top, indent=1))
+        found = [f for f in report["findings"] if f["code"] == "PT-CPU-CONTENTION"]
+        for f in found:  # when it is reported, it must be right
+            self.assertEqual(f["workers"], [rank], json.dumps(f, indent=1))
+            self.assertEqual(f["category"], "cpu_contention")
+            self.assertIn("run-queue", json.dumps(f["evidence"]).lower(),
+                          json.dumps(f, indent=1))
+        if not found:
+            # Known gap (localize/): PT-CPU-CONTENTION needs a straggler function on the
+            # starved rank first. In this DDP job the starved rank's lost time lands in
+            # the backward pass / gradient all-reduce (C++: DDP's all-reduce is not a
+            # Python call the agent sees), where its peers wait for it just as long, and
+            # the scheduler's wake-up credit lets its short forward bursts run at full
+            # speed: every rank's functions look alike, although its run-queue delay (the
+            # log line above) is far above its peers'. Make this an assertion once the
+            # localizer names a rank from its run-queue delay alone.
+            log("KNOWN GAP cpu_contention: no PT-CPU-CONTENTION finding (top: " +
+                (report["findings"][0]["code"] if report["findings"] else "none") + ")")
 
     def test_hang_names_rank_and_stack(self):
         # Slowdown triggers off (--slowdown-ratio 1: only a 2x slowdown would fire): on a
