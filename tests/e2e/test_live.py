@@ -570,8 +570,14 @@ class LiveFaultTest(LiveChecks):
             # Python call the agent sees), where its peers wait for it just as long, and
             # the scheduler's wake-up credit lets its short forward bursts run at full
             # speed: every rank's functions look alike, although its run-queue delay (the
-            # log line above) is far above its peers'. Make this an assertion once the
-            # localizer names a rank from its run-queue delay alone.
+            # log line above) is far above its peers'. The localizer now also names a rank
+            # from its run-queue delay alone (>= 0.3 above and >= 2x its peers' median); in
+            # 3 of 4 runs here that found rank 2, but the collector's window samples do not
+            # always show the excess the test measures over the whole fault, so this stays
+            # logged rather than asserted.
+            log("cpu_contention: top findings " + json.dumps(
+                [(f["code"], f["workers"], f["function"], f["material"]) for f in
+                 report["findings"][:3]]))
             log("KNOWN GAP cpu_contention: no PT-CPU-CONTENTION finding (top: " +
                 (report["findings"][0]["code"] if report["findings"] else "none") + ")")
 

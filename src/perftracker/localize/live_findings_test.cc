@@ -171,6 +171,37 @@ TEST(LiveFindingsTest, ContentionOnAnOversubscribedHost) {
   EXPECT_THAT(d.findings[0].title, HasSubstr("85% of wall time on rank 0 vs 50% on peers"));
 }
 
+// Regression (e2e_live, a rank pinned to a core with busy processes): its time went into
+// backward and the C++ all-reduce, no traced function was longer than its peers', and the
+// diagnosis said the workers behave alike although its run-queue delay was 1.05 against
+// 0.45 on its peers.
+TEST(LiveFindingsTest, RunQueueDelayAloneNamesTheStarvedRank) {
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    loc.Add(Worker(r, 110, DdpStep(50, 50), RunQueue(r == 2 ? 1.05 : 0.45)));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-CPU-CONTENTION");
+  EXPECT_EQ(f.category, FindingCategory::kCpuContention);
+  EXPECT_THAT(f.workers, ElementsAre(2));
+  EXPECT_TRUE(f.material);
+  EXPECT_THAT(f.title, HasSubstr("run-queue delay 105% of wall time on rank 2 vs 45% on peers"));
+  EXPECT_THAT(AllEvidence(f), HasSubstr("runnable but not running"));
+}
+
+TEST(LiveFindingsTest, RunQueueDelayAloneNeedsAClearMargin) {
+  // Time-slicing of an oversubscribed host: one rank waits somewhat more than the others.
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    loc.Add(Worker(r, 110, DdpStep(50, 50), RunQueue(r == 2 ? 0.70 : 0.45)));
+  }
+  const Diagnosis d = loc.Finish();
+  EXPECT_EQ(FindCode(d, "PT-CPU-CONTENTION"), nullptr);
+  EXPECT_FALSE(d.has_material_finding());
+}
+
 TEST(LiveFindingsTest, NoSamplesNoContention) {
   // Offline traces carry no run-queue samples: the straggler stays a compute finding.
   Localizer loc;

@@ -129,6 +129,10 @@ constexpr double kIntermittentFactor = 3.0;
 // waits a lot — measured 75 % for three busy loops on a loaded 2-core machine.)
 constexpr double kContentionRunQueue = 0.15;
 constexpr double kContentionPeerRatio = 1.5;
+// Without a straggler function to corroborate it, run-queue delay alone names contention
+// only when it is this far (absolute) and this many times above the peers' median.
+constexpr double kContentionAloneRunQueue = 0.3;
+constexpr double kContentionAlonePeerRatio = 2.0;
 // Lists of workers in a finding are capped; the full count goes into the evidence.
 constexpr size_t kMaxListedWorkers = 1024;
 // Per-worker notes of one kind beyond this many are summarized.
@@ -260,6 +264,8 @@ struct WorkerFinding {
   double lost_cap = INFINITY;
   // PT-CPU-CONTENTION: the peers' median run-queue delay fraction (-1 = not contention).
   float contention_peer_run_queue = -1;
+  // PT-CPU-CONTENTION from run-queue evidence alone (no straggler function).
+  bool run_queue_only = false;
   // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).
   float gc_peer_ns = -1;
   bool wait_type() const {
@@ -1202,6 +1208,44 @@ void Localizer::Impl::MarkCpuContention(const std::vector<std::vector<uint32_t>>
     wf.resource = "CPU (run queue)";
     wf.contention_peer_run_queue = peer;
   }
+  // Run-queue evidence alone: a starved worker need not show a longer traced function (in
+  // DDP it loses its time in backward and the C++ all-reduce, where its peers wait as long).
+  // A stricter bar than the relabelling above, since no function corroborates it; the time
+  // lost is bounded by the extra share of wall time it spent runnable but not running.
+  std::vector<bool> named(workers_.size(), false);
+  for (const auto& wf : wfs) {
+    if (!wf.dropped && !wf.wait_type()) named[wf.named.worker] = true;
+  }
+  for (uint32_t g = 0; g < members.size(); ++g) {
+    if (members[g].size() < kMinPeers) continue;
+    for (uint32_t w : members[g]) {
+      if (named[w] || workers_[w].run_queue < kContentionAloneRunQueue) continue;
+      values.clear();
+      for (uint32_t o : members[g]) {
+        if (o != w && workers_[o].run_queue >= 0) values.push_back(workers_[o].run_queue);
+      }
+      if (values.empty()) continue;
+      const auto peer = static_cast<float>(MedianInPlace(values));
+      if (workers_[w].run_queue < peer + kContentionAloneRunQueue ||
+          workers_[w].run_queue < kContentionAlonePeerRatio * peer) {
+        continue;
+      }
+      const double excess = std::min(1.0, static_cast<double>(workers_[w].run_queue - peer));
+      WorkerFinding wf;
+      wf.code = fc::kCpuContention;
+      wf.category = FindingCategory::kCpuContention;
+      wf.resource = "CPU (run queue)";
+      wf.contention_peer_run_queue = peer;
+      wf.run_queue_only = true;
+      wf.named.worker = w;
+      wf.named.fid = kNone;
+      wf.named.group = g;
+      wf.named.peers = static_cast<uint32_t>(members[g].size());
+      wf.named.median = 0;
+      wf.named.value = static_cast<float>(excess * iteration_ns_);  // excess() == lost time
+      wfs.push_back(std::move(wf));
+    }
+  }
 }
 
 void Localizer::Impl::FillVictims(Finding& f, const std::vector<uint32_t>& culprits,
@@ -1282,7 +1326,19 @@ std::vector<Rendered> Localizer::Impl::MergeAndRender(std::vector<WorkerFinding>
                           FormatNs(f.lost_ns_per_iteration), FormatShare(f.lost_share))
             : fmt::format("+{}, {} of the iteration", FormatNs(a.excess()),
                           FormatShare(f.lost_share));
-    if (a.fid == kNone) {
+    if (top.run_queue_only) {
+      // Run-queue evidence alone (see MarkCpuContention).
+      f.title = fmt::format(
+          "{} waits for a CPU far more than its peers, which slows every iteration (up to {})", who,
+          effect);
+      f.evidence.push_back({"time lost per iteration",
+                            fmt::format("at most {}: the extra share of wall time {} was "
+                                        "runnable but not running, times the median iteration",
+                                        FormatNs(a.excess()), who)});
+      f.evidence.push_back({"traced functions",
+                            "none is longer than its peers': the delay is "
+                            "spread over the whole step"});
+    } else if (a.fid == kNone) {
       // PT-STRAGGLER-UNTRACED.
       const WorkerRecord& wr = workers_[w];
       f.title = fmt::format(
