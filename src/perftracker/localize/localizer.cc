@@ -418,6 +418,8 @@ class Localizer::Impl {
   void ResolveVictims(std::vector<WorkerFinding>& wfs);
   void FindUntraced(const std::vector<std::vector<uint32_t>>& members,
                     std::vector<WorkerFinding>& wfs);
+  float ContendedPeerRunQueue(const std::vector<uint32_t>& group, uint32_t w, double margin,
+                              double ratio, std::vector<float>& values) const;
   void MarkCpuContention(const std::vector<std::vector<uint32_t>>& members,
                          std::vector<WorkerFinding>& wfs);
   void MarkGcStragglers(const std::vector<std::vector<uint32_t>>& members,
@@ -1183,6 +1185,22 @@ void Localizer::Impl::MarkGcStragglers(const std::vector<std::vector<uint32_t>>&
   }
 }
 
+// The median run-queue delay of worker w's peers (its group without it), or a negative value
+// when w's own delay is not at least `margin` above and `ratio` times that median.
+float Localizer::Impl::ContendedPeerRunQueue(const std::vector<uint32_t>& group, uint32_t w,
+                                             double margin, double ratio,
+                                             std::vector<float>& values) const {
+  if (workers_[w].run_queue < margin) return -1;
+  values.clear();
+  for (uint32_t o : group) {
+    if (o != w && workers_[o].run_queue >= 0) values.push_back(workers_[o].run_queue);
+  }
+  if (values.empty()) return -1;
+  const auto peer = static_cast<float>(MedianInPlace(values));
+  if (workers_[w].run_queue < peer + margin || workers_[w].run_queue < ratio * peer) return -1;
+  return peer;
+}
+
 void Localizer::Impl::MarkCpuContention(const std::vector<std::vector<uint32_t>>& members,
                                         std::vector<WorkerFinding>& wfs) {
   std::vector<float> values;
@@ -1191,18 +1209,10 @@ void Localizer::Impl::MarkCpuContention(const std::vector<std::vector<uint32_t>>
     const bool straggler = wf.code == fc::kStragglerCompute || wf.code == fc::kStragglerData ||
                            wf.code == fc::kStragglerComm || wf.code == fc::kStragglerSync ||
                            wf.code == fc::kStragglerUntraced;
-    const uint32_t w = wf.named.worker;
-    if (!straggler || workers_[w].run_queue < kContentionRunQueue) continue;
-    values.clear();
-    for (uint32_t o : members[wf.named.group]) {
-      if (o != w && workers_[o].run_queue >= 0) values.push_back(workers_[o].run_queue);
-    }
-    if (values.empty()) continue;
-    const auto peer = static_cast<float>(MedianInPlace(values));
-    if (workers_[w].run_queue < peer + kContentionRunQueue ||
-        workers_[w].run_queue < kContentionPeerRatio * peer) {
-      continue;
-    }
+    if (!straggler) continue;
+    const float peer = ContendedPeerRunQueue(members[wf.named.group], wf.named.worker,
+                                             kContentionRunQueue, kContentionPeerRatio, values);
+    if (peer < 0) continue;
     wf.code = fc::kCpuContention;
     wf.category = FindingCategory::kCpuContention;
     wf.resource = "CPU (run queue)";
@@ -1219,17 +1229,10 @@ void Localizer::Impl::MarkCpuContention(const std::vector<std::vector<uint32_t>>
   for (uint32_t g = 0; g < members.size(); ++g) {
     if (members[g].size() < kMinPeers) continue;
     for (uint32_t w : members[g]) {
-      if (named[w] || workers_[w].run_queue < kContentionAloneRunQueue) continue;
-      values.clear();
-      for (uint32_t o : members[g]) {
-        if (o != w && workers_[o].run_queue >= 0) values.push_back(workers_[o].run_queue);
-      }
-      if (values.empty()) continue;
-      const auto peer = static_cast<float>(MedianInPlace(values));
-      if (workers_[w].run_queue < peer + kContentionAloneRunQueue ||
-          workers_[w].run_queue < kContentionAlonePeerRatio * peer) {
-        continue;
-      }
+      if (named[w]) continue;
+      const float peer = ContendedPeerRunQueue(members[g], w, kContentionAloneRunQueue,
+                                               kContentionAlonePeerRatio, values);
+      if (peer < 0) continue;
       const double excess = std::min(1.0, static_cast<double>(workers_[w].run_queue - peer));
       WorkerFinding wf;
       wf.code = fc::kCpuContention;
