@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "perftracker/sources/python/realtime_clock.h"
+#include "perftracker/core/realtime_clock.h"
 #include "perftracker/sources/python/tsc_clock.h"
 
 namespace perftracker {

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "perftracker/agent/agent.h"
-#include "perftracker/sources/python/realtime_clock.h"
+#include "perftracker/core/realtime_clock.h"
 #include "perftracker/sources/python/tsc_clock.h"
 
 namespace py = pybind11;

@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 
+#include "perftracker/core/realtime_clock.h"
 #include "perftracker/localize/hang_analyzer.h"
 #include "perftracker/report/report.h"
 #include "perftracker/server/report_writer.h"
@@ -23,12 +24,6 @@ constexpr size_t kIterationHistory = 10000;
 constexpr size_t kFramesInNote = 4;
 constexpr size_t kMaxRanksInIterationNote = 16;
 constexpr size_t kIterationsForNote = 50;
-
-int64_t RealtimeNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::string Ms(double ns) { return fmt::format("{:.1f} ms", ns / 1e6); }
 

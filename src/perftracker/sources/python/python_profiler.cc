@@ -7,7 +7,7 @@
 #include <climits>
 #include <cstring>
 
-#include "perftracker/sources/python/realtime_clock.h"
+#include "perftracker/core/realtime_clock.h"
 #include "perftracker/sources/python/tsc_clock.h"
 
 namespace perftracker {

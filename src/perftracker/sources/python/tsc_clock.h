@@ -16,7 +16,7 @@
 #include <x86intrin.h>
 #endif
 
-#include "perftracker/sources/python/realtime_clock.h"
+#include "perftracker/core/realtime_clock.h"
 
 namespace perftracker {
 

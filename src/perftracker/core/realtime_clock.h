@@ -1,4 +1,4 @@
-// The agent's time base: CLOCK_REALTIME nanoseconds (shared by every process of a host, see
+// perftracker's time base: CLOCK_REALTIME nanoseconds (shared by every process of a host, see
 // docs/agent-protocol.md). clock_gettime is a vDSO call (no syscall).
 #pragma once
 
