@@ -22,6 +22,7 @@
 #include "perftracker/collector/agent_message.h"
 #include "perftracker/collector/agent_rings.h"
 #include "perftracker/collector/line_reader.h"
+#include "perftracker/core/realtime_clock.h"
 
 namespace perftracker {
 namespace {
@@ -43,12 +44,6 @@ enum LogKind : int {
   kLogWrite,
   kNumLogKinds,
 };
-
-int64_t RealtimeNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::string Describe(int32_t rank, int32_t pid, uint64_t connection) {
   if (rank >= 0) return fmt::format("rank {} (pid {})", rank, pid);
@@ -194,32 +189,28 @@ void NodeCollector::Wake() {
   [[maybe_unused]] const ssize_t n = write(wake_fd_, &one, sizeof(one));
 }
 
-void NodeCollector::StartWindow(const WindowSpec& window) {
+void NodeCollector::Enqueue(Command command) {
   {
     std::lock_guard<std::mutex> lock(commands_mu_);
-    commands_.push_back(Command{Command::Kind::kStartWindow, window});
+    commands_.push_back(std::move(command));
   }
   Wake();
+}
+
+void NodeCollector::StartWindow(const WindowSpec& window) {
+  Enqueue(Command{Command::Kind::kStartWindow, window});
 }
 
 void NodeCollector::DumpStacks(uint64_t window) {
   WindowSpec w;
   w.id = window;
-  {
-    std::lock_guard<std::mutex> lock(commands_mu_);
-    commands_.push_back(Command{Command::Kind::kDumpStacks, w});
-  }
-  Wake();
+  Enqueue(Command{Command::Kind::kDumpStacks, w});
 }
 
 void NodeCollector::EndWindowNow(uint64_t window) {
   WindowSpec w;
   w.id = window;
-  {
-    std::lock_guard<std::mutex> lock(commands_mu_);
-    commands_.push_back(Command{Command::Kind::kEndWindowNow, w});
-  }
-  Wake();
+  Enqueue(Command{Command::Kind::kEndWindowNow, w});
 }
 
 CollectorStats NodeCollector::stats() const {

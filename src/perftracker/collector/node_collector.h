@@ -120,6 +120,8 @@ class NodeCollector : public CollectorControl {
   void FlushOutbox(Session& s);
   void Close(const std::shared_ptr<Session>& s);
   void RunCommands();
+  // Queues a command for the I/O thread and wakes it (any thread).
+  void Enqueue(Command command);
   void Wake();
   void Log(const std::string& line);
   void LogOnce(Session& s, int kind, const std::string& line);
