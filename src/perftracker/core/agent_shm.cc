@@ -51,15 +51,10 @@ StatusOr<std::unique_ptr<AgentShm>> AgentShm::Create(const std::string& path, in
     return Status::InvalidArgument(path + ": cannot size to " + std::to_string(size) +
                                    " bytes: " + err);
   }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) return Status::InvalidArgument(path + ": mmap failed: " + Errno());
-
-  std::unique_ptr<AgentShm> shm(new AgentShm());
-  shm->path_ = path;
-  shm->base_ = base;
-  shm->size_ = size;
-  auto* h = new (base) ShmHeader();
+  StatusOr<std::unique_ptr<AgentShm>> mapped = Map(path, fd, size);
+  if (!mapped.ok()) return mapped.status();
+  std::unique_ptr<AgentShm> shm = std::move(mapped).value();
+  auto* h = new (shm->base_) ShmHeader();
   h->magic = kShmMagic;
   h->version = kShmVersion;
   h->event_size = sizeof(Event);
@@ -73,9 +68,7 @@ StatusOr<std::unique_ptr<AgentShm>> AgentShm::Create(const std::string& path, in
   h->functions_published.store(0, std::memory_order_relaxed);
   h->dropped_no_ring.store(0, std::memory_order_relaxed);
   h->dropped_function_table.store(0, std::memory_order_relaxed);
-  shm->header_ = h;
-  shm->functions_ = reinterpret_cast<FunctionSlot*>(static_cast<char*>(base) + sizeof(ShmHeader));
-  shm->rings_ = reinterpret_cast<char*>(shm->functions_ + options.function_capacity);
+  shm->AttachLayout(options.function_capacity);
   for (uint32_t r = 0; r < options.num_rings; ++r) {
     new (shm->ring_header(static_cast<int>(r))) RingHeader();
   }
@@ -91,14 +84,10 @@ StatusOr<std::unique_ptr<AgentShm>> AgentShm::Open(const std::string& path) {
     return Status::DataLoss(path + ": too small to be a perftracker agent file");
   }
   const auto size = static_cast<size_t>(st.st_size);
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) return Status::InvalidArgument(path + ": mmap failed: " + Errno());
-  std::unique_ptr<AgentShm> shm(new AgentShm());
-  shm->path_ = path;
-  shm->base_ = base;
-  shm->size_ = size;
-  auto* h = static_cast<ShmHeader*>(base);
+  StatusOr<std::unique_ptr<AgentShm>> mapped = Map(path, fd, size);
+  if (!mapped.ok()) return mapped.status();
+  std::unique_ptr<AgentShm> shm = std::move(mapped).value();
+  auto* h = static_cast<ShmHeader*>(shm->base_);
   if (h->magic != kShmMagic || h->version != kShmVersion || h->event_size != sizeof(Event) ||
       h->function_slot_size != sizeof(FunctionSlot)) {
     return Status::DataLoss(path +
@@ -113,10 +102,25 @@ StatusOr<std::unique_ptr<AgentShm>> AgentShm::Open(const std::string& path) {
       TotalSize(o) != size) {
     return Status::DataLoss(path + ": agent file size does not match its header");
   }
-  shm->header_ = h;
-  shm->functions_ = reinterpret_cast<FunctionSlot*>(static_cast<char*>(base) + sizeof(ShmHeader));
-  shm->rings_ = reinterpret_cast<char*>(shm->functions_ + o.function_capacity);
+  shm->AttachLayout(o.function_capacity);
   return shm;
+}
+
+StatusOr<std::unique_ptr<AgentShm>> AgentShm::Map(const std::string& path, int fd, size_t size) {
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return Status::InvalidArgument(path + ": mmap failed: " + Errno());
+  std::unique_ptr<AgentShm> shm(new AgentShm());
+  shm->path_ = path;
+  shm->base_ = base;
+  shm->size_ = size;
+  return shm;
+}
+
+void AgentShm::AttachLayout(uint32_t function_capacity) {
+  header_ = static_cast<ShmHeader*>(base_);
+  functions_ = reinterpret_cast<FunctionSlot*>(static_cast<char*>(base_) + sizeof(ShmHeader));
+  rings_ = reinterpret_cast<char*>(functions_ + function_capacity);
 }
 
 RingHeader* AgentShm::ring_header(int ring) {

@@ -117,6 +117,10 @@ class AgentShm {
 
  private:
   AgentShm() = default;
+  // Maps `size` bytes of `fd` (and closes it) into a new AgentShm with no layout yet.
+  static StatusOr<std::unique_ptr<AgentShm>> Map(const std::string& path, int fd, size_t size);
+  // Points header_, functions_ and rings_ into the mapping (fixed offsets, see above).
+  void AttachLayout(uint32_t function_capacity);
   Event* ring_events(int ring);
 
   std::string path_;
