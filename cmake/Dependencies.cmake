@@ -25,3 +25,16 @@ perftracker_require(Protobuf_FOUND "protobuf" "libprotobuf-dev protobuf-compiler
 # Not simdjson, though DESIGN.md named it: the Kineto importer's hand-written streaming field
 # scanner parses each event once in place (no padded copy) at >= 300 MB/s per core with flat
 # memory (docs/performance.md, "Import"), so simdjson would be an unused dependency.
+find_package(gRPC CONFIG QUIET)
+perftracker_require(gRPC_FOUND "gRPC" "libgrpc++-dev protobuf-compiler-grpc")
+find_program(PERFTRACKER_GRPC_CPP_PLUGIN grpc_cpp_plugin)
+perftracker_require(PERFTRACKER_GRPC_CPP_PLUGIN "grpc_cpp_plugin" "protobuf-compiler-grpc")
+find_package(SQLite3 QUIET)
+perftracker_require(SQLite3_FOUND "SQLite" "libsqlite3-dev")
+find_package(prometheus-cpp CONFIG QUIET)
+perftracker_require(prometheus-cpp_FOUND "prometheus-cpp" "prometheus-cpp-dev")
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
+endif()
+perftracker_require(HTTPLIB_FOUND "cpp-httplib" "libcpp-httplib-dev")

@@ -3,11 +3,16 @@
 # sourced by scripts/setup.sh and scripts/test.sh.
 PERFTRACKER_DEPS=(
   # toolchain
-  cmake ninja-build g++
+  cmake ninja-build g++ pkg-config
   # C++ libraries (cmake/Dependencies.cmake checks each one and names its package)
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev libspdlog-dev
   nlohmann-json3-dev libprotobuf-dev protobuf-compiler zlib1g-dev libzstd-dev
   pybind11-dev python3-dev
+  # the server: gRPC control plane, SQLite store, HTTP UI/API (TLS through OpenSSL), metrics
+  libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libcpp-httplib-dev libssl-dev
+  prometheus-cpp-dev
+  # integration tests: a real Prometheus scrapes /metrics; headless Chromium opens the web UI
+  prometheus chromium
   # end-to-end tests: a real multi-process torch job (CPU, gloo) writes the traces
   python3 python3-torch
 )

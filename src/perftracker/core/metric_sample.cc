@@ -18,6 +18,14 @@ std::string_view MetricName(Metric metric) {
     case Metric::kMemoryRssBytes: return "memory_rss_bytes";
     case Metric::kVoluntaryCtxSwitchesPerSec: return "voluntary_ctx_switches_per_s";
     case Metric::kInvoluntaryCtxSwitchesPerSec: return "involuntary_ctx_switches_per_s";
+    case Metric::kGpuUtilization: return "gpu_utilization";
+    case Metric::kGpuMemoryUtilization: return "gpu_memory_utilization";
+    case Metric::kGpuTemperatureC: return "gpu_temperature_c";
+    case Metric::kGpuPowerWatts: return "gpu_power_w";
+    case Metric::kIbTxBytesPerSec: return "ib_tx_bytes_per_s";
+    case Metric::kIbRxBytesPerSec: return "ib_rx_bytes_per_s";
+    case Metric::kNicLinkUp: return "nic_link_up";
+    case Metric::kGpuSmClockMaxMhz: return "gpu_sm_clock_max_mhz";
   }
   return "unknown";
 }

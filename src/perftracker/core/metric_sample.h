@@ -22,8 +22,16 @@ enum class Metric : uint16_t {
   kMemoryRssBytes = 11,
   kVoluntaryCtxSwitchesPerSec = 12,    // all threads of a process (blocking, waiting)
   kInvoluntaryCtxSwitchesPerSec = 13,  // all threads of a process (preempted: contention)
+  kGpuUtilization = 14,        // fraction 0..1 of time a kernel ran (NVML utilization.gpu)
+  kGpuMemoryUtilization = 15,  // fraction 0..1 of time device memory was read or written
+  kGpuTemperatureC = 16,
+  kGpuPowerWatts = 17,
+  kIbTxBytesPerSec = 18,       // InfiniBand / RoCE port (source: port index)
+  kIbRxBytesPerSec = 19,
+  kNicLinkUp = 20,             // 1 link up, 0 down (carrier / IB port state); flaps show as 0s
+  kGpuSmClockMaxMhz = 21,      // the GPU's maximum SM clock (the expectation for kGpuSmClockMhz)
 };
-inline constexpr int kNumMetrics = 14;
+inline constexpr int kNumMetrics = 22;
 
 std::string_view MetricName(Metric metric);
 

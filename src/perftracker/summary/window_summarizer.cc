@@ -151,10 +151,15 @@ bool MovesBytes(EventKind kind) {
 // summary small (a metric costs ~9 bytes per function on the wire).
 bool MetricRelevant(Metric m, EventKind kind, bool device) {
   const bool gpu = m == Metric::kGpuSmActivity || m == Metric::kGpuDramActivity ||
-                   m == Metric::kGpuSmClockMhz || m == Metric::kGpuThrottleReasons;
+                   m == Metric::kGpuSmClockMhz || m == Metric::kGpuThrottleReasons ||
+                   m == Metric::kGpuUtilization || m == Metric::kGpuMemoryUtilization ||
+                   m == Metric::kGpuTemperatureC || m == Metric::kGpuPowerWatts ||
+                   m == Metric::kGpuSmClockMaxMhz;
   const bool link = m == Metric::kPcieTxBytesPerSec || m == Metric::kPcieRxBytesPerSec ||
                     m == Metric::kNvlinkBytesPerSec;
-  const bool nic = m == Metric::kNicTxBytesPerSec || m == Metric::kNicRxBytesPerSec;
+  const bool nic = m == Metric::kNicTxBytesPerSec || m == Metric::kNicRxBytesPerSec ||
+                   m == Metric::kIbTxBytesPerSec || m == Metric::kIbRxBytesPerSec ||
+                   m == Metric::kNicLinkUp;
   const bool host = m == Metric::kCpuUtilization || m == Metric::kRunQueueDelayFraction ||
                     m == Metric::kMemoryRssBytes;
   if (device) {
