@@ -16,6 +16,15 @@
 //   what is already stored.
 // - Reads of something absent return NotFound naming it; list reads return empty vectors.
 // - Job ids are opaque strings chosen by the collectors (`perftracker run` uses its run id).
+// - Child records need their parent: UpsertWorker / AppendIterations / PutWindow need the job
+//   (UpsertJob first), PutSummary / PutDiagnosis / SetBaseline need the window (PutWindow
+//   first); otherwise NotFound naming it. Window ids are 1 .. 2^63-1.
+// - Window states only move forward: open -> diagnosed | abandoned, abandoned -> diagnosed
+//   (late summaries); re-putting the same state updates reason / triggers. Anything else is
+//   InvalidArgument ("out-of-order update"), the stored window unchanged.
+// - Lists are ordered: jobs newest first, workers and summaries by rank, windows by id,
+//   iterations oldest first (end_ns > since_ns, strictly).
+// (These contract notes were added with the SQLite implementation; no signature changed.)
 #pragma once
 
 #include <cstdint>
@@ -55,8 +64,8 @@ enum class WindowState : uint8_t { kOpen = 0, kDiagnosed = 1, kAbandoned = 2 };
 
 struct WindowRecord {
   std::string job_id;
-  uint64_t window_id = 0;          // 1, 2, ... per job
-  std::string reason;              // "slowdown" | "hang" | "manual"
+  uint64_t window_id = 0;  // 1, 2, ... per job
+  std::string reason;      // "slowdown" | "hang" | "manual"
   int64_t start_ns = 0;
   int64_t duration_ns = 0;
   std::vector<std::string> triggers;  // "rank 2: slowdown (mean 1.21x ...)"
@@ -66,8 +75,8 @@ struct WindowRecord {
 struct DiagnosisRecord {
   std::string job_id;
   uint64_t window_id = 0;
-  std::string json;  // the schema of `perftracker diagnose --format json` (docs/report-json.md)
-  std::string text;  // report/RenderText
+  std::string json;      // the schema of `perftracker diagnose --format json` (docs/report-json.md)
+  std::string text;      // report/RenderText
   std::string top_code;  // the first finding's code, "" when none is material
   std::vector<int32_t> missing_ranks;
   int64_t created_ns = 0;
@@ -89,8 +98,7 @@ class Store {
   virtual Status AppendIterations(const std::string& job_id,
                                   const std::vector<IterationPoint>& points) = 0;
   virtual StatusOr<std::vector<IterationPoint>> ListIterations(const std::string& job_id,
-                                                               int64_t since_ns,
-                                                               size_t limit) = 0;
+                                                               int64_t since_ns, size_t limit) = 0;
 
   // Windows, their summaries and diagnoses.
   virtual Status PutWindow(const WindowRecord& window) = 0;  // insert or update state
@@ -101,8 +109,7 @@ class Store {
   virtual StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string& job_id,
                                                              uint64_t window_id) = 0;
   virtual Status PutDiagnosis(const DiagnosisRecord& diagnosis) = 0;
-  virtual StatusOr<DiagnosisRecord> GetDiagnosis(const std::string& job_id,
-                                                 uint64_t window_id) = 0;
+  virtual StatusOr<DiagnosisRecord> GetDiagnosis(const std::string& job_id, uint64_t window_id) = 0;
 
   // The job's healthy baseline: a window whose diagnosis had no material finding.
   virtual Status SetBaseline(const std::string& job_id, uint64_t window_id) = 0;
