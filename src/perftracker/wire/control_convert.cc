@@ -1,0 +1,254 @@
+#include "perftracker/wire/control_convert.h"
+
+#include <string>
+#include <utility>
+
+namespace perftracker::wire_internal {
+namespace {
+
+namespace pb = perftracker::v1;
+
+// Overload set for std::visit.
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+void RankToProto(const ControlRank& r, pb::RankInfo* out) {
+  out->set_rank(r.rank);
+  out->set_world_size(r.world_size);
+  out->set_local_rank(r.local_rank);
+  out->set_pid(r.pid);
+  out->set_host(r.host);
+}
+
+StatusOr<ControlRank> RankFromProto(const pb::RankInfo& r, const char* what) {
+  if (r.rank() < 0) {
+    return Status::InvalidArgument(std::string(what) + ": rank " + std::to_string(r.rank()) +
+                                   " is negative");
+  }
+  if (r.world_size() < 0 || r.host().size() > kMaxControlIdBytes) {
+    return Status::InvalidArgument(std::string(what) + ": rank " + std::to_string(r.rank()) +
+                                   " has a negative world size or a host name over " +
+                                   std::to_string(kMaxControlIdBytes) + " bytes");
+  }
+  ControlRank out;
+  out.rank = r.rank();
+  out.world_size = r.world_size();
+  out.local_rank = r.local_rank();
+  out.pid = r.pid();
+  out.host = r.host();
+  return out;
+}
+
+Status CheckText(const std::string& text, size_t limit, const char* what) {
+  if (text.size() > limit) {
+    return Status::InvalidArgument(std::string(what) + " is " + std::to_string(text.size()) +
+                                   " bytes, over the limit of " + std::to_string(limit));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
+  std::visit(Overloaded{
+                 [&](const ControlRegistration& m) {
+                   pb::Registration* r = out->mutable_registration();
+                   r->set_protocol_version(m.protocol_version);
+                   r->set_job_id(m.job_id);
+                   r->set_host(m.host);
+                   r->set_title(m.title);
+                   for (const ControlRank& rank : m.ranks) RankToProto(rank, r->add_ranks());
+                   r->mutable_hardware()->set_description(m.hardware.description);
+                   r->mutable_hardware()->set_cpus(m.hardware.cpus);
+                   r->mutable_hardware()->set_memory_bytes(m.hardware.memory_bytes);
+                 },
+                 [&](const ControlHeartbeat& m) {
+                   out->mutable_heartbeat()->set_sent_ns(m.sent_ns);
+                   out->mutable_heartbeat()->set_dropped_messages(m.dropped_messages);
+                 },
+                 [&](const ControlRank& m) { RankToProto(m, out->mutable_worker_joined()); },
+                 [&](const ControlWorkerLeft& m) {
+                   out->mutable_worker_left()->set_rank(m.rank);
+                   out->mutable_worker_left()->set_clean(m.clean);
+                 },
+                 [&](const ControlIterations& m) {
+                   pb::Iterations* it = out->mutable_iterations();
+                   for (const ControlIteration& p : m.points) {
+                     it->add_ranks(p.rank);
+                     it->add_end_ns(p.end_ns);
+                     it->add_duration_ns(p.duration_ns);
+                   }
+                 },
+                 [&](const ControlTrigger& m) {
+                   out->mutable_trigger()->set_rank(m.rank);
+                   out->mutable_trigger()->set_reason(m.reason);
+                   out->mutable_trigger()->set_detail(m.detail);
+                 },
+                 [&](const ControlStacks& m) {
+                   pb::Stacks* s = out->mutable_stacks();
+                   s->set_window(m.window);
+                   s->set_rank(m.rank);
+                   s->set_available(m.available);
+                   s->set_text(m.text);
+                 },
+                 [&](const ControlSummary& m) {
+                   pb::Summary* s = out->mutable_summary();
+                   s->set_window(m.window);
+                   s->set_rank(m.rank);
+                   s->set_worker_summary(m.worker_summary);
+                 },
+             },
+             message);
+}
+
+StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
+  switch (message.body_case()) {
+    case pb::CollectorMessage::kRegistration: {
+      const pb::Registration& r = message.registration();
+      ControlRegistration out;
+      out.protocol_version = r.protocol_version();
+      if (out.protocol_version != kControlProtocolVersion) {
+        return Status::InvalidArgument("registration: protocol version " +
+                                       std::to_string(out.protocol_version) +
+                                       " is not supported (this server speaks " +
+                                       std::to_string(kControlProtocolVersion) + ")");
+      }
+      if (r.job_id().empty()) return Status::InvalidArgument("registration: the job id is empty");
+      PERFTRACKER_RETURN_IF_ERROR(
+          CheckText(r.job_id(), kMaxControlIdBytes, "registration: job id"));
+      PERFTRACKER_RETURN_IF_ERROR(CheckText(r.host(), kMaxControlIdBytes, "registration: host"));
+      PERFTRACKER_RETURN_IF_ERROR(
+          CheckText(r.title(), kMaxControlTextBytes, "registration: title"));
+      PERFTRACKER_RETURN_IF_ERROR(CheckText(r.hardware().description(), kMaxControlTextBytes,
+                                            "registration: hardware description"));
+      if (static_cast<size_t>(r.ranks_size()) > kMaxRanksPerCollector) {
+        return Status::InvalidArgument("registration: " + std::to_string(r.ranks_size()) +
+                                       " ranks, over the limit of " +
+                                       std::to_string(kMaxRanksPerCollector));
+      }
+      out.job_id = r.job_id();
+      out.host = r.host();
+      out.title = r.title();
+      for (const pb::RankInfo& rank : r.ranks()) {
+        StatusOr<ControlRank> c = RankFromProto(rank, "registration");
+        if (!c.ok()) return c.status();
+        out.ranks.push_back(std::move(c).value());
+      }
+      out.hardware.description = r.hardware().description();
+      out.hardware.cpus = r.hardware().cpus();
+      out.hardware.memory_bytes = r.hardware().memory_bytes();
+      return CollectorMessage(std::move(out));
+    }
+    case pb::CollectorMessage::kHeartbeat:
+      return CollectorMessage(
+          ControlHeartbeat{message.heartbeat().sent_ns(), message.heartbeat().dropped_messages()});
+    case pb::CollectorMessage::kWorkerJoined: {
+      StatusOr<ControlRank> c = RankFromProto(message.worker_joined(), "worker_joined");
+      if (!c.ok()) return c.status();
+      return CollectorMessage(std::move(c).value());
+    }
+    case pb::CollectorMessage::kWorkerLeft:
+      if (message.worker_left().rank() < 0) {
+        return Status::InvalidArgument("worker_left: rank is negative");
+      }
+      return CollectorMessage(
+          ControlWorkerLeft{message.worker_left().rank(), message.worker_left().clean()});
+    case pb::CollectorMessage::kIterations: {
+      const pb::Iterations& it = message.iterations();
+      const int n = it.ranks_size();
+      if (it.end_ns_size() != n || it.duration_ns_size() != n) {
+        return Status::InvalidArgument(
+            "iterations: ranks, end_ns and duration_ns differ in length (" + std::to_string(n) +
+            ", " + std::to_string(it.end_ns_size()) + ", " + std::to_string(it.duration_ns_size()) +
+            ")");
+      }
+      if (static_cast<size_t>(n) > kMaxIterationsPerBatch) {
+        return Status::InvalidArgument("iterations: " + std::to_string(n) +
+                                       " points in one batch, over the limit of " +
+                                       std::to_string(kMaxIterationsPerBatch));
+      }
+      ControlIterations out;
+      out.points.reserve(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        if (it.ranks(i) < 0 || it.duration_ns(i) < 0) {
+          return Status::InvalidArgument("iterations: point " + std::to_string(i) +
+                                         " has a negative rank or duration");
+        }
+        out.points.push_back({it.ranks(i), it.end_ns(i), it.duration_ns(i)});
+      }
+      return CollectorMessage(std::move(out));
+    }
+    case pb::CollectorMessage::kTrigger: {
+      const pb::Trigger& t = message.trigger();
+      if (t.rank() < 0) return Status::InvalidArgument("trigger: rank is negative");
+      PERFTRACKER_RETURN_IF_ERROR(CheckText(t.detail(), kMaxControlTextBytes, "trigger: detail"));
+      PERFTRACKER_RETURN_IF_ERROR(CheckText(t.reason(), kMaxControlIdBytes, "trigger: reason"));
+      return CollectorMessage(ControlTrigger{t.rank(), t.reason(), t.detail()});
+    }
+    case pb::CollectorMessage::kStacks: {
+      const pb::Stacks& s = message.stacks();
+      if (s.rank() < 0) return Status::InvalidArgument("stacks: rank is negative");
+      PERFTRACKER_RETURN_IF_ERROR(CheckText(s.text(), kMaxControlTextBytes, "stacks: text"));
+      return CollectorMessage(ControlStacks{s.window(), s.rank(), s.available(), s.text()});
+    }
+    case pb::CollectorMessage::kSummary: {
+      const pb::Summary& s = message.summary();
+      if (s.rank() < 0) return Status::InvalidArgument("summary: rank is negative");
+      if (s.window() == 0) return Status::InvalidArgument("summary: window id 0 does not exist");
+      return CollectorMessage(ControlSummary{s.window(), s.rank(), s.worker_summary()});
+    }
+    case pb::CollectorMessage::BODY_NOT_SET:
+      break;
+  }
+  return Status::InvalidArgument("collector message of an unknown kind (a newer collector?)");
+}
+
+void ToProto(const ServerMessage& message, pb::ServerMessage* out) {
+  std::visit(Overloaded{
+                 [&](const ControlRegistered& m) {
+                   out->mutable_registered()->set_collector_id(m.collector_id);
+                   out->mutable_registered()->set_server_time_ns(m.server_time_ns);
+                 },
+                 [&](const ControlWindow& m) {
+                   pb::Window* w = out->mutable_start_window();
+                   w->set_id(m.id);
+                   w->set_start_ns(m.start_ns);
+                   w->set_duration_ns(m.duration_ns);
+                   w->set_reason(m.reason);
+                 },
+                 [&](const ControlDumpStacks& m) { out->set_dump_stacks(m.window); },
+                 [&](const ControlEndWindow& m) { out->set_end_window_now(m.window); },
+                 [&](const ControlRejected& m) { out->mutable_rejected()->set_error(m.error); },
+             },
+             message);
+}
+
+StatusOr<ServerMessage> FromProto(const pb::ServerMessage& message) {
+  switch (message.body_case()) {
+    case pb::ServerMessage::kRegistered:
+      return ServerMessage(ControlRegistered{message.registered().collector_id(),
+                                             message.registered().server_time_ns()});
+    case pb::ServerMessage::kStartWindow: {
+      const pb::Window& w = message.start_window();
+      if (w.id() == 0 || w.duration_ns() <= 0) {
+        return Status::InvalidArgument("start_window: window id 0 or a duration <= 0");
+      }
+      return ServerMessage(ControlWindow{w.id(), w.start_ns(), w.duration_ns(), w.reason()});
+    }
+    case pb::ServerMessage::kDumpStacks:
+      return ServerMessage(ControlDumpStacks{message.dump_stacks()});
+    case pb::ServerMessage::kEndWindowNow:
+      return ServerMessage(ControlEndWindow{message.end_window_now()});
+    case pb::ServerMessage::kRejected:
+      return ServerMessage(ControlRejected{message.rejected().error()});
+    case pb::ServerMessage::BODY_NOT_SET:
+      break;
+  }
+  return Status::InvalidArgument("server message of an unknown kind (a newer server?)");
+}
+
+}  // namespace perftracker::wire_internal

@@ -1,0 +1,21 @@
+// Private to wire/: conversion between control.proto's generated types and the plain structs
+// of control_messages.h. Only wire/*.cc include this header (it pulls in generated code).
+//
+// Decoding validates what the server relies on: known message kind, registration fields
+// present and within kMaxControl* limits, ranks >= 0, iteration arrays of equal length. A
+// message that breaks a rule is an InvalidArgument Status with one line naming the field.
+#pragma once
+
+#include "control.pb.h"
+#include "perftracker/core/status.h"
+#include "perftracker/wire/control_messages.h"
+
+namespace perftracker::wire_internal {
+
+void ToProto(const CollectorMessage& message, perftracker::v1::CollectorMessage* out);
+StatusOr<CollectorMessage> FromProto(const perftracker::v1::CollectorMessage& message);
+
+void ToProto(const ServerMessage& message, perftracker::v1::ServerMessage* out);
+StatusOr<ServerMessage> FromProto(const perftracker::v1::ServerMessage& message);
+
+}  // namespace perftracker::wire_internal

@@ -1,0 +1,119 @@
+// The control plane's messages (control.proto, perftracker.v1) as plain structs: what the
+// collector's gRPC link and the server's control service exchange. The generated types
+// never leave wire/; conversion and validation happen in wire/control_*.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace perftracker {
+
+inline constexpr uint32_t kControlProtocolVersion = 1;
+
+// Limits a server enforces on what a collector sends (a message breaking one is rejected
+// with a line saying which limit; the stream goes on).
+inline constexpr size_t kMaxControlIdBytes = 256;         // job id, host
+inline constexpr size_t kMaxControlTextBytes = 4u << 20;  // stacks, details, titles
+inline constexpr size_t kMaxRanksPerCollector = 65536;
+inline constexpr size_t kMaxIterationsPerBatch = 65536;
+
+struct ControlRank {
+  int32_t rank = -1;
+  int32_t world_size = 0;
+  int32_t local_rank = -1;
+  int32_t pid = 0;
+  std::string host;
+};
+
+struct ControlHardware {
+  std::string description;
+  uint32_t cpus = 0;
+  uint64_t memory_bytes = 0;
+};
+
+// The first message of every stream.
+struct ControlRegistration {
+  uint32_t protocol_version = kControlProtocolVersion;
+  std::string job_id;
+  std::string host;
+  std::string title;
+  std::vector<ControlRank> ranks;
+  ControlHardware hardware;
+};
+
+struct ControlHeartbeat {
+  int64_t sent_ns = 0;
+  uint64_t dropped_messages = 0;
+};
+
+struct ControlWorkerLeft {
+  int32_t rank = -1;
+  bool clean = false;
+};
+
+struct ControlIteration {
+  int32_t rank = -1;
+  int64_t end_ns = 0;
+  int64_t duration_ns = 0;
+};
+
+struct ControlIterations {
+  std::vector<ControlIteration> points;
+};
+
+struct ControlTrigger {
+  int32_t rank = -1;
+  std::string reason;  // "slowdown" | "hang" | "manual"
+  std::string detail;
+};
+
+struct ControlStacks {
+  uint64_t window = 0;
+  int32_t rank = -1;
+  bool available = false;
+  std::string text;
+};
+
+struct ControlSummary {
+  uint64_t window = 0;
+  int32_t rank = -1;
+  std::string worker_summary;  // EncodeWorkerSummary bytes
+};
+
+// collector -> server
+using CollectorMessage =
+    std::variant<ControlRegistration, ControlHeartbeat, ControlRank /* worker joined */,
+                 ControlWorkerLeft, ControlIterations, ControlTrigger, ControlStacks,
+                 ControlSummary>;
+
+struct ControlRegistered {
+  std::string collector_id;
+  int64_t server_time_ns = 0;
+};
+
+struct ControlWindow {
+  uint64_t id = 0;
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
+  std::string reason;
+};
+
+struct ControlDumpStacks {
+  uint64_t window = 0;
+};
+
+struct ControlEndWindow {
+  uint64_t window = 0;
+};
+
+struct ControlRejected {
+  std::string error;
+};
+
+// server -> collector
+using ServerMessage = std::variant<ControlRegistered, ControlWindow, ControlDumpStacks,
+                                   ControlEndWindow, ControlRejected>;
+
+}  // namespace perftracker
