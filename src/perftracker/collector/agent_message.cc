@@ -154,4 +154,8 @@ std::string DumpStacksMessage(uint64_t window) {
   return fmt::format("{{\"type\":\"dump_stacks\",\"window\":{}}}\n", window);
 }
 
+std::string EndWindowMessage(uint64_t window) {
+  return fmt::format("{{\"type\":\"end_window\",\"window\":{}}}\n", window);
+}
+
 }  // namespace perftracker

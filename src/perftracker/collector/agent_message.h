@@ -62,5 +62,6 @@ ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message,
 // collector -> agent messages, each one line ending in '\n'.
 std::string WindowMessage(const WindowSpec& window);
 std::string DumpStacksMessage(uint64_t window);
+std::string EndWindowMessage(uint64_t window);
 
 }  // namespace perftracker

@@ -103,6 +103,9 @@ TEST(AgentMessageTest, CollectorMessagesAreOneJsonLine) {
   const auto d = nlohmann::json::parse(DumpStacksMessage(9));
   EXPECT_EQ(d["type"], "dump_stacks");
   EXPECT_EQ(d["window"], 9);
+  const auto e = nlohmann::json::parse(EndWindowMessage(4));
+  EXPECT_EQ(e["type"], "end_window");
+  EXPECT_EQ(e["window"], 4);
 }
 
 }  // namespace

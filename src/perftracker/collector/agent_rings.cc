@@ -16,6 +16,22 @@ constexpr int64_t kStartSlackNs = 100'000'000;
 // start (an iteration's worth of calls of a call-heavy model). 48 bytes per buffered event.
 constexpr size_t kReorderWindow = 1u << 16;
 
+// The kind the summarizer sees for an agent's function. A Python call of a DataLoader
+// iterator's __next__ (torch's _BaseDataLoaderIter.__next__, "_BaseDataLoaderIter.__next__
+// (dataloader.py:628)") is data loading, with everything it calls: the Dataset's
+// __getitem__, the sampler, collate. This is the rule the trace importer applies to
+// torch.profiler's "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" range.
+EventKind SummaryKind(EventKind kind, std::string_view name) {
+  if (kind != EventKind::kPythonCall) return kind;
+  const std::string_view qualname = name.substr(0, name.find(' '));
+  constexpr std::string_view kIterNext = "DataLoaderIter.__next__";
+  if (qualname.size() >= kIterNext.size() &&
+      qualname.substr(qualname.size() - kIterNext.size()) == kIterNext) {
+    return EventKind::kDataLoad;
+  }
+  return kind;
+}
+
 }  // namespace
 
 AgentRings::AgentRings(std::unique_ptr<AgentShm> shm, WorkerInfo worker)
@@ -38,8 +54,8 @@ void AgentRings::SyncFunctions() {
     if (valid) {
       const uint32_t parent =
           slot.parent == FunctionTable::kNoParent ? FunctionTable::kNoParent : local_ids_[slot.parent];
-      local = functions_.Intern(static_cast<EventKind>(slot.kind),
-                                std::string_view(slot.name, slot.name_len), parent);
+      const std::string_view name(slot.name, slot.name_len);
+      local = functions_.Intern(SummaryKind(static_cast<EventKind>(slot.kind), name), name, parent);
     } else {
       ++stats_.invalid_functions;
       local = functions_.Intern(EventKind::kPythonCall, fmt::format("<invalid function {}>", id));
@@ -85,6 +101,7 @@ void AgentRings::Route(int ring, const Event& event) {
   }
   Event ev = event;
   ev.function_id = local_ids_[event.function_id];
+  if (ev.kind == EventKind::kPythonCall) ev.kind = functions_.Get(ev.function_id).kind;
   if (tracks_announced_.insert(ev.track_id).second) {
     TrackInfo track;
     track.track_id = ev.track_id;

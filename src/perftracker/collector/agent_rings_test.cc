@@ -157,6 +157,36 @@ TEST_F(AgentRingsTest, IterationMessagesFillIterationsWhenTheRingsCarryNone) {
   EXPECT_EQ(s.iterations[1].duration_ns, 100 * kMs);
 }
 
+TEST_F(AgentRingsTest, CallsUnderADataLoaderIteratorNextAreDataLoading) {
+  // torch's iterator __next__ and what it calls (the Dataset's __getitem__) are the
+  // iteration's data loading: the summary counts them as such, not as compute.
+  ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "train (job.py:5)", UINT32_MAX));
+  ASSERT_TRUE(agent_->PublishFunction(
+      1, EventKind::kPythonCall, "_BaseDataLoaderIter.__next__ (dataloader.py:628)", 0));
+  ASSERT_TRUE(agent_->PublishFunction(2, EventKind::kPythonCall,
+                                      "RandomDataset.__getitem__ (job.py:60)", 1));
+  ASSERT_TRUE(agent_->PublishFunction(3, EventKind::kPythonCall, "Model.forward (job.py:90)", 0));
+  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  rings_->BeginWindow(w);
+  Push(2, 11, 19);
+  Push(1, 10, 20);
+  Push(3, 20, 60);
+  Push(0, 0, 100);
+  const WorkerSummary s = rings_->FinishWindow();
+  const FunctionSummary* next =
+      Find(s, "python:train (job.py:5) > data_load:_BaseDataLoaderIter.__next__ (dataloader.py:628)");
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(next->kind, EventKind::kDataLoad);
+  const FunctionSummary* item =
+      Find(s, "python:train (job.py:5) > data_load:_BaseDataLoaderIter.__next__ (dataloader.py:628)"
+              " > python:RandomDataset.__getitem__ (job.py:60)");
+  ASSERT_NE(item, nullptr);
+  EXPECT_EQ(item->kind, EventKind::kPythonCall);
+  const FunctionSummary* fwd = Find(s, "python:train (job.py:5) > python:Model.forward (job.py:90)");
+  ASSERT_NE(fwd, nullptr);
+  EXPECT_EQ(fwd->kind, EventKind::kPythonCall);
+}
+
 TEST_F(AgentRingsTest, AnEmptyWindowStillSpansTheWindow) {
   WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 500 * kMs, .reason = WindowReason::kHang};
   rings_->BeginWindow(w);

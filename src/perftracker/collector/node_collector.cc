@@ -576,11 +576,17 @@ void NodeCollector::RunCommands() {
                                             now - current_window_->start_ns));
         }
         for (const auto& s : sessions) {
-          std::lock_guard<std::mutex> lock(s->mu);
-          if (s->rings && s->rings->window() && s->rings->window()->id == c.window.id) {
-            s->rings->TruncateWindow(now);
-            s->finish_now = true;
+          bool send = false;
+          {
+            std::lock_guard<std::mutex> lock(s->mu);
+            if (s->rings && s->rings->window() && s->rings->window()->id == c.window.id) {
+              s->rings->TruncateWindow(now);
+              s->finish_now = true;
+              send = !s->gone;
+            }
           }
+          // The agent turns its hooks off now instead of at the window's planned end.
+          if (send) Send(*s, EndWindowMessage(c.window.id));
         }
         break;
       }

@@ -62,6 +62,8 @@ class StreamImpl final : public ControlStream {
     return true;
   }
 
+  bool WritesDone() override { return stream_->WritesDone(); }
+
   void Cancel() override { context_.TryCancel(); }
 
   Status Finish() override {

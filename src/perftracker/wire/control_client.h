@@ -31,6 +31,9 @@ class ControlStream {
   // Blocking; false when the stream ended. A message the client cannot decode is returned
   // as ControlRejected with the reason.
   virtual bool Read(ServerMessage* message) = 0;
+  // Half-closes: no more writes; the server ends the stream once it read everything, so
+  // Read then returns false (an orderly goodbye that keeps what was written).
+  virtual bool WritesDone() = 0;
   // Unblocks Read and Write (any thread).
   virtual void Cancel() = 0;
   // After Read returned false: the stream's final status (Ok, or one line).

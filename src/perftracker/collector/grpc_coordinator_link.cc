@@ -1,0 +1,354 @@
+#include "perftracker/collector/grpc_coordinator_link.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <utility>
+
+#include "perftracker/core/realtime_clock.h"
+#include "perftracker/wire/summary_codec.h"
+
+namespace perftracker {
+namespace {
+
+constexpr size_t kMaxRejectedLogged = 10;
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+ControlRank ToControl(const WorkerInfo& w) {
+  return ControlRank{w.rank, w.world_size, w.local_rank, w.pid, w.host};
+}
+
+}  // namespace
+
+ControlHardware LocalHardware() {
+  ControlHardware hw;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  hw.cpus = cpus > 0 ? static_cast<uint32_t>(cpus) : 0;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0)
+    hw.memory_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("model name")) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) hw.description = line.substr(colon + 2);
+      break;
+    }
+  }
+  return hw;
+}
+
+GrpcCoordinatorLink::GrpcCoordinatorLink(GrpcLinkOptions options) : options_(std::move(options)) {
+  if (options_.host.empty()) options_.host = HostName();
+  if (options_.hardware.cpus == 0) options_.hardware = LocalHardware();
+}
+
+GrpcCoordinatorLink::~GrpcCoordinatorLink() { Stop(0); }
+
+void GrpcCoordinatorLink::Log(const std::string& line) {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "perftracker: %s\n", line.c_str());
+  }
+}
+
+Status GrpcCoordinatorLink::Start() {
+  StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Create(options_.client);
+  if (!client.ok()) return client.status();
+  client_ = std::move(client).value();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) return Status::Internal("link already started");
+  started_ = true;
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+Status GrpcCoordinatorLink::WaitFirstAttempt(int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                    [&] { return first_attempt_done_; })) {
+    return Status::InvalidArgument("no answer from the server at " + options_.client.address +
+                                   " within " + std::to_string(timeout_ms) + " ms");
+  }
+  return first_attempt_;
+}
+
+void GrpcCoordinatorLink::Stop(int flush_timeout_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stop_) return;
+    stop_ = true;
+    flush_deadline_ns_ = SteadyNs() + int64_t{flush_timeout_ms} * 1'000'000;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+GrpcLinkStats GrpcCoordinatorLink::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+// ---------------------------------------------------------------------------------------
+// CoordinatorLink: queue and return.
+
+void GrpcCoordinatorLink::Push(CollectorMessage message, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() >= options_.max_queued_messages ||
+        queued_bytes_ + bytes > options_.max_queued_bytes) {
+      ++stats_.dropped_messages;
+      return;
+    }
+    queue_.emplace_back(std::move(message), bytes);
+    queued_bytes_ += bytes;
+  }
+  cv_.notify_all();
+}
+
+void GrpcCoordinatorLink::OnWorkerJoined(const WorkerInfo& worker) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranks_[worker.rank] = ToControl(worker);
+  }
+  Push(ToControl(worker), sizeof(ControlRank));
+}
+
+void GrpcCoordinatorLink::OnWorkerLeft(int32_t rank, bool clean) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranks_.erase(rank);
+  }
+  Push(ControlWorkerLeft{rank, clean}, sizeof(ControlWorkerLeft));
+}
+
+void GrpcCoordinatorLink::OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) {
+  bool full = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (iterations_.size() >= kMaxIterationsPerBatch) {
+      ++stats_.dropped_messages;
+      return;
+    }
+    iterations_.push_back({rank, end_ns, duration_ns});
+    full = iterations_.size() >= options_.iteration_batch;
+  }
+  if (full) cv_.notify_all();
+}
+
+void GrpcCoordinatorLink::OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) {
+  Push(ControlTrigger{rank, std::string(WindowReasonName(reason)), detail}, detail.size() + 64);
+}
+
+void GrpcCoordinatorLink::OnStacks(uint64_t window, int32_t rank, bool available,
+                                   const std::string& text) {
+  Push(ControlStacks{window, rank, available, text}, text.size() + 64);
+}
+
+void GrpcCoordinatorLink::OnSummary(uint64_t window, WorkerSummary summary) {
+  // Encoding costs about as much as copying: done here, on the drain thread that
+  // summarized, so the link thread only writes bytes.
+  std::string bytes = EncodeWorkerSummary(summary);
+  const size_t size = bytes.size();
+  Push(ControlSummary{window, summary.rank, std::move(bytes)}, size + 64);
+}
+
+// ---------------------------------------------------------------------------------------
+// The link thread.
+
+ControlRegistration GrpcCoordinatorLink::RegistrationNow() {
+  ControlRegistration r;
+  r.job_id = options_.job_id;
+  r.host = options_.host;
+  r.title = options_.title;
+  r.hardware = options_.hardware;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [rank, info] : ranks_) r.ranks.push_back(info);
+  return r;
+}
+
+void GrpcCoordinatorLink::Loop() {
+  int backoff_ms = options_.backoff_initial_ms;
+  bool failing = false;
+  std::string last_error;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) break;
+    }
+    StatusOr<std::unique_ptr<ControlStream>> stream =
+        client_->Connect(RegistrationNow(), options_.connect_timeout_ms);
+    if (!stream.ok()) {
+      if (!failing || stream.status().message() != last_error) {
+        // The first attempt's error is printed by the caller (WaitFirstAttempt).
+        bool first = false;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          first = !first_attempt_done_;
+        }
+        if (!first) Log(stream.status().message() + "; retrying in the background");
+        last_error = stream.status().message();
+      }
+      failing = true;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (!first_attempt_done_) {
+          first_attempt_done_ = true;
+          first_attempt_ = stream.status();
+        }
+        cv_.notify_all();
+        cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms), [&] { return stop_; });
+        if (stop_) break;
+      }
+      backoff_ms = std::min(backoff_ms * 2, options_.backoff_max_ms);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.connections;
+      stats_.connected = true;
+      stream_broken_ = false;
+      if (!first_attempt_done_) {
+        first_attempt_done_ = true;
+        first_attempt_ = Status::Ok();
+      }
+      if (failing || stats_.connections > 1) {
+        Log("connected to the server at " + options_.client.address + " (registered again, " +
+            std::to_string(ranks_.size()) + " ranks)");
+      }
+    }
+    cv_.notify_all();
+    failing = false;
+    last_error.clear();
+    backoff_ms = options_.backoff_initial_ms;
+
+    ControlStream* s = stream->get();
+    std::thread reader([this, s] { ReadLoop(s); });
+    const bool stopping = Serve(s);
+    if (stopping) {
+      // Goodbye: the server ends the stream once it read everything we wrote.
+      s->WritesDone();
+      std::unique_lock<std::mutex> lock(mu_);
+      const int64_t left_ns = std::max<int64_t>(flush_deadline_ns_ - SteadyNs(), 200'000'000);
+      cv_.wait_for(lock, std::chrono::nanoseconds(left_ns), [&] { return stream_broken_; });
+    }
+    s->Cancel();
+    reader.join();
+    const Status end = s->Finish();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.connected = false;
+    }
+    if (stopping) break;
+    Log("lost the server at " + options_.client.address + (end.ok() ? "" : ": " + end.message()) +
+        "; reconnecting");
+    failing = true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!first_attempt_done_) {
+    first_attempt_done_ = true;
+    first_attempt_ = Status::InvalidArgument("stopped before the server at " +
+                                             options_.client.address + " was reached");
+  }
+  cv_.notify_all();
+}
+
+bool GrpcCoordinatorLink::Serve(ControlStream* stream) {
+  int64_t next_heartbeat = SteadyNs() + int64_t{options_.heartbeat_interval_ms} * 1'000'000;
+  int64_t next_iterations = SteadyNs() + int64_t{options_.iteration_flush_ms} * 1'000'000;
+  for (;;) {
+    std::vector<CollectorMessage> batch;
+    bool stopping = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const int64_t wake =
+          std::min(next_heartbeat, iterations_.empty() ? next_heartbeat : next_iterations);
+      cv_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(0, wake - SteadyNs())), [&] {
+        return stop_ || stream_broken_ || !queue_.empty() ||
+               iterations_.size() >= options_.iteration_batch;
+      });
+      if (stream_broken_) return false;
+      stopping = stop_;
+      const int64_t now = SteadyNs();
+      if (!iterations_.empty() &&
+          (stopping || now >= next_iterations || iterations_.size() >= options_.iteration_batch)) {
+        batch.push_back(ControlIterations{std::move(iterations_)});
+        iterations_.clear();
+        next_iterations = now + int64_t{options_.iteration_flush_ms} * 1'000'000;
+      }
+      while (!queue_.empty()) {
+        batch.push_back(std::move(queue_.front().first));
+        queued_bytes_ -= queue_.front().second;
+        queue_.pop_front();
+      }
+      if (now >= next_heartbeat) {
+        batch.push_back(ControlHeartbeat{RealtimeNs(), stats_.dropped_messages});
+        next_heartbeat = now + int64_t{options_.heartbeat_interval_ms} * 1'000'000;
+      }
+      if (stopping && batch.empty()) return true;
+      if (stopping && SteadyNs() > flush_deadline_ns_) return true;
+    }
+    for (auto& m : batch) {
+      if (!stream->Write(m)) {
+        // Broken: what was not written is lost with the server that was to receive it.
+        return false;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.messages_sent;
+    }
+  }
+}
+
+void GrpcCoordinatorLink::ReadLoop(ControlStream* stream) {
+  ServerMessage m;
+  while (stream->Read(&m)) Dispatch(m);
+  std::lock_guard<std::mutex> lock(mu_);
+  stream_broken_ = true;
+  cv_.notify_all();
+}
+
+void GrpcCoordinatorLink::Dispatch(const ServerMessage& message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.commands_received;
+  }
+  if (const auto* w = std::get_if<ControlWindow>(&message)) {
+    WindowSpec spec;
+    spec.id = w->id;
+    spec.start_ns = w->start_ns;
+    spec.duration_ns = w->duration_ns;
+    if (!ParseWindowReason(w->reason, &spec.reason)) spec.reason = WindowReason::kManual;
+    if (control_ != nullptr) control_->StartWindow(spec);
+  } else if (const auto* d = std::get_if<ControlDumpStacks>(&message)) {
+    if (control_ != nullptr) control_->DumpStacks(d->window);
+  } else if (const auto* e = std::get_if<ControlEndWindow>(&message)) {
+    if (control_ != nullptr) control_->EndWindowNow(e->window);
+  } else if (const auto* r = std::get_if<ControlRejected>(&message)) {
+    bool log = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.rejected_by_server;
+      log = rejected_logged_++ < kMaxRejectedLogged;
+    }
+    if (log) Log("the server rejected a message: " + r->error);
+  }
+}
+
+}  // namespace perftracker

@@ -1,0 +1,126 @@
+// GrpcCoordinatorLink: the CoordinatorLink of a collector whose server is another process
+// (`perftracker run --server`, `perftracker collector`): it forwards what the NodeCollector
+// reports over the control plane (wire/control_client.h) and hands the server's commands to
+// the NodeCollector (CollectorControl).
+//
+// Never blocking the collector. The CoordinatorLink calls only append to a bounded queue
+// (messages and bytes) under a short mutex and return; iterations are batched (one message
+// per iteration_flush_ms or iteration_batch points). A full queue drops the message and
+// counts it (stats().dropped_messages, also reported in heartbeats). One link thread
+// connects, registers and writes the queue; a reader thread (one per stream) receives the
+// server's commands and calls the NodeCollector, whose CollectorControl methods only queue.
+//
+// Reconnecting. When the stream breaks (server killed, restarted, network gone) the link
+// thread reconnects with exponential backoff (backoff_initial_ms doubling to
+// backoff_max_ms) and registers again with the ranks that are connected at that moment,
+// so a restarted server knows the job's workers without waiting for new hellos. What was
+// queued while disconnected is sent after the registration (a summary of a window the new
+// server does not know is rejected by it: logged, not retried). The first failure and the
+// first success after failures are logged; the retries in between are silent.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perftracker/collector/coordinator_link.h"
+#include "perftracker/collector/node_collector.h"
+#include "perftracker/core/status.h"
+#include "perftracker/wire/control_client.h"
+#include "perftracker/wire/control_messages.h"
+
+namespace perftracker {
+
+struct GrpcLinkOptions {
+  ControlClientOptions client;
+  std::string job_id;
+  std::string host;  // default: gethostname()
+  std::string title;
+  ControlHardware hardware;  // default: this host's CPUs and memory
+  size_t max_queued_messages = 8192;
+  size_t max_queued_bytes = 256u << 20;
+  int heartbeat_interval_ms = 5000;
+  int iteration_flush_ms = 200;
+  size_t iteration_batch = 4096;
+  int connect_timeout_ms = 3000;
+  int backoff_initial_ms = 200;
+  int backoff_max_ms = 5000;
+  LogFn log;  // default: stderr, "perftracker: " prefix
+};
+
+struct GrpcLinkStats {
+  uint64_t connections = 0;  // successful registrations (1 + reconnections)
+  uint64_t messages_sent = 0;
+  uint64_t dropped_messages = 0;  // full queue
+  uint64_t rejected_by_server = 0;
+  uint64_t commands_received = 0;
+  bool connected = false;
+};
+
+class GrpcCoordinatorLink : public CoordinatorLink {
+ public:
+  explicit GrpcCoordinatorLink(GrpcLinkOptions options);
+  ~GrpcCoordinatorLink() override;
+  GrpcCoordinatorLink(const GrpcCoordinatorLink&) = delete;
+  GrpcCoordinatorLink& operator=(const GrpcCoordinatorLink&) = delete;
+
+  // Where the server's commands go (not owned; call before Start, outlive Stop).
+  void SetControl(CollectorControl* control) { control_ = control; }
+  // Starts the link thread; connecting happens there.
+  Status Start();
+  // Waits until the first connection attempt ended; its outcome (Ok when registered).
+  Status WaitFirstAttempt(int timeout_ms);
+  // Sends what is queued (at most flush_timeout_ms), says goodbye, joins the threads.
+  void Stop(int flush_timeout_ms);
+  GrpcLinkStats stats() const;
+
+  // CoordinatorLink (collector threads; never block).
+  void OnWorkerJoined(const WorkerInfo& worker) override;
+  void OnWorkerLeft(int32_t rank, bool clean) override;
+  void OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) override;
+  void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) override;
+  void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) override;
+  void OnSummary(uint64_t window, WorkerSummary summary) override;
+
+ private:
+  void Push(CollectorMessage message, size_t bytes);
+  void Loop();
+  // Writes until the stream breaks or Stop; returns true when stopping.
+  bool Serve(ControlStream* stream);
+  void ReadLoop(ControlStream* stream);
+  void Dispatch(const ServerMessage& message);
+  ControlRegistration RegistrationNow();
+  void Log(const std::string& line);
+
+  GrpcLinkOptions options_;
+  CollectorControl* control_ = nullptr;
+  std::unique_ptr<ControlClient> client_;
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;
+  bool stop_ = false;
+  int64_t flush_deadline_ns_ = 0;  // steady clock; set by Stop
+  bool stream_broken_ = false;
+  bool first_attempt_done_ = false;
+  Status first_attempt_;
+  std::deque<std::pair<CollectorMessage, size_t>> queue_;
+  size_t queued_bytes_ = 0;
+  std::vector<ControlIteration> iterations_;
+  std::map<int32_t, ControlRank> ranks_;  // connected now, for re-registration
+  GrpcLinkStats stats_;
+  uint64_t rejected_logged_ = 0;
+};
+
+// This host's CPU count, memory and CPU model, for the registration.
+ControlHardware LocalHardware();
+
+}  // namespace perftracker

@@ -1,0 +1,242 @@
+// GrpcCoordinatorLink against a real ControlServer on loopback: what the collector reports
+// arrives (summaries decode to what was sent), the server's commands reach the collector,
+// nothing blocks while the server is away, and a restarted server gets a re-registration.
+#include "perftracker/collector/grpc_coordinator_link.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "perftracker/wire/control_server.h"
+#include "perftracker/wire/summary_codec.h"
+
+namespace perftracker {
+namespace {
+
+class Recorder : public ControlHandler {
+ public:
+  class Session : public ControlSession {
+   public:
+    explicit Session(Recorder* r) : r_(r) {}
+    Status OnMessage(CollectorMessage m) override {
+      std::lock_guard<std::mutex> lock(r_->mu_);
+      r_->messages_.push_back(std::move(m));
+      r_->cv_.notify_all();
+      return Status::Ok();
+    }
+    void OnClosed() override {
+      std::lock_guard<std::mutex> lock(r_->mu_);
+      ++r_->closed_;
+      r_->cv_.notify_all();
+    }
+    Recorder* r_;
+  };
+  StatusOr<std::shared_ptr<ControlSession>> OnRegister(const ControlRegistration& reg,
+                                                       std::shared_ptr<CommandSink> sink) override {
+    sink->Send(ControlRegistered{"c1", 0});
+    std::lock_guard<std::mutex> lock(mu_);
+    registrations_.push_back(reg);
+    sinks_.push_back(sink);
+    cv_.notify_all();
+    return std::shared_ptr<ControlSession>(std::make_shared<Session>(this));
+  }
+  template <typename P>
+  bool WaitUntil(P p, int ms = 5000) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return p(); });
+  }
+  template <typename T>
+  std::vector<T> All() {
+    std::vector<T> out;
+    for (const auto& m : messages_) {
+      if (const T* t = std::get_if<T>(&m)) out.push_back(*t);
+    }
+    return out;
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<ControlRegistration> registrations_;
+  std::vector<std::shared_ptr<CommandSink>> sinks_;
+  std::vector<CollectorMessage> messages_;
+  int closed_ = 0;
+};
+
+class FakeControl : public CollectorControl {
+ public:
+  void StartWindow(const WindowSpec& w) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    windows_.push_back(w);
+  }
+  void DumpStacks(uint64_t window) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stacks_.push_back(window);
+  }
+  void EndWindowNow(uint64_t window) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended_.push_back(window);
+  }
+  std::mutex mu_;
+  std::vector<WindowSpec> windows_;
+  std::vector<uint64_t> stacks_, ended_;
+};
+
+GrpcLinkOptions LinkOptions(int port) {
+  GrpcLinkOptions o;
+  o.client.address = "127.0.0.1:" + std::to_string(port);
+  o.job_id = "job-7";
+  o.host = "node-a";
+  o.iteration_flush_ms = 20;
+  o.backoff_initial_ms = 50;
+  o.backoff_max_ms = 200;
+  o.connect_timeout_ms = 500;
+  o.log = [](std::string_view) {};
+  return o;
+}
+
+WorkerSummary Summary(int32_t rank) {
+  WorkerSummary s;
+  s.rank = rank;
+  s.host = "node-a";
+  s.source = "live";
+  s.window_start_ns = 1000;
+  s.window_end_ns = 2000;
+  return s;
+}
+
+template <typename P>
+bool Eventually(P p, int ms = 5000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (p()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+TEST(GrpcCoordinatorLinkTest, ForwardsEverythingAndDeliversCommands) {
+  Recorder recorder;
+  ControlServerOptions so;
+  so.token = "tok";
+  so.log = [](std::string_view) {};
+  auto server = ControlServer::Start(so, &recorder);
+  ASSERT_TRUE(server.ok());
+  GrpcLinkOptions o = LinkOptions((*server)->port());
+  o.client.token = "tok";
+  GrpcCoordinatorLink link(o);
+  FakeControl control;
+  link.SetControl(&control);
+  link.OnWorkerJoined({0, 8, 0, 100, "node-a"});  // before connecting: in the registration
+  ASSERT_TRUE(link.Start().ok());
+  ASSERT_TRUE(link.WaitFirstAttempt(5000).ok());
+  ASSERT_TRUE(recorder.WaitUntil([&] { return recorder.registrations_.size() == 1; }));
+  EXPECT_EQ(recorder.registrations_[0].job_id, "job-7");
+  ASSERT_EQ(recorder.registrations_[0].ranks.size(), 1u);
+  EXPECT_EQ(recorder.registrations_[0].ranks[0].pid, 100);
+  EXPECT_GT(recorder.registrations_[0].hardware.cpus, 0u);
+
+  link.OnWorkerJoined({1, 8, 1, 101, "node-a"});
+  for (int i = 0; i < 10; ++i) link.OnIteration(1, 1000 + i, 50 + i);
+  link.OnTrigger(1, WindowReason::kSlowdown, "mean 1.2x");
+  link.OnStacks(3, 1, true, "Thread main\n  File x.py, line 1");
+  link.OnSummary(3, Summary(1));
+  link.OnWorkerLeft(0, true);
+  ASSERT_TRUE(recorder.WaitUntil([&] {
+    return recorder.All<ControlWorkerLeft>().size() == 1 &&
+           !recorder.All<ControlIterations>().empty();
+  }));
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu_);
+    size_t points = 0;
+    for (const auto& b : recorder.All<ControlIterations>()) points += b.points.size();
+    EXPECT_EQ(points, 10u);
+    ASSERT_EQ(recorder.All<ControlTrigger>().size(), 1u);
+    EXPECT_EQ(recorder.All<ControlTrigger>()[0].reason, "slowdown");
+    const auto summaries = recorder.All<ControlSummary>();
+    ASSERT_EQ(summaries.size(), 1u);
+    EXPECT_EQ(summaries[0].window, 3u);
+    auto decoded = DecodeWorkerSummary(summaries[0].worker_summary);
+    ASSERT_TRUE(decoded.ok());
+    EXPECT_EQ(decoded->rank, 1);
+    EXPECT_EQ(decoded->window_end_ns, 2000);
+    EXPECT_EQ(recorder.All<ControlStacks>()[0].text, "Thread main\n  File x.py, line 1");
+  }
+
+  recorder.sinks_[0]->Send(ControlWindow{4, 123, 456, "hang"});
+  recorder.sinks_[0]->Send(ControlDumpStacks{4});
+  recorder.sinks_[0]->Send(ControlEndWindow{4});
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(control.mu_);
+    return control.ended_.size() == 1;
+  }));
+  ASSERT_EQ(control.windows_.size(), 1u);
+  EXPECT_EQ(control.windows_[0].id, 4u);
+  EXPECT_EQ(control.windows_[0].reason, WindowReason::kHang);
+  EXPECT_EQ(control.windows_[0].end_ns(), 579);
+  EXPECT_EQ(control.stacks_, std::vector<uint64_t>{4});
+
+  link.Stop(2000);
+  ASSERT_TRUE(recorder.WaitUntil([&] { return recorder.closed_ == 1; }));
+  (*server)->Shutdown();
+}
+
+TEST(GrpcCoordinatorLinkTest, UnreachableServerNeverBlocksAndDropsAreCounted) {
+  GrpcLinkOptions o = LinkOptions(1);  // nothing listens on port 1
+  o.max_queued_messages = 5;
+  GrpcCoordinatorLink link(o);
+  ASSERT_TRUE(link.Start().ok());
+  const Status first = link.WaitFirstAttempt(5000);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.message(), "cannot reach the server at 127.0.0.1:1 within 500 ms");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100; ++i) link.OnSummary(1, Summary(i));
+  for (int i = 0; i < 100000; ++i) link.OnIteration(0, i, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_EQ(link.stats().dropped_messages, 95u + (100000u - kMaxIterationsPerBatch));
+  EXPECT_FALSE(link.stats().connected);
+  link.Stop(100);
+}
+
+TEST(GrpcCoordinatorLinkTest, ReconnectsToARestartedServerAndRegistersAgain) {
+  Recorder first;
+  ControlServerOptions so;
+  so.log = [](std::string_view) {};
+  auto server = ControlServer::Start(so, &first);
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  GrpcCoordinatorLink link(LinkOptions(port));
+  FakeControl control;
+  link.SetControl(&control);
+  ASSERT_TRUE(link.Start().ok());
+  ASSERT_TRUE(link.WaitFirstAttempt(5000).ok());
+  link.OnWorkerJoined({0, 2, 0, 10, "node-a"});
+  link.OnWorkerJoined({1, 2, 1, 11, "node-a"});
+  ASSERT_TRUE(first.WaitUntil([&] { return first.All<ControlRank>().size() == 2; }));
+
+  (*server)->Shutdown();  // the server goes away
+  ASSERT_TRUE(Eventually([&] { return !link.stats().connected; }));
+  link.OnTrigger(0, WindowReason::kSlowdown, "while the server was away");
+
+  Recorder second;
+  so.listen = "127.0.0.1:" + std::to_string(port);
+  auto restarted = ControlServer::Start(so, &second);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().message();
+  ASSERT_TRUE(second.WaitUntil([&] { return !second.All<ControlTrigger>().empty(); }));
+  ASSERT_EQ(second.registrations_.size(), 1u);
+  EXPECT_EQ(second.registrations_[0].ranks.size(), 2u) << "the ranks connected now";
+  EXPECT_EQ(link.stats().connections, 2u);
+  second.sinks_[0]->Send(ControlWindow{1, 5, 10, "slowdown"});
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(control.mu_);
+    return control.windows_.size() == 1;
+  }));
+  link.Stop(1000);
+  (*restarted)->Shutdown();
+}
+
+}  // namespace
+}  // namespace perftracker
