@@ -1,0 +1,216 @@
+#include "perftracker/sources/nvml/nvml_sampler.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "perftracker/sources/nvml/fake_nvml_for_test.h"
+
+namespace perftracker {
+namespace {
+
+constexpr int64_t kSecond = 1'000'000'000;
+
+// The fake library's scripted state (the same object the sampler's dlopen sees).
+FakeNvmlState* State(const char* path) {
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);  // kept open for the test binary's life
+  EXPECT_NE(lib, nullptr) << dlerror();
+  auto* state = static_cast<FakeNvmlState*>(dlsym(lib, "fake_nvml_state"));
+  EXPECT_NE(state, nullptr);
+  *state = FakeNvmlState{};
+  return state;
+}
+
+std::map<Metric, double> ByMetric(const std::vector<MetricSample>& samples, uint32_t source) {
+  std::map<Metric, double> m;
+  for (const MetricSample& s : samples) {
+    if (s.source == source) m[s.metric] = s.value;
+  }
+  return m;
+}
+
+class NvmlSamplerTest : public ::testing::Test {
+ protected:
+  NvmlSamplerOptions Options(const char* path) {
+    NvmlSamplerOptions o;
+    o.library = path;
+    o.log = [this](std::string_view line) { log.emplace_back(line); };
+    return o;
+  }
+  std::vector<std::string> log;
+};
+
+TEST_F(NvmlSamplerTest, EveryMetricWithItsUnits) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->count = 2;
+  FakeNvmlDevice& d = fake->devices[1];
+  d.util_gpu = 87;
+  d.util_memory = 40;
+  d.sm_clock = 1410;
+  d.sm_clock_max = 1980;
+  d.throttle = 0x20;  // SW thermal slowdown
+  d.temperature = 83;
+  d.power_mw = 612'500;
+  d.pcie_tx_kb = 1000;
+  d.pcie_rx_kb = 3000;
+  d.nvlink_links = 4;
+  d.nvlink_tx_kib = 100;
+  d.nvlink_rx_kib = 50;
+
+  NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML));
+  std::vector<MetricSample> out;
+  sampler.SampleDevices(10 * kSecond, &out);
+  EXPECT_TRUE(sampler.stats().available);
+  EXPECT_EQ(sampler.stats().devices, 2u);
+  auto m = ByMetric(out, 1);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuUtilization), 0.87);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuMemoryUtilization), 0.40);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuSmClockMhz), 1410);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuSmClockMaxMhz), 1980);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuThrottleReasons), 32);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuTemperatureC), 83);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuPowerWatts), 612.5);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kPcieTxBytesPerSec), 1000 * 1024.0);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kPcieRxBytesPerSec), 3000 * 1024.0);
+  EXPECT_EQ(m.count(Metric::kNvlinkBytesPerSec), 0u);  // a rate needs two samples
+  for (const MetricSample& s : out) EXPECT_EQ(s.time_ns, 10 * kSecond);
+
+  // 0.5 s later each of the 4 links moved 1000 KiB more TX and 500 KiB more RX.
+  d.nvlink_tx_kib += 1000;
+  d.nvlink_rx_kib += 500;
+  out.clear();
+  sampler.SampleDevices(10 * kSecond + kSecond / 2, &out);
+  m = ByMetric(out, 1);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kNvlinkBytesPerSec), 4 * 1500 * 1024.0 / 0.5);
+  // Device 0 has no NVLink: said once, never a metric.
+  EXPECT_EQ(ByMetric(out, 0).count(Metric::kNvlinkBytesPerSec), 0u);
+  int nvlink_lines = 0;
+  for (const std::string& l : log) nvlink_lines += l.find("NVLink") != std::string::npos;
+  EXPECT_EQ(nvlink_lines, 1);
+}
+
+TEST_F(NvmlSamplerTest, FailuresAreSaidOnceAndTheRestGoesOn) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->count = 1;
+  fake->devices[0].power_result = kNvmlErrorNotSupported;
+  fake->devices[0].temperature_result = kNvmlErrorGpuIsLost;
+  fake->devices[0].sm_clock = 1000;
+  NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML));
+  std::vector<MetricSample> out;
+  sampler.SampleDevices(1, &out);
+  sampler.SampleDevices(2, &out);
+  sampler.SampleDevices(3, &out);
+  int power = 0;
+  int temp = 0;
+  int clock = 0;
+  for (const MetricSample& s : out) {
+    power += s.metric == Metric::kGpuPowerWatts;
+    temp += s.metric == Metric::kGpuTemperatureC;
+    clock += s.metric == Metric::kGpuSmClockMhz;
+  }
+  EXPECT_EQ(power, 0);
+  EXPECT_EQ(temp, 0);
+  EXPECT_EQ(clock, 3);
+  int power_lines = 0;
+  int temp_lines = 0;
+  for (const std::string& l : log) {
+    power_lines += l.find("nvmlDeviceGetPowerUsage: Not Supported") != std::string::npos;
+    temp_lines += l.find("nvmlDeviceGetTemperature: GPU is lost") != std::string::npos;
+  }
+  EXPECT_EQ(power_lines, 1);
+  EXPECT_EQ(temp_lines, 1);
+  EXPECT_EQ(sampler.stats().failed_queries, 3u);  // the lost GPU was asked each time
+}
+
+TEST_F(NvmlSamplerTest, MissingFunctionsAreNamedOnceAndOthersSampled) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML_MINIMAL);
+  fake->count = 1;
+  fake->devices[0].throttle = 4;
+  fake->devices[0].util_gpu = 50;
+  NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML_MINIMAL));
+  std::vector<MetricSample> out;
+  sampler.SampleDevices(1, &out);
+  sampler.SampleDevices(2, &out);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("lacks nvmlDeviceGetPowerUsage nvmlDeviceGetFieldValues "
+                        "nvmlDeviceGetComputeRunningProcesses_v3"),
+            std::string::npos)
+      << log[0];
+  const auto m = ByMetric(out, 0);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuThrottleReasons), 4);  // the older function's name
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuUtilization), 0.5);
+  EXPECT_EQ(m.count(Metric::kGpuPowerWatts), 0u);
+}
+
+TEST_F(NvmlSamplerTest, MissingLibraryIsSaidOnceAndNothingIsSampled) {
+  NvmlSampler sampler(Options("/nonexistent/libnvidia-ml.so.1"));
+  std::vector<MetricSample> out;
+  std::vector<PidSample> pid_out;
+  sampler.SampleDevices(1, &out);
+  sampler.Sample(2, {100}, &pid_out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_TRUE(pid_out.empty());
+  EXPECT_FALSE(sampler.stats().available);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("cannot load /nonexistent/libnvidia-ml.so.1"), std::string::npos);
+  EXPECT_NE(log[0].find("the job and every other metric go on"), std::string::npos);
+}
+
+TEST_F(NvmlSamplerTest, InitFailureWithoutDriverIsSaidOnce) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->init_result = kNvmlErrorDriverNotLoaded;
+  NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML));
+  std::vector<MetricSample> out;
+  sampler.SampleDevices(1, &out);
+  sampler.SampleDevices(2, &out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(fake->init_calls, 1);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("nvmlInit_v2 failed: Driver Not Loaded"), std::string::npos) << log[0];
+}
+
+TEST_F(NvmlSamplerTest, EachRankGetsItsOwnGpu) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->count = 3;
+  for (unsigned int i = 0; i < 3; ++i) fake->devices[i].sm_clock = 1000 + i;
+  fake->devices[0].pids[0] = 500;  // rank on GPU 0
+  fake->devices[0].num_pids = 1;
+  fake->devices[1].pids[0] = 999;  // a process we were not asked about
+  fake->devices[1].num_pids = 1;
+  // GPU 2 lists nobody; pid 700 is there by hint (another pid namespace).
+  NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML));
+  sampler.SetDeviceOfPid(700, 2);
+  std::vector<PidSample> out;
+  sampler.Sample(kSecond, {500, 700}, &out);
+  std::map<int32_t, double> clock_of;
+  for (const PidSample& s : out) {
+    if (s.sample.metric == Metric::kGpuSmClockMhz) clock_of[s.pid] = s.sample.value;
+  }
+  EXPECT_EQ(clock_of.size(), 2u);
+  EXPECT_DOUBLE_EQ(clock_of.at(500), 1000);
+  EXPECT_DOUBLE_EQ(clock_of.at(700), 1002);
+  EXPECT_EQ(fake->shutdown_calls, 0);
+}
+
+TEST_F(NvmlSamplerTest, RateOptionSkipsEarlyCalls) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->count = 1;
+  NvmlSamplerOptions o = Options(PERFTRACKER_FAKE_NVML);
+  o.min_interval_ns = kSecond / 2;
+  NvmlSampler sampler(o);
+  std::vector<MetricSample> out;
+  sampler.SampleDevices(kSecond, &out);
+  const size_t first = out.size();
+  EXPECT_GT(first, 0u);
+  sampler.SampleDevices(kSecond + kSecond / 10, &out);  // too soon
+  EXPECT_EQ(out.size(), first);
+  sampler.SampleDevices(2 * kSecond, &out);
+  EXPECT_EQ(out.size(), 2 * first);
+  EXPECT_EQ(sampler.stats().samples, 2u);
+}
+
+}  // namespace
+}  // namespace perftracker
