@@ -1,0 +1,522 @@
+#include "perftracker/server/control_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include <fmt/core.h>
+
+#include "perftracker/core/realtime_clock.h"
+#include "perftracker/server/metrics/server_metrics.h"
+#include "perftracker/server/store/store.h"
+#include "perftracker/wire/summary_codec.h"
+
+namespace perftracker {
+namespace {
+
+constexpr size_t kMaxTriggersKept = 64;
+
+WorkerInfo ToWorker(const ControlRank& r) {
+  WorkerInfo w;
+  w.rank = r.rank;
+  w.world_size = r.world_size;
+  w.local_rank = r.local_rank;
+  w.pid = r.pid;
+  w.host = r.host;
+  return w;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string JobDirName(std::string_view job_id) {
+  std::string out;
+  for (char c : job_id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    out += ok ? c : '_';
+  }
+  if (out.empty() || out == "." || out == "..")
+    out = std::string(std::max<size_t>(1, out.size()), '_');
+  return out;
+}
+
+// A job: its coordinator, and the fan-out that is the coordinator's one CollectorControl.
+class ControlService::Job : public CollectorControl {
+ public:
+  Job(ControlService* service, std::string id, uint64_t window_base)
+      : service_(service), id_(std::move(id)), window_base_(window_base) {}
+  // The coordinator's thread calls into this object: stop it before anything else goes.
+  ~Job() override {
+    if (coordinator_) coordinator_->Stop();
+  }
+
+  // CollectorControl: to every connected collector of the job.
+  void StartWindow(const WindowSpec& window) override {
+    WindowRecord record;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_windows_[window.id] = window;
+      record = Record(window, WindowState::kOpen);
+    }
+    if (Store* store = service_->options_.store) {
+      const Status st = store->PutWindow(record);
+      if (!st.ok()) service_->Log("job " + id_ + ": store: " + st.message());
+    }
+    if (ServerMetrics* m = service_->options_.metrics)
+      m->RecordWindow(id_, WindowMetricState::kOpened);
+    Broadcast(ControlWindow{window.id, window.start_ns, window.duration_ns,
+                            std::string(WindowReasonName(window.reason))});
+  }
+  void DumpStacks(uint64_t window) override { Broadcast(ControlDumpStacks{window}); }
+  void EndWindowNow(uint64_t window) override { Broadcast(ControlEndWindow{window}); }
+
+  void Broadcast(const ServerMessage& message) {
+    std::vector<std::shared_ptr<CommandSink>> sinks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, sink] : sinks_) sinks.push_back(sink);
+    }
+    for (const auto& sink : sinks) {
+      if (!sink->Send(message)) {
+        service_->Log("job " + id_ + ": a command to the collector at " + sink->peer() +
+                      " was dropped (its stream is gone or its queue is full)");
+      }
+    }
+  }
+
+  // Store rows use ids that continue the job's stored windows (see the header).
+  WindowRecord Record(const WindowSpec& spec, WindowState state) const {
+    WindowRecord r;
+    r.job_id = id_;
+    r.window_id = window_base_ + spec.id;
+    r.reason = std::string(WindowReasonName(spec.reason));
+    r.start_ns = spec.start_ns;
+    r.duration_ns = spec.duration_ns;
+    r.triggers = triggers_;
+    r.state = state;
+    return r;
+  }
+
+  ControlService* service_;
+  const std::string id_;
+  const uint64_t window_base_;
+  std::unique_ptr<WindowCoordinator> coordinator_;
+
+  std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<CommandSink>> sinks_;  // session id -> its stream
+  std::map<int32_t, uint64_t> rank_owner_;                  // rank -> session id
+  std::map<uint64_t, WindowSpec> open_windows_;             // coordinator id -> spec
+  std::set<uint64_t> diagnosed_;
+  std::vector<std::string> triggers_;  // since the last report
+  size_t reports_stored_ = 0;
+  bool baseline_known_ = false;
+};
+
+// One collector's stream.
+class ControlService::Session : public ControlSession {
+ public:
+  Session(ControlService* service, std::shared_ptr<Job> job, uint64_t id, std::string host,
+          std::string peer)
+      : service_(service),
+        job_(std::move(job)),
+        id_(id),
+        host_(std::move(host)),
+        peer_(std::move(peer)) {}
+
+  void AddRank(const ControlRank& r) {
+    ranks_.insert(r.rank);
+    {
+      std::lock_guard<std::mutex> lock(job_->mu_);
+      job_->rank_owner_[r.rank] = id_;
+    }
+    job_->coordinator_->OnWorkerJoined(ToWorker(r));
+    if (Store* store = service_->options_.store) {
+      const Status st = store->UpsertWorker({job_->id_, r.rank, r.host, r.pid, RealtimeNs()});
+      if (!st.ok()) service_->Log("job " + job_->id_ + ": store: " + st.message());
+    }
+  }
+
+  Status OnMessage(CollectorMessage message) override {
+    if (auto* r = std::get_if<ControlRank>(&message)) {
+      AddRank(*r);
+      return Status::Ok();
+    }
+    if (auto* l = std::get_if<ControlWorkerLeft>(&message)) {
+      PERFTRACKER_RETURN_IF_ERROR(Known(l->rank, "worker_left"));
+      ranks_.erase(l->rank);
+      {
+        std::lock_guard<std::mutex> lock(job_->mu_);
+        auto it = job_->rank_owner_.find(l->rank);
+        if (it != job_->rank_owner_.end() && it->second == id_) job_->rank_owner_.erase(it);
+      }
+      job_->coordinator_->OnWorkerLeft(l->rank, l->clean);
+      return Status::Ok();
+    }
+    if (auto* its = std::get_if<ControlIterations>(&message)) {
+      std::vector<IterationPoint> points;
+      points.reserve(its->points.size());
+      for (const ControlIteration& p : its->points) {
+        PERFTRACKER_RETURN_IF_ERROR(Known(p.rank, "iteration"));
+      }
+      for (const ControlIteration& p : its->points) {
+        job_->coordinator_->OnIteration(p.rank, p.end_ns, p.duration_ns);
+        if (ServerMetrics* m = service_->options_.metrics)
+          m->RecordIteration(job_->id_, p.rank, p.duration_ns);
+        points.push_back({p.rank, p.end_ns, p.duration_ns});
+      }
+      if (Store* store = service_->options_.store; store != nullptr && !points.empty()) {
+        const Status st = store->AppendIterations(job_->id_, points);
+        if (!st.ok()) service_->Log("job " + job_->id_ + ": store: " + st.message());
+      }
+      return Status::Ok();
+    }
+    if (auto* t = std::get_if<ControlTrigger>(&message)) {
+      PERFTRACKER_RETURN_IF_ERROR(Known(t->rank, "trigger"));
+      WindowReason reason;
+      if (!ParseWindowReason(t->reason, &reason)) {
+        return Status::InvalidArgument(fmt::format(
+            "trigger of rank {}: unknown reason '{}' (expected slowdown, hang or manual)", t->rank,
+            t->reason.substr(0, 64)));
+      }
+      {
+        std::lock_guard<std::mutex> lock(job_->mu_);
+        if (job_->triggers_.size() < kMaxTriggersKept) {
+          job_->triggers_.push_back(fmt::format("rank {}: {}{}{}", t->rank, t->reason,
+                                                t->detail.empty() ? "" : " — ", t->detail));
+        }
+      }
+      if (ServerMetrics* m = service_->options_.metrics) m->RecordTrigger(job_->id_, t->reason);
+      job_->coordinator_->OnTrigger(t->rank, reason, t->detail);
+      return Status::Ok();
+    }
+    if (auto* s = std::get_if<ControlStacks>(&message)) {
+      PERFTRACKER_RETURN_IF_ERROR(Known(s->rank, "stacks"));
+      PERFTRACKER_RETURN_IF_ERROR(OpenWindow(s->window, s->rank, "stacks"));
+      job_->coordinator_->OnStacks(s->window, s->rank, s->available, s->text);
+      return Status::Ok();
+    }
+    if (auto* s = std::get_if<ControlSummary>(&message)) {
+      PERFTRACKER_RETURN_IF_ERROR(Known(s->rank, "summary"));
+      PERFTRACKER_RETURN_IF_ERROR(OpenWindow(s->window, s->rank, "summary"));
+      StatusOr<WorkerSummary> decoded = DecodeWorkerSummary(s->worker_summary);
+      if (!decoded.ok()) {
+        return Status::InvalidArgument(fmt::format("summary of rank {} for window {}: {}", s->rank,
+                                                   s->window, decoded.status().message()));
+      }
+      if (decoded->rank != s->rank) {
+        return Status::InvalidArgument(
+            fmt::format("summary of rank {} for window {}: the summary inside is rank {}'s",
+                        s->rank, s->window, decoded->rank));
+      }
+      if (Store* store = service_->options_.store) {
+        const Status st = store->PutSummary(job_->id_, job_->window_base_ + s->window, *decoded);
+        if (!st.ok()) service_->Log("job " + job_->id_ + ": store: " + st.message());
+      }
+      if (ServerMetrics* m = service_->options_.metrics) {
+        if (decoded->stats.dropped_events > 0) {
+          m->AddDroppedEvents(job_->id_, s->rank, decoded->stats.dropped_events);
+        }
+      }
+      job_->coordinator_->OnSummary(s->window, std::move(decoded).value());
+      return Status::Ok();
+    }
+    // Heartbeats only prove the stream is alive.
+    return Status::Ok();
+  }
+
+  void OnClosed() override {
+    std::vector<int32_t> gone;
+    {
+      std::lock_guard<std::mutex> lock(job_->mu_);
+      job_->sinks_.erase(id_);
+      for (auto it = job_->rank_owner_.begin(); it != job_->rank_owner_.end();) {
+        if (it->second == id_) {
+          gone.push_back(it->first);
+          it = job_->rank_owner_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (int32_t rank : gone) job_->coordinator_->OnWorkerLeft(rank, false);
+    if (ServerMetrics* m = service_->options_.metrics) m->CollectorDisconnected();
+    service_->Log(
+        fmt::format("job {}: collector {} ({}) disconnected{}", job_->id_, host_, peer_,
+                    gone.empty() ? "" : fmt::format(", {} ranks gone with it", gone.size())));
+  }
+
+ private:
+  Status Known(int32_t rank, const char* what) const {
+    if (ranks_.count(rank)) return Status::Ok();
+    return Status::InvalidArgument(fmt::format(
+        "{} of rank {}, which this collector did not register (send worker_joined first)", what,
+        rank));
+  }
+
+  Status OpenWindow(uint64_t window, int32_t rank, const char* what) const {
+    std::lock_guard<std::mutex> lock(job_->mu_);
+    if (job_->open_windows_.count(window)) return Status::Ok();
+    if (job_->diagnosed_.count(window)) {
+      return Status::InvalidArgument(
+          fmt::format("{} of rank {} for window {}: that window is diagnosed already (too late)",
+                      what, rank, window));
+    }
+    return Status::InvalidArgument(
+        fmt::format("{} of rank {} for window {}: this server opened no such window for job {}",
+                    what, rank, window, job_->id_));
+  }
+
+  ControlService* service_;
+  std::shared_ptr<Job> job_;
+  const uint64_t id_;
+  const std::string host_;
+  const std::string peer_;
+  std::set<int32_t> ranks_;  // touched by this stream's reads only (one at a time)
+};
+
+ControlService::ControlService(ControlServiceOptions options) : options_(std::move(options)) {}
+
+ControlService::~ControlService() { Stop(); }
+
+void ControlService::Log(const std::string& line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "perftracker: %s\n", line.c_str());
+  }
+}
+
+Status ControlService::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) return Status::Internal("control service already started");
+  started_ = true;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void ControlService::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::map<std::string, std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs = jobs_;
+  }
+  for (auto& [id, job] : jobs) job->coordinator_->Stop();
+  StoreReports();
+  std::lock_guard<std::mutex> lock(mu_);
+  started_ = false;
+}
+
+void ControlService::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.report_poll_ms));
+    if (stop_) break;
+    lock.unlock();
+    StoreReports();
+    lock.lock();
+  }
+}
+
+void ControlService::StoreReports() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  for (const auto& job : jobs) {
+    if (job->coordinator_->windows_opened() == 0) continue;
+    const std::vector<WindowReport> reports = job->coordinator_->reports();
+    for (size_t i = job->reports_stored_; i < reports.size(); ++i) {
+      const WindowReport& r = reports[i];
+      WindowRecord record;
+      {
+        std::lock_guard<std::mutex> lock(job->mu_);
+        auto it = job->open_windows_.find(r.id);
+        WindowSpec spec;
+        if (it != job->open_windows_.end()) {
+          spec = it->second;
+          job->open_windows_.erase(it);
+        } else {
+          spec.id = r.id;
+          spec.reason = r.reason;
+        }
+        spec.reason = r.reason;
+        job->diagnosed_.insert(r.id);
+        record = job->Record(spec, WindowState::kDiagnosed);
+        job->triggers_.clear();
+      }
+      std::string top;
+      for (const Finding& f : r.diagnosis.findings) {
+        if (f.material) {
+          if (top.empty()) top = f.code;
+          if (options_.metrics) options_.metrics->RecordFinding(job->id_, f.code);
+        }
+      }
+      if (options_.metrics) options_.metrics->RecordWindow(job->id_, WindowMetricState::kDiagnosed);
+      if (Store* store = options_.store) {
+        DiagnosisRecord d;
+        d.job_id = job->id_;
+        d.window_id = record.window_id;
+        d.json = r.json_path.empty() ? std::string() : ReadFile(r.json_path);
+        d.text = r.text;
+        d.top_code = top;
+        d.missing_ranks = r.missing_ranks;
+        d.created_ns = RealtimeNs();
+        Status st = store->PutWindow(record);
+        if (st.ok() && !d.json.empty()) st = store->PutDiagnosis(d);
+        if (st.ok() && top.empty() && !job->baseline_known_) {
+          StatusOr<std::optional<uint64_t>> baseline = store->GetBaseline(job->id_);
+          if (baseline.ok() && !baseline->has_value())
+            st = store->SetBaseline(job->id_, record.window_id);
+          job->baseline_known_ = true;
+        }
+        if (!st.ok()) Log("job " + job->id_ + ": store: " + st.message());
+      }
+      job->reports_stored_ = i + 1;
+    }
+  }
+}
+
+StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
+    const ControlRegistration& registration, std::shared_ptr<CommandSink> sink) {
+  std::shared_ptr<Job> job;
+  uint64_t session_id = 0;
+  bool created = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stop_) return Status::Internal("the server is shutting down");
+    session_id = next_session_++;
+    auto it = jobs_.find(registration.job_id);
+    if (it != jobs_.end()) {
+      job = it->second;
+    } else {
+      uint64_t base = 0;
+      if (Store* store = options_.store) {
+        StatusOr<std::vector<WindowRecord>> windows = store->ListWindows(registration.job_id);
+        if (windows.ok()) {
+          for (const auto& w : *windows) base = std::max(base, w.window_id);
+        }
+      }
+      job = std::make_shared<Job>(this, registration.job_id, base);
+      CoordinatorOptions co = options_.coordinator;
+      co.report_dir =
+          (std::filesystem::path(options_.coordinator.report_dir) / JobDirName(registration.job_id))
+              .string();
+      if (co.title.empty()) co.title = registration.title;
+      const std::string prefix = "job " + registration.job_id + ": ";
+      co.log = [this, prefix](std::string_view line) { Log(prefix + std::string(line)); };
+      job->coordinator_ = std::make_unique<WindowCoordinator>(co);
+      job->coordinator_->AddCollector(job.get());
+      const Status st = job->coordinator_->Start();
+      if (!st.ok()) return Status::Internal("job " + registration.job_id + ": " + st.message());
+      jobs_[registration.job_id] = job;
+      created = true;
+    }
+  }
+  if (Store* store = options_.store) {
+    JobRecord record;
+    StatusOr<JobRecord> existing = store->GetJob(registration.job_id);
+    if (existing.ok()) record = *existing;
+    record.job_id = registration.job_id;
+    if (!registration.title.empty()) record.title = registration.title;
+    for (const ControlRank& r : registration.ranks)
+      record.world_size = std::max(record.world_size, r.world_size);
+    const int64_t now = RealtimeNs();
+    if (record.created_ns == 0) record.created_ns = now;
+    record.last_seen_ns = now;
+    const Status st = store->UpsertJob(record);
+    if (!st.ok()) Log("job " + registration.job_id + ": store: " + st.message());
+  }
+  const std::string peer = sink->peer();
+  auto session = std::make_shared<Session>(this, job, session_id, registration.host, peer);
+  sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs()});
+  {
+    std::lock_guard<std::mutex> lock(job->mu_);
+    job->sinks_[session_id] = std::move(sink);
+  }
+  for (const ControlRank& r : registration.ranks) session->AddRank(r);
+  if (options_.metrics) options_.metrics->CollectorConnected();
+  Log(fmt::format("job {}: collector {} ({}) registered with {} rank{}{}", registration.job_id,
+                  registration.host, peer, registration.ranks.size(),
+                  registration.ranks.size() == 1 ? "" : "s", created ? " (new job)" : ""));
+  return std::shared_ptr<ControlSession>(std::move(session));
+}
+
+Status ControlService::TriggerWindow(const std::string& job_id) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) job = it->second;
+  }
+  if (job == nullptr) return Status::NotFound("job " + job_id + " is not known to this server");
+  {
+    std::lock_guard<std::mutex> lock(job->mu_);
+    if (job->sinks_.empty()) {
+      return Status::NotFound("job " + job_id + " has no connected collector");
+    }
+  }
+  const uint64_t before = job->coordinator_->windows_opened();
+  job->coordinator_->OnTrigger(-1, WindowReason::kManual, "requested through the server's API");
+  if (job->coordinator_->windows_opened() == before) {
+    return Status::InvalidArgument("job " + job_id +
+                                   ": no window opened (one is open already, or the cooldown or "
+                                   "the window limit refused it; see the server's log)");
+  }
+  return Status::Ok();
+}
+
+std::vector<JobStatus> ControlService::Jobs() const {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  std::vector<JobStatus> out;
+  for (const auto& job : jobs) {
+    JobStatus s;
+    s.job_id = job->id_;
+    {
+      std::lock_guard<std::mutex> lock(job->mu_);
+      s.collectors = job->sinks_.size();
+      s.ranks = job->rank_owner_.size();
+    }
+    s.windows_opened = job->coordinator_->windows_opened();
+    s.reports = job->coordinator_->reports().size();
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<WindowReport> ControlService::Reports(const std::string& job_id) const {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return {};
+    job = it->second;
+  }
+  return job->coordinator_->reports();
+}
+
+}  // namespace perftracker

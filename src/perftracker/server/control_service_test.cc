@@ -1,0 +1,282 @@
+// ControlService behind a real ControlServer (gRPC on loopback) with a SqliteStore: two
+// collectors of one job, a window on both, summaries stored and diagnosed, the refusals a
+// server owes bad or out-of-order messages, a collector gone mid-window, and a restart on
+// the same store.
+#include "perftracker/server/control_service.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "perftracker/server/sqlite/sqlite_store.h"
+#include "perftracker/wire/control_client.h"
+#include "perftracker/wire/summary_codec.h"
+
+namespace perftracker {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kMs = 1'000'000;
+
+template <typename P>
+bool Eventually(P p, int ms = 8000) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (p()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// A collector's stream, driven by hand.
+struct Collector {
+  std::unique_ptr<ControlClient> client;
+  std::unique_ptr<ControlStream> stream;
+
+  // The next message that is not a ControlRejected (those are returned by NextRejected).
+  ServerMessage Next() {
+    ServerMessage m;
+    EXPECT_TRUE(stream->Read(&m));
+    return m;
+  }
+};
+
+WorkerSummary Summary(int32_t rank, int64_t start, int64_t end) {
+  WorkerSummary s;
+  s.rank = rank;
+  s.host = rank < 4 ? "node-a" : "node-b";
+  s.source = "live";
+  s.window_start_ns = start;
+  s.window_end_ns = end;
+  return s;
+}
+
+class ControlServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("perftracker-control-service-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    StopServer();
+    fs::remove_all(dir_);
+  }
+
+  void StartServer() {
+    auto store = SqliteStore::Open((dir_ / "store.db").string());
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    store_ = std::move(store).value();
+    ControlServiceOptions o;
+    o.coordinator.report_dir = (dir_ / "reports").string();
+    o.coordinator.window_ns = 300 * kMs;
+    o.coordinator.delay_ns = 50 * kMs;
+    o.coordinator.wait_summaries_ns = 1500 * kMs;
+    o.coordinator.cooldown_ns = 0;
+    o.coordinator.log = [](std::string_view) {};
+    o.store = store_.get();
+    o.report_poll_ms = 20;
+    o.log = [this](std::string_view line) {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      log_.emplace_back(line);
+    };
+    service_ = std::make_unique<ControlService>(o);
+    ASSERT_TRUE(service_->Start().ok());
+    ControlServerOptions so;
+    so.log = [](std::string_view) {};
+    auto server = ControlServer::Start(so, service_.get());
+    ASSERT_TRUE(server.ok());
+    server_ = std::move(server).value();
+  }
+  void StopServer() {
+    if (server_) server_->Shutdown();
+    if (service_) service_->Stop();
+    server_.reset();
+    service_.reset();
+    store_.reset();
+  }
+
+  Collector Connect(const std::string& host, int first_rank, int ranks, int world) {
+    ControlClientOptions o;
+    o.address = "127.0.0.1:" + std::to_string(server_->port());
+    Collector c;
+    c.client = std::move(ControlClient::Create(o)).value();
+    ControlRegistration r;
+    r.job_id = "job-x";
+    r.host = host;
+    r.title = "train.py";
+    for (int i = 0; i < ranks; ++i)
+      r.ranks.push_back({first_rank + i, world, i, 1000 + first_rank + i, host});
+    auto stream = c.client->Connect(r, 5000);
+    EXPECT_TRUE(stream.ok()) << stream.status().message();
+    if (stream.ok()) c.stream = std::move(stream).value();
+    return c;
+  }
+
+  static ControlWindow WaitWindow(Collector& c) {
+    for (;;) {
+      ServerMessage m = c.Next();
+      if (auto* w = std::get_if<ControlWindow>(&m)) return *w;
+    }
+  }
+  static std::string NextRejected(Collector& c) {
+    for (;;) {
+      ServerMessage m = c.Next();
+      if (auto* r = std::get_if<ControlRejected>(&m)) return r->error;
+    }
+  }
+
+  fs::path dir_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<ControlService> service_;
+  std::unique_ptr<ControlServer> server_;
+  std::mutex log_mu_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(ControlServiceTest, TwoCollectorsOneWindowEverySummaryStoredAndDiagnosed) {
+  StartServer();
+  Collector a = Connect("node-a", 0, 4, 8);
+  Collector b = Connect("node-b", 4, 4, 8);
+  ASSERT_TRUE(Eventually([&] {
+    auto jobs = service_->Jobs();
+    return jobs.size() == 1 && jobs[0].ranks == 8 && jobs[0].collectors == 2;
+  }));
+  a.stream->Write(ControlIterations{{{0, 100, 10}, {1, 100, 12}}});
+  b.stream->Write(ControlTrigger{6, "slowdown", "mean 1.3x the shortest"});
+  const ControlWindow wa = WaitWindow(a);
+  const ControlWindow wb = WaitWindow(b);
+  EXPECT_EQ(wa.id, 1u);
+  EXPECT_EQ(wa.start_ns, wb.start_ns) << "the same wall-clock window on every host";
+  EXPECT_EQ(wa.reason, "slowdown");
+  for (int r = 0; r < 8; ++r) {
+    Collector& c = r < 4 ? a : b;
+    c.stream->Write(ControlSummary{
+        wa.id, r, EncodeWorkerSummary(Summary(r, wa.start_ns, wa.start_ns + wa.duration_ns))});
+  }
+  ASSERT_TRUE(Eventually([&] {
+    auto d = store_->GetDiagnosis("job-x", 1);
+    return d.ok();
+  }));
+  auto reports = service_->Reports("job-x");
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].missing_ranks.empty());
+  EXPECT_EQ(reports[0].diagnosis.num_workers, 8);
+  EXPECT_TRUE(fs::exists(dir_ / "reports" / "job-x" / "window-1-slowdown.json"));
+
+  auto job = store_->GetJob("job-x");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->world_size, 8);
+  EXPECT_EQ(job->title, "train.py");
+  EXPECT_EQ(store_->ListWorkers("job-x")->size(), 8u);
+  EXPECT_EQ(store_->ListSummaries("job-x", 1)->size(), 8u);
+  auto window = store_->GetWindow("job-x", 1);
+  ASSERT_TRUE(window.ok());
+  EXPECT_EQ(window->state, WindowState::kDiagnosed);
+  EXPECT_EQ(window->start_ns, wa.start_ns);
+  ASSERT_FALSE(window->triggers.empty());
+  EXPECT_EQ(window->triggers[0], "rank 6: slowdown — mean 1.3x the shortest");
+  auto d = store_->GetDiagnosis("job-x", 1);
+  EXPECT_EQ(nlohmann::json::parse(d->json)["num_workers"], 8);
+  EXPECT_EQ(store_->ListIterations("job-x", 0, 0)->size(), 2u);
+  // No material finding: the window is the job's healthy baseline.
+  EXPECT_EQ(store_->GetBaseline("job-x")->value_or(0), 1u);
+}
+
+TEST_F(ControlServiceTest, BadAndOutOfOrderMessagesAreRefusedWithALineAndNothingIsStored) {
+  StartServer();
+  Collector a = Connect("node-a", 0, 2, 2);
+  a.stream->Write(ControlSummary{5, 0, EncodeWorkerSummary(Summary(0, 1, 2))});
+  EXPECT_EQ(NextRejected(a),
+            "summary of rank 0 for window 5: this server opened no such window for job job-x");
+  a.stream->Write(ControlIterations{{{7, 100, 10}}});
+  EXPECT_EQ(
+      NextRejected(a),
+      "iteration of rank 7, which this collector did not register (send worker_joined first)");
+  a.stream->Write(ControlTrigger{0, "bored", ""});
+  EXPECT_EQ(NextRejected(a),
+            "trigger of rank 0: unknown reason 'bored' (expected slowdown, hang or manual)");
+
+  a.stream->Write(ControlTrigger{0, "manual", ""});
+  const ControlWindow w = WaitWindow(a);
+  std::string garbage = EncodeWorkerSummary(Summary(0, w.start_ns, w.start_ns + 1));
+  garbage.resize(garbage.size() / 2);
+  garbage += "\xff\xff\xff";
+  a.stream->Write(ControlSummary{w.id, 0, garbage});
+  const std::string bad = NextRejected(a);
+  EXPECT_TRUE(bad.starts_with("summary of rank 0 for window 1: ")) << bad;
+  a.stream->Write(
+      ControlSummary{w.id, 1, EncodeWorkerSummary(Summary(0, w.start_ns, w.start_ns + 1))});
+  EXPECT_EQ(NextRejected(a), "summary of rank 1 for window 1: the summary inside is rank 0's");
+  EXPECT_TRUE(store_->ListSummaries("job-x", 1)->empty());
+
+  // The good ones still go through, and the window is diagnosed.
+  for (int r = 0; r < 2; ++r) {
+    a.stream->Write(ControlSummary{
+        w.id, r, EncodeWorkerSummary(Summary(r, w.start_ns, w.start_ns + w.duration_ns))});
+  }
+  ASSERT_TRUE(Eventually([&] { return store_->GetDiagnosis("job-x", 1).ok(); }));
+  EXPECT_EQ(store_->ListSummaries("job-x", 1)->size(), 2u);
+  a.stream->Write(
+      ControlSummary{w.id, 0, EncodeWorkerSummary(Summary(0, w.start_ns, w.start_ns + 1))});
+  EXPECT_EQ(NextRejected(a),
+            "summary of rank 0 for window 1: that window is diagnosed already (too late)");
+  ASSERT_TRUE(store_->CheckIntegrity().ok());
+}
+
+TEST_F(ControlServiceTest, ACollectorGoneMidWindowIsNamedAndTheWindowDoesNotWaitForIt) {
+  StartServer();
+  Collector a = Connect("node-a", 0, 2, 4);
+  Collector b = Connect("node-b", 2, 2, 4);
+  a.stream->Write(ControlTrigger{0, "slowdown", ""});
+  const ControlWindow w = WaitWindow(a);
+  WaitWindow(b);
+  b.stream->Cancel();  // node-b's collector dies
+  for (int r = 0; r < 2; ++r) {
+    a.stream->Write(ControlSummary{
+        w.id, r, EncodeWorkerSummary(Summary(r, w.start_ns, w.start_ns + w.duration_ns))});
+  }
+  ASSERT_TRUE(Eventually([&] { return store_->GetDiagnosis("job-x", 1).ok(); }, 4000))
+      << "reported once node-a's summaries are in, without waiting for wait_summaries";
+  auto d = store_->GetDiagnosis("job-x", 1);
+  EXPECT_EQ(d->missing_ranks, (std::vector<int32_t>{2, 3}));
+  EXPECT_NE(d->json.find("rank 2 sent no summary"), std::string::npos);
+}
+
+TEST_F(ControlServiceTest, ARestartedServerContinuesTheJobsWindowIds) {
+  StartServer();
+  {
+    Collector a = Connect("node-a", 0, 1, 1);
+    a.stream->Write(ControlTrigger{0, "manual", ""});
+    const ControlWindow w = WaitWindow(a);
+    a.stream->Write(ControlSummary{
+        w.id, 0, EncodeWorkerSummary(Summary(0, w.start_ns, w.start_ns + w.duration_ns))});
+    ASSERT_TRUE(Eventually([&] { return store_->GetDiagnosis("job-x", 1).ok(); }));
+    a.stream->Cancel();
+  }
+  StopServer();
+  StartServer();
+  ASSERT_TRUE(store_->GetDiagnosis("job-x", 1).ok()) << "the earlier report survives";
+  Collector a = Connect("node-a", 0, 1, 1);
+  a.stream->Write(ControlTrigger{0, "manual", ""});
+  const ControlWindow w = WaitWindow(a);
+  EXPECT_EQ(w.id, 1u) << "the new coordinator counts from 1";
+  a.stream->Write(ControlSummary{
+      w.id, 0, EncodeWorkerSummary(Summary(0, w.start_ns, w.start_ns + w.duration_ns))});
+  ASSERT_TRUE(Eventually([&] { return store_->GetDiagnosis("job-x", 2).ok(); }));
+  EXPECT_EQ(store_->ListWindows("job-x")->size(), 2u);
+  EXPECT_EQ(service_->TriggerWindow("nope").message(), "job nope is not known to this server");
+}
+
+}  // namespace
+}  // namespace perftracker
