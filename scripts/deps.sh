@@ -25,6 +25,9 @@ perftracker_install_deps() {
       missing+=("$pkg")
     fi
   done
+  # The web UI's chart library (uPlot) comes from npm at build time: any npm will do
+  # (Debian's package, or one that came with Node.js).
+  command -v npm >/dev/null || missing+=(npm)
   if [ ${#missing[@]} -eq 0 ]; then
     echo "perftracker: all ${#PERFTRACKER_DEPS[@]} build and test packages are installed"
     return 0

@@ -1,0 +1,335 @@
+#include "perftracker/server/http/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "perftracker/server/http/api_token.h"
+#include "perftracker/server/http/ui_assets.h"
+
+namespace perftracker {
+namespace {
+
+constexpr auto kRefusedLogPeriod = std::chrono::seconds(10);
+constexpr auto kStartTimeout = std::chrono::seconds(5);
+
+constexpr const char* kContentSecurityPolicy =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// The value of cookie `name` in a Cookie header ("a=1; perftracker_token=x"), or "".
+std::string_view CookieValue(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    const size_t semi = header.find(';');
+    std::string_view pair = Trim(header.substr(0, semi));
+    header = semi == std::string_view::npos ? std::string_view() : header.substr(semi + 1);
+    const size_t eq = pair.find('=');
+    if (eq != std::string_view::npos && pair.substr(0, eq) == name) return pair.substr(eq + 1);
+  }
+  return {};
+}
+
+// The token of "Authorization: Bearer <token>" (scheme case-insensitive), or "".
+std::string_view BearerToken(std::string_view header) {
+  header = Trim(header);
+  if (header.size() < 7) return {};
+  std::string scheme(header.substr(0, 7));
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (scheme != "bearer ") return {};
+  return Trim(header.substr(7));
+}
+
+bool IsPageRequest(const httplib::Request& req) {
+  return req.method == "GET" && (req.path == "/" || req.path.rfind("/ui/", 0) == 0);
+}
+
+const char* StatusReason(int status) {
+  switch (status) {
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Payload Too Large";
+    case 414:
+      return "URI Too Long";
+    case 416:
+      return "Range Not Satisfiable";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    default:
+      return "Error";
+  }
+}
+
+Status CheckReadable(const std::string& what, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return Status::InvalidArgument(
+        fmt::format("http: {} {}: cannot read it: {}", what, path, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+HttpServer::HttpServer(Store* store, ServerMetrics* metrics, JobActions* actions,
+                       HttpServerOptions options)
+    : store_(store),
+      metrics_(metrics),
+      options_(std::move(options)),
+      api_(store, actions),
+      refused_log_([this](const std::string& line) { Log(line); }, kRefusedLogBurst,
+                   kRefusedLogPeriod) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Log(const std::string& line) {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "perftracker: %s\n", line.c_str());
+  }
+}
+
+std::string HttpServer::base_url() const {
+  return fmt::format("{}://{}:{}", tls() ? "https" : "http", options_.host, port_);
+}
+
+std::string HttpServer::login_url() const { return base_url() + "/?token=" + options_.token; }
+
+Status HttpServer::Start() {
+  if (server_ != nullptr) return Status::InvalidArgument("http: already started");
+  if (store_ == nullptr) return Status::InvalidArgument("http: no store");
+  if (options_.token.size() < kMinApiTokenLength) {
+    return Status::InvalidArgument(fmt::format(
+        "http: an API token of at least {} characters is required (e.g. openssl rand -hex 32)",
+        kMinApiTokenLength));
+  }
+  if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {
+    return Status::InvalidArgument(
+        "http: TLS needs both a certificate and a key file (got only one)");
+  }
+  if (options_.threads < 1) return Status::InvalidArgument("http: threads must be at least 1");
+  if (tls()) {
+    PERFTRACKER_RETURN_IF_ERROR(CheckReadable("TLS certificate", options_.tls_cert_file));
+    PERFTRACKER_RETURN_IF_ERROR(CheckReadable("TLS key", options_.tls_key_file));
+    auto ssl = std::make_unique<httplib::SSLServer>(options_.tls_cert_file.c_str(),
+                                                    options_.tls_key_file.c_str());
+    if (!ssl->is_valid()) {
+      return Status::InvalidArgument(fmt::format(
+          "http: cannot use TLS certificate {} with key {} (PEM files of one key pair expected)",
+          options_.tls_cert_file, options_.tls_key_file));
+    }
+    server_ = std::move(ssl);
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
+  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which would let a second
+  // process bind the same port and receive part of the requests (tokens included).
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  const int threads = options_.threads;
+  server_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  server_->set_read_timeout(5, 0);
+  server_->set_write_timeout(5, 0);
+  server_->set_keep_alive_max_count(100);
+  server_->set_default_headers({{"X-Content-Type-Options", "nosniff"},
+                                {"X-Frame-Options", "DENY"},
+                                {"Referrer-Policy", "no-referrer"},
+                                {"Content-Security-Policy", kContentSecurityPolicy}});
+  Routes();
+
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+    if (port_ <= 0) {
+      server_.reset();
+      return Status::InvalidArgument(fmt::format("http: cannot listen on {} (any port): {}",
+                                                 options_.host, std::strerror(errno)));
+    }
+  } else {
+    if (!server_->bind_to_port(options_.host, options_.port)) {
+      const int err = errno;
+      server_.reset();
+      return Status::InvalidArgument(fmt::format("http: cannot listen on {}:{}: {}", options_.host,
+                                                 options_.port, std::strerror(err)));
+    }
+    port_ = options_.port;
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // Stop() before the listener runs would be lost (cpp-httplib's stop() only acts on a
+  // running server): wait until it runs.
+  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+  while (!server_->is_running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!server_->is_running()) {
+    Stop();
+    return Status::Internal(
+        fmt::format("http: the listener on {}:{} did not start", options_.host, port_));
+  }
+  return Status::Ok();
+}
+
+void HttpServer::Stop() {
+  if (server_ == nullptr) return;
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+}
+
+void HttpServer::Respond(httplib::Response& res, const ApiResponse& api) {
+  res.status = api.status;
+  res.set_header("Cache-Control", "no-store");
+  res.set_content(api.body, "application/json");
+}
+
+void HttpServer::ServeAsset(const std::string& path, httplib::Response& res) {
+  const UiAsset* asset = FindUiAsset(path);
+  if (asset == nullptr) {
+    Respond(res, JsonApi::Error(404, "no such page: " + path.substr(0, 100)));
+    return;
+  }
+  res.status = 200;
+  res.set_content(std::string(asset->bytes()), std::string(asset->content_type).c_str());
+}
+
+bool HttpServer::Authorize(const httplib::Request& req, httplib::Response& res) {
+  if (req.path == "/healthz") return true;
+  const std::string authorization = req.get_header_value("Authorization");
+  const std::string_view bearer = BearerToken(authorization);
+  const std::string cookie_header = req.get_header_value("Cookie");
+  const std::string_view cookie = CookieValue(cookie_header, kTokenCookie);
+  if (req.method == "GET" && req.has_param("token")) {
+    // The login URL: set the cookie and send the browser to the page without the token.
+    if (ConstantTimeEquals(req.get_param_value("token"), options_.token)) {
+      std::string cookie_line =
+          fmt::format("{}={}; Path=/; HttpOnly; SameSite=Strict", kTokenCookie, options_.token);
+      if (tls()) cookie_line += "; Secure";
+      res.set_header("Set-Cookie", cookie_line);
+      res.set_redirect(req.path, 303);
+      return false;
+    }
+  } else if ((!bearer.empty() && ConstantTimeEquals(bearer, options_.token)) ||
+             (!cookie.empty() && ConstantTimeEquals(cookie, options_.token))) {
+    return true;
+  }
+  const bool presented = !bearer.empty() || !cookie.empty() || req.has_param("token");
+  refused_log_.Log(fmt::format("http: refused {} {} from {}: {}", req.method,
+                               req.path.substr(0, 200), req.remote_addr,
+                               presented ? "wrong token" : "no token"));
+  if (metrics_ != nullptr) metrics_->RecordUnauthorized();
+  res.status = 401;
+  res.set_header("WWW-Authenticate", "Bearer realm=\"perftracker\"");
+  if (IsPageRequest(req)) {
+    res.set_content(
+        "<!doctype html><meta charset=\"utf-8\"><title>perftracker: log in</title>"
+        "<p>This perftracker server needs its token. Open the login URL the server printed "
+        "when it started (<code>.../?token=&lt;token&gt;</code>).</p>",
+        "text/html; charset=utf-8");
+  } else {
+    res.set_content(nlohmann::json{{"error", presented ? "wrong token"
+                                                       : "missing token: send "
+                                                         "'Authorization: Bearer "
+                                                         "<token>'"}}
+                        .dump(),
+                    "application/json");
+  }
+  return false;
+}
+
+void HttpServer::Routes() {
+  httplib::Server& s = *server_;
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return Authorize(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                               : httplib::Server::HandlerResponse::Handled;
+  });
+  s.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    if (metrics_ != nullptr) metrics_->RecordHttpResponse(res.status);
+  });
+  s.set_exception_handler(
+      [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        Log(fmt::format("http: {} {} failed: {}", req.method, req.path.substr(0, 200), what));
+        Respond(res, JsonApi::Error(500, "internal error (logged by the server)"));
+      });
+  s.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        const char* reason = StatusReason(res.status);
+        res.set_content(nlohmann::json{{"error", fmt::format("{} {}", res.status, reason)}}.dump(),
+                        "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+
+  s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    if (metrics_ == nullptr) {
+      Respond(res, JsonApi::Error(404, "this server keeps no metrics"));
+      return;
+    }
+    res.set_content(metrics_->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get("/api/v1/jobs",
+        [this](const httplib::Request&, httplib::Response& res) { Respond(res, api_.ListJobs()); });
+  s.Get(R"(/api/v1/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    Respond(res, api_.GetJob(req.matches[1]));
+  });
+  s.Get(R"(/api/v1/jobs/([^/]+)/iterations)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          Respond(res, api_.ListIterations(req.matches[1], req.get_param_value("since"),
+                                           req.get_param_value("limit")));
+        });
+  s.Get(R"(/api/v1/jobs/([^/]+)/windows)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          Respond(res, api_.ListWindows(req.matches[1]));
+        });
+  s.Get(R"(/api/v1/jobs/([^/]+)/windows/([^/]+)/diagnosis)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          Respond(res, api_.GetDiagnosis(req.matches[1], std::string(req.matches[2])));
+        });
+  s.Get(R"(/api/v1/jobs/([^/]+)/windows/([^/]+)/summaries)", [this](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+    Respond(res, api_.GetSummaries(req.matches[1], std::string(req.matches[2]),
+                                   req.get_param_value("top"), req.get_param_value("function")));
+  });
+  s.Post(R"(/api/v1/jobs/([^/]+)/trigger)",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           Respond(res, api_.Trigger(req.matches[1]));
+         });
+  s.Get("/", [this](const httplib::Request&, httplib::Response& res) { ServeAsset("/", res); });
+  s.Get(R"(/ui/[A-Za-z0-9._-]+)",
+        [this](const httplib::Request& req, httplib::Response& res) { ServeAsset(req.path, res); });
+}
+
+}  // namespace perftracker

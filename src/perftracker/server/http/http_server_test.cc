@@ -1,0 +1,356 @@
+#include "perftracker/server/http/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "perftracker/server/http/example_store_for_test.h"
+#include "perftracker/server/sqlite/sqlite_store.h"
+
+namespace perftracker {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kToken = "test-token-0123456789abcdef";
+
+std::string SourceDir() {
+  const char* dir = std::getenv("PERFTRACKER_SOURCE_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
+class CountingActions : public JobActions {
+ public:
+  Status TriggerWindow(const std::string& job_id) override {
+    std::lock_guard<std::mutex> lock(mu);
+    triggered.push_back(job_id);
+    return Status::Ok();
+  }
+  std::mutex mu;
+  std::vector<std::string> triggered;
+};
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("http_server_test." + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    StatusOr<std::unique_ptr<SqliteStore>> store = SqliteStore::Open((dir_ / "store.db").string());
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    store_ = std::move(store).value();
+    StatusOr<ExampleJob> example =
+        FillStoreWithExample(store_.get(), SourceDir() + "/examples/straggler", "job-17");
+    ASSERT_TRUE(example.ok()) << example.status().message();
+  }
+  void TearDown() override {
+    server_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+
+  HttpServerOptions Options() {
+    HttpServerOptions o;
+    o.token = kToken;
+    o.threads = 4;
+    o.log = [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      log_.push_back(line);
+    };
+    return o;
+  }
+  void StartServer(HttpServerOptions options) {
+    server_ = std::make_unique<HttpServer>(store_.get(), &metrics_, &actions_, std::move(options));
+    Status st = server_->Start();
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  httplib::Client Client(bool with_token) {
+    httplib::Client cli("127.0.0.1", server_->port());
+    cli.set_connection_timeout(5);
+    cli.set_read_timeout(10);
+    if (with_token) cli.set_bearer_token_auth(kToken);
+    return cli;
+  }
+  std::vector<std::string> LogLines() {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    return log_;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<SqliteStore> store_;
+  ServerMetrics metrics_;
+  CountingActions actions_;
+  std::unique_ptr<HttpServer> server_;
+  std::mutex log_mu_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(HttpServerTest, RefusesToStartWithoutAUsableTokenOrWithHalfOfTls) {
+  HttpServerOptions o = Options();
+  o.token = "";
+  HttpServer none(store_.get(), &metrics_, nullptr, o);
+  Status st = none.Start();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("an API token of at least 16 characters is required"),
+            std::string::npos)
+      << st.message();
+  o.token = "short";
+  EXPECT_FALSE(HttpServer(store_.get(), nullptr, nullptr, o).Start().ok());
+
+  o = Options();
+  o.tls_cert_file = "/nonexistent/cert.pem";
+  st = HttpServer(store_.get(), nullptr, nullptr, o).Start();
+  EXPECT_NE(st.message().find("both a certificate and a key"), std::string::npos) << st.message();
+  o.tls_key_file = "/nonexistent/key.pem";
+  st = HttpServer(store_.get(), nullptr, nullptr, o).Start();
+  EXPECT_NE(st.message().find("TLS certificate /nonexistent/cert.pem: cannot read it"),
+            std::string::npos)
+      << st.message();
+
+  // A port already in use is named.
+  StartServer(Options());
+  o = Options();
+  o.port = server_->port();
+  st = HttpServer(store_.get(), nullptr, nullptr, o).Start();
+  EXPECT_NE(st.message().find("cannot listen on 127.0.0.1:" + std::to_string(server_->port())),
+            std::string::npos)
+      << st.message();
+}
+
+TEST_F(HttpServerTest, BindsLoopbackByDefault) {
+  StartServer(Options());
+  EXPECT_EQ(server_->base_url(), "http://127.0.0.1:" + std::to_string(server_->port()));
+  // Find the listening socket's address by connecting to the wildcard's other address: the
+  // server must not answer on a non-loopback address. Connecting to 127.0.0.1 works...
+  auto ok = Client(true).Get("/healthz");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  // ...and the server's socket is bound to 127.0.0.1, which `ss`-free we check with
+  // getsockname on a connected socket's peer: the peer address is loopback.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  sockaddr_in peer{};
+  socklen_t len = sizeof(peer);
+  ASSERT_EQ(getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len), 0);
+  EXPECT_EQ(ntohl(peer.sin_addr.s_addr), INADDR_LOOPBACK);
+  close(fd);
+}
+
+TEST_F(HttpServerTest, RequestsWithoutTheRightTokenGet401AndAreLoggedRateLimited) {
+  StartServer(Options());
+  auto no_token = Client(false).Get("/api/v1/jobs");
+  ASSERT_TRUE(no_token);
+  EXPECT_EQ(no_token->status, 401);
+  EXPECT_EQ(no_token->get_header_value("WWW-Authenticate"), "Bearer realm=\"perftracker\"");
+  EXPECT_NE(no_token->body.find("missing token"), std::string::npos);
+  EXPECT_EQ(no_token->body.find("job-17"), std::string::npos);
+
+  httplib::Client wrong = Client(false);
+  wrong.set_bearer_token_auth("test-token-0123456789abcdeX");
+  for (int i = 0; i < 20; ++i) {
+    auto r = wrong.Get("/api/v1/jobs/job-17");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401);
+  }
+  // A cookie with the wrong token, the metrics and the UI are refused the same way.
+  httplib::Headers bad_cookie = {{"Cookie", "perftracker_token=nope"}};
+  EXPECT_EQ(Client(false).Get("/metrics", bad_cookie)->status, 401);
+  auto page = Client(false).Get("/");
+  EXPECT_EQ(page->status, 401);
+  EXPECT_NE(page->body.find("login URL"), std::string::npos);
+  EXPECT_EQ(Client(false).Post("/api/v1/jobs/job-17/trigger")->status, 401);
+  EXPECT_TRUE(actions_.triggered.empty());
+
+  const std::vector<std::string> lines = LogLines();
+  ASSERT_EQ(lines.size(), size_t{HttpServer::kRefusedLogBurst});  // the rest suppressed
+  EXPECT_NE(lines[0].find("http: refused GET /api/v1/jobs from 127.0.0.1: no token"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[1].find("refused GET /api/v1/jobs/job-17 from 127.0.0.1: wrong token"),
+            std::string::npos)
+      << lines[1];
+  EXPECT_NE(metrics_.Serialize().find("perftracker_http_unauthorized_total 24"), std::string::npos);
+}
+
+TEST_F(HttpServerTest, BearerTokenServesTheApi) {
+  StartServer(Options());
+  httplib::Client cli = Client(true);
+  auto jobs = cli.Get("/api/v1/jobs");
+  ASSERT_TRUE(jobs);
+  ASSERT_EQ(jobs->status, 200);
+  EXPECT_EQ(jobs->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(json::parse(jobs->body)["jobs"][0]["job_id"], "job-17");
+  auto d = cli.Get("/api/v1/jobs/job-17/windows/1/diagnosis");
+  ASSERT_EQ(d->status, 200);
+  EXPECT_EQ(json::parse(d->body)["diagnosis"]["findings"][0]["code"], "PT-STRAGGLER-COMPUTE");
+  auto s = cli.Get("/api/v1/jobs/job-17/windows/1/summaries?top=5");
+  ASSERT_EQ(s->status, 200);
+  EXPECT_EQ(json::parse(s->body)["functions"].size(), 5u);
+  auto it = cli.Get("/api/v1/jobs/job-17/iterations?limit=3");
+  ASSERT_EQ(it->status, 200);
+  EXPECT_EQ(json::parse(it->body)["points"].size(), 3u);
+  EXPECT_EQ(cli.Get("/api/v1/jobs/job-17/windows")->status, 200);
+  // A job id with URL-encoded characters reaches the store decoded.
+  ASSERT_TRUE(store_->UpsertJob({"job 18:a", "t", 1, 1, 1}).ok());
+  auto encoded = cli.Get("/api/v1/jobs/job%2018%3Aa");
+  ASSERT_TRUE(encoded);
+  EXPECT_EQ(encoded->status, 200) << encoded->body;
+
+  auto trigger = cli.Post("/api/v1/jobs/job-17/trigger");
+  ASSERT_TRUE(trigger);
+  EXPECT_EQ(trigger->status, 202);
+  EXPECT_EQ(actions_.triggered, std::vector<std::string>{"job-17"});
+  EXPECT_EQ(cli.Get("/api/v1/jobs/job-17/trigger")->status, 404);  // POST only
+
+  auto metrics = cli.Get("/metrics");
+  ASSERT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->get_header_value("Content-Type").find("text/plain; version=0.0.4"),
+            std::string::npos);
+  EXPECT_NE(metrics->body.find("perftracker_http_requests_total{status=\"2xx\"}"),
+            std::string::npos);
+}
+
+TEST_F(HttpServerTest, LoginUrlSetsAnHttpOnlyCookieAndDropsTheToken) {
+  StartServer(Options());
+  auto login = Client(false).Get("/?token=" + std::string(kToken));
+  ASSERT_TRUE(login);
+  EXPECT_EQ(login->status, 303);
+  EXPECT_EQ(login->get_header_value("Location"), "/");
+  const std::string cookie = login->get_header_value("Set-Cookie");
+  EXPECT_EQ(cookie,
+            std::string("perftracker_token=") + kToken + "; Path=/; HttpOnly; SameSite=Strict");
+  EXPECT_EQ(server_->login_url(), server_->base_url() + "/?token=" + kToken);
+
+  httplib::Headers with_cookie = {{"Cookie", std::string("a=b; perftracker_token=") + kToken}};
+  auto page = Client(false).Get("/", with_cookie);
+  ASSERT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("<script src=\"/ui/app.js\"></script>"), std::string::npos);
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("script-src 'self'"),
+            std::string::npos);
+  EXPECT_EQ(page->get_header_value("X-Frame-Options"), "DENY");
+  auto js = Client(false).Get("/ui/uPlot.iife.min.js", with_cookie);
+  ASSERT_EQ(js->status, 200);
+  EXPECT_EQ(js->get_header_value("Content-Type"), "text/javascript; charset=utf-8");
+  EXPECT_NE(js->body.find("uPlot"), std::string::npos);
+  EXPECT_EQ(Client(false).Get("/ui/app.js", with_cookie)->status, 200);
+  EXPECT_EQ(Client(false).Get("/ui/nothing.js", with_cookie)->status, 404);
+
+  auto wrong_login = Client(false).Get("/?token=wrong");
+  EXPECT_EQ(wrong_login->status, 401);
+  EXPECT_TRUE(wrong_login->get_header_value("Set-Cookie").empty());
+  // Health checks need no token.
+  EXPECT_EQ(Client(false).Get("/healthz")->status, 200);
+}
+
+TEST_F(HttpServerTest, MalformedAndOversizedRequestsGet4xxAndTheServerKeepsServing) {
+  HttpServerOptions o = Options();
+  o.max_body_bytes = 1024;
+  StartServer(o);
+  httplib::Client cli = Client(true);
+  auto big = cli.Post("/api/v1/jobs/job-17/trigger", std::string(1 << 20, 'x'), "text/plain");
+  if (big) {
+    EXPECT_EQ(big->status, 413);  // or the server closed the connection early
+  }
+  EXPECT_TRUE(actions_.triggered.empty());
+
+  auto bad_id = cli.Get("/api/v1/jobs/job-17/windows/abc/diagnosis");
+  ASSERT_EQ(bad_id->status, 400);
+  EXPECT_NE(json::parse(bad_id->body)["error"].get<std::string>().find("bad window id 'abc'"),
+            std::string::npos);
+  auto bad_since = cli.Get("/api/v1/jobs/job-17/iterations?since=%00%ff");
+  EXPECT_EQ(bad_since->status, 400);
+  auto unknown = cli.Get("/api/v2/whatever");
+  ASSERT_EQ(unknown->status, 404);
+  EXPECT_EQ(json::parse(unknown->body)["error"], "404 Not Found");
+  auto long_uri = cli.Get("/api/v1/jobs/" + std::string(20000, 'a'));
+  if (long_uri) {
+    EXPECT_GE(long_uri->status, 400);
+  }
+  EXPECT_EQ(cli.Get("/ui/../../etc/passwd")->status, 404);
+
+  // Raw garbage on a socket.
+  for (const std::string& garbage :
+       {std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n", 17), std::string("GET\r\n\r\n"),
+        std::string("POST /api/v1/jobs/job-17/trigger HTTP/1.1\r\nContent-Length: -5\r\n\r\n"),
+        std::string("GET / HTTP/1.1\r\n") + std::string(100000, 'H') + "\r\n\r\n"}) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    (void)send(fd, garbage.data(), garbage.size(), MSG_NOSIGNAL);
+    shutdown(fd, SHUT_WR);
+    char buf[256];
+    while (recv(fd, buf, sizeof(buf), 0) > 0) {
+    }
+    close(fd);
+  }
+  auto still = cli.Get("/api/v1/jobs");
+  ASSERT_TRUE(still);
+  EXPECT_EQ(still->status, 200);
+}
+
+TEST_F(HttpServerTest, ServesHttpsWithTheGivenCertificate) {
+  const std::string cert = (dir_ / "cert.pem").string();
+  const std::string key = (dir_ / "key.pem").string();
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-keyout " +
+      key + " -out " + cert + " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "openssl CLI not available";
+  HttpServerOptions o = Options();
+  o.tls_cert_file = cert;
+  o.tls_key_file = key;
+  StartServer(o);
+  EXPECT_EQ(server_->base_url().rfind("https://127.0.0.1:", 0), 0u);
+  httplib::SSLClient tls("127.0.0.1", server_->port());
+  tls.enable_server_certificate_verification(false);
+  tls.set_bearer_token_auth(kToken);
+  auto r = tls.Get("/api/v1/jobs");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 200);
+  auto login = httplib::SSLClient("127.0.0.1", server_->port());
+  login.enable_server_certificate_verification(false);
+  auto l = login.Get("/?token=" + std::string(kToken));
+  ASSERT_TRUE(l);
+  EXPECT_NE(l->get_header_value("Set-Cookie").find("; Secure"), std::string::npos);
+  // Plain HTTP to the HTTPS port gets no API answer.
+  auto plain = Client(true).Get("/api/v1/jobs");
+  EXPECT_TRUE(!plain || plain->status != 200);
+
+  // A key that does not match the certificate is refused with both names.
+  const std::string other_key = (dir_ / "other.pem").string();
+  ASSERT_EQ(std::system(("openssl genrsa -out " + other_key + " 2048 >/dev/null 2>&1").c_str()), 0);
+  o.tls_key_file = other_key;
+  Status st = HttpServer(store_.get(), nullptr, nullptr, o).Start();
+  EXPECT_NE(st.message().find("cannot use TLS certificate " + cert + " with key " + other_key),
+            std::string::npos)
+      << st.message();
+}
+
+TEST_F(HttpServerTest, StopAndRestart) {
+  StartServer(Options());
+  const int port = server_->port();
+  server_->Stop();
+  auto r = httplib::Client("127.0.0.1", port).Get("/healthz");
+  EXPECT_FALSE(r);
+  server_->Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace perftracker

@@ -1,0 +1,69 @@
+// JsonApi: the JSON API of the server (/api/v1/...), as functions from request parameters to
+// a status and a body, without sockets: HttpServer routes requests here, tests call it
+// directly. Parameters arrive as the raw strings of the URL; validating them (a window id
+// that is not a number, a limit out of range) is part of the API and answers 400 with
+// {"error": "..."}. Absent jobs / windows / diagnoses answer 404; a store failure 500.
+//
+// Times: nanosecond values (CLOCK_REALTIME, ~1.7e18) do not fit a JavaScript number
+// exactly, so every time is given as `*_ms` (a double, milliseconds since the epoch), and
+// the one value a client sends back (`next_since` of the iterations) as a decimal string.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "perftracker/server/http/job_actions.h"
+#include "perftracker/server/store/store.h"
+
+namespace perftracker {
+
+struct ApiResponse {
+  int status = 200;
+  std::string body;  // JSON
+};
+
+struct JsonApiLimits {
+  size_t default_iteration_points = 20000;
+  size_t max_iteration_points = 200000;
+  size_t default_summary_functions = 40;
+  size_t max_summary_functions = 1000;
+};
+
+class JsonApi {
+ public:
+  // `actions` may be null (a read-only server): the trigger endpoint then answers 501.
+  JsonApi(Store* store, JobActions* actions, JsonApiLimits limits = {})
+      : store_(store), actions_(actions), limits_(limits) {}
+
+  // GET /api/v1/jobs: every job, newest first, with its window count and latest verdict.
+  ApiResponse ListJobs();
+  // GET /api/v1/jobs/{job}: the job, its workers, windows (with their top finding code) and
+  // baseline window.
+  ApiResponse GetJob(const std::string& job_id);
+  // GET /api/v1/jobs/{job}/iterations?since=NS&limit=N: points [rank, end_ms, duration_ms]
+  // after `since` (exclusive, ns), the newest `limit`, oldest first.
+  ApiResponse ListIterations(const std::string& job_id, std::string_view since,
+                             std::string_view limit);
+  // GET /api/v1/jobs/{job}/windows
+  ApiResponse ListWindows(const std::string& job_id);
+  // GET /api/v1/jobs/{job}/windows/{id}/diagnosis: the stored diagnosis (the schema of
+  // `diagnose --format json`) under "diagnosis", with the text report and missing ranks.
+  ApiResponse GetDiagnosis(const std::string& job_id, std::string_view window_id);
+  // GET /api/v1/jobs/{job}/windows/{id}/summaries?top=N&function=KEY: per worker, per
+  // function [index, count, total_ms, p50_ms, p99_ms] for the `top` functions by total
+  // time over all workers, or only the function with key KEY (a finding's drill-down).
+  ApiResponse GetSummaries(const std::string& job_id, std::string_view window_id,
+                           std::string_view top, std::string_view function_key);
+  // POST /api/v1/jobs/{job}/trigger: asks for a window on every worker now (202).
+  ApiResponse Trigger(const std::string& job_id);
+
+  // {"error": message} with `status`.
+  static ApiResponse Error(int status, const std::string& message);
+
+ private:
+  Store* store_;
+  JobActions* actions_;
+  JsonApiLimits limits_;
+};
+
+}  // namespace perftracker
