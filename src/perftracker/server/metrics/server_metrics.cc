@@ -79,32 +79,33 @@ void ServerMetrics::Remember(const std::string& job, int family, const prometheu
 }
 
 void ServerMetrics::RecordIteration(const std::string& job, int32_t rank, int64_t duration_ns) {
-  const prometheus::Labels labels = {{"job", job}, {"rank", std::to_string(rank)}};
+  const prometheus::Labels labels = {{"job_id", job}, {"rank", std::to_string(rank)}};
   iteration_seconds_->Add(labels).Set(static_cast<double>(duration_ns) * 1e-9);
   iterations_->Add(labels).Increment();
   Remember(job, kIterationSeconds, labels);
 }
 
 void ServerMetrics::RecordTrigger(const std::string& job, const std::string& reason) {
-  const prometheus::Labels labels = {{"job", job}, {"reason", reason}};
+  const prometheus::Labels labels = {{"job_id", job}, {"reason", reason}};
   triggers_->Add(labels).Increment();
   Remember(job, kTriggers, labels);
 }
 
 void ServerMetrics::RecordWindow(const std::string& job, WindowMetricState state) {
-  const prometheus::Labels labels = {{"job", job}, {"state", std::string(WindowStateLabel(state))}};
+  const prometheus::Labels labels = {{"job_id", job},
+                                     {"state", std::string(WindowStateLabel(state))}};
   windows_->Add(labels).Increment();
   Remember(job, kWindows, labels);
 }
 
 void ServerMetrics::RecordFinding(const std::string& job, const std::string& code) {
-  const prometheus::Labels labels = {{"job", job}, {"code", code}};
+  const prometheus::Labels labels = {{"job_id", job}, {"code", code}};
   findings_->Add(labels).Increment();
   Remember(job, kFindings, labels);
 }
 
 void ServerMetrics::AddDroppedEvents(const std::string& job, int32_t rank, uint64_t count) {
-  const prometheus::Labels labels = {{"job", job}, {"rank", std::to_string(rank)}};
+  const prometheus::Labels labels = {{"job_id", job}, {"rank", std::to_string(rank)}};
   dropped_events_->Add(labels).Increment(static_cast<double>(count));
   Remember(job, kDroppedEvents, labels);
 }

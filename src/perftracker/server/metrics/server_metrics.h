@@ -2,16 +2,19 @@
 // exposition, which the HTTP server serves at /metrics on its own port (no second listener).
 //
 // Metric names (docs/web-ui.md lists them with their meaning):
-//   perftracker_iteration_seconds{job,rank}         gauge: the worker's last iteration time
-//   perftracker_iterations_total{job,rank}          counter: iterations reported
-//   perftracker_triggers_total{job,reason}          counter: window triggers received
-//   perftracker_windows_total{job,state}            counter: windows opened / diagnosed / abandoned
-//   perftracker_findings_total{job,code}            counter: findings in diagnoses (material ones)
-//   perftracker_dropped_events_total{job,rank}      counter: events the agents dropped (full rings)
-//   perftracker_collectors_connected                gauge: collectors currently connected
-//   perftracker_http_requests_total{status}         counter: HTTP responses by status class
-//   perftracker_http_unauthorized_total             counter: requests refused for a missing or
-//   wrong token
+//   perftracker_iteration_seconds{job_id,rank}         gauge: the worker's last iteration time
+//   perftracker_iterations_total{job_id,rank}          counter: iterations reported
+//   perftracker_triggers_total{job_id,reason}          counter: window triggers received
+//   perftracker_windows_total{job_id,state}            counter: windows opened / diagnosed /
+//   abandoned perftracker_findings_total{job_id,code}            counter: findings in diagnoses
+//   (material ones) perftracker_dropped_events_total{job_id,rank}      counter: events the agents
+//   dropped (full rings) perftracker_collectors_connected                gauge: collectors
+//   currently connected perftracker_http_requests_total{status}         counter: HTTP responses by
+//   status class perftracker_http_unauthorized_total             counter: requests refused for a
+//   missing or wrong token
+//
+// The job label is `job_id`, not `job`: Prometheus sets `job` on every scraped series itself
+// (the scrape job's name), and a clash would rename ours to `exported_job`.
 //
 // Every method is thread-safe (prometheus-cpp's families lock on Add, values are atomic).
 // Label values are free text from collectors: the exposition escapes them. ForgetJob drops

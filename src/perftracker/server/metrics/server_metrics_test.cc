@@ -33,15 +33,15 @@ TEST(ServerMetricsTest, ExposesEveryMetricInTextFormat) {
 
   const std::string text = metrics.Serialize();
   EXPECT_TRUE(HasLine(text, "# TYPE perftracker_iteration_seconds gauge")) << text;
-  EXPECT_TRUE(HasLine(text, "perftracker_iteration_seconds{job=\"job-1\",rank=\"2\"} 0.043"))
+  EXPECT_TRUE(HasLine(text, "perftracker_iteration_seconds{job_id=\"job-1\",rank=\"2\"} 0.043"))
       << text;
-  EXPECT_TRUE(HasLine(text, "perftracker_iterations_total{job=\"job-1\",rank=\"2\"} 2")) << text;
-  EXPECT_TRUE(HasLine(text, "perftracker_triggers_total{job=\"job-1\",reason=\"slowdown\"} 1"));
-  EXPECT_TRUE(HasLine(text, "perftracker_windows_total{job=\"job-1\",state=\"diagnosed\"} 1"));
+  EXPECT_TRUE(HasLine(text, "perftracker_iterations_total{job_id=\"job-1\",rank=\"2\"} 2")) << text;
+  EXPECT_TRUE(HasLine(text, "perftracker_triggers_total{job_id=\"job-1\",reason=\"slowdown\"} 1"));
+  EXPECT_TRUE(HasLine(text, "perftracker_windows_total{job_id=\"job-1\",state=\"diagnosed\"} 1"));
   EXPECT_TRUE(
-      HasLine(text, "perftracker_findings_total{code=\"PT-STRAGGLER-COMPUTE\",job=\"job-1\"} 1"))
+      HasLine(text, "perftracker_findings_total{code=\"PT-STRAGGLER-COMPUTE\",job_id=\"job-1\"} 1"))
       << text;
-  EXPECT_TRUE(HasLine(text, "perftracker_dropped_events_total{job=\"job-1\",rank=\"3\"} 20"));
+  EXPECT_TRUE(HasLine(text, "perftracker_dropped_events_total{job_id=\"job-1\",rank=\"3\"} 20"));
   EXPECT_TRUE(HasLine(text, "perftracker_collectors_connected 1"));
   EXPECT_TRUE(HasLine(text, "perftracker_http_requests_total{status=\"4xx\"} 1"));
   EXPECT_TRUE(HasLine(text, "perftracker_http_unauthorized_total 1"));
@@ -51,7 +51,7 @@ TEST(ServerMetricsTest, EscapesLabelValuesFromCollectors) {
   ServerMetrics metrics;
   metrics.RecordTrigger("we\"ird\njob\\", "slowdown");
   const std::string text = metrics.Serialize();
-  EXPECT_NE(text.find(R"(job="we\"ird\njob\\")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(job_id="we\"ird\njob\\")"), std::string::npos) << text;
 }
 
 TEST(ServerMetricsTest, ForgetJobDropsOnlyThatJob) {
@@ -62,8 +62,8 @@ TEST(ServerMetricsTest, ForgetJobDropsOnlyThatJob) {
   metrics.ForgetJob("old");
   metrics.ForgetJob("never-seen");
   const std::string text = metrics.Serialize();
-  EXPECT_EQ(text.find("job=\"old\""), std::string::npos) << text;
-  EXPECT_TRUE(HasLine(text, "perftracker_iteration_seconds{job=\"live\",rank=\"1\"} 0.002"));
+  EXPECT_EQ(text.find("job_id=\"old\""), std::string::npos) << text;
+  EXPECT_TRUE(HasLine(text, "perftracker_iteration_seconds{job_id=\"live\",rank=\"1\"} 0.002"));
 }
 
 TEST(ServerMetricsTest, ConcurrentRecording) {
@@ -80,8 +80,8 @@ TEST(ServerMetricsTest, ConcurrentRecording) {
   for (auto& t : threads) t.join();
   const std::string text = metrics.Serialize();
   for (int t = 0; t < 4; ++t) {
-    EXPECT_TRUE(HasLine(
-        text, "perftracker_iterations_total{job=\"j\",rank=\"" + std::to_string(t) + "\"} 1000"));
+    EXPECT_TRUE(HasLine(text, "perftracker_iterations_total{job_id=\"j\",rank=\"" +
+                                  std::to_string(t) + "\"} 1000"));
   }
 }
 
