@@ -23,6 +23,8 @@
 #include "perftracker/collector/agent_rings.h"
 #include "perftracker/collector/line_reader.h"
 #include "perftracker/core/realtime_clock.h"
+#include "perftracker/sources/ib/ib_sampler.h"
+#include "perftracker/sources/nvml/nvml_sampler.h"
 
 namespace perftracker {
 namespace {
@@ -84,8 +86,16 @@ struct NodeCollector::Command {
 
 HostSampleFn MakeHostSampler(const std::string& proc_root, const std::string& sys_root) {
   auto sampler = std::make_shared<HostSampler>(proc_root, sys_root);
-  return [sampler](int64_t now_ns, const std::vector<int32_t>& pids,
-                   std::vector<PidSample>* out) { sampler->Sample(now_ns, pids, out); };
+  // GPUs (NVML, each GPU's samples given to the pids running on it; a host without the
+  // library says so once) and RDMA ports / link state (sysfs, host-wide): docs/gpu-sources.md.
+  auto ib = std::make_shared<IbSampler>(sys_root);
+  auto nvml = std::make_shared<NvmlSampler>();
+  return [sampler, ib, nvml](int64_t now_ns, const std::vector<int32_t>& pids,
+                             std::vector<PidSample>* out) {
+    sampler->Sample(now_ns, pids, out);
+    ib->Sample(now_ns, pids, out);
+    nvml->Sample(now_ns, pids, out);
+  };
 }
 
 NodeCollector::NodeCollector(CollectorOptions options, CoordinatorLink* coordinator)

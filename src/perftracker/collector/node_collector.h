@@ -51,7 +51,8 @@ using HostSampleFn =
     std::function<void(int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out)>;
 using LogFn = std::function<void(std::string_view line)>;
 
-// A HostSampleFn over /proc and /sys (sources/host/HostSampler).
+// A HostSampleFn over /proc and /sys (sources/host/HostSampler, sources/ib/IbSampler: RDMA
+// ports and link state) and the GPUs (sources/nvml/NvmlSampler, libnvidia-ml when present).
 HostSampleFn MakeHostSampler(const std::string& proc_root = "/proc",
                              const std::string& sys_root = "/sys");
 

@@ -3,13 +3,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -261,6 +265,57 @@ TEST_F(NodeCollectorTest, SummarizesAWindowOfEveryAgentUnderItsCallPaths) {
   std::lock_guard<std::mutex> sampled_lock(sampled_mu);
   // Both agents at once (one test process: the same pid twice), while both windows ran.
   EXPECT_EQ(most_pids_sampled, 2u);
+}
+
+// The real node sampler (MakeHostSampler) on a fixture /sys: an InfiniBand port whose
+// counters advance during the window shows up in every agent's window summary as
+// kIbTxBytesPerSec (4 bytes per counter unit) with its link up. NVML is absent here: said once.
+TEST_F(NodeCollectorTest, RdmaPortMetricsFromTheNodeSamplerReachTheWindowSummary) {
+  char tmpl[] = "/tmp/perftracker-collector-sys-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string sys = tmpl;
+  const std::string port = sys + "/class/infiniband/mlx5_0/ports/1";
+  ASSERT_EQ(system(("mkdir -p " + port + "/counters").c_str()), 0);
+  auto write = [](const std::string& path, const std::string& text) {  // atomic, like sysfs
+    const std::string tmp = path + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs(text.c_str(), f);
+    fclose(f);
+    ASSERT_EQ(rename(tmp.c_str(), path.c_str()), 0);
+  };
+  write(port + "/state", "4: ACTIVE\n");
+  write(port + "/counters/port_rcv_data", "0\n");
+  write(port + "/counters/port_xmit_data", "0\n");
+  std::atomic<bool> done{false};
+  std::thread traffic([&] {  // 25 M units (100 MB) every 10 ms: ~10 GB/s
+    for (uint64_t units = 0; !done; units += 25'000'000) {
+      write(port + "/counters/port_xmit_data", std::to_string(units) + "\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  StartCollector(MakeHostSampler("/proc", sys));
+  FakeAgent a0(0, 1, "rdma");
+  Join(a0);
+  OpenWindow(400);
+  auto m0 = a0.WaitFor("window", 2000);
+  ASSERT_TRUE(m0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  PlayWindow(a0, *m0, 5);
+  const bool got = coordinator_.WaitUntil([&] { return coordinator_.summaries.size() == 1; });
+  done = true;
+  traffic.join();
+  ASSERT_EQ(system(("rm -rf " + sys).c_str()), 0);
+  ASSERT_TRUE(got);
+  std::lock_guard<std::mutex> lock(coordinator_.mu());
+  const WorkerSummary& s = coordinator_.summaries[0].second;
+  std::map<Metric, double> mean;
+  for (const FunctionMetric& m : s.worker_metrics) mean[m.metric] = m.mean;
+  ASSERT_EQ(mean.count(Metric::kIbTxBytesPerSec), 1u);
+  EXPECT_GT(mean[Metric::kIbTxBytesPerSec], 2e9);  // a loaded test machine may lag the writer
+  EXPECT_LT(mean[Metric::kIbTxBytesPerSec], 20e9);
+  EXPECT_EQ(mean[Metric::kIbRxBytesPerSec], 0.0);
+  EXPECT_EQ(mean[Metric::kNicLinkUp], 1.0);
 }
 
 TEST_F(NodeCollectorTest, MalformedMessagesAreLoggedOnceAndNeverFatal) {
