@@ -61,6 +61,7 @@
 
   function ms(value) {
     if (value === undefined || value === null || !isFinite(value)) return "–";
+    if (value === 0) return "0";
     if (value >= 1000) return (value / 1000).toFixed(2) + " s";
     if (value >= 100) return value.toFixed(0) + " ms";
     if (value >= 1) return value.toFixed(1) + " ms";
@@ -438,7 +439,7 @@
       scales: {x: {time: false, range: (u, min, max) => [min - 0.75, max + 0.75]},
         y: {range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1]}},
       axes: [{label: "rank", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]},
-        {size: 60, values: (u, vals) => vals.map((v) => fmt(v))}],
+        {size: 72, values: (u, vals) => vals.map((v) => fmt(v))}],
       legend: {show: false},
       cursor: {points: {show: false}},
       // The series draws no line: the draw hook paints one bar per rank.

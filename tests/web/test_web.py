@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+"""The web UI and /metrics as a user meets them (stdlib only).
+
+Both tests run perftracker_ui_fixture: an HttpServer over a SqliteStore holding the real
+diagnosis of examples/straggler (4 ranks; rank 2 is a compute straggler in block2).
+
+test_ui:         Debian's headless Chromium loads the UI with the login URL, runs its
+                 JavaScript, and the rendered DOM must show the finding (code and culprit
+                 worker), the heat map and the drill-down bars; no script or CSP error.
+                 --screenshot PATH also saves the diagnosis page as a PNG (docs/).
+test_prometheus: Debian's Prometheus scrapes /metrics with the bearer token every second;
+                 the value read back through Prometheus' HTTP API (/api/v1/query) must be
+                 the one the server exposes, and a scrape with a wrong token must fail.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+ARGS = None
+TOKEN = "web-test-token-0123456789abcdef"
+JOB = "job-17"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Fixture:
+    """perftracker_ui_fixture in the background; .port once it listens."""
+
+    def __init__(self, work_dir):
+        store = os.path.join(work_dir, "store.db")
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(store + suffix):
+                os.remove(store + suffix)
+        self.proc = subprocess.Popen(
+            [ARGS.fixture, "--traces", ARGS.traces, "--store", store, "--token", TOKEN,
+             "--job", JOB],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        m = re.match(r"listening (\d+)", line)
+        if not m:
+            self.proc.kill()
+            raise RuntimeError("fixture did not start: %r %s" % (line, self.proc.stderr.read()))
+        self.port = int(m.group(1))
+        self.base = "http://127.0.0.1:%d" % self.port
+
+    def get(self, path, token=TOKEN):
+        req = urllib.request.Request(self.base + path)
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.read().decode()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        if self.proc.returncode != 0:
+            raise RuntimeError("fixture exited with %d: %s" % (self.proc.returncode, err))
+
+
+def chromium(url, work_dir, extra):
+    """Runs headless Chromium on url; returns (stdout, stderr). Virtual time lets the
+    page's fetches and scripts finish before the DOM is dumped."""
+    profile = tempfile.mkdtemp(prefix="chromium-", dir=work_dir)
+    try:
+        cmd = ["chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
+               "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
+               "--user-data-dir=" + profile, "--enable-logging=stderr", "--v=0",
+               "--virtual-time-budget=10000", "--window-size=1400,1900",
+               "--hide-scrollbars"] + extra + [url]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        return r.stdout, r.stderr
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def console_errors(stderr):
+    return [l for l in stderr.splitlines()
+            if "CONSOLE" in l and ("Uncaught" in l or "Refused" in l or "Content Security" in l
+                                   or "Error" in l)]
+
+
+class WebTest(unittest.TestCase):
+    def setUp(self):
+        os.makedirs(ARGS.work_dir, exist_ok=True)
+        self.fixture = Fixture(ARGS.work_dir)
+
+    def tearDown(self):
+        self.fixture.stop()
+
+    def test_ui(self):
+        f = self.fixture
+        diag = json.loads(f.get("/api/v1/jobs/%s/windows/1/diagnosis" % JOB))
+        top = diag["diagnosis"]["findings"][0]
+        self.assertEqual(top["code"], "PT-STRAGGLER-COMPUTE")
+        self.assertEqual(top["workers"], [2])
+
+        # The diagnosis page, logged in by the login URL (cookie), after JavaScript ran.
+        url = "%s/?token=%s#/job/%s/window/1" % (f.base, TOKEN, JOB)
+        dom, err = chromium(url, ARGS.work_dir, ["--dump-dom"])
+        self.assertEqual(console_errors(err), [], err[-3000:])
+        m = re.search(r'<section class="finding material" data-code="([^"]+)" data-workers="([^"]*)"', dom)
+        self.assertIsNotNone(m, "no material finding rendered:\n" + dom[:3000])
+        self.assertEqual(m.group(1), "PT-STRAGGLER-COMPUTE")
+        self.assertEqual(m.group(2), "2")
+        self.assertIn('<span class="culprits">rank 2</span>', dom)
+        self.assertIn('id="verdict">rank 2 is the straggler', dom)
+        # The heat map: 4 worker rows, rank 2 marked as the culprit, block2 among the columns.
+        heat = dom[dom.index('id="heatmap"'):]
+        self.assertEqual(len(re.findall(r"<th>rank \d+</th>", heat)), 4)
+        self.assertIn('<tr class="culprit"><th>rank 2</th>', heat)
+        self.assertRegex(heat, r'<th class="fn" title="[^"]*block2[^"]*">')
+
+        # Drill-down from the finding to its function on every worker: three bar charts and
+        # a row per worker, rank 2 the culprit with the largest time per iteration.
+        key = top["function_key"]
+        url = "%s/?token=%s#/job/%s/window/1/function/%s" % (
+            f.base, TOKEN, JOB, urllib.parse.quote(key, safe=""))
+        dom, err = chromium(url, ARGS.work_dir, ["--dump-dom"])
+        self.assertEqual(console_errors(err), [], err[-3000:])
+        self.assertEqual(dom.count("<canvas"), 3, dom[:3000])
+        rows = re.findall(r'<tr( class="culprit")? data-rank="(\d+)"><td class="num">\d+</td>'
+                          r'<td>[^<]*</td><td class="num">[^<]*</td><td class="num">([0-9.]+) ms</td>', dom)
+        self.assertEqual(len(rows), 4, dom[-4000:])
+        by_rank = {int(r[1]): (bool(r[0]), float(r[2])) for r in rows}
+        self.assertTrue(by_rank[2][0])
+        self.assertEqual(max(by_rank, key=lambda r: by_rank[r][1]), 2)
+
+        # The job page: the iteration-time chart (a canvas) and the window linking to it.
+        dom, err = chromium("%s/?token=%s#/job/%s" % (f.base, TOKEN, JOB), ARGS.work_dir,
+                            ["--dump-dom"])
+        self.assertEqual(console_errors(err), [], err[-3000:])
+        self.assertIn('id="iteration-chart"', dom)
+        self.assertIn("<canvas", dom)
+        self.assertIn(">PT-STRAGGLER-COMPUTE</a>", dom)
+        for rank in range(4):
+            self.assertIn(">rank %d</" % rank, dom)  # legend entries
+
+        # Without the token the page says how to log in and shows no data.
+        dom, _ = chromium(f.base + "/#/job/" + JOB, ARGS.work_dir, ["--dump-dom"])
+        self.assertIn("login URL", dom)
+        self.assertNotIn("PT-STRAGGLER", dom)
+
+        if ARGS.screenshot:
+            url = "%s/?token=%s#/job/%s/window/1" % (f.base, TOKEN, JOB)
+            chromium(url, ARGS.work_dir, ["--screenshot=" + os.path.abspath(ARGS.screenshot)])
+            self.assertTrue(os.path.getsize(ARGS.screenshot) > 10000)
+
+    def test_prometheus(self):
+        f = self.fixture
+        metrics = f.get("/metrics")
+        m = re.search(r'^perftracker_iteration_seconds\{job_id="%s",rank="2"\} (\S+)$' % JOB,
+                      metrics, re.M)
+        self.assertIsNotNone(m, metrics)
+        exposed = float(m.group(1))
+
+        prom_port = free_port()
+        prom_dir = tempfile.mkdtemp(prefix="prometheus-", dir=ARGS.work_dir)
+        config = os.path.join(prom_dir, "prometheus.yml")
+        with open(config, "w") as out:
+            out.write("""global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: perftracker
+    scrape_interval: 1s
+    authorization:
+      type: Bearer
+      credentials: %s
+    static_configs:
+      - targets: ['127.0.0.1:%d']
+  - job_name: wrong-token
+    scrape_interval: 1s
+    authorization:
+      type: Bearer
+      credentials: not-the-token-0123456789
+    static_configs:
+      - targets: ['127.0.0.1:%d']
+""" % (TOKEN, f.port, f.port))
+        prom = subprocess.Popen(
+            ["prometheus", "--config.file=" + config, "--storage.tsdb.path=" + prom_dir + "/data",
+             "--web.listen-address=127.0.0.1:%d" % prom_port, "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            def query(q):
+                url = "http://127.0.0.1:%d/api/v1/query?%s" % (
+                    prom_port, urllib.parse.urlencode({"query": q}))
+                try:
+                    with urllib.request.urlopen(url, timeout=5) as r:
+                        body = json.load(r)
+                except OSError:
+                    return None
+                self.assertEqual(body["status"], "success")
+                return body["data"]["result"]
+
+            deadline = time.time() + 25
+            series = None
+            while time.time() < deadline:
+                if prom.poll() is not None:
+                    self.fail("prometheus exited: " + prom.stderr.read())
+                series = query('perftracker_iteration_seconds{job_id="%s",rank="2"}' % JOB)
+                if series:
+                    break
+                time.sleep(0.5)
+            self.assertTrue(series, "Prometheus never scraped the iteration time")
+            self.assertEqual(series[0]["metric"]["job"], "perftracker")
+            self.assertAlmostEqual(float(series[0]["value"][1]), exposed, places=9)
+            findings = query('perftracker_findings_total{code="PT-STRAGGLER-COMPUTE"}')
+            self.assertEqual(float(findings[0]["value"][1]), 1.0)
+            up = {r["metric"]["job"]: r["value"][1] for r in query("up")}
+            self.assertEqual(up.get("perftracker"), "1")
+            self.assertEqual(up.get("wrong-token"), "0")  # refused: 401
+        finally:
+            prom.terminate()
+            try:
+                prom.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+            shutil.rmtree(prom_dir, ignore_errors=True)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--fixture", required=True)
+    p.add_argument("--traces", required=True)
+    p.add_argument("--work-dir", default=tempfile.gettempdir())
+    p.add_argument("--screenshot", help="also save the diagnosis page as this PNG")
+    ARGS, rest = p.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest)
+
+
+if __name__ == "__main__":
+    main()

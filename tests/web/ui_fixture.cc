@@ -1,0 +1,77 @@
+// perftracker_ui_fixture: a test-only server for the web UI and /metrics. It fills a
+// SqliteStore with the real diagnosis of examples/straggler (a 4-rank torch job whose rank 2
+// is a compute straggler), feeds the same job's iteration times, window and finding to the
+// server's metrics, and serves both with HttpServer until SIGINT / SIGTERM. It prints one
+// line "listening <port>" on stdout once it serves (test_web.py waits for it).
+//
+//   perftracker_ui_fixture --traces examples/straggler --store /tmp/s.db --token T [--port N]
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "perftracker/server/http/example_store_for_test.h"
+#include "perftracker/server/http/http_server.h"
+#include "perftracker/server/metrics/server_metrics.h"
+#include "perftracker/server/sqlite/sqlite_store.h"
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace perftracker;
+  CLI::App app{"perftracker_ui_fixture: serves a store holding a real diagnosis (tests only)"};
+  std::string traces;
+  std::string store_path;
+  std::string job_id = "job-17";
+  HttpServerOptions options;
+  app.add_option("--traces", traces, "folder of rank*.json.gz traces")->required();
+  app.add_option("--store", store_path, "SQLite store to create or fill")->required();
+  app.add_option("--job", job_id, "job id");
+  app.add_option("--token", options.token, "API token")->required();
+  app.add_option("--host", options.host, "address to bind");
+  app.add_option("--port", options.port, "port (0: any)");
+  app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate");
+  app.add_option("--tls-key", options.tls_key_file, "PEM key");
+  CLI11_PARSE(app, argc, argv);
+
+  StatusOr<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(store_path);
+  if (!store.ok()) {
+    std::fprintf(stderr, "perftracker_ui_fixture: %s\n", store.status().message().c_str());
+    return 2;
+  }
+  StatusOr<ExampleJob> example = FillStoreWithExample(store->get(), traces, job_id);
+  if (!example.ok()) {
+    std::fprintf(stderr, "perftracker_ui_fixture: %s\n", example.status().message().c_str());
+    return 2;
+  }
+
+  ServerMetrics metrics;
+  StatusOr<std::vector<IterationPoint>> points = (*store)->ListIterations(job_id, 0, 0);
+  if (points.ok()) {
+    for (const IterationPoint& p : *points) metrics.RecordIteration(job_id, p.rank, p.duration_ns);
+  }
+  metrics.RecordTrigger(job_id, "slowdown");
+  metrics.RecordWindow(job_id, WindowMetricState::kOpened);
+  metrics.RecordWindow(job_id, WindowMetricState::kDiagnosed);
+  if (!example->top_code.empty()) metrics.RecordFinding(job_id, example->top_code);
+  metrics.CollectorConnected();
+
+  HttpServer server(store->get(), &metrics, nullptr, options);
+  Status st = server.Start();
+  if (!st.ok()) {
+    std::fprintf(stderr, "perftracker_ui_fixture: %s\n", st.message().c_str());
+    return 2;
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::printf("listening %d\n", server.port());
+  std::fflush(stdout);
+  while (!g_stop) pause();
+  server.Stop();
+  return 0;
+}
