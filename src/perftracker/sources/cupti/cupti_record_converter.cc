@@ -284,19 +284,21 @@ void CuptiRecordConverter::ConvertKernel(const CUpti_ActivityKernel10& k) {
     ++stats_.malformed;
     return;
   }
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(k.name, nullptr, nullptr, &status);
-  if (status == 0 && demangled != nullptr) {
-    demangled_.assign(demangled);
-  } else {
-    demangled_.assign(k.name);
+  // Demangling costs microseconds; a job runs few distinct kernels many times.
+  auto known = kernel_ids_.find(std::string_view(k.name));
+  if (known == kernel_ids_.end()) {
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(k.name, nullptr, nullptr, &status);
+    const uint32_t id =
+        Function(EventKind::kGpuKernel, status == 0 && demangled != nullptr ? demangled : k.name);
+    std::free(demangled);
+    known = kernel_ids_.emplace(k.name, id).first;
   }
-  std::free(demangled);
   Event ev;
   ev.kind = EventKind::kGpuKernel;
   ev.flags = kEventFlagOnDevice;
   ev.correlation = k.correlationId;
-  ev.function_id = Function(EventKind::kGpuKernel, demangled_);
+  ev.function_id = known->second;
   ev.track_id = StreamTrack(k.deviceId, k.streamId);
   if (Emit(ev, k.start, k.end)) ++stats_.kernels;
 }

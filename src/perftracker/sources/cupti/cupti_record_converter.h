@@ -126,7 +126,12 @@ class CuptiRecordConverter {
   std::unordered_map<uint32_t, uint32_t> api_thread_;
   std::vector<uint32_t> api_thread_order_;
   size_t api_thread_next_ = 0;
-  std::string demangled_;
+  // Mangled kernel name -> function id (heterogeneous lookup: no copy per record).
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> kernel_ids_;
 };
 
 }  // namespace perftracker

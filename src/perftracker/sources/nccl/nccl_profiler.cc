@@ -160,7 +160,9 @@ bool NcclProfiler::OpenOutput(int rank, ncclDebugLogger_t /*log*/) {
   pool_.assign(kPoolSlots, Op{});
   pool_next_ = 0;
   pending_.clear();
+  pending_tail_.clear();
   grace_ns_ = EnvInt("PERFTRACKER_NCCL_GRACE_MS", 1000, 0, 3'600'000) * 1'000'000;
+  tail_grace_ns_ = EnvInt("PERFTRACKER_NCCL_TAIL_US", 2000, 0, 1'000'000) * 1'000;
   proxy_ = EnvInt("PERFTRACKER_NCCL_PROXY", 0, 0, 1) == 1;
   return true;
 }
@@ -333,28 +335,27 @@ ncclResult_t NcclProfiler::StartEvent(void* context, void** handle, const NcclEv
 void NcclProfiler::ReleaseLocked(Op* op, int64_t now) {
   if (--op->refs > 0) return;
   op->state = Op::State::kPending;
-  op->deadline = now + (op->children > 0 ? tail_grace_ns_ : grace_ns_);
-  pending_.push_back(static_cast<size_t>(op - pool_.data()));
+  // Two queues, one per grace, so that each one's deadlines come in order.
+  const bool had_children = op->children > 0;
+  op->deadline = now + (had_children ? tail_grace_ns_ : grace_ns_);
+  (had_children ? pending_tail_ : pending_).push_back(static_cast<size_t>(op - pool_.data()));
   ExpirePendingLocked(now, false);
 }
 
 void NcclProfiler::ExpirePendingLocked(int64_t now, bool all) {
-  // Deadlines are not monotonic across ops (two graces), so scan the whole (short) queue
-  // only when its head expires.
-  while (!pending_.empty()) {
-    Op& head = pool_[pending_.front()];
-    if (head.state != Op::State::kPending) {  // revived by a child, or emitted already
-      pending_.pop_front();
-      continue;
+  for (std::deque<size_t>* queue : {&pending_tail_, &pending_}) {
+    while (!queue->empty()) {
+      Op& head = pool_[queue->front()];
+      // A slot revived by a child, emitted through another entry, or reused: its entry here
+      // is stale (a reused slot is pending under its own, later, entry as well).
+      if (head.state != Op::State::kPending || head.refs != 0) {
+        queue->pop_front();
+        continue;
+      }
+      if (!all && head.deadline > now) break;
+      queue->pop_front();
+      EmitLocked(&head);
     }
-    if (!all && head.deadline > now) break;
-    pending_.pop_front();
-    if (head.refs == 0) EmitLocked(&head);
-  }
-  if (all) return;
-  for (size_t i : pending_) {
-    Op& op = pool_[i];
-    if (op.state == Op::State::kPending && op.refs == 0 && op.deadline <= now) EmitLocked(&op);
   }
 }
 
@@ -453,6 +454,7 @@ ncclResult_t NcclProfiler::Finalize(void* context) {
   delete comm;
   if (--live_comms_ == 0) {
     pending_.clear();
+    pending_tail_.clear();
     shm_.reset();  // the file stays for the collector; the next init creates a new one
     generation_.fetch_add(1);
   }

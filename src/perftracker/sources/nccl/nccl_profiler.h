@@ -21,7 +21,10 @@
 // proxy operations (requested with PERFTRACKER_NCCL_PROXY=1). The Event spans the first
 // child's start to the last child's stop (flagged kEventFlagOnDevice); an operation that
 // got no child within the grace time (PERFTRACKER_NCCL_GRACE_MS, default 1000 ms after its
-// enqueue; 2 ms after its last child) is emitted with its enqueue span instead. Collectives
+// enqueue) is emitted with its enqueue span instead; after its last child stops, an operation
+// waits PERFTRACKER_NCCL_TAIL_US (2000) more for stragglers. The pool (4096 slots) thus holds
+// 4096 operations per tail time (2 M/s by default); beyond that operations are dropped and
+// counted. Collectives
 // are reference counted (enqueue + live children) in a fixed pool of slots that stay
 // allocated until the last communicator is finalized, so a late child never touches freed
 // memory; a child that arrives after its collective was emitted is counted (late_children).
@@ -119,7 +122,8 @@ class NcclProfiler {
   std::atomic<uint64_t> generation_{0};
   std::vector<Op> pool_;
   size_t pool_next_ = 0;
-  std::deque<size_t> pending_;  // slot indexes waiting for children or their grace to pass
+  std::deque<size_t> pending_;       // released without children: waiting grace_ns_
+  std::deque<size_t> pending_tail_;  // released after children: waiting tail_grace_ns_
   std::unordered_map<std::string, uint32_t> functions_;
   int64_t grace_ns_ = 1'000'000'000;
   int64_t tail_grace_ns_ = 2'000'000;
