@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "perftracker/core/status.h"
+#include "perftracker/server/http/job_actions.h"
 #include "perftracker/server/window_coordinator.h"
 #include "perftracker/wire/control_server.h"
 
@@ -66,7 +67,7 @@ struct JobStatus {
   size_t reports = 0;
 };
 
-class ControlService : public ControlHandler {
+class ControlService : public ControlHandler, public JobActions {
  public:
   explicit ControlService(ControlServiceOptions options);
   ~ControlService() override;
@@ -82,10 +83,11 @@ class ControlService : public ControlHandler {
   StatusOr<std::shared_ptr<ControlSession>> OnRegister(const ControlRegistration& registration,
                                                        std::shared_ptr<CommandSink> sink) override;
 
-  // Opens a window on every worker of `job_id` now (reason manual), as a trigger would.
-  // NotFound when the job is unknown or has no connected collector; InvalidArgument when
-  // the coordinator refuses (a window open, cooldown, --max-windows).
-  Status TriggerWindow(const std::string& job_id);
+  // JobActions (HTTP threads): opens a window on every worker of `job_id` now (reason
+  // manual), as a trigger would. NotFound when the job is unknown or has no connected
+  // collector; InvalidArgument when the coordinator refuses (a window open, cooldown,
+  // --max-windows).
+  Status TriggerWindow(const std::string& job_id) override;
 
   std::vector<JobStatus> Jobs() const;
   // A job's reports so far (tests, `perftracker server` at exit).
