@@ -225,7 +225,12 @@ scrape_configs:
             self.assertAlmostEqual(float(series[0]["value"][1]), exposed, places=9)
             findings = query('perftracker_findings_total{code="PT-STRAGGLER-COMPUTE"}')
             self.assertEqual(float(findings[0]["value"][1]), 1.0)
-            up = {r["metric"]["job"]: r["value"][1] for r in query("up")}
+            # Both scrape jobs have run at least once (Prometheus spreads their offsets over
+            # the interval).
+            up = {}
+            while time.time() < deadline + 5 and len(up) < 2:
+                up = {r["metric"]["job"]: r["value"][1] for r in query("up") or []}
+                time.sleep(0.2)
             self.assertEqual(up.get("perftracker"), "1")
             self.assertEqual(up.get("wrong-token"), "0")  # refused: 401
         finally:
