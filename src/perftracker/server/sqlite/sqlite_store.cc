@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -396,7 +397,26 @@ Status SqliteStore::AppendIterations(const std::string& job_id,
     st->Bind(4, p.duration_ns);
     PERFTRACKER_RETURN_IF_ERROR(st->Run());
   }
+  const size_t cap = options_.max_iterations_per_job;
+  size_t& appended = appended_since_prune_[job_id];
+  appended += points.size();
+  if (cap > 0 && appended >= std::max<size_t>(cap / 8, 1)) {
+    PERFTRACKER_RETURN_IF_ERROR(PruneIterations(job_id));
+    appended = 0;
+  }
   return tx.Commit();
+}
+
+Status SqliteStore::PruneIterations(const std::string& job_id) {
+  // The end_ns of the cap-th newest point, then everything older (ties at that end_ns are
+  // kept). Both use the (job_id, end_ns) index.
+  StatusOr<Statement> st = writer_->Prepare(
+      "DELETE FROM iterations WHERE job_id = ?1 AND end_ns < (SELECT end_ns FROM iterations "
+      "WHERE job_id = ?1 ORDER BY end_ns DESC LIMIT 1 OFFSET ?2)");
+  if (!st.ok()) return st.status();
+  st->Bind(1, job_id);
+  st->Bind(2, static_cast<int64_t>(options_.max_iterations_per_job - 1));
+  return st->Run();
 }
 
 StatusOr<std::vector<IterationPoint>> SqliteStore::ListIterations(const std::string& job_id,

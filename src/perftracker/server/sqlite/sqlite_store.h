@@ -20,6 +20,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +40,10 @@ struct SqliteStoreOptions {
   int busy_timeout_ms = 5000;
   // fsync the WAL on every commit (survives power loss, not only a process crash).
   bool synchronous_full = false;
+  // Iteration points kept per job (0: all). The oldest beyond the cap are deleted as new ones
+  // arrive (checked every cap/8 appended points), so a long job on many ranks keeps a
+  // bounded history: 1 M points is ~60 MB and, at 2,000 ranks, 500 iterations per rank.
+  size_t max_iterations_per_job = 1'000'000;
 };
 
 class SqliteStore final : public Store {
@@ -92,12 +97,15 @@ class SqliteStore final : public Store {
   // Checks, on the writer (its mutex held), that the job / window exists.
   Status RequireJob(const std::string& job_id);
   Status RequireWindow(const std::string& job_id, uint64_t window_id);
+  // Deletes the job's oldest iteration points beyond the cap (writer's mutex held).
+  Status PruneIterations(const std::string& job_id);
 
   std::string path_;
   SqliteStoreOptions options_;
 
   std::mutex write_mu_;
   std::unique_ptr<SqliteConnection> writer_;
+  std::map<std::string, size_t> appended_since_prune_;  // guarded by write_mu_
 
   std::mutex pool_mu_;
   std::condition_variable pool_cv_;

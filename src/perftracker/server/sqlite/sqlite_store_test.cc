@@ -164,6 +164,29 @@ TEST(SqliteStoreTest, Iterations) {
   EXPECT_EQ(store->ListIterations("j", 0, 0)->size(), 10u);
 }
 
+TEST(SqliteStoreTest, IterationHistoryIsCappedPerJob) {
+  TempDir dir;
+  SqliteStoreOptions options;
+  options.max_iterations_per_job = 100;
+  auto store = OpenOrDie(dir.File("store.db"), options);
+  ASSERT_TRUE(store->UpsertJob(Job("big")).ok());
+  ASSERT_TRUE(store->UpsertJob(Job("small")).ok());
+  ASSERT_TRUE(store->AppendIterations("small", {{0, 1, 10}, {1, 2, 10}}).ok());
+  int64_t t = 0;
+  for (int batch = 0; batch < 100; ++batch) {
+    std::vector<IterationPoint> points;
+    for (int r = 0; r < 10; ++r) points.push_back({r, ++t, 50});
+    ASSERT_TRUE(store->AppendIterations("big", points).ok());
+  }
+  StatusOr<std::vector<IterationPoint>> kept = store->ListIterations("big", 0, 0);
+  ASSERT_TRUE(kept.ok());
+  // At most the cap plus what arrived since the last prune (cap / 8, rounded to batches).
+  EXPECT_GE(kept->size(), 100u);
+  EXPECT_LE(kept->size(), 100u + 20u);
+  EXPECT_EQ(kept->back().end_ns, 1000);                         // the newest are the ones kept
+  EXPECT_EQ(store->ListIterations("small", 0, 0)->size(), 2u);  // other jobs untouched
+}
+
 TEST(SqliteStoreTest, WindowsSummariesDiagnosesBaseline) {
   TempDir dir;
   auto store = OpenOrDie(dir.File("store.db"));
