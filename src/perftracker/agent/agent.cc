@@ -62,8 +62,11 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
     return profiler.status();
   }
   a.profiler_ = std::move(profiler.value());
+  a.profiler_->set_prefer_eval_hook(a.config_.options.eval_hook);
   a.wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   a.gil_.Start();
+  // The worker runs Python for the agent (stack dumps): never recorded as the job's work.
+  a.gil_.Submit([] { PythonProfiler::IgnoreCurrentThread(); });
   a.control_thread_ = std::thread([&a] {
     try {
       a.ControlLoop();

@@ -30,12 +30,25 @@ py::dict CountsDict(const ProfilerCounts& c) {
   d["dropped"] = c.dropped;
   d["threads"] = c.threads;
   d["skipped_threads"] = c.skipped_threads;
+  d["too_deep"] = c.too_deep;
+  d["deep_pauses"] = c.deep_pauses;
+  d["hook"] = c.hook == PythonHook::kEval      ? "eval"
+              : c.hook == PythonHook::kProfile ? "profile"
+                                               : "";
   return d;
 }
 
 // Benchmark floor: a profile function that does nothing. What any C-level profile hook
 // costs in CPython 3.11 before doing any work (frame objects, de-specialized dispatch).
 int NoopProfile(PyObject*, PyFrameObject*, int, PyObject*) { return 0; }
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+// Benchmark floor of the frame-evaluation hook: evaluates every frame through one more C
+// call, as the agent's hook does, and does nothing else.
+PyObject* NoopEval(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag) {
+  return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+}
+#endif
 
 size_t DrainAll(AgentShm& s) {
   std::vector<Event> buf(4096);
@@ -161,9 +174,21 @@ PYBIND11_MODULE(_agent, m) {
         if (g_agent != nullptr) g_agent->RequestWindow(window, start_ns, duration_ns);
       },
       "Schedules a window as the collector's `window` message would.");
-  m.def("profile_start", [](double duration_s) {
-    if (g_agent != nullptr) g_agent->ProfileNow(static_cast<int64_t>(duration_s * 1e9));
-  });
+  m.def(
+      "profile_start",
+      [](double duration_s, std::string_view hook) {
+        if (g_agent == nullptr) return;
+        if (hook == "eval" || hook == "profile") {
+          g_agent->profiler()->set_prefer_eval_hook(hook == "eval");
+        } else if (!hook.empty()) {
+          throw py::value_error("profile_start: hook must be 'eval' or 'profile', not '" +
+                                std::string(hook) + "'");
+        }
+        g_agent->ProfileNow(static_cast<int64_t>(duration_s * 1e9));
+      },
+      py::arg("duration_s"), py::arg("hook") = "",
+      "Starts a local window now (tests, benchmarks). hook: 'eval' (frame-evaluation hook, "
+      "where available) or 'profile' (C profile function); sticks for later windows.");
   m.def("profile_stop", [] {
     return CountsDict(g_agent != nullptr ? g_agent->ProfileStop() : ProfilerCounts{});
   });
@@ -247,6 +272,20 @@ PYBIND11_MODULE(_agent, m) {
       },
       "Benchmark helper: installs (True) or removes (False) a do-nothing C profile function "
       "on the calling thread.");
+  m.def(
+      "noop_eval",
+      [](bool on) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+        _PyInterpreterState_SetEvalFrameFunc(PyThreadState_Get()->interp,
+                                             on ? &NoopEval : &_PyEval_EvalFrameDefault);
+        return true;
+#else
+        (void)on;
+        return false;
+#endif
+      },
+      "Benchmark helper: installs (True) or removes (False) a do-nothing frame-evaluation "
+      "function (all threads). False where unsupported.");
   m.def(
       "drain_now",
       [](const std::string& path) {

@@ -63,6 +63,7 @@ const std::map<std::string, Key, std::less<>>& Keys() {
                             }}},
       {"outbox", {16, 1 << 20, true, true,
                   [](AgentOptions& o, double v) { o.outbox_capacity = static_cast<uint32_t>(v); }}},
+      {"eval_hook", {0, 1, true, false, [](AgentOptions& o, double v) { o.eval_hook = v != 0; }}},
   };
   return *keys;
 }

@@ -22,6 +22,7 @@ struct AgentOptions {
   int64_t stack_timeout_ns = 2'000'000'000;       // stack_timeout_ms: GIL wait for stacks
   int64_t reconnect_max_ns = 5'000'000'000;       // reconnect_max_ms: back-off ceiling
   uint32_t outbox_capacity = 1024;                // outbox: queued messages (power of two)
+  bool eval_hook = true;  // eval_hook: record with the frame-evaluation hook where available
 };
 
 StatusOr<AgentOptions> ParseAgentOptions(std::string_view text);

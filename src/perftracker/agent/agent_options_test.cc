@@ -51,5 +51,14 @@ TEST(AgentOptionsTest, ErrorsNameTheKeyAndTheFix) {
   EXPECT_FALSE(ParseAgentOptions("{not json").ok());
 }
 
+TEST(AgentOptionsTest, EvalHookCanBeTurnedOff) {
+  EXPECT_TRUE(ParseAgentOptions("")->eval_hook);
+  EXPECT_FALSE(ParseAgentOptions("eval_hook=0")->eval_hook);
+  EXPECT_TRUE(ParseAgentOptions("eval_hook=1")->eval_hook);
+  auto bad = ParseAgentOptions("eval_hook=2");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("eval_hook"));
+}
+
 }  // namespace
 }  // namespace perftracker

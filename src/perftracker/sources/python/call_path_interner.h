@@ -19,8 +19,8 @@
 // Bounded memory: when the shm function table is full, Intern returns kDropped; a path
 // under a kDropped parent is kDropped too, so children of an unpublishable frame collapse
 // into a few cache entries. Callers drop (and count) events whose id is kDropped.
-// Hidden keys (perftracker's own wrapper functions) resolve to kHidden: the caller skips the
-// frame, so wrappers never appear in any path.
+// Hidden keys (perftracker's own wrapper functions) resolve to kHidden: the caller makes the
+// frame transparent, so wrappers never appear in any path (ShadowStack).
 #pragma once
 
 #include <cstdint>
@@ -113,79 +113,6 @@ class CallPathInterner {
   std::unordered_set<const void*> hidden_;
   uint32_t next_id_ = 0;
   uint64_t dropped_paths_ = 0;
-};
-
-// ShadowStack: one thread's stack of open calls, each with its path id. Push interns
-// (parent = the top's id) through the thread's CallPathCache; Pop matches the returning
-// frame by identity, so returns of frames that were never pushed (entered before the hook
-// was installed, or hidden) are ignored, and a missed return (frames above the returning
-// one) closes those frames too.
-class ShadowStack {
- public:
-  struct Frame {
-    const void* frame;  // the interpreter frame (identity only, never dereferenced)
-    uint32_t id;        // path id, or CallPathInterner::kDropped
-    int64_t start_ns;
-  };
-
-  ShadowStack(CallPathInterner* interner, EventKind kind, CallPathInterner::NameFn name_fn)
-      : interner_(interner), kind_(kind), name_fn_(name_fn) {}
-
-  // Pushes `frame` running function `key`; false (nothing pushed) for a hidden function.
-  bool Push(const void* frame, const void* key, int64_t now_ns) {
-    const uint32_t parent = frames_.empty() ? CallPathInterner::kNoParent : frames_.back().id;
-    uint32_t id = cache_.Find(parent, key);
-    if (id == CallPathCache::kMiss) {
-      id = interner_->Intern(parent, key, kind_, name_fn_);
-      cache_.Insert(parent, key, id);
-    }
-    if (id == CallPathInterner::kHidden) return false;
-    frames_.push_back({frame, id, now_ns});
-    return true;
-  }
-
-  // Closes `frame`: calls emit(const Frame&) for it and every frame above it (innermost
-  // first) and pops them. Returns false (and emits nothing) when `frame` is not on the stack.
-  template <typename Emit>
-  bool Pop(const void* frame, Emit&& emit) {
-    if (!frames_.empty() && frames_.back().frame == frame) {
-      emit(frames_.back());
-      frames_.pop_back();
-      return true;
-    }
-    for (size_t i = frames_.size(); i-- > 0;) {
-      if (frames_[i].frame != frame) continue;
-      while (frames_.size() > i) {
-        emit(frames_.back());
-        frames_.pop_back();
-      }
-      return true;
-    }
-    return false;
-  }
-
-  // Closes every open frame (innermost first).
-  template <typename Emit>
-  void PopAll(Emit&& emit) {
-    while (!frames_.empty()) {
-      emit(frames_.back());
-      frames_.pop_back();
-    }
-  }
-
-  uint32_t top_id() const {
-    return frames_.empty() ? CallPathInterner::kNoParent : frames_.back().id;
-  }
-  size_t depth() const { return frames_.size(); }
-  const std::vector<Frame>& frames() const { return frames_; }
-  const CallPathCache& cache() const { return cache_; }
-
- private:
-  CallPathInterner* interner_;
-  EventKind kind_;
-  CallPathInterner::NameFn name_fn_;
-  CallPathCache cache_;
-  std::vector<Frame> frames_;
 };
 
 }  // namespace perftracker

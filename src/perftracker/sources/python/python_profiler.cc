@@ -10,22 +10,42 @@
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/sources/python/tsc_clock.h"
 
+// The frame-evaluation hook needs the interpreter's frame layout, which only CPython's
+// internal headers describe, and which changes between minor versions: 3.11 only.
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_LIMITED_API)
+#define PERFTRACKER_EVAL_HOOK 1
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#else
+#define PERFTRACKER_EVAL_HOOK 0
+#endif
+
 namespace perftracker {
 
 struct PythonProfiler::ThreadState {
   ThreadState(PythonProfiler* p, CallPathInterner* interner, CallPathInterner::NameFn name_fn,
               int64_t start, int64_t end, const TscClock::Anchor& clock_anchor)
-      : profiler(p), stack(interner, EventKind::kPythonCall, name_fn), start_ns(start),
-        end_ns(end), clock(clock_anchor) {}
+      : profiler(p),
+        stack(interner, EventKind::kPythonCall, name_fn),
+        start_ns(start),
+        end_ns(end),
+        clock(clock_anchor) {}
   PythonProfiler* profiler;
   ShadowStack stack;
   int64_t start_ns;
   int64_t end_ns;  // INT64_MIN once the window is over: the next event removes the hook
   TscClock::Anchor clock;
   int ring = RingWriter::kNoRing;
+  uint32_t track = 0;
   bool primed = false;
+  bool ignored = false;       // the agent's own thread (eval hook): never recorded
+  uintptr_t stack_guard = 0;  // eval hook: C stack addresses below it are too deep
+  uint64_t tstate_id = 0;     // eval hook: PyThreadState::id
+  int64_t last_ns = 0;        // end of the thread's latest event
   uint64_t events = 0;
   uint64_t dropped = 0;
+  uint64_t deep_pauses = 0;
 };
 
 namespace {
@@ -34,8 +54,7 @@ constexpr size_t kMaxPrimeDepth = 512;  // frames walked up when a thread is fir
 
 // The per-thread profile-function argument: carries the thread's state to the hook.
 struct HookObject {
-  PyObject_HEAD
-  PythonProfiler::ThreadState* state;
+  PyObject_HEAD PythonProfiler::ThreadState* state;
 };
 
 PyType_Slot kHookSlots[] = {{0, nullptr}};
@@ -49,7 +68,9 @@ PythonProfiler* g_recording = nullptr;
 // forking thread inherited must not write into the parent's rings (MAP_SHARED). Python's own
 // after-fork callbacks run Python code before the agent's Python handler can react.
 bool g_in_forked_child = false;
-void OnForkChild() { g_in_forked_child = true; }
+
+// Marks the agent's own threads (eval hook: every thread runs the hook).
+thread_local bool t_ignored_thread = false;
 
 // "qualname (file.py:line)". Keeps a reference to the code object: a published path's code
 // is never freed, so its address can never be reused by another function (bounded by the
@@ -75,17 +96,38 @@ std::string CodeName(const void* key) {
   return name;
 }
 
+// One closed Python call into the thread's ring. Inline: the hooks' per-call path.
+inline void EmitCall(PythonProfiler::ThreadState* ts, const ShadowStack::Frame& f, int64_t end) {
+  if (f.id >= CallPathInterner::kHidden) [[unlikely]] {
+    ts->profiler->Emit(ts, f.id, EventKind::kPythonCall, f.start_ns, end, 0);  // counts it
+    return;
+  }
+  Event ev;
+  ev.start_ns = f.start_ns;
+  ev.end_ns = end;
+  ev.function_id = f.id;
+  ev.track_id = ts->track;
+  ev.kind = EventKind::kPythonCall;
+  if (ts->profiler->rings()->Push(ts->ring, ev)) [[likely]] {
+    ++ts->events;
+  } else {
+    ++ts->dropped;
+  }
+  ts->last_ns = end;
+}
+
+// ---------------------------------------------------------------- the profile hook
+
 void RemoveHook(PyThreadState* tstate) {
   if (_PyEval_SetProfile(tstate, nullptr, nullptr) < 0) PyErr_Clear();
 }
-
-int Hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* /*arg*/);
 
 // First event of a thread in this window: push the frames that were already running, root
 // first, so that every path is the thread's whole stack. `first` is the innermost of them.
 void Prime(PythonProfiler::ThreadState* ts, PyFrameObject* first) {
   ts->primed = true;
   ts->ring = ts->profiler->rings()->RingForCurrentThread();
+  ts->track = ts->ring >= 0 ? static_cast<uint32_t>(ts->ring) : 0;
   PyFrameObject* chain[kMaxPrimeDepth];
   size_t n = 0;
   PyFrameObject* f = first;
@@ -126,12 +168,166 @@ int Hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* /*arg*/) {
     Py_DECREF(code);  // the running frame keeps it alive
     ts->stack.Push(frame, code, now);
   } else {
-    if (!ts->primed) [[unlikely]] Prime(ts, frame);
-    ts->stack.Pop(frame, [ts, now](const ShadowStack::Frame& f) {
-      ts->profiler->Emit(ts, f.id, EventKind::kPythonCall, f.start_ns, now, 0);
-    });
+    if (!ts->primed) [[unlikely]]
+      Prime(ts, frame);
+    ts->stack.Pop(frame, [ts, now](const ShadowStack::Frame& f) { EmitCall(ts, f, now); });
   }
   return 0;
+}
+
+// ---------------------------------------------------------------- the frame-evaluation hook
+
+#if PERFTRACKER_EVAL_HOOK
+
+// Everything the eval hook reads per call, in one place (GIL-protected, like all of this).
+struct EvalGlobals {
+  PythonProfiler* profiler = nullptr;  // recording with the eval hook; nullptr: pass through
+  uint64_t window = 0;                 // bumped at every eval window start
+  int64_t end_ns = INT64_MIN;          // calls at or past it are not recorded
+  uint64_t cached_tstate_id = 0;       // the thread that ran the hook last (ids start at 1)
+  PythonProfiler::ThreadState* cached = nullptr;  // ... and its state
+  TscClock::Anchor clock;
+  PyInterpreterState* interp = nullptr;
+  bool installed = false;  // our function should be the interpreter's eval function
+  int pauses = 0;          // deep calls running with the hook handed back
+};
+EvalGlobals g_eval;
+
+PyObject* EvalHook(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwflag);
+
+void SetEvalFunction(bool ours) {
+  if (g_eval.interp == nullptr) return;
+  _PyInterpreterState_SetEvalFrameFunc(g_eval.interp, ours ? &EvalHook : &_PyEval_EvalFrameDefault);
+}
+
+PythonProfiler::ThreadState* EvalLookup(PyThreadState* tstate) {
+  if (g_eval.profiler == nullptr) return nullptr;
+  PythonProfiler::ThreadState* ts = g_eval.profiler->EvalThreadState(tstate);
+  g_eval.cached_tstate_id = tstate->id;
+  g_eval.cached = ts;
+  return ts;
+}
+
+// Makes the shadow stack mirror the interpreter's frame chain that ends at `caller` (the
+// frame that is calling, or nullptr at a thread's root): shadow frames that are not on the
+// chain any more returned unseen and are closed at `now`; chain frames the shadow stack
+// lacks are pushed (on the thread's first event: everything that was running, started at
+// the window's start; later: frames the interpreter entered inline, started at `now`).
+void Reconcile(PythonProfiler::ThreadState* ts, _PyInterpreterFrame* caller, int64_t now) {
+  _PyInterpreterFrame* chain[kMaxPrimeDepth];
+  size_t n = 0;
+  ptrdiff_t match = -1;
+  for (_PyInterpreterFrame* f = caller; f != nullptr && n < kMaxPrimeDepth; f = f->previous) {
+    if (_PyFrame_IsIncomplete(f)) continue;  // not started yet (no call made from it)
+    match = ts->stack.Find(f, f->f_code);
+    if (match >= 0) break;
+    chain[n++] = f;
+  }
+  ts->stack.PopTo(static_cast<size_t>(match + 1), [ts, now](const ShadowStack::Frame& f) {
+    EmitCall(ts, f, std::max(now, f.start_ns));
+  });
+  const int64_t start = ts->primed ? now : ts->start_ns;
+  ts->primed = true;
+  for (size_t i = n; i-- > 0;) ts->stack.Push(chain[i], chain[i]->f_code, start);
+}
+
+// A thread that is the agent's own, or that has used half of its C stack (deep recursion:
+// with our hook every Python call nests a C call). The latter hands frame evaluation back
+// to the interpreter (inline calls, no C recursion) until this call returns.
+PyObject* EvalUnrecorded(PythonProfiler::ThreadState* ts, PyThreadState* tstate,
+                         _PyInterpreterFrame* frame, int throwflag) {
+  if (ts->ignored) return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  ++ts->deep_pauses;
+  if (g_eval.pauses++ == 0 && g_eval.installed) SetEvalFunction(false);
+  PyObject* result = _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  if (--g_eval.pauses == 0 && g_eval.installed) SetEvalFunction(true);
+  return result;
+}
+
+// A frame that began in an earlier window returned while a new window records: it may have
+// been pushed there as a running frame.
+void EvalLateReturn(PyThreadState* tstate, _PyInterpreterFrame* frame, int64_t end) {
+  if (g_eval.profiler == nullptr || end >= g_eval.end_ns) return;
+  PythonProfiler::ThreadState* ts =
+      tstate->id == g_eval.cached_tstate_id ? g_eval.cached : EvalLookup(tstate);
+  if (ts == nullptr || ts->ignored) return;
+  ts->stack.Pop(frame, [ts, end](const ShadowStack::Frame& f) { EmitCall(ts, f, end); });
+}
+
+constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
+
+// The interpreter runs every Python frame through this function while a window records.
+PyObject* EvalHook(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwflag) {
+  PythonProfiler::ThreadState* ts =
+      tstate->id == g_eval.cached_tstate_id ? g_eval.cached : EvalLookup(tstate);
+  if (ts == nullptr) [[unlikely]]
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  if (reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) < ts->stack_guard) [[unlikely]] {
+    return EvalUnrecorded(ts, tstate, frame, throwflag);
+  }
+  PyCodeObject* code = frame->f_code;
+  // Calling a generator or coroutine function only creates the object: its body runs (and
+  // is recorded) when it is resumed, as the profile hook sees it.
+  if ((code->co_flags & kGeneratorFlags) != 0 && frame->owner != FRAME_OWNED_BY_GENERATOR)
+      [[unlikely]] {
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  }
+  const int64_t start = TscClock::Now(g_eval.clock);
+  if (start >= g_eval.end_ns) [[unlikely]] {
+    if (g_eval.installed) {
+      g_eval.installed = false;
+      if (g_eval.pauses == 0) SetEvalFunction(false);
+    }
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  }
+  _PyInterpreterFrame* caller = tstate->cframe->current_frame;
+  if (!ts->stack.TopIs(caller, caller != nullptr ? caller->f_code : nullptr)) [[unlikely]] {
+    Reconcile(ts, caller, start);
+  }
+  const ShadowStack::PushResult pushed = ts->stack.Push(frame, code, start);
+  const uint64_t window = g_eval.window;
+  PyObject* result = _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  const int64_t end = TscClock::Now(g_eval.clock);
+  // `ts` is valid while its window records (states are freed by Stop, which ends it).
+  if (window == g_eval.window && end < g_eval.end_ns) [[likely]] {
+    if (pushed != ShadowStack::PushResult::kTooDeep) {
+      ts->stack.Pop(frame, [ts, end](const ShadowStack::Frame& f) { EmitCall(ts, f, end); });
+    }
+  } else if (window != g_eval.window) {
+    EvalLateReturn(tstate, frame, end);
+  }
+  return result;
+}
+
+// The C stack address below which a call on the calling thread counts as deep: half of the
+// thread's stack used.
+uintptr_t StackGuard() {
+  const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  constexpr uintptr_t kFallback = 512 * 1024;  // unknown stack: allow this much more
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return here - kFallback;
+  void* addr = nullptr;
+  size_t size = 0;
+  const int rc = pthread_attr_getstack(&attr, &addr, &size);
+  pthread_attr_destroy(&attr);
+  const auto low = reinterpret_cast<uintptr_t>(addr);
+  if (rc != 0 || size == 0 || here < low || here > low + size) return here - kFallback;
+  return low + size / 2;
+}
+
+#endif  // PERFTRACKER_EVAL_HOOK
+
+void OnForkChild() {
+  g_in_forked_child = true;
+#if PERFTRACKER_EVAL_HOOK
+  // The child's only thread holds the GIL here: nothing runs Python concurrently.
+  if (g_eval.installed && g_eval.pauses == 0) SetEvalFunction(false);
+  g_eval.installed = false;
+  g_eval.profiler = nullptr;
+  g_eval.end_ns = INT64_MIN;
+  g_eval.cached_tstate_id = 0;
+  g_eval.cached = nullptr;
+#endif
 }
 
 // threading._profile_hook during a window: a new thread calls it (through sys.setprofile's
@@ -154,8 +350,7 @@ PyObject* GcCallback(PyObject* /*self*/, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-PyMethodDef kBootstrapDef = {"_perftracker_thread_profile", ThreadBootstrap, METH_VARARGS,
-                             nullptr};
+PyMethodDef kBootstrapDef = {"_perftracker_thread_profile", ThreadBootstrap, METH_VARARGS, nullptr};
 PyMethodDef kGcCallbackDef = {"_perftracker_gc_callback", GcCallback, METH_VARARGS, nullptr};
 
 template <typename F>
@@ -172,8 +367,7 @@ void ForEachThread(F&& f) {
 PythonProfiler::PythonProfiler(AgentShm* shm) : shm_(shm), interner_(shm), rings_(shm) {}
 
 StatusOr<std::unique_ptr<PythonProfiler>> PythonProfiler::Create(AgentShm* shm) {
-  static const bool fork_handler_registered =
-      pthread_atfork(nullptr, nullptr, &OnForkChild) == 0;
+  static const bool fork_handler_registered = pthread_atfork(nullptr, nullptr, &OnForkChild) == 0;
   (void)fork_handler_registered;
   g_in_forked_child = false;  // a (forked) process that becomes a rank itself records again
   std::unique_ptr<PythonProfiler> p(new PythonProfiler(shm));
@@ -196,20 +390,34 @@ PythonProfiler::~PythonProfiler() {
   // bootstrap in its sys.setprofile trampoline; both are tiny.
 }
 
+bool PythonProfiler::EvalHookSupported() { return PERFTRACKER_EVAL_HOOK != 0; }
+
+void PythonProfiler::IgnoreCurrentThread() { t_ignored_thread = true; }
+
 void PythonProfiler::Start(int64_t end_ns) {
   if (recording_) return;
+  PyThreadState* self = PyThreadState_Get();
+  bool eval = false;
+#if PERFTRACKER_EVAL_HOOK
+  // Only where nobody else evaluates frames (a debugger, torch.compile): we would have to
+  // call their function and could not know what it does with ours.
+  eval = prefer_eval_hook_ && !g_in_forked_child && !g_eval.installed &&
+         _PyInterpreterState_GetEvalFrameFunc(self->interp) == &_PyEval_EvalFrameDefault;
+#endif
   // Modules first (an import runs Python code: it must not be recorded).
-  PyObject* threading = PyImport_ImportModule("threading");
-  if (threading == nullptr) PyErr_Clear();
+  PyObject* threading = eval ? nullptr : PyImport_ImportModule("threading");
+  if (!eval && threading == nullptr) PyErr_Clear();
   PyObject* gc = PyImport_ImportModule("gc");
   if (gc == nullptr) PyErr_Clear();
   recording_ = true;
+  hook_ = eval ? PythonHook::kEval : PythonHook::kProfile;
   clock_ = TscClock::MakeAnchor();
   start_ns_ = RealtimeNs();
   end_ns_ = end_ns;
   counts_ = {};
+  counts_.hook = hook_;
   g_recording = this;
-  // Threads started during the window.
+  // Threads started during the window (the eval hook sees them without help).
   if (threading != nullptr) {
     Py_XDECREF(saved_thread_hook_);
     saved_thread_hook_ = PyObject_GetAttrString(threading, "_profile_hook");
@@ -227,6 +435,20 @@ void PythonProfiler::Start(int64_t end_ns) {
     Py_XDECREF(callbacks);
     Py_DECREF(gc);
   }
+#if PERFTRACKER_EVAL_HOOK
+  if (eval) {
+    g_eval.profiler = this;
+    ++g_eval.window;
+    g_eval.end_ns = end_ns_;
+    g_eval.clock = clock_;
+    g_eval.cached_tstate_id = 0;
+    g_eval.cached = nullptr;
+    g_eval.interp = self->interp;
+    g_eval.installed = true;
+    if (g_eval.pauses == 0) SetEvalFunction(true);  // else: the paused deep call does it
+    return;
+  }
+#endif
   // Every thread that runs Python now.
   ForEachThread([this](PyThreadState* t) {
     PyFrameObject* frame = PyThreadState_GetFrame(t);
@@ -236,14 +458,42 @@ void PythonProfiler::Start(int64_t end_ns) {
   });
 }
 
+PythonProfiler::ThreadState* PythonProfiler::EvalThreadState(PyThreadState* tstate) {
+#if PERFTRACKER_EVAL_HOOK
+  // By OS thread: a C++ thread that calls into Python (a torch autograd or gloo callback)
+  // may get a new PyThreadState for every call (PyGILState_Ensure / Release).
+  auto it = eval_threads_.find(tstate->native_thread_id);
+  if (it != eval_threads_.end()) {
+    it->second->tstate_id = tstate->id;
+    return it->second;
+  }
+  auto ts = std::make_unique<ThreadState>(this, &interner_, &CodeName, start_ns_, end_ns_, clock_);
+  ts->tstate_id = tstate->id;
+  ts->ignored = t_ignored_thread;
+  // An ignored thread takes EvalUnrecorded's path at once (no address is above this guard).
+  ts->stack_guard = ts->ignored ? UINTPTR_MAX : StackGuard();
+  if (!ts->ignored) {
+    ts->ring = rings_.RingForCurrentThread();
+    ts->track = ts->ring >= 0 ? static_cast<uint32_t>(ts->ring) : 0;
+    ++counts_.threads;
+  }
+  ThreadState* raw = ts.get();
+  threads_.push_back(std::move(ts));
+  eval_threads_.emplace(tstate->native_thread_id, raw);
+  return raw;
+#else
+  (void)tstate;
+  return nullptr;
+#endif
+}
+
 void PythonProfiler::InstallOn(PyThreadState* tstate) {
   if (tstate->c_profilefunc == &Hook) return;
   if (tstate->c_profilefunc != nullptr) {
     ++counts_.skipped_threads;  // someone else profiles this thread: leave it alone
     return;
   }
-  auto ts =
-      std::make_unique<ThreadState>(this, &interner_, &CodeName, start_ns_, end_ns_, clock_);
+  auto ts = std::make_unique<ThreadState>(this, &interner_, &CodeName, start_ns_, end_ns_, clock_);
   HookObject* obj = PyObject_New(HookObject, reinterpret_cast<PyTypeObject*>(hook_type_));
   if (obj == nullptr) {
     PyErr_Clear();
@@ -259,8 +509,8 @@ void PythonProfiler::InstallOn(PyThreadState* tstate) {
   Py_DECREF(obj);
 }
 
-void PythonProfiler::Emit(ThreadState* ts, uint32_t id, EventKind kind, int64_t start,
-                          int64_t end, uint64_t payload) {
+void PythonProfiler::Emit(ThreadState* ts, uint32_t id, EventKind kind, int64_t start, int64_t end,
+                          uint64_t payload) {
   if (id >= CallPathInterner::kHidden) {
     shm_->header()->dropped_function_table.fetch_add(1, std::memory_order_relaxed);
     ++ts->dropped;
@@ -271,7 +521,7 @@ void PythonProfiler::Emit(ThreadState* ts, uint32_t id, EventKind kind, int64_t 
   ev.end_ns = end;
   ev.payload = payload;
   ev.function_id = id;
-  ev.track_id = ts->ring >= 0 ? static_cast<uint32_t>(ts->ring) : 0;
+  ev.track_id = ts->track;
   ev.kind = kind;
   if (rings_.Push(ts->ring, ev)) {
     ++ts->events;
@@ -280,25 +530,67 @@ void PythonProfiler::Emit(ThreadState* ts, uint32_t id, EventKind kind, int64_t 
   }
 }
 
+// Closes every thread's open frames. Eval hook: frames that are no longer on their thread's
+// interpreter stack returned unseen (they were running when the window began, or entered
+// inline): closed at that thread's last event; the frames still running at the window end.
+void PythonProfiler::CloseThreads(int64_t end) {
+  std::unordered_map<uint64_t, PyThreadState*> alive;
+  if (hook_ == PythonHook::kEval) {
+    ForEachThread([&alive](PyThreadState* t) { alive.emplace(t->id, t); });
+  }
+  for (auto& ts : threads_) {
+    ThreadState* t = ts.get();
+    auto emit_at = [t](int64_t at) {
+      return [t, at](const ShadowStack::Frame& f) { EmitCall(t, f, std::max(f.start_ns, at)); };
+    };
+    if (hook_ == PythonHook::kEval && t->primed) {
+#if PERFTRACKER_EVAL_HOOK
+      const int64_t gone = std::min(std::max(t->last_ns, start_ns_), end);
+      auto it = alive.find(t->tstate_id);
+      ptrdiff_t live = -1;
+      if (it != alive.end()) {
+        for (_PyInterpreterFrame* f = it->second->cframe->current_frame; f != nullptr;
+             f = f->previous) {
+          if ((live = t->stack.Find(f, f->f_code)) >= 0) break;
+        }
+      }
+      t->stack.PopTo(static_cast<size_t>(live + 1), emit_at(gone));
+#endif
+    }
+    if (t->primed || hook_ == PythonHook::kEval) t->stack.PopAll(emit_at(end));
+    counts_.events += t->events;
+    counts_.dropped += t->dropped;
+    counts_.too_deep += t->stack.too_deep();
+    counts_.deep_pauses += t->deep_pauses;
+    t->end_ns = INT64_MIN;
+  }
+}
+
 ProfilerCounts PythonProfiler::Stop() {
   if (!recording_) return {};
   const int64_t end = std::min(RealtimeNs(), end_ns_);
+#if PERFTRACKER_EVAL_HOOK
+  if (hook_ == PythonHook::kEval) {
+    // In-flight calls return through EvalHook later: they see the window over and touch no
+    // state (states are freed below).
+    if (g_eval.installed && g_eval.pauses == 0 &&
+        _PyInterpreterState_GetEvalFrameFunc(g_eval.interp) == &EvalHook) {
+      SetEvalFunction(false);
+    }
+    g_eval.installed = false;
+    g_eval.profiler = nullptr;
+    g_eval.end_ns = INT64_MIN;
+    g_eval.cached_tstate_id = 0;
+    g_eval.cached = nullptr;
+  }
+#endif
   ForEachThread([](PyThreadState* t) {
     if (t->c_profilefunc == &Hook) RemoveHook(t);
   });
+  CloseThreads(end);
   std::vector<std::unique_ptr<ThreadState>> still_hooked;
-  for (auto& ts : threads_) {
-    if (ts->primed) {
-      ts->stack.PopAll([this, &ts, end](const ShadowStack::Frame& f) {
-        Emit(ts.get(), f.id, EventKind::kPythonCall, std::min(f.start_ns, end), end, 0);
-      });
-    }
-    counts_.events += ts->events;
-    counts_.dropped += ts->dropped;
-    ts->end_ns = INT64_MIN;
-  }
-  // A thread whose hook could not be removed (an audit hook refused) keeps its state alive;
-  // its hook removes itself on its next event (end_ns is in the past).
+  // A thread whose profile hook could not be removed (an audit hook refused) keeps its state
+  // alive; its hook removes itself on its next event (end_ns is in the past).
   ForEachThread([&](PyThreadState* t) {
     if (t->c_profilefunc != &Hook) return;
     ThreadState* s = reinterpret_cast<HookObject*>(t->c_profileobj)->state;
@@ -308,22 +600,24 @@ ProfilerCounts PythonProfiler::Stop() {
   });
   for (auto& ts : still_hooked) ts.release();  // deliberately leaked (rare, bounded per window)
   threads_.clear();
+  eval_threads_.clear();
   rings_.FlushAll();
 
-  if (PyObject* threading = PyImport_ImportModule("threading")) {
-    PyObject* restore = saved_thread_hook_ != nullptr ? saved_thread_hook_ : Py_None;
-    if (PyObject_SetAttrString(threading, "_profile_hook", restore) < 0) PyErr_Clear();
-    Py_DECREF(threading);
-  } else {
-    PyErr_Clear();
+  if (saved_thread_hook_ != nullptr || hook_ == PythonHook::kProfile) {
+    if (PyObject* threading = PyImport_ImportModule("threading")) {
+      PyObject* restore = saved_thread_hook_ != nullptr ? saved_thread_hook_ : Py_None;
+      if (PyObject_SetAttrString(threading, "_profile_hook", restore) < 0) PyErr_Clear();
+      Py_DECREF(threading);
+    } else {
+      PyErr_Clear();
+    }
   }
   Py_CLEAR(saved_thread_hook_);
   if (PyObject* gc = PyImport_ImportModule("gc")) {
     PyObject* callbacks = PyObject_GetAttrString(gc, "callbacks");
     if (callbacks != nullptr && PyList_Check(callbacks)) {
       for (Py_ssize_t i = PyList_GET_SIZE(callbacks); i-- > 0;) {
-        if (PyList_GET_ITEM(callbacks, i) == gc_callback_ &&
-            PySequence_DelItem(callbacks, i) < 0) {
+        if (PyList_GET_ITEM(callbacks, i) == gc_callback_ && PySequence_DelItem(callbacks, i) < 0) {
           PyErr_Clear();
         }
       }
@@ -336,6 +630,7 @@ ProfilerCounts PythonProfiler::Stop() {
     PyErr_Clear();
   }
   recording_ = false;
+  hook_ = PythonHook::kNone;
   if (g_recording == this) g_recording = nullptr;
   return counts_;
 }
@@ -351,7 +646,20 @@ void PythonProfiler::Record(EventKind kind, std::string_view name, bool nest, in
   if (!recording_ || g_in_forked_child || end_ns <= start_ns_ || start_ns >= end_ns_) return;
   PyThreadState* tstate = PyThreadState_Get();
   ThreadState* ts = nullptr;
-  if (tstate->c_profilefunc == &Hook) {
+  if (hook_ == PythonHook::kEval) {
+#if PERFTRACKER_EVAL_HOOK
+    ts = EvalThreadState(tstate);
+    if (ts->ignored) {
+      ts = nullptr;
+    } else if (nest) {
+      // The caller is a (hidden) wrapper frame: bring the shadow stack up to date with it.
+      _PyInterpreterFrame* caller = tstate->cframe->current_frame;
+      if (!ts->stack.TopIs(caller, caller != nullptr ? caller->f_code : nullptr)) {
+        Reconcile(ts, caller, TscClock::Now(clock_));
+      }
+    }
+#endif
+  } else if (tstate->c_profilefunc == &Hook) {
     ts = reinterpret_cast<HookObject*>(tstate->c_profileobj)->state;
     if (!ts->primed) ts = nullptr;
   }
@@ -366,6 +674,7 @@ void PythonProfiler::Record(EventKind kind, std::string_view name, bool nest, in
   }
   ThreadState tmp(this, &interner_, &CodeName, start_ns_, end_ns_, clock_);
   tmp.ring = rings_.RingForCurrentThread();
+  tmp.track = tmp.ring >= 0 ? static_cast<uint32_t>(tmp.ring) : 0;
   Emit(&tmp, id, kind, start_ns, end_ns, payload);
   counts_.events += tmp.events;
   counts_.dropped += tmp.dropped;
@@ -393,15 +702,26 @@ void PythonProfiler::OnGc(PyObject* phase, PyObject* info) {
 int PythonProfiler::HookedThreadCount() const {
   int n = 0;
   ForEachThread([&n](PyThreadState* t) { n += t->c_profilefunc == &Hook ? 1 : 0; });
+#if PERFTRACKER_EVAL_HOOK
+  if (g_eval.interp != nullptr &&
+      _PyInterpreterState_GetEvalFrameFunc(g_eval.interp) == &EvalHook) {
+    ForEachThread([&n](PyThreadState*) { ++n; });
+  }
+#endif
   return n;
 }
 
 void PythonProfiler::AbandonAfterFork() {
   PyThreadState* tstate = PyThreadState_Get();
   if (tstate->c_profilefunc == &Hook) RemoveHook(tstate);
+#if PERFTRACKER_EVAL_HOOK
+  if (hook_ == PythonHook::kEval) OnForkChild();  // idempotent: the hook is off
+#endif
   for (auto& ts : threads_) ts.release();  // other threads are gone; their states stay leaked
   threads_.clear();
+  eval_threads_.clear();
   recording_ = false;
+  hook_ = PythonHook::kNone;
   if (g_recording == this) g_recording = nullptr;
 }
 

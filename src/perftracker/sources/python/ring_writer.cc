@@ -53,28 +53,18 @@ int RingWriter::RingForThread(uint64_t thread_id) {
   return ring;
 }
 
-bool RingWriter::Push(int ring, const Event& event) {
-  if (ring < 0) {
-    shm_->header()->dropped_no_ring.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  Producer& p = producers_[static_cast<size_t>(ring)];
-  if (p.head - p.cached_tail >= capacity_) {
-    p.cached_tail = p.header->tail.load(std::memory_order_acquire);
-    if (p.head - p.cached_tail >= capacity_) {
-      p.header->head.store(p.head, std::memory_order_release);  // let the consumer catch up
-      p.unpublished = 0;
-      p.header->dropped.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    }
-  }
-  p.events[p.head & (capacity_ - 1)] = event;
-  ++p.head;
-  if (++p.unpublished >= kPublishEvery) {
-    p.header->head.store(p.head, std::memory_order_release);
-    p.unpublished = 0;
-  }
-  return true;
+bool RingWriter::DropNoRing() {
+  shm_->header()->dropped_no_ring.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+bool RingWriter::Refresh(Producer& p) {
+  p.cached_tail = p.header->tail.load(std::memory_order_acquire);
+  if (p.head - p.cached_tail < capacity_) return true;
+  p.header->head.store(p.head, std::memory_order_release);  // let the consumer catch up
+  p.unpublished = 0;
+  p.header->dropped.fetch_add(1, std::memory_order_relaxed);
+  return false;
 }
 
 void RingWriter::FlushAll() {

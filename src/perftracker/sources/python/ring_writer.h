@@ -43,7 +43,22 @@ class RingWriter {
   static constexpr uint32_t kPublishEvery = 16;
 
   // Pushes `event` into `ring` (the caller's ring). False (and counted) when dropped.
-  bool Push(int ring, const Event& event);
+  // Inline: the profile hook calls it once per Python call.
+  bool Push(int ring, const Event& event) {
+    if (ring < 0) [[unlikely]]
+      return DropNoRing();
+    Producer& p = producers_[static_cast<size_t>(ring)];
+    if (p.head - p.cached_tail >= capacity_) [[unlikely]] {
+      if (!Refresh(p)) return false;
+    }
+    p.events[p.head & (capacity_ - 1)] = event;
+    ++p.head;
+    if (++p.unpublished >= kPublishEvery) [[unlikely]] {
+      p.header->head.store(p.head, std::memory_order_release);
+      p.unpublished = 0;
+    }
+    return true;
+  }
   // Publishes every ring's pushed events to the consumer.
   void FlushAll();
 
@@ -62,6 +77,10 @@ class RingWriter {
     uint64_t cached_tail = 0;  // the consumer's tail, as last read
     uint32_t unpublished = 0;
   };
+
+  // The ring looks full: re-reads the consumer's tail; false (and counted) if still full.
+  bool Refresh(Producer& p);
+  bool DropNoRing();
 
   AgentShm* shm_;
   uint64_t generation_;

@@ -1,0 +1,295 @@
+"""The agent's Python call recorder on the real interpreter, with both hooks (the default
+frame-evaluation hook and the profile-function hook): every call's identity is the function
+plus its whole Python stack, whatever the control flow (recursion, generators, coroutines,
+exceptions, threads, frames the interpreter enters inline, a window opened mid-call).
+
+Each test runs a job in a fresh /usr/bin/python3 with the agent standalone (no collector) and
+reads the job's own shared memory back like the collector does. Run with PYTHONPATH=<build>/python
+(CTest does).
+"""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+import perftracker
+
+BUILD_PYTHON = os.path.dirname(os.path.dirname(os.path.abspath(perftracker.__file__)))
+
+PRELUDE = """
+import collections, json, os, sys, threading
+os.environ["RANK"] = "0"
+os.environ.pop("PERFTRACKER_SOCKET", None)
+os.environ["PERFTRACKER_RUN_ID"] = "proftest%d" % os.getpid()
+os.environ["PERFTRACKER_AGENT_OPTIONS"] = "rings=8,ring_events=262144,functions=65536"
+from perftracker import agent, _agent
+agent.start()
+HOOK = sys.argv[1]
+
+def short(name):
+    return name.split(" (")[0]
+
+def record(fn):
+    \"\"\"Runs fn() in a window; returns (counts, {path: [durations]}), paths as 'a>b>c'.\"\"\"
+    _agent.profile_start(60, HOOK)
+    fn()
+    counts = _agent.profile_stop()
+    got = _agent.read_shm(_agent.shm_path())
+    funcs = {f[0]: f for f in got["functions"]}
+    def chain(fid):
+        out = []
+        while fid != -1:
+            out.append(short(funcs[fid][3]))
+            fid = funcs[fid][1]
+        return ">".join(reversed(out))
+    paths = collections.defaultdict(list)
+    for ring, start, end, fid, kind, payload in got["events"]:
+        if kind == "python":
+            paths[chain(fid)].append(end - start)
+    return counts, dict(paths)
+
+def report(**kw):
+    kw["hooked_after"] = _agent.hooked_threads()
+    kw["profile_after"] = repr(sys.getprofile())
+    print(json.dumps(kw))
+    agent.stop()
+"""
+
+
+class ProfilerTestBase(unittest.TestCase):
+    hook = None  # set by subclasses
+
+    def run_job(self, body, timeout=120):
+        with tempfile.TemporaryDirectory(prefix="perftracker-profiler-test-") as d:
+            path = os.path.join(d, "job.py")
+            with open(path, "w") as f:
+                f.write(PRELUDE + textwrap.dedent(body))
+            env = dict(os.environ)
+            env["PYTHONPATH"] = BUILD_PYTHON
+            r = subprocess.run([sys.executable, path, self.hook], env=env, cwd=d,
+                               capture_output=True, text=True, timeout=timeout)
+        self.assertEqual(r.returncode, 0, "job failed (rc %d):\n%s" % (r.returncode, r.stderr))
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(out["hooked_after"], 0, "a hook outlived its window")
+        self.assertEqual(out["profile_after"], "None")
+        self.assertEqual(out["counts"]["hook"], self.hook)
+        self.assertEqual(out["counts"]["dropped"], 0)
+        return out
+
+    def count(self, paths, suffix):
+        return sum(len(v) for p, v in paths.items() if p.endswith(suffix))
+
+    def test_recursion_each_depth_is_its_own_path(self):
+        out = self.run_job("""
+            def rec(n):
+                return 0 if n == 0 else 1 + rec(n - 1)
+            def main():
+                rec(30)
+            counts, paths = record(main)
+            report(counts=counts, paths={k: len(v) for k, v in paths.items()})
+        """)
+        paths = out["paths"]
+        recs = [p for p in paths if p.startswith("<module>>record>main>rec")]
+        self.assertEqual(len(recs), 31, paths)  # rec(30) .. rec(0): one path per depth
+        self.assertTrue(all(paths[p] == 1 for p in recs))
+        self.assertIn("<module>>record>main>" + ">".join(["rec"] * 31), paths)
+
+    def test_deeper_than_the_bound_is_counted_and_deep_c_recursion_is_safe(self):
+        # 1,500 levels: beyond the shadow stack's 1,024 (counted, not recorded). 30,000
+        # levels with a raised recursion limit: plain CPython 3.11 runs it (calls inline); the
+        # eval hook must hand evaluation back before the C stack runs out (no crash).
+        out = self.run_job("""
+            sys.setrecursionlimit(100000)
+            def rec(n):
+                return 0 if n == 0 else 1 + rec(n - 1)
+            counts, paths = record(lambda: rec(1500))
+            deep_counts, _ = record(lambda: rec(30000))
+            after, after_paths = record(lambda: rec(10))
+            report(counts=counts, deepest=max(p.split(">").count("rec") for p in paths),
+                   deep_counts=deep_counts, after_recs=sum(len(v) for p, v in
+                   after_paths.items() if p.endswith(">rec")))
+        """)
+        self.assertGreater(out["counts"]["too_deep"], 400)
+        # <module> > record > <lambda> > rec x 1021: the shadow stack's 1,024 frames.
+        self.assertEqual(out["deepest"], 1021)
+        if self.hook == "eval":
+            self.assertGreaterEqual(out["deep_counts"]["deep_pauses"], 1)
+        self.assertEqual(out["after_recs"], 11, "recording works again after deep recursion")
+
+    def test_generators_and_coroutines_are_recorded_per_resume_under_the_resumer(self):
+        out = self.run_job("""
+            def leaf(i):
+                return i
+            def gen(k):
+                for i in range(k):
+                    yield leaf(i)
+            def consume_a(g):
+                return next(g)
+            def consume_b(g):
+                return list(g)
+            class Yield:
+                def __await__(self):
+                    yield
+            async def inner_co():
+                await Yield()
+                return 1
+            async def outer_co():
+                return await inner_co()
+            def drive():
+                c = outer_co()
+                c.send(None)
+                try:
+                    c.send(None)
+                except StopIteration:
+                    pass
+            def main():
+                g = gen(3)
+                consume_a(g)
+                consume_b(g)
+                drive()
+            counts, paths = record(main)
+            report(counts=counts, paths={k: len(v) for k, v in paths.items()})
+        """)
+        paths = out["paths"]
+        base = "<module>>record>main>"
+        self.assertEqual(paths.get(base + "consume_a>gen"), 1, paths)
+        self.assertEqual(paths.get(base + "consume_b>gen"), 3, paths)  # 2 values + the end
+        self.assertEqual(paths.get(base + "consume_a>gen>leaf"), 1, paths)
+        self.assertEqual(paths.get(base + "consume_b>gen>leaf"), 2, paths)
+        self.assertNotIn(base + "gen", paths, "creating a generator is not a call of its body")
+        self.assertEqual(paths.get(base + "drive>outer_co"), 2, paths)
+        self.assertEqual(paths.get(base + "drive>outer_co>inner_co"), 2, paths)
+        self.assertEqual(paths.get(base + "drive>outer_co>inner_co>Yield.__await__"), 2, paths)
+
+    def test_exceptions_unwind_the_stack(self):
+        out = self.run_job("""
+            def boom():
+                raise ValueError("x")
+            def middle():
+                boom()
+            def after():
+                return 1
+            def catcher():
+                for _ in range(3):
+                    try:
+                        middle()
+                    except ValueError:
+                        pass
+                    after()
+            counts, paths = record(catcher)
+            report(counts=counts, paths={k: len(v) for k, v in paths.items()})
+        """)
+        paths = out["paths"]
+        base = "<module>>record>catcher>"
+        self.assertEqual(paths.get(base + "middle"), 3, paths)
+        self.assertEqual(paths.get(base + "middle>boom"), 3, paths)
+        self.assertEqual(paths.get(base + "after"), 3, paths)  # not under middle or boom
+
+    def test_threads_have_their_own_stacks(self):
+        out = self.run_job("""
+            def work():
+                return sum(leaf(i) for i in range(5))
+            def leaf(i):
+                return i
+            def main():
+                ts = [threading.Thread(target=work) for _ in range(3)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                work()
+            counts, paths = record(main)
+            got = _agent.read_shm(_agent.shm_path())
+            report(counts=counts, paths={k: len(v) for k, v in paths.items()})
+        """)
+        paths = out["paths"]
+        thread_work = [p for p in paths if p.endswith("Thread.run>work")]
+        self.assertEqual(len(thread_work), 1, paths)
+        self.assertTrue(thread_work[0].startswith("Thread._bootstrap>"), thread_work)
+        self.assertEqual(paths[thread_work[0]], 3)
+        self.assertEqual(paths.get("<module>>record>main>work"), 1, paths)
+        self.assertGreaterEqual(out["counts"]["threads"], 4)
+
+    def test_getitem_and_hidden_wrappers_and_a_window_opened_mid_call(self):
+        out = self.run_job("""
+            class Dataset:
+                def __getitem__(self, i):
+                    return helper(i)
+            def helper(i):
+                return i
+            def fetch():
+                d = Dataset()
+                return [d[i] for i in range(100)]  # specialized inline after a few calls
+            def wrapper(fn):
+                return fn()
+            _agent.hide_code(wrapper.__code__)
+            def step():
+                return 1
+            def loop():
+                # The window opens inside `opener`; it returns unseen by the eval hook.
+                def opener():
+                    _agent.profile_start(60, HOOK)
+                opener()
+                for _ in range(3):
+                    step()
+                fetch()
+                wrapper(step)
+                counts = _agent.profile_stop()
+                return counts
+            counts = loop()
+            got = _agent.read_shm(_agent.shm_path())
+            funcs = {f[0]: f for f in got["functions"]}
+            def chain(fid):
+                out = []
+                while fid != -1:
+                    out.append(short(funcs[fid][3]))
+                    fid = funcs[fid][1]
+                return ">".join(reversed(out))
+            paths = collections.Counter(chain(e[3]) for e in got["events"] if e[4] == "python")
+            report(counts=counts, paths=paths)
+        """)
+        paths = out["paths"]
+        # The frames running when the window opened are the root of every path.
+        self.assertEqual(paths.get("<module>>loop>step"), 4, paths)  # 3 + through the wrapper
+        self.assertFalse(any("wrapper" in p for p in paths), paths)
+        self.assertFalse(any(p.startswith("<module>>loop>opener>") for p in paths), paths)
+        # __getitem__ stays in its callees' paths even when the interpreter entered it inline.
+        self.assertEqual(
+            paths.get("<module>>loop>fetch>fetch.<locals>.<listcomp>>Dataset.__getitem__>helper"),
+            100, paths)
+        self.assertFalse(any(p.endswith("<listcomp>>helper") for p in paths), paths)
+
+
+class EvalHookTest(ProfilerTestBase):
+    hook = "eval"
+
+    def test_the_eval_hook_option_selects_the_profile_hook(self):
+        env = dict(os.environ, PYTHONPATH=BUILD_PYTHON)
+        job = PRELUDE.replace('"rings=8,', '"eval_hook=0,rings=8,') + textwrap.dedent("""
+            def main():
+                return sum(range(10))
+            _agent.profile_start(60)  # no hook named: the agent option decides
+            main()
+            report(counts=_agent.profile_stop())
+        """)
+        r = subprocess.run([sys.executable, "-c", job, ""], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(out["counts"]["hook"], "profile")
+        self.assertEqual(out["hooked_after"], 0)
+
+
+class ProfileHookTest(ProfilerTestBase):
+    hook = "profile"
+
+
+del ProfilerTestBase  # only the two concrete variants run
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,219 @@
+#include "perftracker/sources/python/shadow_stack.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "perftracker/core/function_table.h"
+
+namespace perftracker {
+namespace {
+
+// Stand-ins for PyCodeObject*: any stable address works as a key.
+struct FakeCode {
+  const char* name;
+};
+FakeCode kMain{"main"}, kTrain{"train_step"}, kForward{"forward"}, kLoad{"load_batch"};
+
+std::string FakeName(const void* key) { return static_cast<const FakeCode*>(key)->name; }
+
+class ShadowStackTest : public ::testing::Test {
+ protected:
+  void Open(uint32_t functions) {
+    path_ = "/dev/shm/perftracker-test-shadow-" + std::to_string(getpid());
+    AgentShmOptions o;
+    o.num_rings = 1;
+    o.ring_capacity = 8;
+    o.function_capacity = functions;
+    auto shm = AgentShm::Create(path_, 0, o);
+    ASSERT_TRUE(shm.ok()) << shm.status().message();
+    shm_ = std::move(shm.value());
+    interner_ = std::make_unique<CallPathInterner>(shm_.get());
+  }
+  void SetUp() override { Open(16); }
+  void TearDown() override { unlink(path_.c_str()); }
+
+  std::unique_ptr<ShadowStack> NewStack() {
+    return std::make_unique<ShadowStack>(interner_.get(), EventKind::kPythonCall, &FakeName);
+  }
+
+  // The portable key of a published id, rebuilt from the shm function table exactly like the
+  // collector does (name, parent chain).
+  std::string KeyOf(uint32_t id) {
+    FunctionTable table;
+    std::vector<uint32_t> mapped;
+    for (uint32_t i = 0; i < shm_->functions_published(); ++i) {
+      const FunctionSlot& s = shm_->function(i);
+      mapped.push_back(
+          table.Intern(static_cast<EventKind>(s.kind), std::string_view(s.name, s.name_len),
+                       s.parent == FunctionTable::kNoParent ? s.parent : mapped[s.parent]));
+    }
+    return table.Key(mapped.at(id));
+  }
+
+  std::string path_;
+  std::unique_ptr<AgentShm> shm_;
+  std::unique_ptr<CallPathInterner> interner_;
+};
+
+using Push = ShadowStack::PushResult;
+
+TEST_F(ShadowStackTest, SamePathSameIdDifferentStackDifferentId) {
+  auto stack = NewStack();
+  int f1, f2, f3, f4;
+  std::vector<ShadowStack::Frame> closed;
+  auto emit = [&](const ShadowStack::Frame& f) { closed.push_back(f); };
+  ASSERT_EQ(stack->Push(&f1, &kMain, 0), Push::kRecorded);
+  ASSERT_EQ(stack->Push(&f2, &kTrain, 1), Push::kRecorded);
+  ASSERT_EQ(stack->Push(&f3, &kForward, 2), Push::kRecorded);
+  const uint32_t forward_under_train = stack->top_id();
+  ASSERT_TRUE(stack->Pop(&f3, emit));
+  ASSERT_TRUE(stack->Pop(&f2, emit));
+  // forward called directly from main: another identity.
+  ASSERT_EQ(stack->Push(&f4, &kForward, 3), Push::kRecorded);
+  const uint32_t forward_under_main = stack->top_id();
+  EXPECT_NE(forward_under_main, forward_under_train);
+  ASSERT_TRUE(stack->Pop(&f4, emit));
+  // The same stack again: the same identity.
+  ASSERT_EQ(stack->Push(&f2, &kTrain, 4), Push::kRecorded);
+  ASSERT_EQ(stack->Push(&f3, &kForward, 5), Push::kRecorded);
+  EXPECT_EQ(stack->top_id(), forward_under_train);
+  EXPECT_EQ(KeyOf(forward_under_train), "python:main > python:train_step > python:forward");
+  EXPECT_EQ(KeyOf(forward_under_main), "python:main > python:forward");
+  ASSERT_EQ(closed.size(), 3u);
+  EXPECT_EQ(closed[0].id, forward_under_train);
+  EXPECT_EQ(closed[0].start_ns, 2);
+  // Another thread's stack (its own cache) resolves the same path to the same id.
+  auto other = NewStack();
+  other->Push(&f1, &kMain, 0);
+  other->Push(&f2, &kTrain, 0);
+  other->Push(&f3, &kForward, 0);
+  EXPECT_EQ(other->top_id(), forward_under_train);
+  EXPECT_EQ(interner_->size(), 4u);  // main, main>train, main>train>forward, main>forward
+}
+
+TEST_F(ShadowStackTest, ChildMemoNeverLeaksToAnotherParent) {
+  // The one-entry memo sits on the parent frame: a slot reused by another function (same
+  // address, the usual case for interpreter frames) must not inherit the old memo.
+  auto stack = NewStack();
+  int f1, f2, f3;
+  auto ignore = [](const ShadowStack::Frame&) {};
+  stack->Push(&f1, &kMain, 0);
+  stack->Push(&f2, &kTrain, 0);
+  stack->Push(&f3, &kForward, 0);
+  const uint32_t train_forward = stack->top_id();
+  stack->Pop(&f3, ignore);
+  stack->Pop(&f2, ignore);
+  stack->Push(&f2, &kLoad, 0);  // same frame address, another function
+  stack->Push(&f3, &kForward, 0);
+  EXPECT_NE(stack->top_id(), train_forward);
+  EXPECT_EQ(KeyOf(stack->top_id()), "python:main > python:load_batch > python:forward");
+  stack->Pop(&f3, ignore);
+  stack->Pop(&f2, ignore);
+  // main's memo now says load_batch; train_step under main resolves through the cache.
+  stack->Push(&f2, &kTrain, 0);
+  stack->Push(&f3, &kForward, 0);
+  EXPECT_EQ(stack->top_id(), train_forward);
+}
+
+TEST_F(ShadowStackTest, UnknownReturnsAreIgnoredAndMissedReturnsClosed) {
+  auto stack = NewStack();
+  int f1, f2, f3, never_pushed;
+  std::vector<const void*> closed;
+  auto emit = [&](const ShadowStack::Frame& f) { closed.push_back(f.frame); };
+  stack->Push(&f1, &kMain, 0);
+  stack->Push(&f2, &kTrain, 0);
+  stack->Push(&f3, &kForward, 0);
+  EXPECT_FALSE(stack->Pop(&never_pushed, emit));  // entered before the hook was installed
+  EXPECT_TRUE(closed.empty());
+  EXPECT_TRUE(stack->Pop(&f2, emit));  // f3's return was missed: closed with f2
+  EXPECT_THAT(closed, ::testing::ElementsAre(&f3, &f2));
+  EXPECT_EQ(stack->depth(), 1u);
+}
+
+TEST_F(ShadowStackTest, FindMatchesFrameAndFunctionAndPopToClosesTheFramesAbove) {
+  // What the eval hook does when the interpreter's frame chain shows frames returned unseen.
+  auto stack = NewStack();
+  int f1, f2, f3;
+  std::vector<const void*> closed;
+  auto emit = [&](const ShadowStack::Frame& f) { closed.push_back(f.frame); };
+  stack->Push(&f1, &kMain, 0);
+  stack->Push(&f2, &kTrain, 0);
+  stack->Push(&f3, &kForward, 0);
+  EXPECT_EQ(stack->Find(&f2, &kTrain), 1);
+  EXPECT_EQ(stack->Find(&f2, &kLoad), -1);  // same address, another function: not that frame
+  EXPECT_TRUE(stack->TopIs(&f3, &kForward));
+  EXPECT_FALSE(stack->TopIs(&f3, &kTrain));
+  stack->PopTo(1, emit);
+  EXPECT_THAT(closed, ::testing::ElementsAre(&f3, &f2));
+  EXPECT_TRUE(stack->TopIs(&f1, &kMain));
+  stack->PopAll(emit);
+  EXPECT_EQ(stack->depth(), 0u);
+  EXPECT_FALSE(stack->TopIs(nullptr, nullptr));
+}
+
+TEST_F(ShadowStackTest, HiddenFunctionsAreTransparent) {
+  FakeCode wrapper{"perftracker_wrapper"};
+  interner_->Hide(&wrapper);
+  auto stack = NewStack();
+  int f1, f2, f3;
+  std::vector<const void*> closed;
+  auto emit = [&](const ShadowStack::Frame& f) { closed.push_back(f.frame); };
+  stack->Push(&f1, &kMain, 0);
+  const uint32_t main_id = stack->top_id();
+  EXPECT_EQ(stack->Push(&f2, &wrapper, 0), Push::kHidden);
+  EXPECT_EQ(stack->top_id(), main_id);  // callees attach to the wrapper's caller
+  ASSERT_EQ(stack->Push(&f3, &kLoad, 0), Push::kRecorded);
+  EXPECT_EQ(KeyOf(stack->top_id()), "python:main > python:load_batch");
+  EXPECT_EQ(stack->depth(), 3u);  // the wrapper stays on the stack (mirrors the interpreter)
+  EXPECT_TRUE(stack->Pop(&f3, emit));
+  EXPECT_TRUE(stack->Pop(&f2, emit));  // the wrapper's return: nothing emitted
+  EXPECT_THAT(closed, ::testing::ElementsAre(&f3));
+  // Again, through the memo: still hidden.
+  EXPECT_EQ(stack->Push(&f2, &wrapper, 0), Push::kHidden);
+}
+
+TEST_F(ShadowStackTest, FullFunctionTableDropsPathsAndTheirChildren) {
+  auto stack = NewStack();  // 16 function slots
+  std::vector<int> frames(40);
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(stack->Push(&frames[i], &kMain, 0), Push::kRecorded);
+  EXPECT_NE(stack->top_id(), CallPathInterner::kDropped);
+  stack->Push(&frames[16], &kTrain, 0);
+  EXPECT_EQ(stack->top_id(), CallPathInterner::kDropped);
+  stack->Push(&frames[17], &kForward, 0);
+  EXPECT_EQ(stack->top_id(), CallPathInterner::kDropped);
+  EXPECT_EQ(shm_->functions_published(), 16u);
+  EXPECT_GE(interner_->dropped_paths(), 1u);
+}
+
+TEST_F(ShadowStackTest, DeepRecursionIsRecordedUpToTheBoundThenCounted) {
+  TearDown();
+  Open(2 * ShadowStack::kMaxDepth);
+  auto stack = NewStack();
+  const size_t depth = ShadowStack::kMaxDepth + 10;
+  std::vector<int> frames(depth);
+  std::vector<uint32_t> ids;
+  for (size_t i = 0; i < depth; ++i) {
+    const Push r = stack->Push(&frames[i], &kTrain, static_cast<int64_t>(i));
+    EXPECT_EQ(r, i < ShadowStack::kMaxDepth ? Push::kRecorded : Push::kTooDeep) << i;
+    if (r == Push::kRecorded) ids.push_back(stack->top_id());
+  }
+  EXPECT_EQ(stack->depth(), ShadowStack::kMaxDepth);
+  EXPECT_EQ(stack->too_deep(), 10u);
+  // Recursion: every level is its own path (the function under a longer stack).
+  EXPECT_EQ(std::set<uint32_t>(ids.begin(), ids.end()).size(), ids.size());
+  size_t emitted = 0;
+  auto emit = [&](const ShadowStack::Frame&) { ++emitted; };
+  for (size_t i = depth; i-- > 0;) {
+    EXPECT_EQ(stack->Pop(&frames[i], emit), i < ShadowStack::kMaxDepth) << i;
+  }
+  EXPECT_EQ(emitted, ShadowStack::kMaxDepth);
+  EXPECT_EQ(stack->depth(), 0u);
+}
+
+}  // namespace
+}  // namespace perftracker
