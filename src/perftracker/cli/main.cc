@@ -5,8 +5,10 @@
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
+#include "perftracker/cli/collector_command.h"
 #include "perftracker/cli/diagnose_command.h"
 #include "perftracker/cli/run_command.h"
+#include "perftracker/cli/server_command.h"
 
 #ifndef PERFTRACKER_VERSION
 #define PERFTRACKER_VERSION "0.0.0"
@@ -22,6 +24,10 @@ int main(int argc, char** argv) {
   CLI::App* diagnose_cmd = perftracker::AddDiagnoseCommand(app, &diagnose);
   perftracker::RunOptions run;
   CLI::App* run_cmd = perftracker::AddRunCommand(app, &run);
+  perftracker::ServerCommandOptions server;
+  CLI::App* server_cmd = perftracker::AddServerCommand(app, &server);
+  perftracker::CollectorCommandOptions collector;
+  CLI::App* collector_cmd = perftracker::AddCollectorCommand(app, &collector);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -38,6 +44,8 @@ int main(int argc, char** argv) {
   try {
     if (diagnose_cmd->parsed()) return perftracker::RunDiagnose(diagnose);
     if (run_cmd->parsed()) return perftracker::RunJob(run);
+    if (server_cmd->parsed()) return perftracker::RunServer(server);
+    if (collector_cmd->parsed()) return perftracker::RunCollector(collector);
   } catch (const std::exception& e) {
     fmt::print(stderr, "perftracker: internal error: {}\n", e.what());
     return 2;

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,7 @@
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
+#include "perftracker/collector/grpc_coordinator_link.h"
 #include "perftracker/collector/node_collector.h"
 #include "perftracker/server/report_writer.h"
 #include "perftracker/server/window_coordinator.h"
@@ -41,6 +43,11 @@ constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // After the job ends, wait at most this long for the summaries of a window it cut short.
 constexpr double kFlushSeconds = 5.0;
 constexpr size_t kMaxTitle = 160;
+// --server: how long the job's start waits for the first connection attempt, and how long
+// the end waits for the agents' last summaries.
+constexpr int kRemoteFirstConnectMs = 5000;
+constexpr int kRemoteDrainPolls = 100;
+constexpr useconds_t kRemoteDrainPollUs = 20000;
 
 // The job's process group, for the signal handler (0 = no job yet).
 std::atomic<pid_t> g_job_pgid{0};
@@ -294,8 +301,10 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
                   "A finding is material when it costs at least this share of the iteration")
       ->check(CLI::Range(0.0001, 1.0))
       ->default_val(0.05);
-  cmd->add_option("--server", o->server,
-                  "Multi-host server address (not supported yet: the embedded server is used)");
+  cmd->add_option("--server", o->remote.server,
+                  "host:port of a perftracker server (docs/server.md): only the collector runs "
+                  "here; the server coordinates windows and keeps the reports");
+  AddRemoteOptions(cmd, &o->remote);
   cmd->add_flag("--color", o->color, "Colour the final text report");
   return cmd;
 }
@@ -307,12 +316,6 @@ int RunJob(const RunOptions& options) {
                "<command...> (see perftracker run --help)\n");
     return 2;
   }
-  if (!options.server.empty()) {
-    fmt::print(stderr,
-               "perftracker: warning: --server {}: the multi-host server arrives with the server "
-               "issue; running with the embedded server\n",
-               options.server);
-  }
   {
     const Status st = EnsureReportDir(options.report_dir);
     if (!st.ok()) {
@@ -322,6 +325,24 @@ int RunJob(const RunOptions& options) {
   }
 
   const std::string run_id = MakeRunId();
+
+  // With --server only the collector runs here: the server coordinates the windows of
+  // every host of the job, diagnoses and keeps the reports.
+  const bool remote = !options.remote.server.empty();
+  std::unique_ptr<GrpcCoordinatorLink> remote_link;
+  std::string remote_job;
+  if (remote) {
+    RemoteOptions r = options.remote;
+    const char* job_env = std::getenv("PERFTRACKER_JOB_ID");
+    if (r.job_id.empty()) r.job_id = job_env != nullptr && *job_env != '\0' ? job_env : run_id;
+    remote_job = r.job_id;
+    StatusOr<GrpcLinkOptions> link_options = MakeLinkOptions(r, CommandLine(options.command));
+    if (!link_options.ok()) {
+      fmt::print(stderr, "perftracker run: {}\n", link_options.status().message());
+      return 2;
+    }
+    remote_link = std::make_unique<GrpcCoordinatorLink>(*link_options);
+  }
   std::vector<std::pair<std::string, std::string>> env_set;
 
   // The embedded server.
@@ -343,8 +364,13 @@ int RunJob(const RunOptions& options) {
   CollectorOptions collector_options;
   collector_options.socket_path = socket_dir.empty() ? "" : socket_dir + "/collector.sock";
   collector_options.sampler = MakeHostSampler();
-  NodeCollector collector(collector_options, &coordinator);
-  coordinator.AddCollector(&collector);
+  CoordinatorLink* link = remote ? static_cast<CoordinatorLink*>(remote_link.get()) : &coordinator;
+  NodeCollector collector(collector_options, link);
+  if (remote) {
+    remote_link->SetControl(&collector);
+  } else {
+    coordinator.AddCollector(&collector);
+  }
 
   bool live = true;
   if (socket_dir.empty()) {
@@ -355,9 +381,10 @@ int RunJob(const RunOptions& options) {
     live = false;
   }
   if (live) {
-    const Status st = coordinator.Start();
+    const Status st = remote ? remote_link->Start() : coordinator.Start();
     if (!st.ok()) {
-      fmt::print(stderr, "perftracker run: --report-dir: {}\n", st.message());
+      fmt::print(stderr, "perftracker run: {}: {}\n", remote ? "--server" : "--report-dir",
+                 st.message());
       rmdir(socket_dir.c_str());
       return 2;
     }
@@ -366,6 +393,15 @@ int RunJob(const RunOptions& options) {
       fmt::print(stderr, "perftracker: warning: {}; running the job without perftracker\n",
                  cst.message());
       live = false;
+    }
+  }
+  if (live && remote) {
+    // One clear line when the server cannot be reached; the job runs all the same and the
+    // collector keeps trying (windows are taken once it is connected).
+    const Status first = remote_link->WaitFirstAttempt(kRemoteFirstConnectMs);
+    if (!first.ok()) {
+      fmt::print(stderr, "perftracker: {}; the job runs, and the collector keeps trying to reach it\n",
+                 first.message());
     }
   }
   if (live) {
@@ -444,15 +480,28 @@ int RunJob(const RunOptions& options) {
   // The job's process group may live on (workers of a launcher that died): signals that
   // arrive from now on are still forwarded until we exit.
 
-  if (live) {
+  if (live && remote) {
+    // The agents' last summaries (sent when they say bye) reach the server before we go.
+    for (int i = 0; i < kRemoteDrainPolls && !collector.AgentPids().empty(); ++i) {
+      usleep(kRemoteDrainPollUs);
+    }
+    collector.Stop();
+    remote_link->Stop(static_cast<int>(kFlushSeconds * 1000));
+  } else if (live) {
     coordinator.Flush(Seconds(std::min(kFlushSeconds, options.wait_summaries_seconds)));
     collector.Stop();
     coordinator.Stop();
+  }
+  if (live) {
     rmdir(socket_dir.c_str());
     RemoveStaleShm(run_id);
   }
 
-  if (live) {
+  if (live && remote) {
+    fmt::print("perftracker: windows and reports of job {} are on the server at {}\n", remote_job,
+               options.remote.server);
+    std::fflush(stdout);
+  } else if (live) {
     const std::vector<WindowReport> reports = coordinator.reports();
     if (reports.empty()) {
       fmt::print(

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "perftracker/cli/remote_options.h"
+
 namespace CLI {
 class App;
 }
@@ -39,7 +41,8 @@ struct RunOptions {
   uint32_t ring_events = 1u << 16;
   uint32_t rings = 16;
   double material_share = 0.05;
-  std::string server;
+  // --server and the options that go with it: run only the collector here.
+  RemoteOptions remote;
   bool color = false;
 };
 
