@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""The multi-host server as separate processes (docs/server.md).
+
+One `perftracker server` and two "hosts", each a `perftracker run --server ... --
+fake_ranks_for_test` (a node collector with 4 ranks that speak the real agent protocol:
+shared-memory rings + the collector's Unix socket): one job of 8 ranks, rank 6 a
+straggler. As root, each host runs in its own network namespace with its own address
+(ip netns + veth), so the server sees two peers; otherwise everything is on loopback.
+
+Fake ranks, not torch: 8 real torch ranks (plus the server and two collectors) on a
+2-core CI machine would take minutes per window; the fake ranks exercise the same collector
+and server code and the same wire protocol.
+
+Checks:
+  - a window opens on all 8 ranks of both hosts; its diagnosis, read back through the HTTP
+    API, names rank 6 in model.py:20 forward;
+  - crash: the server is killed with SIGKILL mid-job and restarted on the same store and
+    ports; the first report is still served; both collectors reconnect and register again,
+    and the next window is diagnosed with all 8 ranks (window 2 in the store);
+  - security and failure paths: a wrong token is refused (and logged once per peer), an
+    unreachable server is one clear line while the job runs to its exit code.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+CONFIG = argparse.Namespace(perftracker=None, fake_ranks=None)
+STARTED = []
+
+
+def log(msg):
+    print(f"[test_server] {msg}", file=sys.stderr, flush=True)
+
+
+def can_use_netns():
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True)
+    return r.returncode == 0
+
+
+class Hosts:
+    """Two network namespaces, each joined to this one by a veth pair (or loopback)."""
+
+    def __init__(self):
+        self.netns = can_use_netns()
+        tag = os.getpid() % 10000
+        self.names = [f"pt{tag}a", f"pt{tag}b"]
+        # (address the server is reached at from the host, the host's own address)
+        self.addrs = [("10.231.1.1", "10.231.1.2"), ("10.231.2.1", "10.231.2.2")]
+        self.made = []
+        if not self.netns:
+            self.addrs = [("127.0.0.1", "127.0.0.1"), ("127.0.0.1", "127.0.0.1")]
+            return
+        try:
+            for i, ns in enumerate(self.names):
+                outer, inner = f"{ns}o", f"{ns}i"
+                server_ip, host_ip = self.addrs[i]
+                for cmd in (["ip", "netns", "add", ns],
+                            ["ip", "link", "add", outer, "type", "veth", "peer", "name", inner],
+                            ["ip", "link", "set", inner, "netns", ns],
+                            ["ip", "addr", "add", f"{server_ip}/24", "dev", outer],
+                            ["ip", "link", "set", outer, "up"],
+                            ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{host_ip}/24", "dev", inner],
+                            ["ip", "netns", "exec", ns, "ip", "link", "set", inner, "up"],
+                            ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]):
+                    subprocess.run(cmd, check=True, capture_output=True)
+                    if cmd[:3] == ["ip", "netns", "add"]:
+                        self.made.append(ns)
+        except subprocess.CalledProcessError as e:
+            log(f"network namespaces unavailable ({e.stderr.decode().strip()}): loopback instead")
+            self.close()
+            self.netns = False
+            self.addrs = [("127.0.0.1", "127.0.0.1"), ("127.0.0.1", "127.0.0.1")]
+
+    def prefix(self, i):
+        return ["ip", "netns", "exec", self.names[i]] if self.netns else []
+
+    def close(self):
+        for ns in self.made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["ip", "link", "del", f"{ns}o"], capture_output=True)
+        self.made = []
+
+
+def start(cmd, out_path, **kw):
+    with open(out_path, "ab") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **kw)
+    STARTED.append(p)
+    return p
+
+
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def wait_for(pred, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Server:
+    def __init__(self, workdir, listen_host):
+        self.dir = workdir
+        self.listen_host = listen_host
+        self.log_path = os.path.join(workdir, "server.log")
+        self.grpc_port = 0
+        self.http_port = 0
+        self.proc = None
+
+    def start(self, max_windows):
+        with open(self.log_path, "ab") as f:
+            f.write(b"--- start ---\n")
+        before = len(read(self.log_path))
+        cmd = [CONFIG.perftracker, "server",
+               "--listen", f"{self.listen_host}:{self.grpc_port}",
+               "--http-listen", f"127.0.0.1:{self.http_port}",
+               "--report-dir", os.path.join(self.dir, "reports"),
+               "--store", os.path.join(self.dir, "store.db"),
+               "--window-seconds", "1", "--window-delay-ms", "200", "--cooldown-seconds", "1",
+               "--wait-summaries-seconds", "6", "--max-windows", str(max_windows)]
+        self.proc = start(cmd, self.log_path)
+        m = wait_for(lambda: re.search(r"listening: grpc=\S+:(\d+).* http=http://127\.0\.0\.1:(\d+)",
+                                       read(self.log_path)[before:]), 20, "the server to listen")
+        self.grpc_port, self.http_port = int(m.group(1)), int(m.group(2))
+        self.token = read(os.path.join(self.dir, "reports", "server.token")).strip()
+
+    def kill(self):
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=20)
+
+    def api(self, path):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}",
+                                     headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return json.loads(r.read())
+        except (urllib.error.HTTPError, urllib.error.URLError, ConnectionError):
+            return None
+
+    def diagnosis(self, job, window):
+        return self.api(f"/api/v1/jobs/{job}/windows/{window}/diagnosis")
+
+
+class MultiHostTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="perftracker-server-test-")
+        self.hosts = Hosts()
+        log(f"hosts: {'network namespaces ' + str(self.hosts.addrs) if self.hosts.netns else 'loopback'}")
+
+    def tearDown(self):
+        for p in STARTED:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        STARTED.clear()
+        self.hosts.close()
+        if self.failed():
+            for f in sorted(os.listdir(self.dir)):
+                if f.endswith(".log"):
+                    log(f"--- {f} ---\n{read(os.path.join(self.dir, f))[-4000:]}")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def failed(self):
+        result = getattr(self, "_outcome", None)
+        errors = getattr(result, "errors", None) or getattr(getattr(result, "result", None), "errors", [])
+        return any(e[1] is not None for e in errors) if errors else False
+
+    def collector(self, i, server, job, first, trigger, windows):
+        cmd = self.hosts.prefix(i) + [
+            CONFIG.perftracker, "run", "--server", f"{self.hosts.addrs[i][0]}:{server.grpc_port}",
+            "--token-file", os.path.join(self.dir, "reports", "server.token"),
+            "--job-id", job, "--host", f"host-{'ab'[i]}", "--report-dir",
+            os.path.join(self.dir, f"local-{i}"), "--",
+            CONFIG.fake_ranks, "--first-rank", str(first), "--ranks", "4", "--world-size", "8",
+            "--straggler", "6", "--trigger-rank", str(trigger), "--trigger-every-ms", "1000",
+            "--windows", str(windows), "--timeout-s", "150"]
+        return start(cmd, os.path.join(self.dir, f"host-{i}.log"))
+
+    def check_straggler(self, d, window):
+        self.assertIsNotNone(d, f"window {window} has no diagnosis")
+        diag = d["diagnosis"]
+        self.assertEqual(diag["num_workers"], 8, d["text"])
+        self.assertEqual(d["missing_ranks"], [])
+        top = diag["findings"][0]
+        self.assertTrue(top["material"], d["text"])
+        self.assertEqual(top["workers"], [6], d["text"])
+        self.assertEqual(top["function"], "model.py:20 forward", d["text"])
+
+    def test_two_hosts_eight_ranks_straggler_named_and_server_crash(self):
+        t0 = time.monotonic()
+        server = Server(self.dir, "0.0.0.0" if self.hosts.netns else "127.0.0.1")
+        server.start(max_windows=1)  # the window of the old server: exactly one
+        job = "two-hosts"
+        a = self.collector(0, server, job, first=0, trigger=0, windows=2)
+        b = self.collector(1, server, job, first=4, trigger=-1, windows=2)
+
+        d1 = wait_for(lambda: server.diagnosis(job, 1), 60, "the first window's diagnosis")
+        self.check_straggler(d1, 1)
+        slog = read(server.log_path)
+        if self.hosts.netns:
+            for _, host_ip in self.hosts.addrs:
+                self.assertIn(f"ipv4:{host_ip}:", slog, "each host registers from its own address")
+        self.assertEqual(sorted(set(re.findall(r"collector (host-[ab]) \(", slog))), ["host-a", "host-b"])
+        log(f"window 1 diagnosed after {time.monotonic() - t0:.1f} s")
+
+        server.kill()
+        self.assertIsNone(a.poll(), "the job goes on without its server")
+        server.start(max_windows=5)
+        d1_again = server.diagnosis(job, 1)
+        self.assertEqual(d1_again, d1, "the earlier report survives the crash")
+        jobs = server.api("/api/v1/jobs")
+        self.assertEqual([j["job_id"] for j in jobs["jobs"]], [job])
+
+        d2 = wait_for(lambda: server.diagnosis(job, 2), 90, "the window after the restart")
+        self.check_straggler(d2, 2)
+        after = read(server.log_path).split("--- start ---")[-1]
+        self.assertEqual(len(re.findall(r"collector host-[ab] .* registered with 4 ranks", after)), 2,
+                         "both collectors registered again with their ranks")
+        for p, name in ((a, "host a"), (b, "host b")):
+            self.assertEqual(p.wait(timeout=60), 0, f"{name}'s job exit code")
+        windows = server.api(f"/api/v1/jobs/{job}/windows")["windows"]
+        self.assertEqual([w["window_id"] for w in windows if w["has_diagnosis"]], [1, 2])
+        for i in range(2):
+            self.assertIn(f"windows and reports of job {job} are on the server",
+                          read(os.path.join(self.dir, f"host-{i}.log")))
+        server.stop()
+        log(f"total {time.monotonic() - t0:.1f} s")
+
+    def test_wrong_token_and_unreachable_server(self):
+        server = Server(self.dir, "127.0.0.1")
+        server.start(max_windows=1)
+        bad = os.path.join(self.dir, "bad.token")
+        with open(bad, "w") as f:
+            f.write("0123456789abcdef-not-the-token\n")
+        for _ in range(2):
+            r = subprocess.run([CONFIG.perftracker, "run", "--server", f"127.0.0.1:{server.grpc_port}",
+                                "--token-file", bad, "--job-id", "j", "--report-dir",
+                                os.path.join(self.dir, "local"), "--", "sh", "-c", "exit 3"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 3, r.stderr)
+            self.assertIn("refused the token", r.stderr)
+        refusals = re.findall(r"refused a collector from ipv4:127\.0\.0\.1", read(server.log_path))
+        self.assertEqual(len(refusals), 1, "logged once per peer address")
+        server.kill()
+
+        t = time.monotonic()
+        r = subprocess.run([CONFIG.perftracker, "run", "--server", f"127.0.0.1:{server.grpc_port}",
+                            "--job-id", "j", "--report-dir", os.path.join(self.dir, "local"), "--",
+                            "sh", "-c", "echo job-ran; exit 4"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 4)
+        self.assertIn("job-ran", r.stdout)
+        lines = [l for l in r.stderr.splitlines() if "server" in l and "cannot reach" in l]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(f"cannot reach the server at 127.0.0.1:{server.grpc_port}", lines[0])
+        self.assertLess(time.monotonic() - t, 20)
+
+        r = subprocess.run([CONFIG.perftracker, "run", "--server", "127.0.0.1:1", "--token-file",
+                            os.path.join(self.dir, "missing.token"), "--report-dir",
+                            os.path.join(self.dir, "local"), "--", "true"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--token-file", r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+
+def main():
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--perftracker", required=True)
+    p.add_argument("--fake-ranks", required=True)
+    args, rest = p.parse_known_args()
+    CONFIG.perftracker = os.path.abspath(args.perftracker)
+    CONFIG.fake_ranks = os.path.abspath(args.fake_ranks)
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False)
+    sys.exit(0 if prog.result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
