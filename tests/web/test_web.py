@@ -8,6 +8,8 @@ test_ui:         Debian's headless Chromium loads the UI with the login URL, run
                  JavaScript, and the rendered DOM must show the finding (code and culprit
                  worker), the heat map and the drill-down bars; no script or CSP error.
                  --screenshot PATH also saves the diagnosis page as a PNG (docs/).
+test_ui_hostile: the same for a job whose every name is HTML / script: shown as text on
+                 every page, never run.
 test_prometheus: Debian's Prometheus scrapes /metrics with the bearer token every second;
                  the value read back through Prometheus' HTTP API (/api/v1/query) must be
                  the one the server exposes, and a scrape with a wrong token must fail.
@@ -30,6 +32,7 @@ import urllib.request
 ARGS = None
 TOKEN = "web-test-token-0123456789abcdef"
 JOB = "job-17"
+HOSTILE = '<img src=x onerror="document.body.dataset.pwned=1">'
 
 
 def free_port():
@@ -48,7 +51,7 @@ class Fixture:
                 os.remove(store + suffix)
         self.proc = subprocess.Popen(
             [ARGS.fixture, "--traces", ARGS.traces, "--store", store, "--token", TOKEN,
-             "--job", JOB],
+             "--job", JOB, "--hostile"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         m = re.match(r"listening (\d+)", line)
@@ -163,6 +166,20 @@ class WebTest(unittest.TestCase):
             url = "%s/?token=%s#/job/%s/window/1" % (f.base, TOKEN, JOB)
             chromium(url, ARGS.work_dir, ["--screenshot=" + os.path.abspath(ARGS.screenshot)])
             self.assertTrue(os.path.getsize(ARGS.screenshot) > 10000)
+
+    def test_ui_hostile(self):
+        """A job whose names are all markup (from a hostile or unlucky training script):
+        every page shows them as text and runs none of them."""
+        f = self.fixture
+        for page in ("", "job/hostile", "job/hostile/window/1",
+                     "job/hostile/window/1/function/" + urllib.parse.quote("python:" + HOSTILE, safe="")):
+            dom, err = chromium("%s/?token=%s#/%s" % (f.base, TOKEN, page), ARGS.work_dir,
+                                ["--dump-dom"])
+            self.assertEqual(console_errors(err), [], err[-3000:])
+            self.assertNotIn("data-pwned", dom, page)
+            self.assertNotIn('<img src="x"', dom, page)
+            self.assertNotRegex(dom, r"<script>document", page)
+            self.assertIn("&lt;img src=x onerror=", dom, page)  # shown, as text
 
     def test_prometheus(self):
         f = self.fixture

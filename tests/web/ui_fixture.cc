@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "perftracker/server/http/example_store_for_test.h"
@@ -17,13 +18,77 @@
 
 namespace {
 
+using namespace perftracker;
+
+// A job whose every name is markup or script, as a hostile (or unlucky) training script
+// could produce: the UI must show it as text and run none of it.
+constexpr const char* kHostile = "<img src=x onerror=\"document.body.dataset.pwned=1\">";
+
+Status AddHostileJob(Store* store) {
+  const std::string h = kHostile;
+  PERFTRACKER_RETURN_IF_ERROR(store->UpsertJob({"hostile",
+                                                "<script>document.body.dataset.pwned=2"
+                                                "</script> " +
+                                                    h,
+                                                1, 1'000'000'000, 2'000'000'000}));
+  PERFTRACKER_RETURN_IF_ERROR(store->UpsertWorker({"hostile", 0, h, 1, 1}));
+  WindowRecord w;
+  w.job_id = "hostile";
+  w.window_id = 1;
+  w.reason = h;
+  w.start_ns = 1'000'000'000;
+  w.duration_ns = 1'000'000'000;
+  w.triggers = {h};
+  w.state = WindowState::kDiagnosed;
+  PERFTRACKER_RETURN_IF_ERROR(store->PutWindow(w));
+  WorkerSummary s;
+  s.rank = 0;
+  s.host = h;
+  s.window_start_ns = w.start_ns;
+  s.window_end_ns = w.start_ns + w.duration_ns;
+  FunctionSummary f;
+  f.key = "python:" + h;
+  f.name = h;
+  f.count = 3;
+  f.total_ns = 3'000'000;
+  f.durations.Add(1e6, 3);
+  s.functions.push_back(f);
+  PERFTRACKER_RETURN_IF_ERROR(store->PutSummary("hostile", 1, s));
+  nlohmann::json finding = {{"code", "PT-" + h},
+                            {"category", h},
+                            {"title", h},
+                            {"workers", {0}},
+                            {"victims", nlohmann::json::array()},
+                            {"victims_wait_in", h},
+                            {"function", h},
+                            {"function_key", f.key},
+                            {"resource", h},
+                            {"lost_ms_per_iteration", 1.0},
+                            {"lost_share", 0.5},
+                            {"material", true},
+                            {"evidence", {{{"label", h}, {"value", h}}}}};
+  nlohmann::json diagnosis = {{"schema_version", 1},
+                              {"verdict", h},
+                              {"num_workers", 1},
+                              {"median_iteration_ms", 2.0},
+                              {"findings", {finding}},
+                              {"notes", {h}},
+                              {"workers", nlohmann::json::array()}};
+  DiagnosisRecord d;
+  d.job_id = "hostile";
+  d.window_id = 1;
+  d.json = diagnosis.dump();
+  d.text = h;
+  d.top_code = "PT-" + h;
+  return store->PutDiagnosis(d);
+}
+
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace perftracker;
   CLI::App app{"perftracker_ui_fixture: serves a store holding a real diagnosis (tests only)"};
   std::string traces;
   std::string store_path;
@@ -37,6 +102,8 @@ int main(int argc, char** argv) {
   app.add_option("--port", options.port, "port (0: any)");
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate");
   app.add_option("--tls-key", options.tls_key_file, "PEM key");
+  bool hostile = false;
+  app.add_flag("--hostile", hostile, "also store a job whose names are all HTML / script");
   CLI11_PARSE(app, argc, argv);
 
   StatusOr<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(store_path);
@@ -48,6 +115,14 @@ int main(int argc, char** argv) {
   if (!example.ok()) {
     std::fprintf(stderr, "perftracker_ui_fixture: %s\n", example.status().message().c_str());
     return 2;
+  }
+
+  if (hostile) {
+    Status st = AddHostileJob(store->get());
+    if (!st.ok()) {
+      std::fprintf(stderr, "perftracker_ui_fixture: %s\n", st.message().c_str());
+      return 2;
+    }
   }
 
   ServerMetrics metrics;
