@@ -69,8 +69,9 @@ void CuptiActivityTracer::LogOnce(bool* said, const std::string& line) {
 
 std::vector<CUpti_ActivityKind> CuptiActivityTracer::Kinds() const {
   std::vector<CUpti_ActivityKind> kinds = {
-      CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
-      CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_RUNTIME};
+      CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+      CUPTI_ACTIVITY_KIND_MEMCPY2,           CUPTI_ACTIVITY_KIND_MEMSET,
+      CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,   CUPTI_ACTIVITY_KIND_RUNTIME};
   if (options_.driver_api) kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
   return kinds;
 }

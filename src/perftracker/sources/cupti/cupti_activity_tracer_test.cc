@@ -141,8 +141,8 @@ TEST_F(CuptiActivityTracerTest, WindowEnablesKindsThenFlushesRecordsIntoTheSink)
   EXPECT_EQ(tracer.state(), CuptiTracerState::kActive);
   EXPECT_EQ(cupti.enabled, (std::vector<CUpti_ActivityKind>{
                                CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                               CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
-                               CUPTI_ACTIVITY_KIND_RUNTIME}));
+                               CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
+                               CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_RUNTIME}));
   ASSERT_NE(cupti.timestamp, nullptr);  // CLOCK_REALTIME timestamps registered
   const auto now = static_cast<int64_t>(cupti.timestamp());
   EXPECT_GT(now, int64_t{1'600'000'000} * 1'000'000'000);  // realtime ns, not a boot clock

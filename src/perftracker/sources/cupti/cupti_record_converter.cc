@@ -113,6 +113,8 @@ size_t CuptiRecordConverter::RecordSize(CUpti_ActivityKind kind) {
       return sizeof(CUpti_ActivityKernel10);
     case CUPTI_ACTIVITY_KIND_MEMCPY:
       return sizeof(CUpti_ActivityMemcpy6);
+    case CUPTI_ACTIVITY_KIND_MEMCPY2:
+      return sizeof(CUpti_ActivityMemcpyPtoP4);
     case CUPTI_ACTIVITY_KIND_MEMSET:
       return sizeof(CUpti_ActivityMemset4);
     case CUPTI_ACTIVITY_KIND_RUNTIME:
@@ -193,6 +195,12 @@ bool CuptiRecordConverter::ConvertRecord(const CUpti_Activity* record, size_t av
       CUpti_ActivityMemcpy6 m;
       std::memcpy(&m, record, sizeof(m));
       ConvertMemcpy(m);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+      CUpti_ActivityMemcpyPtoP4 m;
+      std::memcpy(&m, record, sizeof(m));
+      ConvertPeerCopy(m);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -313,6 +321,19 @@ void CuptiRecordConverter::ConvertMemcpy(const CUpti_ActivityMemcpy6& m) {
       m.dstKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE) {
     ev.flags |= kEventFlagPageable;
   }
+  ev.payload = m.bytes;
+  ev.correlation = m.correlationId;
+  ev.function_id = Function(EventKind::kMemcpy, name);
+  ev.track_id = StreamTrack(m.deviceId, m.streamId);
+  if (Emit(ev, m.start, m.end)) ++stats_.memcpys;
+}
+
+void CuptiRecordConverter::ConvertPeerCopy(const CUpti_ActivityMemcpyPtoP4& m) {
+  const std::string name = "Memcpy PtoP (GPU " + std::to_string(m.srcDeviceId) + " -> GPU " +
+                           std::to_string(m.dstDeviceId) + ")";
+  Event ev;
+  ev.kind = EventKind::kMemcpy;
+  ev.flags = kEventFlagOnDevice;
   ev.payload = m.bytes;
   ev.correlation = m.correlationId;
   ev.function_id = Function(EventKind::kMemcpy, name);

@@ -9,6 +9,8 @@
 //   MEMCPY   (CUpti_ActivityMemcpy6)  -> kMemcpy, payload = bytes, name "Memcpy HtoD
 //                                 (Pageable -> Device)", kEventFlagPageable when either side
 //                                 is pageable host memory
+//   MEMCPY2  (CUpti_ActivityMemcpyPtoP4) -> kMemcpy, "Memcpy PtoP (GPU 0 -> GPU 1)": copies
+//                                 between GPUs (NVLink / PCIe peer-to-peer)
 //   MEMSET   (CUpti_ActivityMemset4)  -> kMemset, payload = bytes
 //   RUNTIME / DRIVER (CUpti_ActivityAPI) -> host-thread track (threadId):
 //                                 launches (cudaLaunchKernel*, cuLaunchKernel*, graph launches)
@@ -104,6 +106,7 @@ class CuptiRecordConverter {
  private:
   void ConvertKernel(const CUpti_ActivityKernel10& k);
   void ConvertMemcpy(const CUpti_ActivityMemcpy6& m);
+  void ConvertPeerCopy(const CUpti_ActivityMemcpyPtoP4& m);
   void ConvertMemset(const CUpti_ActivityMemset4& m);
   void ConvertApi(const CUpti_ActivityAPI& a, bool runtime);
   void ConvertSync(const CUpti_ActivitySynchronization2& s);

@@ -151,9 +151,23 @@ TEST_F(CuptiRecordConverterTest, MemcpyMemsetBytesAndPageableFlag) {
   memset.end = 950;
   memset.streamId = 7;
   memset.correlationId = 6;
+  auto& peer = buf.Add<CUpti_ActivityMemcpyPtoP4>(CUPTI_ACTIVITY_KIND_MEMCPY2);
+  peer.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
+  peer.bytes = 64 << 20;
+  peer.start = 1000;
+  peer.end = 2000;
+  peer.deviceId = 0;
+  peer.srcDeviceId = 0;
+  peer.dstDeviceId = 1;
+  peer.streamId = 9;
+  peer.correlationId = 8;
   converter.ConvertBuffer(buf.data(), buf.size(), buf.Walker());
 
-  ASSERT_EQ(sink.events.size(), 3u);
+  ASSERT_EQ(sink.events.size(), 4u);
+  EXPECT_EQ(Name(sink.events[3]), "Memcpy PtoP (GPU 0 -> GPU 1)");
+  EXPECT_EQ(sink.events[3].kind, EventKind::kMemcpy);
+  EXPECT_EQ(sink.events[3].payload, 64u << 20);
+  EXPECT_EQ(sink.events[3].duration_ns(), 1000);
   EXPECT_EQ(sink.events[0].kind, EventKind::kMemcpy);
   EXPECT_EQ(Name(sink.events[0]), "Memcpy HtoD (Pageable -> Device)");
   EXPECT_EQ(sink.events[0].payload, 1u << 20);
