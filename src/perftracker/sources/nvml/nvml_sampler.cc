@@ -46,8 +46,7 @@ bool NvmlSampler::Init() {
   if (lib_ == nullptr) {
     const char* e = dlerror();
     Log("NVML: cannot load " + options_.library + " (" + (e != nullptr ? e : "?") +
-        "): no GPU metrics (utilization, clocks, power, PCIe/NVLink) in the reports; the job "
-        "and every other metric go on");
+        "): no GPU metrics in the reports (no NVIDIA driver on this host?); the job goes on");
     return false;
   }
   fn_.init = Sym<nvmlInit_v2_fn>(lib_, "nvmlInit_v2");
@@ -238,6 +237,7 @@ void NvmlSampler::Sample(int64_t now_ns, const std::vector<int32_t>& pids,
   ++stats_.samples;
   const std::set<int32_t> wanted(pids.begin(), pids.end());
   std::vector<MetricSample> samples;
+  bool any_matched = false;
   for (uint32_t i = 0; i < devices_.size(); ++i) {
     Device& d = devices_[i];
     if (d.handle == nullptr) continue;
@@ -264,11 +264,21 @@ void NvmlSampler::Sample(int64_t now_ns, const std::vector<int32_t>& pids,
       if (device == i && wanted.count(pid) != 0) on_device.insert(pid);
     }
     if (on_device.empty()) continue;
+    any_matched = true;
     samples.clear();
     SampleDevice(i, d, now_ns, &samples);
     for (int32_t pid : on_device) {
       for (const MetricSample& s : samples) out->push_back(PidSample{pid, s});
     }
+  }
+  if (!any_matched && !wanted.empty() && !devices_.empty() && !said_unmatched_) {
+    said_unmatched_ = true;
+    Log("NVML: none of the " + std::to_string(wanted.size()) +
+        " training processes is among the "
+        "compute processes NVML lists on " +
+        std::to_string(devices_.size()) +
+        " GPU(s) (not on a GPU yet, or another pid namespace): their GPU metrics are not "
+        "sampled until they are");
   }
 }
 

@@ -124,6 +124,7 @@ class NvmlSampler {
   Fns fn_;
   std::vector<Device> devices_;
   uint32_t said_ = 0;  // Query bits already reported
+  bool said_unmatched_ = false;
   int64_t last_sample_ns_ = 0;
   bool sampled_once_ = false;
   std::map<int32_t, uint32_t> device_hint_;

@@ -156,7 +156,7 @@ TEST_F(NvmlSamplerTest, MissingLibraryIsSaidOnceAndNothingIsSampled) {
   EXPECT_FALSE(sampler.stats().available);
   ASSERT_EQ(log.size(), 1u);
   EXPECT_NE(log[0].find("cannot load /nonexistent/libnvidia-ml.so.1"), std::string::npos);
-  EXPECT_NE(log[0].find("the job and every other metric go on"), std::string::npos);
+  EXPECT_NE(log[0].find("no GPU metrics in the reports"), std::string::npos);
 }
 
 TEST_F(NvmlSamplerTest, InitFailureWithoutDriverIsSaidOnce) {
@@ -193,6 +193,25 @@ TEST_F(NvmlSamplerTest, EachRankGetsItsOwnGpu) {
   EXPECT_DOUBLE_EQ(clock_of.at(500), 1000);
   EXPECT_DOUBLE_EQ(clock_of.at(700), 1002);
   EXPECT_EQ(fake->shutdown_calls, 0);
+  for (const std::string& l : log) EXPECT_EQ(l.find("none of the"), std::string::npos) << l;
+}
+
+TEST_F(NvmlSamplerTest, RanksNvmlCannotSeeAreSaidOnce) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->count = 2;
+  fake->devices[0].pids[0] = 4242;  // host pid of a containerized rank
+  fake->devices[0].num_pids = 1;
+  NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML));
+  std::vector<PidSample> out;
+  sampler.Sample(kSecond, {17, 18}, &out);  // the ranks' pids in their own namespace
+  sampler.Sample(2 * kSecond, {17, 18}, &out);
+  EXPECT_TRUE(out.empty());
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("none of the 2 training processes"), std::string::npos) << log[0];
+  sampler.SetDeviceOfPid(17, 0);  // e.g. from LOCAL_RANK
+  sampler.Sample(3 * kSecond, {17, 18}, &out);
+  EXPECT_FALSE(out.empty());
+  for (const PidSample& s : out) EXPECT_EQ(s.pid, 17);
 }
 
 TEST_F(NvmlSamplerTest, RateOptionSkipsEarlyCalls) {
