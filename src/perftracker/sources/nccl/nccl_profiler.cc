@@ -21,6 +21,8 @@ constexpr uint32_t kPeerTrackBase = 0x09000000u;
 constexpr uint32_t kDefaultRings = 8;
 constexpr uint32_t kDefaultRingEvents = 1u << 14;
 constexpr uint32_t kFunctionSlots = 4096;
+// A GPU-stamped span may exceed the host-observed one by this much (clock granularity).
+constexpr int64_t kGpuSpanSlackNs = 1'000'000;
 
 // Bytes per element of NCCL's datatype names ("ncclFloat32", ...); 0 when unknown.
 size_t DatatypeBytes(const char* name) {
@@ -104,6 +106,8 @@ struct NcclProfiler::Op {
   int64_t enqueue_end = 0;
   int64_t first_child_start = 0;
   int64_t last_child_end = 0;
+  uint64_t gpu_start = 0;  // earliest kernel-channel start, GPU globaltimer ns (0: none)
+  uint64_t gpu_stop = 0;   // latest kernel-channel stop
   int64_t deadline = 0;
 };
 
@@ -117,6 +121,8 @@ struct NcclProfiler::Child {
   int phase = 0;  // a step's current state (0: none yet)
   int64_t phase_start = 0;
   uint64_t bytes = 0;
+  uint64_t gpu_start = 0;  // a kernel channel's GPU stamps
+  uint64_t gpu_stop = 0;
 };
 
 NcclProfiler& NcclProfiler::Get() {
@@ -315,6 +321,7 @@ ncclResult_t NcclProfiler::StartEvent(void* context, void** handle, const NcclEv
       child->peer = d.peer;
       child->is_send = d.is_send;
     }
+    if (d.type == kNcclProfileKernelCh) child->gpu_start = d.gpu_timer;
     if (parent != nullptr && parent->state == Op::State::kFree) {
       ++stats_.late_children;
       parent = nullptr;
@@ -370,6 +377,13 @@ void NcclProfiler::EmitLocked(Op* op) {
     ev.start_ns = op->first_child_start;
     ev.end_ns = std::max(op->last_child_end, ev.start_ns);
     ev.flags = kEventFlagOnDevice;
+    if (op->gpu_start != 0 && op->gpu_stop > op->gpu_start) {
+      const auto gpu_ns = static_cast<int64_t>(op->gpu_stop - op->gpu_start);
+      if (gpu_ns <= ev.end_ns - op->enqueue_start + kGpuSpanSlackNs) {
+        ev.start_ns = std::max(ev.end_ns - gpu_ns, op->enqueue_start);
+        ++stats_.gpu_timed;
+      }
+    }
   } else {
     ev.start_ns = op->enqueue_start;
     ev.end_ns = std::max(op->enqueue_end, ev.start_ns);
@@ -417,6 +431,12 @@ ncclResult_t NcclProfiler::StopEvent(void* handle) {
     EmitPhase(child, child->phase, child->phase_start, now);
   }
   if (child->op != nullptr && child->op->state != Op::State::kFree) {
+    Op* op = child->op;
+    if (child->gpu_start != 0 && child->gpu_stop > child->gpu_start) {
+      op->gpu_start =
+          op->gpu_start == 0 ? child->gpu_start : std::min(op->gpu_start, child->gpu_start);
+      op->gpu_stop = std::max(op->gpu_stop, child->gpu_stop);
+    }
     child->op->last_child_end = std::max(child->op->last_child_end, now);
     ReleaseLocked(child->op, now);
   }
@@ -425,14 +445,18 @@ ncclResult_t NcclProfiler::StopEvent(void* handle) {
 }
 
 ncclResult_t NcclProfiler::RecordEventState(void* handle, ncclProfilerEventState_t state,
-                                            size_t trans_size) {
+                                            uint64_t value) {
   if (handle == nullptr) return kNcclSuccess;
   const int64_t now = RealtimeNs();
   std::lock_guard<std::mutex> lock(mu_);
   if (!shm_ || AsOp(handle) != nullptr) return kNcclSuccess;  // operations have no states
   auto* child = static_cast<Child*>(handle);
+  if (child->type == kNcclProfileKernelCh && state == kNcclKernelChStop) {
+    child->gpu_stop = value;
+    return kNcclSuccess;
+  }
   if (child->type != kNcclProfileProxyStep || PhaseName(state) == nullptr) return kNcclSuccess;
-  if (trans_size != 0) child->bytes = trans_size;
+  if (value != 0) child->bytes = value;
   if (child->phase != 0 && child->phase != state) {
     EmitPhase(child, child->phase, child->phase_start, now);
   }

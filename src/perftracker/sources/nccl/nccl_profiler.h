@@ -19,7 +19,12 @@
 // Timing: NCCL's stopEvent for a collective only says it was enqueued (ext-profiler README).
 // Its execution is seen through its children: kernel-channel events (always requested) and
 // proxy operations (requested with PERFTRACKER_NCCL_PROXY=1). The Event spans the first
-// child's start to the last child's stop (flagged kEventFlagOnDevice); an operation that
+// child's start to the last child's stop (flagged kEventFlagOnDevice), both on the host clock
+// when NCCL's proxy thread observes them; when the kernel channels carry GPU globaltimer
+// stamps (start in the descriptor, stop in the KernelChStop state) and their span is
+// plausible (no longer than the host-observed span plus 1 ms), the Event keeps the host end and
+// takes its duration from the GPU stamps, which do not include the proxy's polling delay at
+// the start. An operation that
 // got no child within the grace time (PERFTRACKER_NCCL_GRACE_MS, default 1000 ms after its
 // enqueue) is emitted with its enqueue span instead; after its last child stops, an operation
 // waits PERFTRACKER_NCCL_TAIL_US (2000) more for stragglers. The pool (4096 slots) thus holds
@@ -71,6 +76,7 @@ struct NcclEventDescr {
   int is_send = 0;
   int step = 0;
   uint8_t channels = 0;
+  uint64_t gpu_timer = 0;  // kernel channel start: the GPU's globaltimer (ns)
 };
 
 struct NcclProfilerStats {
@@ -78,6 +84,7 @@ struct NcclProfilerStats {
   uint64_t operations = 0;       // collectives + p2p started
   uint64_t events = 0;           // Events pushed (operations + proxy phases)
   uint64_t enqueue_only = 0;     // operations emitted without any child (launch span only)
+  uint64_t gpu_timed = 0;        // operations whose duration came from GPU stamps
   uint64_t late_children = 0;    // children of an operation already emitted
   uint64_t foreign_parents = 0;  // proxy ops of another process (PXN) or unknown parents
   uint64_t no_slot = 0;          // operations dropped: every pool slot in use
@@ -93,7 +100,9 @@ class NcclProfiler {
                     int nodes, int nranks, int rank, ncclDebugLogger_t log);
   ncclResult_t StartEvent(void* context, void** handle, const NcclEventDescr& d);
   ncclResult_t StopEvent(void* handle);
-  ncclResult_t RecordEventState(void* handle, ncclProfilerEventState_t state, size_t trans_size);
+  // `value`: the bytes transferred so far for proxy-step states, the GPU globaltimer for
+  // ncclProfilerKernelChStop, else 0.
+  ncclResult_t RecordEventState(void* handle, ncclProfilerEventState_t state, uint64_t value);
   ncclResult_t Finalize(void* context);
 
   NcclProfilerStats stats();

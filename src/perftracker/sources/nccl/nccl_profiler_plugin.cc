@@ -42,6 +42,7 @@ void CopyCommon(const Descr& in, NcclEventDescr* out) {
       break;
     case kNcclProfileKernelCh:
       out->channels = in.kernelCh.channelId;
+      out->gpu_timer = in.kernelCh.pTimer;
       break;
     default:
       break;
@@ -75,14 +76,25 @@ ncclResult_t Stop(void* handle) {
 ncclResult_t Record(void* handle, ncclProfilerEventState_t state,
                     ncclProfilerEventStateArgs_v5_t* args) {
   try {
-    const size_t trans =
-        args != nullptr &&
-                (state == kNcclProxyStepSendWait || state == kNcclProxyStepRecvWait ||
-                 state == kNcclProxyStepSendGpuWait || state == kNcclProxyStepSendPeerWaitV4 ||
-                 state == kNcclProxyStepRecvFlushWait || state == kNcclProxyStepRecvGpuWait)
-            ? args->proxyStep.transSize
-            : 0;
-    return NcclProfiler::Get().RecordEventState(handle, state, trans);
+    uint64_t value = 0;
+    if (args != nullptr) {
+      switch (state) {
+        case kNcclProxyStepSendGpuWait:
+        case kNcclProxyStepSendPeerWaitV4:
+        case kNcclProxyStepSendWait:
+        case kNcclProxyStepRecvWait:
+        case kNcclProxyStepRecvFlushWait:
+        case kNcclProxyStepRecvGpuWait:
+          value = args->proxyStep.transSize;
+          break;
+        case kNcclKernelChStop:
+          value = args->kernelCh.pTimer;
+          break;
+        default:
+          break;
+      }
+    }
+    return NcclProfiler::Get().RecordEventState(handle, state, value);
   } catch (...) {
     return kNcclSuccess;
   }

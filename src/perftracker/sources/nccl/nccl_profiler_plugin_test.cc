@@ -164,12 +164,44 @@ TEST_F(NcclPluginTest, CollectiveSpansItsKernelChannels) {
   EXPECT_EQ(e.payload, 4u << 20);  // 1 Mi float32
   EXPECT_EQ(e.correlation, 7u);
   EXPECT_TRUE(e.flags & kEventFlagOnDevice);
-  // The span is the kernels' (host-observed), not the enqueue.
+  // The span is the kernels' (host-observed), not the enqueue; the GPU stamps (100 ms apart,
+  // longer than anything the host saw) are not plausible and are not used.
   EXPECT_GE(e.start_ns, kernel_start);
   EXPECT_GE(e.end_ns, kernel_stop);
   EXPECT_GE(e.duration_ns(), 4'000'000);
   EXPECT_LT(e.duration_ns(), 1'000'000'000);
   EXPECT_EQ(Dropped(), 0u);
+}
+
+TEST_F(NcclPluginTest, PlausibleGpuStampsGiveTheDuration) {
+  int mask = 0;
+  void* ctx = Init(0x99, 0, 2, &mask);
+  auto d = Coll("Broadcast", 256, "ncclUint8", 1);
+  void* coll = nullptr;
+  ASSERT_EQ(v5_->startEvent(ctx, &coll, &d), kNcclSuccess);
+  ASSERT_EQ(v5_->stopEvent(coll), kNcclSuccess);
+  const uint64_t gpu0 = 1'700'000'000'000'000'000ULL;  // globaltimer, ns
+  const uint64_t starts[2] = {gpu0, gpu0 + 1'000};
+  const uint64_t stops[2] = {gpu0 + 3'000'000, gpu0 + 2'500'000};
+  void* ch[2] = {};
+  for (int c = 0; c < 2; ++c) {
+    auto kd = Child(kNcclProfileKernelCh, coll);
+    kd.kernelCh.pTimer = starts[c];
+    ASSERT_EQ(v5_->startEvent(ctx, &ch[c], &kd), kNcclSuccess);
+  }
+  Sleep(6);  // the host sees more than the GPU's 3 ms (the proxy's polling)
+  const int64_t before_stop = RealtimeNs();
+  for (int c = 0; c < 2; ++c) {
+    ncclProfilerEventStateArgs_v5_t args{};
+    args.kernelCh.pTimer = stops[c];
+    EXPECT_EQ(v5_->recordEventState(ch[c], kNcclKernelChStop, &args), kNcclSuccess);
+    EXPECT_EQ(v5_->stopEvent(ch[c]), kNcclSuccess);
+  }
+  EXPECT_EQ(v5_->finalize(ctx), kNcclSuccess);
+  const std::vector<Out> out = ReadAll();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].event.duration_ns(), 3'000'000);  // earliest GPU start to latest GPU stop
+  EXPECT_GE(out[0].event.end_ns, before_stop);       // anchored at the host-observed end
 }
 
 TEST_F(NcclPluginTest, P2pWithoutChildrenKeepsItsEnqueueSpanAfterTheGrace) {
