@@ -111,10 +111,13 @@ class ProfilerTestBase(unittest.TestCase):
             deep_counts, _ = record(lambda: rec(30000))
             after, after_paths = record(lambda: rec(10))
             report(counts=counts, deepest=max(p.split(">").count("rec") for p in paths),
+                   rec_events=sum(len(v) for p, v in paths.items() if p.endswith(">rec")),
                    deep_counts=deep_counts, after_recs=sum(len(v) for p, v in
                    after_paths.items() if p.endswith(">rec")))
         """)
-        self.assertGreater(out["counts"]["too_deep"], 400)
+        # <module>, record, <lambda> and rec(1500) .. rec(0): 1,504 frames, 1,024 kept.
+        self.assertEqual(out["counts"]["too_deep"], 1504 - 1024)
+        self.assertEqual(out["rec_events"], 1021, "each kept level closed exactly once")
         # <module> > record > <lambda> > rec x 1021: the shadow stack's 1,024 frames.
         self.assertEqual(out["deepest"], 1021)
         if self.hook == "eval":

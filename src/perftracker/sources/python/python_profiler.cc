@@ -43,6 +43,7 @@ struct PythonProfiler::ThreadState {
   uintptr_t stack_guard = 0;  // eval hook: C stack addresses below it are too deep
   uint64_t tstate_id = 0;     // eval hook: PyThreadState::id
   int64_t last_ns = 0;        // end of the thread's latest event
+  uint32_t overflow = 0;      // eval hook: running calls beyond ShadowStack::kMaxDepth
   uint64_t events = 0;
   uint64_t dropped = 0;
   uint64_t deep_pauses = 0;
@@ -254,6 +255,18 @@ void EvalLateReturn(PyThreadState* tstate, _PyInterpreterFrame* frame, int64_t e
   ts->stack.Pop(frame, [ts, end](const ShadowStack::Frame& f) { EmitCall(ts, f, end); });
 }
 
+// A call deeper than ShadowStack::kMaxDepth: not recorded, and neither are its callees
+// (their caller is not on the shadow stack, which must not be reconciled against it).
+PyObject* EvalTooDeep(PythonProfiler::ThreadState* ts, PyThreadState* tstate,
+                      _PyInterpreterFrame* frame, int throwflag) {
+  ts->stack.CountTooDeep();
+  ++ts->overflow;
+  const uint64_t window = g_eval.window;
+  PyObject* result = _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  if (window == g_eval.window && g_eval.profiler != nullptr) --ts->overflow;  // else: freed
+  return result;
+}
+
 constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
 
 // The interpreter runs every Python frame through this function while a window records.
@@ -280,19 +293,26 @@ PyObject* EvalHook(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwf
     }
     return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
   }
+  if (ts->overflow != 0) [[unlikely]] {
+    return EvalTooDeep(ts, tstate, frame, throwflag);
+  }
   _PyInterpreterFrame* caller = tstate->cframe->current_frame;
   if (!ts->stack.TopIs(caller, caller != nullptr ? caller->f_code : nullptr)) [[unlikely]] {
     Reconcile(ts, caller, start);
   }
-  const ShadowStack::PushResult pushed = ts->stack.Push(frame, code, start);
+  if (ts->stack.Push(frame, code, start) == ShadowStack::PushResult::kTooDeep) [[unlikely]] {
+    ++ts->overflow;  // Push counted it
+    const uint64_t window = g_eval.window;
+    PyObject* result = _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+    if (window == g_eval.window && g_eval.profiler != nullptr) --ts->overflow;
+    return result;
+  }
   const uint64_t window = g_eval.window;
   PyObject* result = _PyEval_EvalFrameDefault(tstate, frame, throwflag);
   const int64_t end = TscClock::Now(g_eval.clock);
   // `ts` is valid while its window records (states are freed by Stop, which ends it).
   if (window == g_eval.window && end < g_eval.end_ns) [[likely]] {
-    if (pushed != ShadowStack::PushResult::kTooDeep) {
-      ts->stack.Pop(frame, [ts, end](const ShadowStack::Frame& f) { EmitCall(ts, f, end); });
-    }
+    ts->stack.Pop(frame, [ts, end](const ShadowStack::Frame& f) { EmitCall(ts, f, end); });
   } else if (window != g_eval.window) {
     EvalLateReturn(tstate, frame, end);
   }

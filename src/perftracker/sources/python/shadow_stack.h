@@ -125,6 +125,8 @@ class ShadowStack {
   size_t depth() const { return depth_; }
   const Frame& frame(size_t i) const { return frames_[i]; }
   uint64_t too_deep() const { return too_deep_; }
+  // Counts a call its caller's depth already kept off the stack (see PythonProfiler).
+  void CountTooDeep() { ++too_deep_; }
   const CallPathCache& cache() const { return cache_; }
 
  private:
