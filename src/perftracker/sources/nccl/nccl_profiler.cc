@@ -18,8 +18,7 @@ namespace {
 constexpr size_t kPoolSlots = 4096;
 constexpr uint32_t kCommTrackBase = 0x08000000u;
 constexpr uint32_t kPeerTrackBase = 0x09000000u;
-constexpr uint32_t kDefaultRings = 8;
-constexpr uint32_t kDefaultRingEvents = 1u << 14;
+constexpr uint32_t kDefaultRingEvents = 1u << 16;
 constexpr uint32_t kFunctionSlots = 4096;
 // A GPU-stamped span may exceed the host-observed one by this much (clock granularity).
 constexpr int64_t kGpuSpanSlackNs = 1'000'000;
@@ -74,13 +73,6 @@ const char* PhaseName(int state) {
       return nullptr;
   }
 }
-
-// The calling thread's ring in the current output file.
-struct ThreadRing {
-  uint64_t generation = 0;
-  int ring = -1;
-};
-thread_local ThreadRing t_ring;
 
 }  // namespace
 
@@ -149,7 +141,7 @@ bool NcclProfiler::OpenOutput(int rank, ncclDebugLogger_t /*log*/) {
     return false;
   }
   AgentShmOptions o;
-  o.num_rings = kDefaultRings;
+  o.num_rings = 1;
   o.ring_capacity =
       static_cast<uint32_t>(EnvInt("PERFTRACKER_NCCL_RING_EVENTS", kDefaultRingEvents, 2, 1 << 24));
   if ((o.ring_capacity & (o.ring_capacity - 1)) != 0) o.ring_capacity = kDefaultRingEvents;
@@ -161,7 +153,7 @@ bool NcclProfiler::OpenOutput(int rank, ncclDebugLogger_t /*log*/) {
     return false;
   }
   shm_ = std::move(shm.value());
-  generation_.fetch_add(1);
+  ring_ = shm_->ClaimRing(static_cast<uint64_t>(gettid()));  // ring 0 of a fresh file
   functions_.clear();
   pool_.assign(kPoolSlots, Op{});
   pool_next_ = 0;
@@ -237,20 +229,13 @@ uint32_t NcclProfiler::FunctionLocked(const std::string& name) {
 
 void NcclProfiler::Push(const Event& ev) {
   if (!shm_) return;
-  const uint64_t gen = generation_.load(std::memory_order_acquire);
-  if (t_ring.generation != gen) {
-    t_ring.generation = gen;
-    t_ring.ring = shm_->ClaimRing(static_cast<uint64_t>(gettid()));
-  }
   if (ev.function_id == UINT32_MAX) {
     shm_->header()->dropped_function_table.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (t_ring.ring < 0) {
-    shm_->header()->dropped_no_ring.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  if (shm_->Push(t_ring.ring, ev)) ++stats_.events;
+  // One ring, pushed to under mu_ (every caller holds it): a single producer at a time,
+  // whichever NCCL thread it is.
+  if (shm_->Push(ring_, ev)) ++stats_.events;
 }
 
 ncclResult_t NcclProfiler::StartEvent(void* context, void** handle, const NcclEventDescr& d) {
@@ -480,7 +465,6 @@ ncclResult_t NcclProfiler::Finalize(void* context) {
     pending_.clear();
     pending_tail_.clear();
     shm_.reset();  // the file stays for the collector; the next init creates a new one
-    generation_.fetch_add(1);
   }
   return kNcclSuccess;
 }

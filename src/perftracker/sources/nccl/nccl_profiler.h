@@ -6,10 +6,11 @@
 // not write into the agent's file (whose function table has a single writer, the agent); it
 // creates its own file in the same format (core/agent_shm.h): /dev/shm/perftracker-<run
 // id>-<pid>-nccl, next to the agent's /dev/shm/perftracker-<run id>-<pid>
-// (PERFTRACKER_NCCL_SHM overrides the path). Each NCCL thread that emits (the thread that
-// enqueues, the proxy progress thread) claims its own ring once (lock-free), so a ring keeps
-// one producer; a full ring drops and counts, as for the agent. Functions are published in the
-// file's table (interned under a mutex, once per distinct name).
+// (PERFTRACKER_NCCL_SHM overrides the path). One ring (PERFTRACKER_NCCL_RING_EVENTS, default
+// 65536 events): every NCCL thread that emits (the enqueuing threads, the proxy threads) pushes
+// under the plugin's mutex, so the ring has one producer at a time however many threads NCCL
+// runs; a full ring drops and counts, as for the agent. Functions are published in the file's
+// table (interned under the same mutex, once per distinct name).
 //
 // What becomes an Event (kind kCollective, payload = count x datatype size as NCCL reports
 // them, correlation = the collective's sequence number in its communicator, track = the
@@ -128,7 +129,7 @@ class NcclProfiler {
   int live_comms_ = 0;
   uint32_t next_comm_index_ = 0;
   std::unique_ptr<AgentShm> shm_;
-  std::atomic<uint64_t> generation_{0};
+  int ring_ = 0;
   std::vector<Op> pool_;
   size_t pool_next_ = 0;
   std::deque<size_t> pending_;       // released without children: waiting grace_ns_
