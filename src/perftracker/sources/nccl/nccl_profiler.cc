@@ -207,10 +207,10 @@ NcclProfiler::Op* NcclProfiler::AllocOp() {
 
 NcclProfiler::Op* NcclProfiler::AsOp(void* p) {
   if (p == nullptr || pool_.empty()) return nullptr;
-  const auto* begin = reinterpret_cast<const char*>(pool_.data());
-  const auto* c = static_cast<const char*>(p);
-  if (c < begin || c >= begin + pool_.size() * sizeof(Op) ||
-      static_cast<size_t>(c - begin) % sizeof(Op) != 0) {
+  // Compared as integers: `p` may point anywhere (another object, another process's memory).
+  const auto begin = reinterpret_cast<uintptr_t>(pool_.data());
+  const auto c = reinterpret_cast<uintptr_t>(p);
+  if (c < begin || c >= begin + pool_.size() * sizeof(Op) || (c - begin) % sizeof(Op) != 0) {
     return nullptr;
   }
   return static_cast<Op*>(p);
