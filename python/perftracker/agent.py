@@ -343,10 +343,153 @@ def _patch_c10d(mod):
                 setattr(dist, name, getattr(mod, name))
 
 
+class _DdpHook:
+    """The comm hook the agent gives DistributedDataParallel (docs/live-mode.md, "DDP").
+
+    DDP's C++ reducer all-reduces gradient buckets without calling torch.distributed's
+    Python functions, so they would be invisible to the agent. This hook does exactly what the
+    reducer does without a hook -- the bucket scaled by 1 / group size (a multiplication by
+    the same float, as the reducer's copy into the bucket does: bit-identical gradients) and
+    an all-reduce (SUM) on DDP's process group -- or calls the hook the user registered (its
+    `target`). While a window records, it times each bucket from the hook call to the
+    future's completion and records a collective (bytes = bucket buffer). Otherwise it adds a
+    Python call per bucket and nothing else.
+    """
+
+    def __init__(self, ddp):
+        self.process_group = ddp.process_group
+        self.target = None  # (state, hook) the user registered after ours
+        try:
+            size = self.process_group.size()
+        except Exception:
+            size = -1
+        self.scale = 1.0 / size if size > 0 else 1.0
+        self.label = "DistributedDataParallel all_reduce (group of %d)" % size
+
+    def __call__(self, state, bucket):
+        recording = _agent.recording()
+        t0 = _now() if recording else 0
+        if self.target is None:
+            buffer = bucket.buffer()
+            buffer.mul_(self.scale)
+            fut = self.process_group.allreduce([buffer]).get_future().then(_first_value)
+        else:
+            fut = self.target[1](self.target[0], bucket)
+        if not recording:
+            return fut
+        try:
+            buffer = bucket.buffer()
+            nbytes = buffer.numel() * buffer.element_size()
+        except Exception:
+            nbytes = 0
+        collective = _agent.collective
+        label = self.label
+
+        def done(f):
+            try:
+                collective(label, t0, nbytes, False)
+            except Exception:
+                pass
+            return f.value()
+
+        return fut.then(done)
+
+
+def _first_value(fut):
+    return fut.value()[0]
+
+
+def _patch_ddp(mod):
+    cls = mod.DistributedDataParallel
+    forward = cls.forward
+    if getattr(forward, "_perftracker", False):
+        return
+    register = cls.register_comm_hook
+    register_builtin = cls._register_builtin_comm_hook
+
+    def ddp_hook(state, bucket):  # DDP calls the registered hook as hook(state, bucket)
+        return state(None, bucket)
+
+    @functools.wraps(forward)
+    def forward_wrapper(self, *args, **kwargs):
+        # Before the first forward (after the user's own setup): our hook, unless the user
+        # registered one, or the agent is off in this process.
+        if "_perftracker_ddp" not in self.__dict__:
+            self.__dict__["_perftracker_ddp"] = None
+            if _state["active"] and getattr(self, "reducer", None) is not None:
+                try:
+                    hook = _DdpHook(self)
+                    register(self, hook, ddp_hook)
+                    self.__dict__["_perftracker_ddp"] = hook
+                except Exception as e:
+                    _say("DDP's all-reduce is not timed: %s (training is not affected)" % e)
+        return forward(self, *args, **kwargs)
+
+    @functools.wraps(register)
+    def register_comm_hook(self, state, hook):
+        ours = self.__dict__.get("_perftracker_ddp")
+        if ours is None:
+            # Before our hook: theirs goes in wrapped by ours (timed the same way).
+            if _state["active"] and "_perftracker_ddp" not in self.__dict__:
+                try:
+                    ours = _DdpHook(self)
+                except Exception:
+                    ours = None
+            if ours is None:
+                self.__dict__["_perftracker_ddp"] = None
+                return register(self, state, hook)
+            self._check_comm_hook(hook)
+            ours.target = (state, hook)
+            register(self, ours, ddp_hook)
+            self.logger._set_comm_hook_name(hook.__qualname__)
+            self.__dict__["_perftracker_ddp"] = ours
+            return None
+        if ours.target is not None:  # what DDP itself says to a second registration
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be "
+                               "called once.")
+        self._check_comm_hook(hook)
+        ours.target = (state, hook)  # ours is registered already: it calls theirs now
+        self.logger._set_comm_hook_name(hook.__qualname__)
+        return None
+
+    @functools.wraps(register_builtin)
+    def _register_builtin_comm_hook(self, comm_hook_type):
+        ours = self.__dict__.get("_perftracker_ddp")
+        if ours is None:
+            self.__dict__["_perftracker_ddp"] = None  # theirs, natively, untimed
+            return register_builtin(self, comm_hook_type)
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hooks = {"ALLREDUCE": default_hooks.allreduce_hook,
+                 "FP16_COMPRESS": default_hooks.fp16_compress_hook}
+        name = getattr(comm_hook_type, "name", str(comm_hook_type))
+        if ours.target is not None or name not in hooks:
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be "
+                               "called once.")
+        ours.target = (self.process_group, hooks[name])  # their Python equivalent
+        self.logger._set_comm_hook_name(str(comm_hook_type))
+        return None
+
+    for fn in (forward_wrapper, register_comm_hook, _register_builtin_comm_hook):
+        fn._perftracker = True
+    cls.forward = _hide(forward_wrapper)
+    cls.register_comm_hook = _hide(register_comm_hook)
+    cls._register_builtin_comm_hook = _hide(_register_builtin_comm_hook)
+    _hide(ddp_hook)
+    _hide(_DdpHook.__call__)
+    _hide(_first_value)
+    for const in _DdpHook.__call__.__code__.co_consts:  # done(): runs on gloo's thread
+        if hasattr(const, "co_code"):
+            _hidden_codes.append(const)
+            if _state["active"]:
+                _agent.hide_code(const)
+
+
 _PATCHES = {
     "torch.utils.data.dataloader": _patch_dataloader,
     "torch.optim.optimizer": _patch_optimizer,
     "torch.distributed.distributed_c10d": _patch_c10d,
+    "torch.nn.parallel.distributed": _patch_ddp,
 }
 
 

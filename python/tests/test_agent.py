@@ -274,6 +274,52 @@ MARKER_JOB = """
 """
 
 
+class ControlMessageTest(AgentTestBase):
+    def test_end_window_turns_the_hooks_off_now(self):
+        collector = FakeCollector(self.sock)
+        p = self.job(MARKER_JOB, env={"RANK": "0"}, args=["20"])
+        collector.wait_for("hello", timeout=60)
+        collector.send({"type": "window", "window": 4, "start_ns": time.time_ns(),
+                        "duration_ns": 60_000_000_000, "reason": "hang"})
+        time.sleep(0.5)
+        sent = time.time()
+        collector.send({"type": "end_window", "window": 4})
+        t, _, done = collector.wait_for("window_done", timeout=10)
+        self.assertEqual(done["window"], 4)
+        self.assertLess(t - sent, 1.0, "the 60 s window was not ended at once")
+        self.assertGreater(done["events"], 0)
+        # A window that has not begun ends without recording; another id changes nothing.
+        collector.send({"type": "window", "window": 5, "start_ns": time.time_ns() + 30 * 10**9,
+                        "duration_ns": 10**9, "reason": "slowdown"})
+        collector.send({"type": "end_window", "window": 99})
+        collector.send({"type": "end_window", "window": 5})
+        _, _, done = collector.wait_for("window_done", timeout=10)
+        self.assertEqual((done["window"], done["events"]), (5, 0))
+        p.kill()
+
+    def test_config_changes_the_detector_thresholds(self):
+        # No hang while hang_factor is 1000; the collector's config brings it down to 2x
+        # the mean (without floors), and the silence after the loop becomes a hang.
+        collector = FakeCollector(self.sock)
+        p = self.job(MARKER_JOB + "    time.sleep(30)\n", env={
+            "RANK": "0", "PERFTRACKER_AGENT_OPTIONS": "learn_repeats=3,hang_factor=1000"},
+            args=["1.5"])
+        collector.wait_for("iteration", timeout=60)
+        collector.send({"type": "config", "hang_factor": "bad"})
+        collector.send({"type": "config", "ring_events": 64})  # cannot change at run time
+        collector.send({"type": "config", "hang_factor": 2, "min_hang_ms": 400,
+                        "hang_longest_factor": 0})
+        t, _, hang = collector.wait_for("trigger", timeout=20,
+                                        pred=lambda m: m["reason"] == "hang")
+        self.assertIn("no progress", hang["detail"])
+        # 0.4 s after the loop's last iteration (the 1000 x 5 ms of the start options: 5 s).
+        last = collector.messages("iteration")[-1]["end_ns"] / 1e9
+        self.assertLess(t - last, 3.0, hang)
+        p.kill()
+        _, err = p.communicate()
+        self.assertEqual(err.count("ignoring a config message"), 1, err)
+
+
 class CollectorFaultTest(AgentTestBase):
     def test_no_collector_one_line_and_the_job_runs(self):
         # Also: the sitecustomize that perftracker's shadows still runs.
@@ -501,6 +547,128 @@ class DetectorTest(AgentTestBase):
         pids = {m["pid"] for m in collector.messages("hello")}
         self.assertEqual(pids, {p.pid}, "DataLoader workers never say hello")
         collector.kill()
+
+
+DDP_JOB = """
+    import hashlib, json, os, sys, time
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch import nn
+
+    def user_hook(state, bucket):
+        state["calls"] += 1
+        buf = bucket.buffer()
+        buf.div_(dist.get_world_size())
+        return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    def rank_main(rank, world, init, out, mode, steps):
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method="file://" + init, rank=rank,
+                                world_size=world)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(33, 65), nn.ReLU(), nn.Linear(65, 7))
+        ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+        state = {"calls": 0}
+        if mode == "user_before":
+            ddp.register_comm_hook(state, user_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        gen = torch.Generator().manual_seed(100 + rank)
+        for step in range(steps):
+            if mode == "user_after" and step == 2:
+                ddp.register_comm_hook(state, user_hook)
+            x = torch.randn(16, 33, generator=gen)
+            opt.zero_grad()
+            ddp(x).pow(2).mean().backward()
+            opt.step()
+            time.sleep(0.01)
+        digest = hashlib.sha256()
+        for p in model.parameters():
+            digest.update(p.detach().numpy().tobytes())
+        info = ddp._get_ddp_logging_data()
+        with open(out + ".%d" % rank, "w") as f:
+            json.dump({"params": digest.hexdigest(), "hook": info.get("comm_hook", ""),
+                       "user_calls": state["calls"]}, f)
+        dist.barrier()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        init, out, mode, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+        mp.spawn(rank_main, args=(3, init, out, mode, steps), nprocs=3, join=True)
+"""
+
+
+@unittest.skipUnless(HAVE_TORCH, "torch is not importable by this interpreter")
+class DdpTest(AgentTestBase):
+    """DistributedDataParallel's C++ all-reduce is made visible by a comm hook (agent.py)."""
+
+    def run_ddp(self, name, mode, steps, agent=True, collector=None, during=None):
+        out = os.path.join(self.dir, name)
+        env = {} if agent else {"PERFTRACKER_SOCKET": ""}
+        p = self.job(DDP_JOB, env=env, args=[os.path.join(self.dir, name + ".init"), out, mode,
+                                             str(steps)])
+        if during is not None:
+            during(p)
+        rc, _, err = self.finish(p, timeout=180)
+        self.assertEqual(rc, 0, err)
+        results = []
+        for rank in range(3):
+            with open("%s.%d" % (out, rank)) as f:
+                results.append(json.load(f))
+        return results, err
+
+    def test_parameters_are_bit_identical_with_and_without_the_agent(self):
+        # World size 3: the gradient scaling (x 1/3) is not exact, so a hook that divided
+        # instead of multiplying as the reducer does would change the last bits.
+        FakeCollector(self.sock)
+        plain, _ = self.run_ddp("plain", "none", 30, agent=False)
+        hooked, err = self.run_ddp("hooked", "none", 30)
+        self.assertEqual([r["hook"] for r in plain], ["", "", ""])
+        self.assertTrue(all(r["hook"].endswith("ddp_hook") for r in hooked), hooked)
+        self.assertEqual(len({r["params"] for r in plain}), 1)
+        self.assertEqual([r["params"] for r in hooked], [r["params"] for r in plain])
+
+    def test_a_user_hook_is_kept_before_and_after_ours(self):
+        FakeCollector(self.sock)
+        for mode in ("user_before", "user_after"):
+            with self.subTest(mode=mode):
+                results, err = self.run_ddp(mode, mode, 8)
+                self.assertNotIn("Traceback", err)
+                # Their hook ran for every bucket of every step it was registered for.
+                calls = results[0]["user_calls"]
+                self.assertGreaterEqual(calls, 8 if mode == "user_before" else 6, results)
+                self.assertEqual({r["hook"] for r in results}, {"user_hook"})
+
+    def test_bucket_all_reduces_are_recorded_in_a_window(self):
+        collector = FakeCollector(self.sock)
+
+        def window(p):
+            hellos = [collector.wait_for("hello", timeout=60,
+                                         pred=lambda m: m["rank"] >= 0)[2] for _ in range(3)]
+            time.sleep(1.0)  # training (no DataLoader here: the window is sent by hand)
+            for index in range(len(collector._conns)):
+                collector.send({"type": "window", "window": 1, "start_ns": time.time_ns(),
+                                "duration_ns": 600_000_000, "reason": "manual"}, index=index)
+            for _ in range(3):
+                collector.wait_for("window_done", timeout=20)
+            self.shm = [h["shm"] for h in hellos]
+            self.got = [_agent.read_shm(path) for path in self.shm]
+
+        self.run_ddp("window", "none", 250, during=window)
+        for got in self.got:
+            names = {f[0]: f for f in got["functions"]}
+            coll = [e for e in got["events"] if e[4] == "collective"]
+            self.assertTrue(coll, got["functions"])
+            for e in coll:
+                fn = names[e[3]]
+                self.assertEqual(fn[3], "DistributedDataParallel all_reduce (group of 3)")
+                self.assertEqual(fn[1], -1, "recorded at the root of its thread")
+                self.assertGreater(e[2], e[1])
+            # bucket_cap_mb=0.004: several buckets per step, their bytes sum to the gradients.
+            sizes = {e[5] for e in coll}
+            total = (33 * 65 + 65 + 65 * 7 + 7) * 4
+            self.assertGreater(len(coll), 5)
+            self.assertTrue(all(0 < b <= total for b in sizes), sizes)
 
 
 if __name__ == "__main__":

@@ -201,6 +201,8 @@ def run_rank(rank, args):
         opt.step()
         if cache is not None:
             cache.collect()
+        if args.step_sleep_ms:
+            time.sleep(args.step_sleep_ms / 1000.0)
         if progress is not None:
             progress.write(f"{step} {time.time():.6f}\n")
     dist.barrier()
@@ -270,6 +272,9 @@ def parse_args(argv):
                    help="slow_data: extra delay per sample")
     p.add_argument("--gc-objects", type=int, default=100000,
                    help="gc: live container objects a full collection walks every step")
+    p.add_argument("--step-sleep-ms", type=float, default=0.0,
+                   help="a sleep at the end of every step (every rank): a longer iteration "
+                        "without more CPU work, as host work a bigger model would do")
     p.add_argument("--progress-file", default=None)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -181,9 +181,9 @@ void Agent::OnMarker(Marker marker, std::string_view name, int64_t start_ns, int
 }
 
 void Agent::RecordCollective(std::string_view name, int64_t start_ns, int64_t end_ns,
-                             uint64_t bytes) {
+                             uint64_t bytes, bool nest) {
   if (recording_.load(std::memory_order_relaxed)) {
-    profiler_->Record(EventKind::kCollective, name, true, start_ns, end_ns, bytes);
+    profiler_->Record(EventKind::kCollective, name, nest, start_ns, end_ns, bytes);
   }
 }
 
@@ -246,6 +246,7 @@ AgentStats Agent::stats() const {
   s.stack_dumps = stack_dumps_;
   s.window_events = window_events_;
   s.window_dropped = window_dropped_;
+  s.configs_applied = configs_applied_;
   return s;
 }
 
@@ -386,6 +387,71 @@ void Agent::HandleWindowTimers(int64_t now) {
   }
 }
 
+void Agent::EndWindowNow(int64_t window, int64_t now_ns) {
+  std::lock_guard<std::mutex> lock(window_mu_);
+  if (!window_ || window_->id != window) return;
+  Window& w = *window_;
+  if (w.state == Window::State::kScheduled) {
+    // Ended before it began: nothing was recorded.
+    FinishWindowLocked(w.id, ProfilerCounts{});
+    window_.reset();
+    Wake();
+    return;
+  }
+  // Active: the next HandleWindowTimers() stops the hooks; stopping: already on its way.
+  if (w.state == Window::State::kActive) w.end_ns = std::min(w.end_ns, now_ns);
+  Wake();
+}
+
+void Agent::ApplyConfig(const nlohmann::json& j) {
+  // The detector's thresholds as agent option keys ({"type": "config", "hang_factor": 3});
+  // anything else in the message, or a bad value, makes it malformed and changes nothing.
+  std::string text = "{";
+  for (const auto& [key, value] : j.items()) {
+    if (key == "type") continue;
+    if (!value.is_number()) {
+      text.clear();
+      break;
+    }
+    text += (text.size() > 1 ? "," : "") + json(key).dump() + ":" + value.dump();
+  }
+  StatusOr<AgentOptions> parsed =
+      text.empty() ? StatusOr<AgentOptions>(Status::InvalidArgument("a value is not a number"))
+                   : ParseAgentOptions(text + "}");
+  DetectorOptions merged = config_.options.detector;
+  bool ok = parsed.ok();
+  if (ok) {
+    const DetectorOptions& p = parsed->detector;
+    for (const auto& [key, value] : j.items()) {
+      if (key == "type") continue;
+      if (key == "slowdown_ratio") {
+        merged.slowdown_ratio = p.slowdown_ratio;
+      } else if (key == "hang_factor") {
+        merged.hang_factor = p.hang_factor;
+      } else if (key == "hang_longest_factor") {
+        merged.hang_longest_factor = p.hang_longest_factor;
+      } else if (key == "min_hang_ms") {
+        merged.min_hang_ns = p.min_hang_ns;
+      } else {
+        ok = false;  // a threshold that cannot change while the detector runs
+      }
+    }
+  }
+  if (!ok) {
+    if (malformed_messages_.fetch_add(1) == 0) {
+      std::fprintf(stderr,
+                   "perftracker agent: ignoring a config message (%s); it may set "
+                   "slowdown_ratio, hang_factor, hang_longest_factor, min_hang_ms\n",
+                   parsed.ok() ? "a key that cannot change at run time"
+                               : parsed.status().message().c_str());
+    }
+    return;
+  }
+  config_.options.detector = merged;
+  detector_.SetThresholds(merged);
+  configs_applied_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Agent::DumpStacks(int64_t window) {
   stack_dumps_.fetch_add(1, std::memory_order_relaxed);
   auto text = std::make_shared<std::string>();
@@ -441,9 +507,16 @@ void Agent::HandleLine(const std::string& line) {
                        Window::State::kScheduled});
   } else if (type == "dump_stacks") {
     DumpStacks(Int(j, "window").value_or(-1));
+  } else if (type == "end_window") {
+    const auto id = Int(j, "window");
+    if (!id) {
+      malformed_messages_.fetch_add(1);
+      return;
+    }
+    EndWindowNow(*id, RealtimeNs());
+  } else if (type == "config") {
+    ApplyConfig(j);
   } else {
-    // `config` (detector overrides) is not applied by this version: thresholds come from
-    // PERFTRACKER_AGENT_OPTIONS at start. Counted like any unknown type.
     unknown_messages_.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -458,14 +531,16 @@ void Agent::ControlLoop() {
     if (channel_.connected() && hello_dirty_.exchange(false)) SendHello();
     DrainOutbox();
     HandleWindowTimers(now);
-    if (now >= next_hang_check_ns_) {
+    // The detector says when the current silence becomes a hang: checked then, not up to
+    // a check interval later (the interval is the fallback, e.g. after a clock step).
+    if (now >= next_hang_check_ns_ || now >= detector_.HangDueNs()) {
       next_hang_check_ns_ = now + config_.options.hang_check_interval_ns;
       if (std::optional<Trigger> trigger = detector_.CheckHang(now)) PushTrigger(*trigger);
       DrainOutbox();
     }
     if (channel_.has_pending_output()) channel_.Flush();
 
-    int64_t deadline = std::min(now + kTickNs, next_hang_check_ns_);
+    int64_t deadline = std::min({now + kTickNs, next_hang_check_ns_, detector_.HangDueNs()});
     {
       std::lock_guard<std::mutex> lock(window_mu_);
       if (window_ && window_->state == Window::State::kScheduled) {

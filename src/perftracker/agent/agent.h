@@ -42,6 +42,8 @@
 #include <string_view>
 #include <thread>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "perftracker/agent/agent_options.h"
 #include "perftracker/agent/bounded_queue.h"
 #include "perftracker/agent/control_channel.h"
@@ -82,6 +84,7 @@ struct AgentStats {
   uint64_t stack_dumps = 0;
   uint64_t window_events = 0;   // over all windows
   uint64_t window_dropped = 0;  // over all windows
+  uint64_t configs_applied = 0;
 };
 
 class Agent {
@@ -99,7 +102,8 @@ class Agent {
 
   // --- training thread, GIL held ---
   void OnMarker(Marker marker, std::string_view name, int64_t start_ns, int64_t end_ns);
-  void RecordCollective(std::string_view name, int64_t start_ns, int64_t end_ns, uint64_t bytes);
+  void RecordCollective(std::string_view name, int64_t start_ns, int64_t end_ns, uint64_t bytes,
+                        bool nest = true);
   void SetRank(int rank, int local_rank, int world_size);
   bool recording() const { return recording_.load(std::memory_order_relaxed); }
 
@@ -147,6 +151,10 @@ class Agent {
   void StartWindow(const Window& w);
   void HandleWindowTimers(int64_t now);
   void DumpStacks(int64_t window);
+  // `end_window`: the window ends now (its hooks go off at the next timer round).
+  void EndWindowNow(int64_t window, int64_t now_ns);
+  // `config`: new detector thresholds (docs/agent-protocol.md).
+  void ApplyConfig(const nlohmann::json& message);
   void FinishWindowLocked(int64_t window, const ProfilerCounts& counts);
 
   AgentConfig config_;
@@ -189,7 +197,8 @@ class Agent {
   mutable std::atomic<uint64_t> markers_{0}, markers_skipped_{0}, iterations_{0}, triggers_{0},
       messages_sent_{0}, messages_dropped_{0}, connects_{0}, connect_failures_{0},
       messages_received_{0}, unknown_messages_{0}, malformed_messages_{0}, windows_{0},
-      windows_ignored_{0}, stack_dumps_{0}, window_events_{0}, window_dropped_{0};
+      windows_ignored_{0}, stack_dumps_{0}, window_events_{0}, window_dropped_{0},
+      configs_applied_{0};
 };
 
 }  // namespace perftracker

@@ -104,6 +104,7 @@ PYBIND11_MODULE(_agent, m) {
         d["window_iterations"] = o->detector.window_iterations;
         d["slowdown_ratio"] = o->detector.slowdown_ratio;
         d["hang_factor"] = o->detector.hang_factor;
+        d["hang_longest_factor"] = o->detector.hang_longest_factor;
         d["min_hang_ms"] = o->detector.min_hang_ns / 1e6;
         return d;
       },
@@ -156,9 +157,16 @@ PYBIND11_MODULE(_agent, m) {
       },
       "marker(kind, name, start_ns): 0 = data-loader next() returned, 1 = optimizer step "
       "returned; start_ns = time.time_ns() at the call.");
-  m.def("collective", [](std::string_view name, int64_t start_ns, uint64_t bytes) {
-    if (g_agent != nullptr) g_agent->RecordCollective(name, start_ns, RealtimeNs(), bytes);
-  });
+  m.def(
+      "collective",
+      [](std::string_view name, int64_t start_ns, uint64_t bytes, bool nest) {
+        if (g_agent != nullptr) {
+          g_agent->RecordCollective(name, start_ns, RealtimeNs(), bytes, nest);
+        }
+      },
+      py::arg("name"), py::arg("start_ns"), py::arg("bytes"), py::arg("nest") = true,
+      "collective(name, start_ns, bytes, nest=True): a collective that ends now; nest=False "
+      "records it at the root of its thread's call paths (e.g. completed on another thread).");
   m.def("set_rank", [](int rank, int local_rank, int world_size) {
     if (g_agent != nullptr) g_agent->SetRank(rank, local_rank, world_size);
   });

@@ -45,6 +45,10 @@ const std::map<std::string, Key, std::less<>>& Keys() {
        {0, 100, false, false, [](AgentOptions& o, double v) { o.detector.slowdown_ratio = v; }}},
       {"hang_factor",
        {1, 1e4, false, false, [](AgentOptions& o, double v) { o.detector.hang_factor = v; }}},
+      {"hang_longest_factor", {0, 1e4, false, false,
+                               [](AgentOptions& o, double v) {
+                                 o.detector.hang_longest_factor = v;
+                               }}},
       {"min_hang_ms", {0, 1e8, false, false,
                        [](AgentOptions& o, double v) {
                          o.detector.min_hang_ns = static_cast<int64_t>(v * 1e6);

@@ -17,11 +17,13 @@ TEST(AgentOptionsTest, EmptyGivesDefaults) {
 }
 
 TEST(AgentOptionsTest, KeyValuePairs) {
-  auto o = ParseAgentOptions("rings=4, ring_events=1024;hang_factor=3.5 min_hang_ms=250");
+  auto o = ParseAgentOptions(
+      "rings=4, ring_events=1024;hang_factor=3.5 min_hang_ms=250,hang_longest_factor=2");
   ASSERT_TRUE(o.ok()) << o.status().message();
   EXPECT_EQ(o->shm.num_rings, 4u);
   EXPECT_EQ(o->shm.ring_capacity, 1024u);
   EXPECT_DOUBLE_EQ(o->detector.hang_factor, 3.5);
+  EXPECT_DOUBLE_EQ(o->detector.hang_longest_factor, 2.0);
   EXPECT_EQ(o->detector.min_hang_ns, 250'000'000);
 }
 

@@ -219,9 +219,9 @@ std::string PowerOfTwoEvents(const std::string& text) {
 std::string AgentOptionsString(const RunOptions& o) {
   return fmt::format(
       "rings={},ring_events={},learn_repeats={},relearn_after={},window_iterations={},"
-      "slowdown_ratio={},hang_factor={}",
+      "slowdown_ratio={},hang_factor={},min_hang_ms={}",
       o.rings, o.ring_events, o.learn_repeats, o.relearn_after, o.window_iterations,
-      o.slowdown_ratio, o.hang_factor);
+      o.slowdown_ratio, o.hang_factor, o.min_hang_seconds * 1000);
 }
 
 std::string AgentPythonDir() {
@@ -286,9 +286,15 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
       ->check(CLI::Range(1, 100000))
       ->default_val(50);
   cmd->add_option("--hang-factor", o->hang_factor,
-                  "Detector: a hang is no iteration for this many mean iteration times")
+                  "Detector: a hang is no progress for this many mean iteration times (and "
+                  "1.5 x the longest recent one); 4 leaves time for the report with every "
+                  "rank's stacks within 5 x")
       ->check(CLI::Range(1.0, 10000.0))
-      ->default_val(5.0);
+      ->default_val(4.0);
+  cmd->add_option("--min-hang-seconds", o->min_hang_seconds,
+                  "Detector: never call a hang before this much silence")
+      ->check(CLI::Range(0.0, 100000.0))
+      ->default_val(0.5);
   cmd->add_option("--ring-events", o->ring_events,
                   "Agent: events per thread ring (a power of two; 40 bytes each); a full ring "
                   "drops and counts")

@@ -36,7 +36,8 @@ struct RunOptions {
   int learn_repeats = 10;
   int relearn_after = 200;
   int window_iterations = 50;
-  double hang_factor = 5.0;
+  double hang_factor = 4.0;
+  double min_hang_seconds = 0.5;
   // Agent memory.
   uint32_t ring_events = 1u << 16;
   uint32_t rings = 16;

@@ -172,7 +172,7 @@ TEST_F(RunCommandTest, TheJobSeesTheAgentEnvironment) {
   EXPECT_NE(r.out.find("R="), std::string::npos);
   EXPECT_EQ(r.out.find("R=\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("O=rings=4,ring_events=1024,learn_repeats=10,relearn_after=200,"
-                       "window_iterations=50,slowdown_ratio=0.1,hang_factor=5\n"),
+                       "window_iterations=50,slowdown_ratio=0.1,hang_factor=4,min_hang_ms=500\n"),
             std::string::npos)
       << r.out;
 }
@@ -241,9 +241,10 @@ TEST(AgentOptionsStringTest, CarriesEveryThresholdAndRingSize) {
   o.window_iterations = 20;
   o.slowdown_ratio = 0.25;
   o.hang_factor = 3.5;
+  o.min_hang_seconds = 0.25;
   EXPECT_EQ(AgentOptionsString(o),
             "rings=8,ring_events=4096,learn_repeats=3,relearn_after=50,window_iterations=20,"
-            "slowdown_ratio=0.25,hang_factor=3.5");
+            "slowdown_ratio=0.25,hang_factor=3.5,min_hang_ms=250");
 }
 
 }  // namespace

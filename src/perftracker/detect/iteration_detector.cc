@@ -35,12 +35,17 @@
 // thread: it only raises a flag that the training thread applies (the baseline restarts
 // from the current N-mean, so only a further slowdown fires again).
 //
-// Hang: CheckHang(now) runs on a timer thread. It reads three atomics (learned, the last
-// marker's time, the mean iteration) and fires when now - last marker exceeds
-// max(hang_factor x mean iteration, min_hang_ns), once per silence: it remembers the
-// last-marker time it fired for, so a new marker re-arms it without OnMarker writing any
-// extra shared state. No hang before the iteration is learned (startup, compilation and
-// the first data loading are legitimately long).
+// Hang: CheckHang(now) runs on a timer thread. It reads four atomics (learned, the last
+// marker's time, the mean and the longest of the last N iterations) and fires when now -
+// last marker exceeds max(hang_factor x mean, hang_longest_factor x longest, min_hang_ns),
+// once per silence: it remembers the last-marker time it fired for, so a new marker re-arms
+// it without OnMarker writing any extra shared state. What keeps it from calling a pause a
+// hang: nothing before the iteration is learned (startup, compilation and the first data
+// loading are legitimately long, and are not in the mean); any marker ends a silence
+// (gradient accumulation's data-loader nexts count); the longest-iteration term gives a
+// job whose iterations already vary a lot (a loaded machine) proportionally more time; and
+// the absolute floor covers scheduler hiccups of short iterations. A pause longer than all
+// of these (a checkpoint save) is reported: its stacks say what it was.
 //
 // Invariants: OnMarker and CheckSlowdown run on one thread and never allocate (all buffers
 // are sized in the constructor); the cross-thread state is only atomics with relaxed order
@@ -75,6 +80,7 @@ DetectorOptions Sanitized(DetectorOptions o) {
   o.window_iterations = std::max(o.window_iterations, 1);
   o.slowdown_ratio = std::max(o.slowdown_ratio, 0.0);
   o.hang_factor = std::max(o.hang_factor, 0.0);
+  o.hang_longest_factor = std::max(o.hang_longest_factor, 0.0);
   o.min_hang_ns = std::max<int64_t>(o.min_hang_ns, 0);
   return o;
 }
@@ -86,7 +92,17 @@ IterationDetector::IterationDetector(DetectorOptions options)
       history_(static_cast<size_t>(options_.learn_repeats) * kMaxPatternMarkers + 1),
       history_ns_(history_.size()),
       pattern_(kMaxPatternMarkers),
-      durations_(static_cast<size_t>(options_.window_iterations)) {}
+      durations_(static_cast<size_t>(options_.window_iterations)) {
+  SetThresholds(options_);
+}
+
+void IterationDetector::SetThresholds(const DetectorOptions& options) {
+  const DetectorOptions o = Sanitized(options);
+  slowdown_ratio_.store(o.slowdown_ratio, std::memory_order_relaxed);
+  hang_factor_.store(o.hang_factor, std::memory_order_relaxed);
+  hang_longest_factor_.store(o.hang_longest_factor, std::memory_order_relaxed);
+  min_hang_ns_.store(o.min_hang_ns, std::memory_order_relaxed);
+}
 
 bool IterationDetector::OnMarker(Marker marker, int64_t time_ns, int64_t* iteration_start_ns,
                                  int64_t* iteration_end_ns) {
@@ -220,6 +236,7 @@ void IterationDetector::Unlearn() {
   slowdown_fired_ = false;
   learned_.store(false, std::memory_order_relaxed);
   mean_ns_.store(0, std::memory_order_relaxed);
+  longest_ns_.store(0, std::memory_order_relaxed);
 }
 
 void IterationDetector::RecordIteration(int64_t duration_ns) {
@@ -234,6 +251,10 @@ void IterationDetector::RecordIteration(int64_t duration_ns) {
   ring_sum_ += duration_ns;
   ring_next_ = ring_next_ + 1 == window ? 0 : ring_next_ + 1;
   mean_ns_.store(ring_sum_ / static_cast<int64_t>(ring_count_), std::memory_order_relaxed);
+  // The longest of the ring: a scan of N values per iteration (N = 50: tens of ns).
+  int64_t longest = 0;
+  for (size_t i = 0; i < ring_count_; ++i) longest = std::max(longest, durations_[i]);
+  longest_ns_.store(longest, std::memory_order_relaxed);
   iterations_.fetch_add(1, std::memory_order_relaxed);
   if (ring_count_ == window) {
     ApplyPendingRearm();
@@ -257,7 +278,10 @@ std::optional<Trigger> IterationDetector::CheckSlowdown() {
     shortest_mean_ns_ = ring_count_ == durations_.size() ? last_mean_ns_ : 0;
   }
   if (slowdown_fired_ || shortest_mean_ns_ <= 0) return std::nullopt;
-  if (last_mean_ns_ <= (1.0 + options_.slowdown_ratio) * shortest_mean_ns_) return std::nullopt;
+  if (last_mean_ns_ <=
+      (1.0 + slowdown_ratio_.load(std::memory_order_relaxed)) * shortest_mean_ns_) {
+    return std::nullopt;
+  }
   slowdown_fired_ = true;
   char buf[160];
   std::snprintf(buf, sizeof(buf), "mean of last %d iterations %s is %.1f%% above the shortest %s",
@@ -267,15 +291,32 @@ std::optional<Trigger> IterationDetector::CheckSlowdown() {
   return Trigger{TriggerReason::kSlowdown, buf};
 }
 
+int64_t IterationDetector::HangLimitNs() const {
+  if (!learned_.load(std::memory_order_relaxed)) return 0;
+  const int64_t mean = mean_ns_.load(std::memory_order_relaxed);
+  if (mean <= 0) return 0;
+  const double longest = static_cast<double>(longest_ns_.load(std::memory_order_relaxed));
+  return static_cast<int64_t>(
+      std::max({hang_factor_.load(std::memory_order_relaxed) * static_cast<double>(mean),
+                hang_longest_factor_.load(std::memory_order_relaxed) * longest,
+                static_cast<double>(min_hang_ns_.load(std::memory_order_relaxed))}));
+}
+
+int64_t IterationDetector::HangDueNs() const {
+  const int64_t limit = HangLimitNs();
+  if (limit <= 0) return INT64_MAX;
+  const int64_t last = last_marker_ns_.load(std::memory_order_relaxed);
+  if (hang_reported_for_ns_.load(std::memory_order_relaxed) == last) return INT64_MAX;
+  return last + limit + 1;
+}
+
 std::optional<Trigger> IterationDetector::CheckHang(int64_t now_ns) {
-  if (!learned_.load(std::memory_order_relaxed)) return std::nullopt;
+  const int64_t limit = HangLimitNs();
+  if (limit <= 0) return std::nullopt;
   const int64_t last = last_marker_ns_.load(std::memory_order_relaxed);
   const int64_t mean = mean_ns_.load(std::memory_order_relaxed);
-  if (mean <= 0) return std::nullopt;
-  const double limit = std::max(options_.hang_factor * static_cast<double>(mean),
-                                static_cast<double>(options_.min_hang_ns));
   const int64_t silence = now_ns - last;
-  if (static_cast<double>(silence) <= limit) return std::nullopt;
+  if (silence <= limit) return std::nullopt;
   if (hang_reported_for_ns_.exchange(last, std::memory_order_relaxed) == last) {
     return std::nullopt;
   }

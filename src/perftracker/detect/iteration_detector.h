@@ -21,8 +21,12 @@ struct DetectorOptions {
   int relearn_after = 200;       // K: unmatched markers before learning starts again
   int window_iterations = 50;    // N: iterations in the moving mean
   double slowdown_ratio = 0.05;  // fire when mean(last N) > (1 + this) x the recent shortest mean
-  double hang_factor = 5.0;      // fire when nothing happens for this x the mean iteration
-  int64_t min_hang_ns = 2'000'000'000;  // never call a hang before this much silence
+  // Hang: no marker for max(hang_factor x the mean iteration, hang_longest_factor x the
+  // longest of the last N iterations, min_hang_ns). 4 (not 5) so that the report, with every
+  // rank's stacks, is written within 5 x the mean iteration.
+  double hang_factor = 4.0;
+  double hang_longest_factor = 1.5;   // a job whose iterations vary a lot is given more time
+  int64_t min_hang_ns = 500'000'000;  // never call a hang before this much silence
 };
 
 enum class Marker : uint8_t { kDataLoaderNext = 0, kOptimizerStep = 1 };
@@ -44,11 +48,19 @@ class IterationDetector {
                 int64_t* iteration_end_ns);
   // After an iteration closed: a slowdown trigger, at most once until Rearm().
   std::optional<Trigger> CheckSlowdown();
-  // From a timer: a hang trigger when no marker arrived for hang_factor x the mean
-  // iteration (and at least min_hang_ns), at most once until a marker arrives again.
+  // From a timer: a hang trigger when no marker arrived for HangLimitNs(), at most once
+  // until a marker arrives again.
   std::optional<Trigger> CheckHang(int64_t now_ns);
+  // The silence that makes a hang now (0 until learned), and the time at which the current
+  // silence becomes one (INT64_MAX until learned or once reported): the timer sleeps until
+  // then, so a hang is called when it is due, not up to a timer period later.
+  int64_t HangLimitNs() const;
+  int64_t HangDueNs() const;
   // After a window has been taken: forget the baseline so the next trigger needs new evidence.
   void Rearm();
+  // Any thread: new trigger thresholds (slowdown_ratio, hang_factor, hang_longest_factor,
+  // min_hang_ns; the other options size the detector and cannot change).
+  void SetThresholds(const DetectorOptions& options);
 
   bool learned() const;
   int64_t mean_iteration_ns() const;  // 0 until learned
@@ -95,10 +107,16 @@ class IterationDetector {
   bool slowdown_fired_ = false;
 
   // --- Shared with the timer / control threads.
+  // The thresholds SetThresholds() may change (options_ keeps the start values).
+  std::atomic<double> slowdown_ratio_{0};
+  std::atomic<double> hang_factor_{0};
+  std::atomic<double> hang_longest_factor_{0};
+  std::atomic<int64_t> min_hang_ns_{0};
   std::atomic<bool> rearm_requested_{false};
   std::atomic<int64_t> last_marker_ns_{0};
   std::atomic<uint8_t> last_marker_{0};
   std::atomic<int64_t> mean_ns_{0};
+  std::atomic<int64_t> longest_ns_{0};  // the longest of the last N iterations
   std::atomic<uint64_t> iterations_{0};
   std::atomic<bool> learned_{false};
   // The last_marker_ns_ a hang was reported for (CheckHang fires once per silence).

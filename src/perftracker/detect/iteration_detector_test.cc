@@ -252,6 +252,7 @@ TEST(IterationDetectorTest, RecentShortestIsTheBaseline) {
 
 TEST(IterationDetectorTest, HangAtFiveTimesTheMean) {
   DetectorOptions o = Options(5, 200, 10);
+  o.hang_factor = 5;
   o.min_hang_ns = 100 * kMs;
   Driver d(o);
   d.Repeat("NS", 100 * kMs, 10);
@@ -271,6 +272,39 @@ TEST(IterationDetectorTest, HangAtFiveTimesTheMean) {
   d.detector().OnMarker(Marker::kOptimizerStep, last + 1000 * kMs, &s, &e);
   EXPECT_FALSE(d.detector().CheckHang(last + 1400 * kMs).has_value());
   EXPECT_TRUE(d.detector().CheckHang(last + 1600 * kMs).has_value());
+}
+
+TEST(IterationDetectorTest, DefaultHangIsFourTimesTheMeanAndDueThen) {
+  // The default leaves one mean iteration for the stacks and the report (within 5x).
+  Driver d(Options(5, 200, 10));
+  d.Repeat("NS", 300 * kMs, 10);
+  EXPECT_EQ(d.detector().HangLimitNs(), 1'200 * kMs);
+  const int64_t last = d.detector().last_marker_ns();
+  EXPECT_EQ(d.detector().HangDueNs(), last + 1'200 * kMs + 1);
+  EXPECT_FALSE(d.detector().CheckHang(last + 1'200 * kMs).has_value());
+  EXPECT_TRUE(d.detector().CheckHang(d.detector().HangDueNs()).has_value());
+  EXPECT_EQ(d.detector().HangDueNs(), INT64_MAX);  // reported: nothing due until progress
+  int64_t s = 0, e = 0;
+  d.detector().OnMarker(Marker::kDataLoaderNext, last + 2'000 * kMs, &s, &e);
+  // Progress re-arms it (the closed 2 s iteration raises the limit itself).
+  EXPECT_EQ(d.detector().HangDueNs(), last + 2'000 * kMs + d.detector().HangLimitNs() + 1);
+}
+
+TEST(IterationDetectorTest, NoisyIterationsGetMoreTimeBeforeAHang) {
+  // One iteration of the last N took 1 s among 100 ms ones: silence up to 1.5 x that is
+  // not yet a hang (the job's own variability), though it is far above 4 x the mean.
+  DetectorOptions o = Options(5, 200, 10);
+  o.min_hang_ns = 0;
+  Driver d(o);
+  d.Repeat("NS", 100 * kMs, 10);
+  d.Repeat("NS", 1'000 * kMs, 1);
+  d.Repeat("NS", 100 * kMs, 5);
+  const int64_t mean = d.detector().mean_iteration_ns();
+  EXPECT_LT(4 * mean, 1'500 * kMs);
+  EXPECT_EQ(d.detector().HangLimitNs(), 1'500 * kMs);
+  const int64_t last = d.detector().last_marker_ns();
+  EXPECT_FALSE(d.detector().CheckHang(last + 1'400 * kMs).has_value());
+  EXPECT_TRUE(d.detector().CheckHang(last + 1'501 * kMs).has_value());
 }
 
 TEST(IterationDetectorTest, NoHangBeforeMinHangNs) {

@@ -18,6 +18,8 @@ namespace perftracker {
 namespace {
 
 constexpr auto kTick = std::chrono::milliseconds(50);
+// A hang window ended once its stacks were in waits at most this long for the summaries.
+constexpr int64_t kHangSummaryWaitNs = 1'000'000'000;
 constexpr size_t kIterationHistory = 10000;
 // The report's notes show this many innermost frames of each rank's main thread (the
 // stacks file has everything).
@@ -151,6 +153,13 @@ void WindowCoordinator::OnWorkerLeft(int32_t rank, bool clean) {
 
 void WindowCoordinator::OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (hang_report_window_ != 0 && end_ns > hang_report_ns_) {
+    Log(fmt::format("rank {} made progress again {:.1f} s after the hang report of window {}: "
+                    "it was a long pause, not a hang (its stacks show what the job was doing)",
+                    rank, static_cast<double>(end_ns - hang_report_ns_) / 1e9,
+                    hang_report_window_));
+    hang_report_window_ = 0;
+  }
   auto& iterations = workers_[rank].iterations;
   iterations.emplace_back(end_ns, duration_ns);
   if (iterations.size() > kIterationHistory) iterations.pop_front();
@@ -228,7 +237,9 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
   OpenWindow w;
   w.spec.id = ++windows_opened_;
   w.spec.reason = reason;
-  w.spec.start_ns = now_ns + options_.delay_ns;
+  // A hang window starts at once: the job runs nothing a delay would let every rank reach.
+  const int64_t delay = reason == WindowReason::kHang ? 0 : options_.delay_ns;
+  w.spec.start_ns = now_ns + delay;
   w.spec.duration_ns = reason == WindowReason::kHang
                            ? std::min(options_.window_ns, options_.hang_window_ns)
                            : options_.window_ns;
@@ -245,7 +256,7 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
   w.triggers.push_back(std::move(trigger));
   logged_cooldown_ = false;
   Log(fmt::format("window {} ({}) opens in {:.1f} s for {:.1f} s on {} ranks: {}", w.spec.id,
-                  WindowReasonName(reason), static_cast<double>(options_.delay_ns) / 1e9,
+                  WindowReasonName(reason), static_cast<double>(delay) / 1e9,
                   static_cast<double>(w.spec.duration_ns) / 1e9, w.expected.size(),
                   w.triggers.front()));
   window_ = std::move(w);
@@ -267,6 +278,18 @@ bool WindowCoordinator::ReadyLocked(int64_t now_ns) const {
         !(it != workers_.end() && it->second.left)) {
       return false;
     }
+  }
+  return true;
+}
+
+bool WindowCoordinator::StacksInLocked() const {
+  const OpenWindow& w = *window_;
+  if (!w.stacks_requested) return false;
+  for (int32_t rank : w.expected) {
+    if (w.stacks.count(rank) || w.no_stacks.count(rank)) continue;
+    auto it = workers_.find(rank);
+    if (it != workers_.end() && it->second.left) continue;
+    return false;
   }
   return true;
 }
@@ -293,6 +316,21 @@ void WindowCoordinator::Loop() {
         lock.lock();
         continue;
       }
+    }
+    if (window_ && !window_->ending && StacksInLocked()) {
+      // A hang: every rank's stacks are in, they are the evidence. End the window now; the
+      // collectors send the summaries of what it caught at their next drain round.
+      OpenWindow& w = *window_;
+      w.ending = true;
+      w.ended_for_hang = true;
+      w.spec.duration_ns = std::clamp<int64_t>(now - w.spec.start_ns, 0, w.spec.duration_ns);
+      w.deadline_ns = std::min(w.deadline_ns, now + kHangSummaryWaitNs);
+      const uint64_t id = w.spec.id;
+      const auto collectors = collectors_;
+      lock.unlock();
+      for (CollectorControl* c : collectors) c->EndWindowNow(id);
+      lock.lock();
+      continue;
     }
     if (window_ && ReadyLocked(now)) {
       OpenWindow w = std::move(*window_);
@@ -366,7 +404,9 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   const double seconds = static_cast<double>(w.spec.duration_ns) / 1e9;
   localizer.AddNote(fmt::format("live window {} ({}) from {} for {:.1f} s{}; trigger: {}", w.spec.id,
                                 WindowReasonName(w.spec.reason), UtcTime(w.spec.start_ns), seconds,
-                                w.ending ? " (cut short: the job ended)" : "",
+                                w.ended_for_hang ? " (ended once every rank's stacks were in)"
+                                : w.ending       ? " (cut short: the job ended)"
+                                                 : "",
                                 w.triggers.empty() ? "none" : w.triggers.front()));
   if (w.triggers.size() > 1) {
     std::string more;
@@ -490,6 +530,10 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   }
   report.diagnosis = std::move(diagnosis);
   std::lock_guard<std::mutex> lock(mu_);
+  if (w.stacks_requested) {
+    hang_report_window_ = w.spec.id;
+    hang_report_ns_ = RealtimeNs();
+  }
   reports_.push_back(std::move(report));
 }
 

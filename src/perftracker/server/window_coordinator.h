@@ -10,11 +10,15 @@
 // first hang trigger is exempt from both: a hung job makes no progress, and only its stacks
 // say why.
 // A hang trigger also asks every worker for its Python stacks at once (and so does one that
-// arrives during an open window); its window is at most hang_window long: a hung job shows
-// little in a window, its stacks are the evidence. The HangAnalyzer (localize/) turns the
-// stacks and each rank's last progress (its last `iteration`) into the PT-HANG finding that
-// leads the diagnosis; each rank's innermost main-thread frames are notes, and the full
-// stacks go to window-<id>-stacks.txt.
+// arrives during an open window). A window a hang opens starts at once (no delay: nothing
+// runs that the window could miss) and lasts at most hang_window; but as soon as every
+// expected rank's stacks are in, the window is ended (EndWindowNow) and the report is
+// written from the stacks and the summaries of that short span: a hung job shows little in
+// a window, its stacks are the evidence, and the report must come quickly. If the job makes
+// progress again after a hang report, that is logged: it was a long pause, not a hang.
+// The HangAnalyzer (localize/) turns the stacks and each rank's last progress (its last
+// `iteration`) into the PT-HANG finding that leads the diagnosis; each rank's innermost
+// main-thread frames are notes, and the full stacks go to window-<id>-stacks.txt.
 //
 // Finishing. The window is localized when every expected worker's summary is in (and, for
 // a hang, every stack), or wait_summaries after the window's end, whichever comes first.
@@ -119,7 +123,8 @@ class WindowCoordinator : public CoordinatorLink {
   struct OpenWindow {
     WindowSpec spec;
     bool stacks_requested = false;
-    bool ending = false;  // Flush: ended early
+    bool ending = false;  // Flush, or a hang whose stacks are all in: ended early
+    bool ended_for_hang = false;
     int64_t deadline_ns = 0;  // localize by then, whatever is missing
     std::set<int32_t> expected;
     std::map<int32_t, WorkerSummary> summaries;
@@ -132,6 +137,8 @@ class WindowCoordinator : public CoordinatorLink {
   // Opens a window (state mutex held); false when cooldown or --max-windows refuse it.
   bool OpenLocked(WindowReason reason, std::string trigger, int64_t now_ns);
   bool ReadyLocked(int64_t now_ns) const;
+  // A hang window whose every expected rank has answered dump_stacks (or is gone).
+  bool StacksInLocked() const;
   void Finalize(OpenWindow window);
   static std::map<int32_t, std::string> StacksFile(const OpenWindow& w);
   void Log(const std::string& line) const;
@@ -155,6 +162,9 @@ class WindowCoordinator : public CoordinatorLink {
   bool logged_max_ = false;
   bool finalizing_ = false;
   bool hang_window_taken_ = false;
+  // The last hang report: when progress resumes after it, the hang was a pause (logged).
+  uint64_t hang_report_window_ = 0;
+  int64_t hang_report_ns_ = 0;
   std::vector<WindowReport> reports_;
 };
 

@@ -319,6 +319,49 @@ TEST_F(WindowCoordinatorTest, AHangAsksForStacksAndLeadsWithPtHang) {
   EXPECT_NE(ss.str().find("==== rank 1 ====\n" + stuck), std::string::npos);
 }
 
+TEST_F(WindowCoordinatorTest, AHangReportIsWrittenOnceTheStacksAreInNotAtTheWindowsEnd) {
+  // A 10 s hang window (and a 10 s delay for other windows): the report must not wait for
+  // either. The window starts at the trigger; once every rank's stacks are in, the
+  // coordinator ends it (EndWindowNow), the collectors send their summaries, and the
+  // report follows.
+  CoordinatorOptions o = Options();
+  o.window_ns = 10'000 * kMs;
+  o.hang_window_ns = 10'000 * kMs;
+  o.delay_ns = 10'000 * kMs;
+  o.wait_summaries_ns = 10'000 * kMs;
+  Start(o);
+  for (int r = 0; r < 3; ++r) Join(r, 3);
+  for (int r = 0; r < 3; ++r) coordinator_->OnIteration(r, NowNs() - 2'000 * kMs, 100 * kMs);
+  c1_.on_end = [this](uint64_t window) {
+    const WindowSpec w = c1_.Started().at(0);
+    for (int r = 0; r < 3; ++r) coordinator_->OnSummary(window, MakeSummary(r, w.start_ns, 10, 1));
+  };
+  const int64_t trigger = NowNs();
+  coordinator_->OnTrigger(2, WindowReason::kHang, "no progress for 0.5 s");
+  const WindowSpec w = c1_.Started().at(0);
+  EXPECT_GE(w.start_ns, trigger);
+  EXPECT_LT(w.start_ns, trigger + 1'000 * kMs) << "a hang window starts without the delay";
+  const std::string stack =
+      "Thread 1 (MainThread) (most recent call last):\n"
+      "  File \"/job/train.py\", line 44, in main\n"
+      "    time.sleep(3600)\n";
+  for (int r = 0; r < 3; ++r) coordinator_->OnStacks(1, r, true, stack);
+  ASSERT_TRUE(WaitForReports(1, 3000)) << "the report waited for the window's end";
+  const int64_t written = NowNs();
+  EXPECT_LT(written - trigger, 3'000 * kMs);
+  EXPECT_EQ(c1_.ended, std::vector<uint64_t>{1});
+  EXPECT_EQ(c2_.ended, std::vector<uint64_t>{1});
+  const WindowReport report = *coordinator_->last_report();
+  EXPECT_EQ(report.reason, WindowReason::kHang);
+  EXPECT_TRUE(report.missing_ranks.empty());
+  const nlohmann::json j = ReadJson(report.json_path);
+  EXPECT_EQ(j["findings"][0]["code"], "PT-HANG");
+  EXPECT_TRUE(HasNote(j, "ended once every rank's stacks were in"));
+  // Progress afterwards: it was a pause, and the log says so.
+  coordinator_->OnIteration(0, NowNs(), 100 * kMs);
+  EXPECT_TRUE(LogContains("made progress again"));
+}
+
 TEST_F(WindowCoordinatorTest, StacksThatAreNotAvailableCountAsNoStacks) {
   Start(Options());
   Join(0, 2);
