@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -122,6 +123,14 @@ Status HttpServer::Start() {
     return Status::InvalidArgument(fmt::format(
         "http: an API token of at least {} characters is required (e.g. openssl rand -hex 32)",
         kMinApiTokenLength));
+  }
+  for (char c : options_.token) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) &&
+        std::string_view("-._~+/=").find(c) == std::string_view::npos) {
+      return Status::InvalidArgument(
+          "http: the API token may only hold letters, digits and - . _ ~ + / = (it travels in a "
+          "cookie and in the login URL)");
+    }
   }
   if (options_.tls_cert_file.empty() != options_.tls_key_file.empty()) {
     return Status::InvalidArgument(

@@ -42,8 +42,10 @@ namespace perftracker {
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
-  int port = 0;               // 0: any free port (see HttpServer::port())
-  std::string token;          // required, at least kMinApiTokenLength characters
+  int port = 0;  // 0: any free port (see HttpServer::port())
+  // Required: at least kMinApiTokenLength characters from [A-Za-z0-9-._~+/=] (it travels in
+  // a cookie and in the login URL).
+  std::string token;
   std::string tls_cert_file;  // both or neither: HTTPS when given
   std::string tls_key_file;
   size_t max_body_bytes = 64 * 1024;

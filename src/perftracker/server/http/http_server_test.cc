@@ -106,6 +106,12 @@ TEST_F(HttpServerTest, RefusesToStartWithoutAUsableTokenOrWithHalfOfTls) {
       << st.message();
   o.token = "short";
   EXPECT_FALSE(HttpServer(store_.get(), nullptr, nullptr, o).Start().ok());
+  o.token = "a token; with spaces=0123456789";
+  st = HttpServer(store_.get(), nullptr, nullptr, o).Start();
+  EXPECT_NE(st.message().find("may only hold letters, digits"), std::string::npos) << st.message();
+  o.token = "base64+/token=0123456789_-.~";
+  HttpServer ok(store_.get(), nullptr, nullptr, o);
+  EXPECT_TRUE(ok.Start().ok());
 
   o = Options();
   o.tls_cert_file = "/nonexistent/cert.pem";
