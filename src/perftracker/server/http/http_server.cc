@@ -114,7 +114,22 @@ std::string HttpServer::base_url() const {
   return fmt::format("{}://{}:{}", tls() ? "https" : "http", options_.host, port_);
 }
 
-std::string HttpServer::login_url() const { return base_url() + "/?token=" + options_.token; }
+std::string HttpServer::login_url() const {
+  // '+' would read as a space in a query string; '/' and '=' are encoded for good measure.
+  std::string encoded;
+  for (char c : options_.token) {
+    if (c == '+') {
+      encoded += "%2B";
+    } else if (c == '/') {
+      encoded += "%2F";
+    } else if (c == '=') {
+      encoded += "%3D";
+    } else {
+      encoded += c;
+    }
+  }
+  return base_url() + "/?token=" + encoded;
+}
 
 Status HttpServer::Start() {
   if (server_ != nullptr) return Status::InvalidArgument("http: already started");

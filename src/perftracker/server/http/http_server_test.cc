@@ -111,7 +111,13 @@ TEST_F(HttpServerTest, RefusesToStartWithoutAUsableTokenOrWithHalfOfTls) {
   EXPECT_NE(st.message().find("may only hold letters, digits"), std::string::npos) << st.message();
   o.token = "base64+/token=0123456789_-.~";
   HttpServer ok(store_.get(), nullptr, nullptr, o);
-  EXPECT_TRUE(ok.Start().ok());
+  ASSERT_TRUE(ok.Start().ok());
+  // Its login URL works: '+' '/' '=' are percent-encoded.
+  const std::string login = ok.login_url();
+  EXPECT_NE(login.find("/?token=base64%2B%2Ftoken%3D0123456789_-.~"), std::string::npos) << login;
+  auto r = httplib::Client("127.0.0.1", ok.port()).Get(login.substr(login.find("/?")));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 303);
 
   o = Options();
   o.tls_cert_file = "/nonexistent/cert.pem";
