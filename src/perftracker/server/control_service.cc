@@ -449,12 +449,13 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
   }
   const std::string peer = sink->peer();
   auto session = std::make_shared<Session>(this, job, session_id, registration.host, peer);
-  sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs()});
   {
     std::lock_guard<std::mutex> lock(job->mu_);
-    job->sinks_[session_id] = std::move(sink);
+    job->sinks_[session_id] = sink;
   }
   for (const ControlRank& r : registration.ranks) session->AddRank(r);
+  // Last: once the collector reads this answer, the job counts it and its ranks in.
+  sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs()});
   if (options_.metrics) options_.metrics->CollectorConnected();
   Log(fmt::format("job {}: collector {} ({}) registered with {} rank{}{}", registration.job_id,
                   registration.host, peer, registration.ranks.size(),

@@ -1,6 +1,7 @@
 #include "perftracker/wire/control_client.h"
 
 #include <chrono>
+#include <deque>
 #include <mutex>
 #include <utility>
 
@@ -13,6 +14,8 @@ namespace perftracker {
 namespace {
 
 namespace pb = perftracker::v1;
+
+constexpr size_t kMaxEarlyMessages = 64;
 
 std::string Describe(const grpc::Status& st, const std::string& address) {
   switch (st.error_code()) {
@@ -52,6 +55,15 @@ class StreamImpl final : public ControlStream {
   }
 
   bool Read(ServerMessage* message) override {
+    if (!early_.empty()) {
+      *message = std::move(early_.front());
+      early_.pop_front();
+      return true;
+    }
+    return ReadStream(message);
+  }
+
+  bool ReadStream(ServerMessage* message) {
     pb::ServerMessage m;
     if (!stream_->Read(&m)) return false;
     StatusOr<ServerMessage> decoded = wire_internal::FromProto(m);
@@ -82,23 +94,29 @@ class StreamImpl final : public ControlStream {
       (void)Finish();
       return final_;
     }
-    ServerMessage answer;
-    if (!Read(&answer)) {
-      (void)Finish();
-      return final_.ok() ? Status::InvalidArgument("the server at " + address_ +
-                                                   " closed the stream without answering")
-                         : final_;
+    // Commands may overtake the answer (a window opened meanwhile): kept for Read.
+    for (;;) {
+      ServerMessage answer;
+      if (!ReadStream(&answer)) {
+        (void)Finish();
+        return final_.ok() ? Status::InvalidArgument("the server at " + address_ +
+                                                     " closed the stream without answering")
+                           : final_;
+      }
+      if (const auto* r = std::get_if<ControlRegistered>(&answer)) {
+        registered_ = *r;
+        return Status::Ok();
+      }
+      if (const auto* r = std::get_if<ControlRejected>(&answer)) {
+        return Status::InvalidArgument("the server at " + address_ +
+                                       " rejected the registration: " + r->error);
+      }
+      if (early_.size() >= kMaxEarlyMessages) {
+        return Status::InvalidArgument("the server at " + address_ +
+                                       " did not answer the registration");
+      }
+      early_.push_back(std::move(answer));
     }
-    if (const auto* r = std::get_if<ControlRegistered>(&answer)) {
-      registered_ = *r;
-      return Status::Ok();
-    }
-    if (const auto* r = std::get_if<ControlRejected>(&answer)) {
-      return Status::InvalidArgument("the server at " + address_ +
-                                     " rejected the registration: " + r->error);
-    }
-    return Status::InvalidArgument("the server at " + address_ +
-                                   " answered the registration with something else");
   }
 
  private:
@@ -108,6 +126,7 @@ class StreamImpl final : public ControlStream {
   bool finished_ = false;
   Status final_;
   ControlRegistered registered_;
+  std::deque<ServerMessage> early_;  // read before the registration's answer
 };
 
 class ClientImpl final : public ControlClient {
@@ -120,8 +139,10 @@ class ClientImpl final : public ControlClient {
     // Reconnection is the link's business (it backs off itself); keep gRPC's short.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+    // A server that stops answering pings for keepalive time + timeout is taken as gone.
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+    if (options_.private_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     if (!options_.tls_ca_pem.empty()) {
       grpc::SslCredentialsOptions ssl;
       ssl.pem_root_certs = options_.tls_ca_pem;

@@ -20,6 +20,9 @@ struct ControlClientOptions {
   std::string tls_ca_pem;       // set: TLS, trusting this certificate (or CA bundle)
   std::string tls_server_name;  // TLS name to check, when it differs from the address' host
   size_t max_message_bytes = 64u << 20;
+  // A connection of this client's own instead of one shared with other clients to the
+  // same address (load generators spread streams over several connections).
+  bool private_connection = false;
 };
 
 // One Connect stream, registered.

@@ -1,11 +1,16 @@
 #include "perftracker/wire/control_server.h"
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -51,6 +56,8 @@ class ConnectReactor final
   ConnectReactor(ControlServerImpl* server, grpc::CallbackServerContext* context);
 
   void OnReadDone(bool ok) override;
+  // The message just read, on a worker thread; then the next read.
+  void Process();
   void OnWriteDone(bool ok) override;
   void OnDone() override;
   void OnCancel() override {}
@@ -118,7 +125,11 @@ class ControlServerImpl final : public ControlServer, public pb::ControlPlane::C
     builder.AddListeningPort(options_.listen, creds, &port_);
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
+    // Collectors ping to detect a dead server (keepalive); let them, even on idle streams.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     builder.RegisterService(this);
+    StartWorkers();
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       server_.reset();
@@ -137,10 +148,22 @@ class ControlServerImpl final : public ControlServer, public pb::ControlPlane::C
       std::lock_guard<std::mutex> lock(mu_);
       server = std::move(server_);
     }
-    if (server == nullptr) return;
-    // Cancels every open stream at once; returns when all their reactors are done.
-    server->Shutdown(std::chrono::system_clock::now());
-    server->Wait();
+    if (server != nullptr) {
+      // Cancels every open stream at once; returns when all their reactors are done (the
+      // workers keep running until then: a reactor waits for its message's task).
+      server->Shutdown(std::chrono::system_clock::now());
+      server->Wait();
+    }
+    StopWorkers();
+  }
+
+  // Runs `task` on a worker thread (FIFO).
+  void Post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(tasks_mu_);
+      tasks_.push_back(std::move(task));
+    }
+    tasks_cv_.notify_one();
   }
 
   ControlServerStats stats() const override {
@@ -213,9 +236,47 @@ class ControlServerImpl final : public ControlServer, public pb::ControlPlane::C
   ControlServerOptions options_;
   ControlHandler* handler_;
   int port_ = 0;
+  void StartWorkers() {
+    const int n = std::max(1, options_.worker_threads);
+    for (int i = 0; i < n; ++i) {
+      workers_.emplace_back([this] {
+        std::unique_lock<std::mutex> lock(tasks_mu_);
+        for (;;) {
+          tasks_cv_.wait(lock, [&] { return stop_workers_ || !tasks_.empty(); });
+          if (tasks_.empty()) return;  // stopping, and nothing left
+          std::function<void()> task = std::move(tasks_.front());
+          tasks_.pop_front();
+          lock.unlock();
+          task();
+          lock.lock();
+        }
+      });
+    }
+  }
+
+  void StopWorkers() {
+    {
+      std::lock_guard<std::mutex> lock(tasks_mu_);
+      stop_workers_ = true;
+    }
+    tasks_cv_.notify_all();
+    for (auto& t : workers_) {
+      if (t.joinable()) t.join();
+    }
+    workers_.clear();
+  }
+
   mutable std::mutex mu_;
   std::unique_ptr<grpc::Server> server_;
   std::set<std::string> refused_peers_;
+
+  // Messages are handled here, not on gRPC's threads: a handler that decodes a summary or
+  // writes the store must not hold up the transport (keepalive pings, other streams).
+  std::mutex tasks_mu_;
+  std::condition_variable tasks_cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_workers_ = false;
+  std::vector<std::thread> workers_;
 };
 
 ConnectReactor::ConnectReactor(ControlServerImpl* server, grpc::CallbackServerContext* context)
@@ -265,6 +326,11 @@ void ConnectReactor::OnReadDone(bool ok) {
     FinishOnce(grpc::Status::OK);
     return;
   }
+  // One message of a stream at a time: the next read starts when this one is handled.
+  server_->Post([this] { Process(); });
+}
+
+void ConnectReactor::Process() {
   ++server_->messages_;
   if (session_ == nullptr) {
     HandleRegistration(in_);

@@ -9,8 +9,10 @@
 // session; a message the session rejects (unknown window, bad summary bytes) is answered
 // with a ControlRejected line and the stream goes on. What the server sends goes through a
 // CommandSink: a bounded per-stream queue that never blocks the caller (a full queue drops
-// and counts). When the stream ends (the collector left, the network broke, the server
-// stops) the session's OnClosed runs once, from a gRPC thread.
+// and counts). Messages are handled on the server's own worker threads (worker_threads),
+// one at a time per stream and in order, never on gRPC's transport threads (which must keep
+// answering keepalive pings and serving other streams). When the stream ends (the collector left,
+// the network broke, the server stops) the session's OnClosed runs once, from a gRPC thread.
 //
 // Security. With a token, every call must carry `authorization: Bearer <token>`; the
 // comparison takes the same time whatever the mismatch. A call without it or with a wrong
@@ -69,6 +71,7 @@ struct ControlServerOptions {
   std::string tls_key_pem;
   size_t max_message_bytes = 64u << 20;       // largest message a collector may send
   size_t max_queued_per_stream = 1024;        // commands waiting to be sent on one stream
+  int worker_threads = 4;                     // threads that run the handler's calls
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
 };
 
