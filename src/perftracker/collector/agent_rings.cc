@@ -35,78 +35,96 @@ EventKind SummaryKind(EventKind kind, std::string_view name) {
 }  // namespace
 
 AgentRings::AgentRings(std::unique_ptr<AgentShm> shm, WorkerInfo worker)
-    : shm_(std::move(shm)), worker_(std::move(worker)) {
+    : worker_(std::move(worker)) {
+  sources_.emplace_back();
+  sources_[0].shm = std::move(shm);
   batch_.resize(kBatch);
+}
+
+void AgentRings::AttachSource(std::unique_ptr<AgentShm> shm) {
+  Source source;
+  source.shm = std::move(shm);
+  source.dropped_at_start = source.shm->TotalDropped();
+  sources_.push_back(std::move(source));
+}
+
+uint64_t AgentRings::TotalDroppedSince() {
+  uint64_t dropped = 0;
+  for (Source& source : sources_) dropped += source.shm->TotalDropped() - source.dropped_at_start;
+  return dropped;
 }
 
 AgentRings::~AgentRings() = default;
 
-void AgentRings::SyncFunctions() {
-  const uint32_t published = shm_->functions_published();
-  for (uint32_t id = static_cast<uint32_t>(local_ids_.size()); id < published; ++id) {
+void AgentRings::SyncFunctions(Source& source) {
+  const uint32_t published = source.shm->functions_published();
+  for (uint32_t id = static_cast<uint32_t>(source.local_ids.size()); id < published; ++id) {
     // Copy the slot first: the agent does not rewrite published slots, but a broken or
     // hostile agent might, and every check must see the same values.
-    const FunctionSlot slot = shm_->function(id);
+    const FunctionSlot slot = source.shm->function(id);
     const bool parent_ok = slot.parent == FunctionTable::kNoParent || slot.parent < id;
     const bool valid = slot.id == id && parent_ok && slot.kind < kNumEventKinds &&
                        slot.name_len <= FunctionSlot::kMaxName;
     uint32_t local = 0;
     if (valid) {
-      const uint32_t parent =
-          slot.parent == FunctionTable::kNoParent ? FunctionTable::kNoParent : local_ids_[slot.parent];
+      const uint32_t parent = slot.parent == FunctionTable::kNoParent
+                                  ? FunctionTable::kNoParent
+                                  : source.local_ids[slot.parent];
       const std::string_view name(slot.name, slot.name_len);
       local = functions_.Intern(SummaryKind(static_cast<EventKind>(slot.kind), name), name, parent);
     } else {
       ++stats_.invalid_functions;
       local = functions_.Intern(EventKind::kPythonCall, fmt::format("<invalid function {}>", id));
     }
-    local_ids_.push_back(local);
+    source.local_ids.push_back(local);
   }
 }
 
 size_t AgentRings::Drain(size_t max_events) {
-  ShmHeader* h = shm_->header();
-  const int rings = static_cast<int>(
-      std::min(h->rings_claimed.load(std::memory_order_acquire), h->num_rings));
   size_t total = 0;
-  for (int r = 0; r < rings && total < max_events; ++r) {
-    for (;;) {
-      const size_t want = std::min(kBatch, max_events - total);
-      if (want == 0) break;
-      const size_t n = shm_->Pop(r, batch_.data(), want);
-      if (n == 0) break;
-      total += n;
-      stats_.events_drained += n;
-      // Every function an event in this batch uses was published before the event was
-      // pushed: syncing after the pop makes them all known.
-      SyncFunctions();
-      for (size_t i = 0; i < n; ++i) Route(r, batch_[i]);
-      if (n < want) break;
+  for (Source& source : sources_) {
+    ShmHeader* h = source.shm->header();
+    const int rings = static_cast<int>(
+        std::min(h->rings_claimed.load(std::memory_order_acquire), h->num_rings));
+    for (int r = 0; r < rings && total < max_events; ++r) {
+      for (;;) {
+        const size_t want = std::min(kBatch, max_events - total);
+        if (want == 0) break;
+        const size_t n = source.shm->Pop(r, batch_.data(), want);
+        if (n == 0) break;
+        total += n;
+        stats_.events_drained += n;
+        // Every function an event in this batch uses was published before the event was
+        // pushed: syncing after the pop makes them all known.
+        SyncFunctions(source);
+        for (size_t i = 0; i < n; ++i) Route(source, r, batch_[i]);
+        if (n < want) break;
+      }
     }
   }
   return total;
 }
 
-void AgentRings::Route(int ring, const Event& event) {
+void AgentRings::Route(Source& source, int ring, const Event& event) {
   if (!window_ || event.start_ns < window_->start_ns - kStartSlackNs ||
       event.start_ns >= window_end_ns_) {
     ++stats_.events_outside;
     return;
   }
-  if (event.function_id >= local_ids_.size() ||
+  if (event.function_id >= source.local_ids.size() ||
       static_cast<uint8_t>(event.kind) >= kNumEventKinds) {
     ++stats_.malformed_events;
     ++window_malformed_;
     return;
   }
   Event ev = event;
-  ev.function_id = local_ids_[event.function_id];
+  ev.function_id = source.local_ids[event.function_id];
   if (ev.kind == EventKind::kPythonCall) ev.kind = functions_.Get(ev.function_id).kind;
   if (tracks_announced_.insert(ev.track_id).second) {
     TrackInfo track;
     track.track_id = ev.track_id;
     track.kind = (ev.flags & kEventFlagOnDevice) ? TrackKind::kDeviceStream : TrackKind::kHostThread;
-    const uint64_t tid = shm_->ring_header(ring)->thread_id;
+    const uint64_t tid = source.shm->ring_header(ring)->thread_id;
     track.name = fmt::format("thread {}", tid != 0 ? tid : ev.track_id);
     summarizer_->OnTrack(track);
   }
@@ -122,7 +140,7 @@ void AgentRings::BeginWindow(const WindowSpec& window) {
   options.reorder_window = kReorderWindow;
   summarizer_ = std::make_unique<WindowSummarizer>(&functions_, options);
   tracks_announced_.clear();
-  dropped_at_start_ = shm_->TotalDropped();
+  for (Source& source : sources_) source.dropped_at_start = source.shm->TotalDropped();
   window_malformed_ = 0;
   agent_dropped_ = 0;
   agent_events_ = 0;
@@ -176,7 +194,7 @@ WorkerSummary AgentRings::FinishWindow() {
       summary.iterations.push_back(it);
     }
   }
-  const uint64_t shm_dropped = shm_->TotalDropped() - dropped_at_start_;
+  const uint64_t shm_dropped = TotalDroppedSince();
   summary.stats.dropped_events += std::max(shm_dropped, agent_dropped_);
   summary.stats.malformed_events += window_malformed_;
   if (summary.stats.dropped_events > 0 && summary.stats.first_problem.empty()) {

@@ -16,6 +16,10 @@
 // reports the drops that happened since the window began (and the agent's own count, when
 // it sent one, whichever is larger: both count the same full-ring events).
 //
+// Other sources of the same process (the NCCL profiler plugin, the CUPTI tracer) write files
+// of their own in the same format (docs/gpu-sources.md); AttachSource() adds one, and its
+// events go through the same routing into the same window, with the file's own function map.
+//
 // Not thread-safe: one owner (the collector serializes access per agent).
 #pragma once
 
@@ -75,16 +79,28 @@ class AgentRings {
   void set_worker(const WorkerInfo& worker) { worker_ = worker; }
   const AgentRingsStats& stats() const { return stats_; }
   const FunctionTable& functions() const { return functions_; }
-  AgentShm* shm() { return shm_.get(); }
+  AgentShm* shm() { return sources_[0].shm.get(); }
+
+  // Another file of the same process in the agent's format, written by an in-process source
+  // that is not the agent (the NCCL profiler plugin's "<agent file>-nccl", the CUPTI tracer's
+  // "-cupti"): drained with the agent's rings into the same window summary, with its own
+  // function-id map. Its drops count from the moment it is attached.
+  void AttachSource(std::unique_ptr<AgentShm> shm);
+  size_t source_count() const { return sources_.size(); }
 
  private:
-  void SyncFunctions();
-  void Route(int ring, const Event& event);
+  struct Source {
+    std::unique_ptr<AgentShm> shm;
+    std::vector<uint32_t> local_ids;  // the file's function id -> functions_ id
+    uint64_t dropped_at_start = 0;    // TotalDropped() when the window began
+  };
+  void SyncFunctions(Source& source);
+  void Route(Source& source, int ring, const Event& event);
+  uint64_t TotalDroppedSince();
 
-  std::unique_ptr<AgentShm> shm_;
+  std::vector<Source> sources_;  // [0]: the agent's file
   WorkerInfo worker_;
   FunctionTable functions_;
-  std::vector<uint32_t> local_ids_;  // agent function id -> functions_ id
   std::vector<Event> batch_;
   AgentRingsStats stats_;
 
@@ -93,7 +109,6 @@ class AgentRings {
   int64_t window_end_ns_ = 0;  // the span's end (TruncateWindow may move it earlier)
   std::unique_ptr<WindowSummarizer> summarizer_;
   std::unordered_set<uint32_t> tracks_announced_;
-  uint64_t dropped_at_start_ = 0;
   uint64_t window_malformed_ = 0;
   uint64_t agent_dropped_ = 0;
   uint64_t agent_events_ = 0;

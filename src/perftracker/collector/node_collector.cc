@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <unordered_map>
 #include <utility>
 
@@ -76,7 +77,16 @@ struct NodeCollector::Session {
   std::unique_ptr<AgentRings> rings;
   uint64_t done_window = 0;  // last window the agent said window_done for
   bool finish_now = false;   // EndWindowNow
+  // In-process sources that write files of their own next to the agent's (bit i: kSourceSuffixes[i]
+  // attached or given up), and when to look for them again.
+  uint32_t sources_done = 0;
+  int64_t next_source_check_ns = 0;
 };
+
+// Files that in-process sources other than the agent write next to the agent's file
+// (docs/gpu-sources.md): the NCCL profiler plugin and the CUPTI tracer.
+constexpr const char* kSourceSuffixes[] = {"-nccl", "-cupti"};
+constexpr int64_t kSourceCheckNs = 1'000'000'000;
 
 struct NodeCollector::Command {
   enum class Kind : uint8_t { kStartWindow, kDumpStacks, kEndWindowNow };
@@ -643,6 +653,10 @@ void NodeCollector::DrainLoop(int index) {
         if (s->gone) retired.push_back(s);
         continue;
       }
+      if (now >= s->next_source_check_ns) {
+        s->next_source_check_ns = now + kSourceCheckNs;
+        AttachSources(*s);
+      }
       drained += s->rings->Drain(kDrainPerRound);
       if (s->rings->in_window()) {
         const WindowSpec& w = *s->rings->window();
@@ -698,6 +712,31 @@ void NodeCollector::DrainLoop(int index) {
       next_sample_ns = now + sample_interval_ns;
       SampleHost(now, sessions);
     }
+  }
+}
+
+void NodeCollector::AttachSources(Session& s) {
+  for (size_t i = 0; i < std::size(kSourceSuffixes); ++i) {
+    const uint32_t bit = 1u << i;
+    if ((s.sources_done & bit) != 0) continue;
+    const std::string path = s.rings->shm()->path() + kSourceSuffixes[i];
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) continue;  // not (yet) there: the source may start later
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+      s.sources_done |= bit;
+      Log(fmt::format("{}: {} is not a regular file of this user: ignored", s.Name(), path));
+      continue;
+    }
+    StatusOr<std::unique_ptr<AgentShm>> opened = AgentShm::Open(path);
+    if (!opened.ok()) continue;  // being created: the next check sees it whole
+    if ((*opened)->header()->pid != s.worker.pid) {
+      s.sources_done |= bit;
+      Log(fmt::format("{}: {} belongs to pid {}: ignored", s.Name(), path,
+                      (*opened)->header()->pid));
+      continue;
+    }
+    s.rings->AttachSource(std::move(opened.value()));
+    s.sources_done |= bit;
   }
 }
 

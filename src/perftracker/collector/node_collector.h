@@ -127,6 +127,9 @@ class NodeCollector : public CollectorControl {
   void Log(const std::string& line);
   void LogOnce(Session& s, int kind, const std::string& line);
   void SampleHost(int64_t now_ns, const std::vector<std::shared_ptr<Session>>& sessions);
+  // Attaches the files of the session's in-process sources (NCCL plugin, CUPTI) that appeared.
+  // Called with the session's mutex held.
+  void AttachSources(Session& s);
 
   CollectorOptions options_;
   CoordinatorLink* coordinator_;

@@ -1,5 +1,6 @@
 #include "perftracker/collector/node_collector.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "perftracker/collector/fake_agent_for_test.h"
+#include "perftracker/sources/nccl/nccl_profiler_api.h"
 
 namespace perftracker {
 namespace {
@@ -316,6 +318,64 @@ TEST_F(NodeCollectorTest, RdmaPortMetricsFromTheNodeSamplerReachTheWindowSummary
   EXPECT_LT(mean[Metric::kIbTxBytesPerSec], 20e9);
   EXPECT_EQ(mean[Metric::kIbRxBytesPerSec], 0.0);
   EXPECT_EQ(mean[Metric::kNicLinkUp], 1.0);
+}
+
+// The NCCL profiler plugin of the agent's process writes "<agent file>-nccl"; the collector
+// attaches it and the window summary holds the plugin's collectives next to the agent's calls.
+TEST_F(NodeCollectorTest, TheNcclPluginsFileJoinsTheAgentsWindowSummary) {
+  StartCollector();
+  FakeAgent a0(0, 1, "nccl");
+  Join(a0);
+  const std::string nccl_path = a0.shm_path() + "-nccl";
+  setenv("PERFTRACKER_NCCL_SHM", nccl_path.c_str(), 1);
+  setenv("PERFTRACKER_NCCL_TAIL_US", "0", 1);
+  void* lib = dlopen(PERFTRACKER_NCCL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto* v5 = static_cast<ncclProfiler_v5_t*>(dlsym(lib, "ncclProfiler_v5"));
+  ASSERT_NE(v5, nullptr);
+  void* ctx = nullptr;
+  int mask = 0;
+  ASSERT_EQ(v5->init(&ctx, 0xabc, &mask, "dp", 1, 1, 0, nullptr), 0);
+  const WindowSpec w = OpenWindow(1500);
+  auto m0 = a0.WaitFor("window", 2000);
+  ASSERT_TRUE(m0);
+  while (NowNs() < w.start_ns + 20 * kMs) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (uint64_t seq = 0; seq < 4; ++seq) {
+    ncclProfilerEventDescr_v5_t d{};
+    d.type = kNcclProfileColl;
+    d.coll.seqNumber = seq;
+    d.coll.func = "AllReduce";
+    d.coll.count = 1024;
+    d.coll.datatype = "ncclFloat32";
+    d.coll.algo = "Ring";
+    d.coll.proto = "Simple";
+    void* coll = nullptr;
+    v5->startEvent(ctx, &coll, &d);
+    v5->stopEvent(coll);
+    ncclProfilerEventDescr_v5_t ch{};
+    ch.type = kNcclProfileKernelCh;
+    ch.parentObj = coll;
+    void* k = nullptr;
+    v5->startEvent(ctx, &k, &ch);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    v5->stopEvent(k);
+  }
+  PlayWindow(a0, *m0, 5);
+  ASSERT_TRUE(coordinator_.WaitUntil([&] { return coordinator_.summaries.size() == 1; }, 5000));
+  v5->finalize(ctx);
+  unlink(nccl_path.c_str());
+  unsetenv("PERFTRACKER_NCCL_SHM");
+  std::lock_guard<std::mutex> lock(coordinator_.mu());
+  const WorkerSummary& s = coordinator_.summaries[0].second;
+  const FunctionSummary* all_reduce = nullptr;
+  for (const FunctionSummary& f : s.functions) {
+    if (f.name == "nccl:AllReduce Ring/Simple (comm 00000abc, 1 ranks)") all_reduce = &f;
+  }
+  ASSERT_NE(all_reduce, nullptr);
+  EXPECT_EQ(all_reduce->count, 4u);
+  EXPECT_EQ(all_reduce->bytes, 4u * 4096);
+  EXPECT_NE(Find(s, "python:train.py:5 train"), nullptr);  // the agent's events too
+  EXPECT_EQ(s.stats.dropped_events, 0u);
 }
 
 TEST_F(NodeCollectorTest, MalformedMessagesAreLoggedOnceAndNeverFatal) {
