@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
+#include "perftracker/cli/bench_command.h"
 #include "perftracker/cli/collector_command.h"
 #include "perftracker/cli/diagnose_command.h"
 #include "perftracker/cli/run_command.h"
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   CLI::App* server_cmd = perftracker::AddServerCommand(app, &server);
   perftracker::CollectorCommandOptions collector;
   CLI::App* collector_cmd = perftracker::AddCollectorCommand(app, &collector);
+  perftracker::BenchOptions bench;
+  CLI::App* bench_cmd = perftracker::AddBenchCommand(app, &bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -46,6 +49,7 @@ int main(int argc, char** argv) {
     if (run_cmd->parsed()) return perftracker::RunJob(run);
     if (server_cmd->parsed()) return perftracker::RunServer(server);
     if (collector_cmd->parsed()) return perftracker::RunCollector(collector);
+    if (bench_cmd->parsed()) return perftracker::RunBenchAccuracy(bench);
   } catch (const std::exception& e) {
     fmt::print(stderr, "perftracker: internal error: {}\n", e.what());
     return 2;

@@ -83,6 +83,36 @@ constexpr std::array kCatalogue = {
                    "iteration (they are slower and synchronous).",
                    "Use pinned memory (DataLoader(pin_memory=True), tensor.pin_memory()) and "
                    "non_blocking=True copies."},
+    CatalogueEntry{fc::kGpuThrottled, FindingCategory::kGpuHardware, false,
+                   "A worker's GPU computes slower than its peers' while its SM clock is well "
+                   "below its maximum or NVML reports throttle reasons (thermal, power).",
+                   "Check that GPU's cooling, power cap and throttle history (nvidia-smi -q -d "
+                   "PERFORMANCE,TEMPERATURE); drain the node if it keeps throttling."},
+    CatalogueEntry{fc::kGpuSlow, FindingCategory::kGpuHardware, false,
+                   "A worker's device computes every kernel slower than its peers, with no "
+                   "clock or throttle evidence.",
+                   "Compare that GPU's model, memory clock, ECC / row-remapping state and "
+                   "other processes on it (nvidia-smi); run a GPU burn-in test on the node."},
+    CatalogueEntry{fc::kLinkDegraded, FindingCategory::kCommunication, false,
+                   "Transfers over a worker's NVLink or PCIe link run flat at a rate far below "
+                   "the same link on its peers: the link is degraded.",
+                   "Check the link's width and speed (nvidia-smi nvlink -s, lspci -vv), NVLink "
+                   "errors and replays; reseat or replace the part."},
+    CatalogueEntry{fc::kNicDegraded, FindingCategory::kCommunication, false,
+                   "One host's NIC sends at a low, flat rate during collectives while the "
+                   "other hosts' NICs reach much more and then wait for it.",
+                   "Check that NIC's negotiated speed, error counters and the switch port "
+                   "(ethtool, ibstat, perfquery); move the job off the host."},
+    CatalogueEntry{fc::kNicFlapping, FindingCategory::kCommunication, false,
+                   "One host's NIC went down during the window (link-down samples): its "
+                   "collectives stall until it comes back and the whole job waits.",
+                   "Check the cable, transceiver and switch port of that NIC (ip link, ibstat, "
+                   "dmesg for link down / up); drain the host."},
+    CatalogueEntry{fc::kLaunchBound, FindingCategory::kHostOverhead, false,
+                   "The GPU idles between many tiny kernels: launch overhead, not compute, "
+                   "sets the pace.",
+                   "Use CUDA graphs or torch.compile to fuse and batch kernels, larger "
+                   "batches, or fused optimizers / layers."},
     CatalogueEntry{fc::kIncompleteData, FindingCategory::kDataQuality, false,
                    "A worker's profile is badly incomplete (events dropped or malformed, or no "
                    "data at all); findings about it are less certain.",

@@ -30,6 +30,13 @@ inline constexpr std::string_view kSyncCritical = "PT-SYNC-CRITICAL";
 inline constexpr std::string_view kDataCritical = "PT-DATA-CRITICAL";
 inline constexpr std::string_view kGc = "PT-GC";
 inline constexpr std::string_view kPageableMemcpy = "PT-PAGEABLE-MEMCPY";
+// Hardware evidence (hardware_findings.h): the GPU, a link or a NIC at fault.
+inline constexpr std::string_view kGpuThrottled = "PT-GPU-THROTTLED";
+inline constexpr std::string_view kGpuSlow = "PT-GPU-SLOW";
+inline constexpr std::string_view kLinkDegraded = "PT-LINK-DEGRADED";
+inline constexpr std::string_view kNicDegraded = "PT-NIC-DEGRADED";
+inline constexpr std::string_view kNicFlapping = "PT-NIC-FLAPPING";
+inline constexpr std::string_view kLaunchBound = "PT-LAUNCH-BOUND";
 // The input itself.
 inline constexpr std::string_view kIncompleteData = "PT-INCOMPLETE-DATA";
 }  // namespace finding_codes

@@ -87,6 +87,7 @@
 #include <vector>
 
 #include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/hardware_findings.h"
 #include "perftracker/localize/peer_groups.h"
 #include "perftracker/localize/robust_stats.h"
 
@@ -426,6 +427,7 @@ class Localizer::Impl {
                         std::vector<WorkerFinding>& wfs);
   std::vector<Rendered> MergeAndRender(std::vector<WorkerFinding>& wfs);
   void ExpectationChecks(std::vector<Rendered>& out);
+  void ApplyHardwareFindings(std::vector<Rendered>& all) const;
   Finding JobFinding(std::string_view code, FindingCategory category, std::string resource,
                      double lost_ns, uint32_t fid) const;
   void FillVictims(Finding& f, const std::vector<uint32_t>& culprits,
@@ -433,6 +435,7 @@ class Localizer::Impl {
 
   LocalizerOptions options_;
   std::vector<std::string> notes_;
+  HardwareFindings hardware_;  // hardware evidence: GPU clocks, links, NICs
 
   // Job-wide function table.
   std::vector<FunctionInfo> functions_;
@@ -717,6 +720,7 @@ void Localizer::Impl::Add(const WorkerSummary& worker) {
   wr.cpu_util = host_metric(Metric::kCpuUtilization);
   prev_fids_.swap(fids_);
   workers_.push_back(wr);
+  hardware_.Add(worker);
 }
 
 std::string Localizer::Impl::WorkerName(uint32_t w) const {
@@ -1724,6 +1728,34 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
   }
 }
 
+// Hardware evidence relabels, absorbs and adds findings (hardware_findings.h); the findings it
+// adds get their victims like any straggler finding.
+void Localizer::Impl::ApplyHardwareFindings(std::vector<Rendered>& all) const {
+  HardwareFindings::Context ctx;
+  ctx.iteration_ns = iteration_ns_;
+  ctx.material_ns = material_ns_;
+  ctx.report_ns = report_ns_;
+  ctx.worker_group = &worker_group_;
+  std::vector<Finding*> view;
+  for (auto& r : all) view.push_back(&r.finding);
+  std::vector<bool> drop(view.size(), false);
+  std::vector<HardwareFindings::Added> added = hardware_.Apply(ctx, view, drop);
+  size_t kept = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (drop[i]) continue;
+    if (kept != i) all[kept] = std::move(all[i]);
+    ++kept;
+  }
+  all.resize(kept);
+  for (auto& a : added) {
+    Rendered r;
+    r.finding = std::move(a.finding);
+    r.wants_victims = true;
+    r.culprits = std::move(a.culprits);
+    all.push_back(std::move(r));
+  }
+}
+
 Diagnosis Localizer::Impl::Finish() {
   Diagnosis d;
   d.num_workers = static_cast<int32_t>(workers_.size());
@@ -1831,6 +1863,7 @@ Diagnosis Localizer::Impl::Finish() {
   MarkCpuContention(members, wfs);
   std::vector<Rendered> all = MergeAndRender(wfs);
   ExpectationChecks(all);
+  ApplyHardwareFindings(all);
   for (auto& f : d.findings) {
     Rendered r;
     r.finding = std::move(f);

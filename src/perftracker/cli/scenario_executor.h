@@ -1,0 +1,46 @@
+// Runs a Scenario and returns what was diagnosed, for `perftracker bench accuracy`.
+//  - RunSimScenario: ClusterSimulator -> one WindowSummarizer per worker (a pool of threads)
+//    -> the Localizer, all in this process.
+//  - RunRealScenario: `perftracker run` on tests/e2e/live_job.py with the fault options,
+//    reading the window reports it writes (docs/scenarios.md, "Real executor").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "perftracker/core/status.h"
+#include "perftracker/sources/sim/scenario.h"
+
+namespace perftracker {
+
+struct DiagnosedFinding {
+  std::string code;
+  std::string category;
+  std::vector<int32_t> workers;
+  bool material = false;
+  std::string title;
+};
+
+struct ScenarioRun {
+  std::vector<DiagnosedFinding> findings;  // ranked, as the diagnosis lists them
+  bool skipped = false;
+  std::string note;               // why skipped, or where the reports are
+  double run_seconds = 0;         // wall time of the whole scenario
+  double diagnosis_seconds = -1;  // fault onset -> diagnosis (real), -1 = not measured
+  uint64_t events = 0;            // sim: events generated
+};
+
+StatusOr<ScenarioRun> RunSimScenario(const Scenario& scenario, int threads);
+
+struct RealOptions {
+  std::string perftracker;  // this binary
+  std::string job;          // live_job.py
+  std::string python = "/usr/bin/python3";
+  std::string keep_dir;  // keep run directories here ("" = remove them)
+  double timeout_seconds = 180;
+};
+
+StatusOr<ScenarioRun> RunRealScenario(const Scenario& scenario, const RealOptions& options);
+
+}  // namespace perftracker

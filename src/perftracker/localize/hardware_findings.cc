@@ -1,0 +1,488 @@
+#include "perftracker/localize/hardware_findings.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/robust_stats.h"
+
+namespace perftracker {
+namespace {
+
+namespace fc = finding_codes;
+
+// A clock this far below its maximum and the job's median clock is throttled.
+constexpr double kThrottledClockShare = 0.9;
+// Throttle-reason masks at or above this mean carry a reason other than "GPU idle" (0x1).
+constexpr double kThrottleReasonFloor = 2;
+// Robust outlier margin for device compute, and the relative effect also required.
+constexpr double kOutlierZ = 3.5;
+constexpr double kMinRelativeEffect = 0.1;
+// A compute straggler finding "explains" a slow device when it carries this share of the
+// device's excess: then one function, not the GPU, is slow.
+constexpr double kFunctionExplains = 0.5;
+// A link whose burst rate is below this share of the job's median is degraded.
+constexpr double kDegradedRateShare = 0.5;
+// A function carries traffic over a link when the link's mean throughput during it is at
+// least this share of the function's own achieved bytes/s (a collective within a host
+// shows only background traffic on the NIC).
+constexpr double kCarriesShare = 0.05;
+// Average link state below this means the link went down during the window.
+constexpr double kLinkUpFloor = 0.98;
+// At a degraded link's rate the bytes take about the transfer time; a rate at which they
+// would take longer than this multiple of it was measured on samples that missed them.
+constexpr double kConsistentShare = 1.5;
+// Kernels with a median call below this are tiny (launch overhead dominates).
+constexpr double kTinyKernelNs = 20e3;
+constexpr double kTinyKernelJobShare = 0.5;
+
+std::string FormatNs(double ns) {
+  const double a = std::fabs(ns);
+  if (a < 1e3) return fmt::format("{:.0f} ns", ns);
+  if (a < 1e6) return fmt::format("{:.1f} us", ns / 1e3);
+  if (a < 1e9) return fmt::format("{:.1f} ms", ns / 1e6);
+  return fmt::format("{:.2f} s", ns / 1e9);
+}
+
+std::string FormatRate(double bytes_per_s) {
+  if (bytes_per_s >= 1e9) return fmt::format("{:.1f} GB/s", bytes_per_s / 1e9);
+  return fmt::format("{:.0f} MB/s", bytes_per_s / 1e6);
+}
+
+std::string FormatShare(double share) { return fmt::format("{:.0f}%", share * 100); }
+
+double Median(std::vector<float> v) { return v.empty() ? 0 : MedianInPlace(v); }
+
+bool Contains(const std::vector<int32_t>& ranks, int32_t r) {
+  return std::find(ranks.begin(), ranks.end(), r) != ranks.end();
+}
+
+std::string ThrottleReasons(double mask) {
+  const auto m = static_cast<uint64_t>(std::llround(mask));
+  static constexpr std::pair<uint64_t, const char*> kNames[] = {
+      {0x2, "applications clocks"}, {0x4, "software power cap"}, {0x8, "hardware slowdown"},
+      {0x10, "sync boost"},         {0x20, "software thermal"},  {0x40, "hardware thermal"},
+      {0x80, "power brake"}};
+  std::string out;
+  for (const auto& [bit, name] : kNames) {
+    if (m & bit) out += (out.empty() ? "" : ", ") + std::string(name);
+  }
+  return out.empty() ? fmt::format("mask 0x{:x} (mean)", m) : fmt::format("0x{:x}: {}", m, out);
+}
+
+}  // namespace
+
+void HardwareFindings::Add(const WorkerSummary& worker) {
+  Record r;
+  r.rank = worker.rank;
+  auto [it, inserted] = host_index_.try_emplace(worker.host, static_cast<uint32_t>(hosts_.size()));
+  if (inserted) {
+    hosts_.push_back(worker.host);
+    host_workers_.push_back(0);
+  }
+  r.host = it->second;
+  ++host_workers_[r.host];
+  const double iters = static_cast<double>(worker.iteration_count());
+  if (!worker.iterations.empty()) {
+    double compute = 0;
+    for (const auto& i : worker.iterations) compute += static_cast<double>(i.compute_ns);
+    r.compute_ns = static_cast<float>(compute / static_cast<double>(worker.iterations.size()));
+  }
+  for (const FunctionMetric& m : worker.worker_metrics) {
+    switch (m.metric) {
+      case Metric::kGpuSmClockMhz:
+        r.clock = static_cast<float>(m.mean);
+        break;
+      case Metric::kGpuSmClockMaxMhz:
+        r.clock_max = static_cast<float>(m.mean);
+        break;
+      case Metric::kGpuThrottleReasons:
+        r.throttle = static_cast<float>(m.mean);
+        break;
+      case Metric::kGpuTemperatureC:
+        r.temperature = static_cast<float>(m.mean);
+        break;
+      case Metric::kGpuPowerWatts:
+        r.power = static_cast<float>(m.mean);
+        break;
+      case Metric::kNicLinkUp:
+        r.link_up = static_cast<float>(m.mean);
+        break;
+      default:
+        break;
+    }
+  }
+  // Link pools and kernel sizes.
+  double kernel_calls = 0, tiny_calls = 0;
+  struct Acc {
+    double t = 0, s = 0, s2 = 0, bytes = 0;
+  } nic, nvlink, pcie;
+  for (const FunctionSummary& f : worker.functions) {
+    if (f.kind == EventKind::kGpuKernel && f.count > 0) {
+      kernel_calls += static_cast<double>(f.count);
+      const double p50 = f.durations.count() > 0
+                             ? f.durations.Quantile(0.5)
+                             : static_cast<double>(f.total_ns) / static_cast<double>(f.count);
+      if (p50 < kTinyKernelNs) tiny_calls += static_cast<double>(f.count);
+    }
+    const bool transfer = f.kind == EventKind::kCollective || f.kind == EventKind::kMemcpy;
+    if (!transfer || f.total_ns <= 0) continue;
+    const double achieved = f.achieved_bytes_per_s();
+    const double t = static_cast<double>(f.total_ns);
+    for (const FunctionMetric& m : f.metrics) {
+      Acc* acc = nullptr;
+      if (f.kind == EventKind::kCollective &&
+          (m.metric == Metric::kIbTxBytesPerSec || m.metric == Metric::kNicTxBytesPerSec)) {
+        acc = &nic;
+      } else if (f.kind == EventKind::kCollective && m.metric == Metric::kNvlinkBytesPerSec) {
+        acc = &nvlink;
+      } else if (f.kind == EventKind::kMemcpy && (m.metric == Metric::kPcieRxBytesPerSec ||
+                                                  m.metric == Metric::kPcieTxBytesPerSec)) {
+        acc = &pcie;
+      }
+      if (acc == nullptr || !std::isfinite(m.mean) || m.mean < kCarriesShare * achieved) continue;
+      acc->t += t;
+      acc->bytes += static_cast<double>(f.bytes);
+      acc->s += t * m.mean;
+      acc->s2 += t * (m.mean * m.mean + m.stddev * m.stddev);
+    }
+  }
+  auto pool = [&](const Acc& a) {
+    Pool p;
+    if (a.t <= 0) return p;
+    p.time_ns = static_cast<float>(a.t / iters);
+    p.mean = static_cast<float>(a.s / a.t);
+    p.mean_sq = static_cast<float>(a.s2 / a.t);
+    p.bytes = static_cast<float>(a.bytes / iters);
+    return p;
+  };
+  r.nic = pool(nic);
+  r.nvlink = pool(nvlink);
+  r.pcie = pool(pcie);
+  if (kernel_calls > 0) r.tiny_kernel_share = static_cast<float>(tiny_calls / kernel_calls);
+  records_.push_back(r);
+}
+
+std::string HardwareFindings::HostPhrase(const std::vector<uint32_t>& culprits) const {
+  std::map<uint32_t, uint32_t> per_host;
+  for (uint32_t w : culprits) ++per_host[records_[w].host];
+  std::string whole, list;
+  size_t whole_hosts = 0;
+  for (const auto& [h, n] : per_host) {
+    if (hosts_[h].empty() || n < 2 || n != host_workers_[h]) continue;
+    ++whole_hosts;
+    if (whole_hosts <= 4) {
+      whole += fmt::format("{}{} (all {} ranks)", whole.empty() ? "" : ", ", hosts_[h], n);
+    }
+  }
+  if (whole_hosts > 4) whole += fmt::format(", ... ({} hosts)", whole_hosts);
+  return whole;
+}
+
+Finding HardwareFindings::LinkFinding(const Context& ctx, const char* link,
+                                      const std::vector<uint32_t>& culprits,
+                                      const std::vector<float>& lost, float median_rate,
+                                      const Pool Record::*pool) const {
+  Finding f;
+  size_t worst = 0;
+  for (size_t i = 1; i < culprits.size(); ++i) {
+    if (lost[i] > lost[worst]) worst = i;
+  }
+  const Record& wr = records_[culprits[worst]];
+  const Pool& p = wr.*pool;
+  f.lost_ns_per_iteration = lost[worst];
+  f.lost_share = ctx.iteration_ns > 0 ? f.lost_ns_per_iteration / ctx.iteration_ns : 0;
+  f.evidence.push_back(
+      {fmt::format("{} throughput during its transfers", link),
+       fmt::format("{} mean, bursts at {} on rank {}{}", FormatRate(p.mean),
+                   FormatRate(p.BurstRate()), wr.rank,
+                   hosts_[wr.host].empty() ? "" : fmt::format(" ({})", hosts_[wr.host]))});
+  f.evidence.push_back(
+      {fmt::format("{} burst rate of the other workers (median)", link), FormatRate(median_rate)});
+  f.evidence.push_back({"time in transfers over it per iteration",
+                        fmt::format("{} on rank {}", FormatNs(p.time_ns), wr.rank)});
+  f.evidence.push_back(
+      {"how the time is estimated",
+       fmt::format("its bytes per iteration at its rate minus at the median rate = {}",
+                   FormatNs(f.lost_ns_per_iteration))});
+  return f;
+}
+
+std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
+                                                             const std::vector<Finding*>& findings,
+                                                             std::vector<bool>& drop) const {
+  std::vector<Added> out;
+  const size_t n = records_.size();
+  if (n == 0) return out;
+  std::unordered_map<int32_t, uint32_t> by_rank;
+  for (uint32_t w = 0; w < n; ++w) by_rank.try_emplace(records_[w].rank, w);
+  auto ranks_of = [&](const std::vector<uint32_t>& ws) {
+    std::vector<int32_t> r;
+    for (uint32_t w : ws) r.push_back(records_[w].rank);
+    std::sort(r.begin(), r.end());
+    return r;
+  };
+  auto material = [&](Finding& f) { f.material = f.lost_ns_per_iteration >= ctx.material_ns; };
+  auto name_hosts = [&](Finding& f, const std::vector<uint32_t>& culprits) {
+    const std::string hosts = HostPhrase(culprits);
+    if (hosts.empty()) return;
+    f.title = fmt::format("host {}: {}", hosts, f.title);
+    f.evidence.insert(f.evidence.begin(), Evidence{"hosts at fault", hosts});
+  };
+  // Absorbs the findings with one of `codes` whose workers are all among `culprits` (or
+  // any, with `any_worker`), returning the largest time they lost and the function named.
+  auto absorb = [&](std::initializer_list<std::string_view> codes,
+                    const std::vector<uint32_t>& culprits, bool any_worker, Finding& into) {
+    const std::vector<int32_t> ranks = ranks_of(culprits);
+    double lost = 0;
+    for (size_t i = 0; i < findings.size(); ++i) {
+      const Finding& f = *findings[i];
+      if (drop[i] || std::find(codes.begin(), codes.end(), f.code) == codes.end()) continue;
+      bool inside = !f.workers.empty();
+      for (int32_t r : f.workers) inside &= Contains(ranks, r);
+      if (!inside && !any_worker) continue;
+      drop[i] = true;
+      lost = std::max(lost, f.lost_ns_per_iteration);
+      if (into.function.empty() && !f.function.empty()) {
+        into.function = f.function;
+        into.function_key = f.function_key;
+      }
+      into.evidence.push_back({"explains", fmt::format("{}: {}", f.code, f.title)});
+    }
+    if (lost > into.lost_ns_per_iteration) {
+      into.lost_ns_per_iteration = lost;
+      into.lost_share = ctx.iteration_ns > 0 ? lost / ctx.iteration_ns : 0;
+    }
+  };
+
+  // --- Slow or throttled devices.
+  {
+    std::vector<float> clocks, reasons;
+    for (const Record& r : records_) {
+      if (r.clock > 0) clocks.push_back(r.clock);
+      if (r.throttle >= 0) reasons.push_back(r.throttle);
+    }
+    const double median_clock = Median(clocks);
+    const double median_reasons = Median(reasons);
+    std::map<uint32_t, std::vector<float>> groups;
+    for (uint32_t w = 0; w < n; ++w) {
+      const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
+      if (records_[w].compute_ns > 0) groups[g].push_back(records_[w].compute_ns);
+    }
+    std::map<uint32_t, RobustCenter> centers;
+    for (auto& [g, v] : groups) centers[g] = MedianAndMadInPlace(v);
+    std::vector<uint32_t> throttled, slow;
+    std::vector<float> excess(n, 0);
+    for (uint32_t w = 0; w < n; ++w) {
+      const Record& r = records_[w];
+      const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
+      if (r.compute_ns <= 0 || groups[g].size() < 3) continue;
+      const RobustCenter& c = centers[g];
+      const double scale = RobustScale(c, 0.01, 1000);
+      const double e = r.compute_ns - c.median;
+      if (e < std::max({kOutlierZ * scale, kMinRelativeEffect * c.median, ctx.report_ns})) {
+        continue;
+      }
+      excess[w] = static_cast<float>(e);
+      const bool low_clock = r.clock > 0 && r.clock_max > 0 &&
+                             r.clock < kThrottledClockShare * r.clock_max &&
+                             r.clock < kThrottledClockShare * median_clock;
+      const bool reasons_set =
+          r.throttle >= kThrottleReasonFloor && median_reasons < kThrottleReasonFloor;
+      if (low_clock || reasons_set) {
+        throttled.push_back(w);
+        continue;
+      }
+      // One function explains it: that straggler finding stands.
+      bool explained = false;
+      for (size_t i = 0; i < findings.size(); ++i) {
+        const Finding& f = *findings[i];
+        if (!drop[i] && f.code == fc::kStragglerCompute && Contains(f.workers, r.rank) &&
+            f.lost_ns_per_iteration >= kFunctionExplains * e) {
+          explained = true;
+        }
+      }
+      if (!explained) slow.push_back(w);
+    }
+    auto device_finding = [&](std::vector<uint32_t> culprits, bool clock_evidence) {
+      if (culprits.empty()) return;
+      std::sort(culprits.begin(), culprits.end(),
+                [&](uint32_t a, uint32_t b) { return excess[a] > excess[b]; });
+      const uint32_t w = culprits.front();
+      const Record& r = records_[w];
+      Added a;
+      Finding& f = a.finding;
+      f.code = clock_evidence ? fc::kGpuThrottled : fc::kGpuSlow;
+      f.category = FindingCategory::kGpuHardware;
+      f.resource = "GPU";
+      f.lost_ns_per_iteration = excess[w];
+      f.lost_share = ctx.iteration_ns > 0 ? excess[w] / ctx.iteration_ns : 0;
+      f.workers = ranks_of(culprits);
+      const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
+      const std::string who =
+          culprits.size() == 1 ? fmt::format("rank {}", r.rank)
+                               : fmt::format("{} ranks (worst: rank {})", culprits.size(), r.rank);
+      if (clock_evidence) {
+        f.title = fmt::format(
+            "{}: the GPU is throttled ({}), device compute {}/iter vs {} on its peers (+{})", who,
+            r.clock > 0 ? fmt::format("SM clock {:.0f} of {:.0f} MHz", r.clock, r.clock_max)
+                        : "throttle reasons set",
+            FormatNs(r.compute_ns), FormatNs(centers[g].median), FormatNs(excess[w]));
+      } else {
+        f.title = fmt::format(
+            "{}: the GPU is slow: every kernel runs longer, device compute {}/iter vs {} on its "
+            "peers (+{}), with no clock or throttle evidence",
+            who, FormatNs(r.compute_ns), FormatNs(centers[g].median), FormatNs(excess[w]));
+      }
+      f.evidence.push_back({"device compute per iteration",
+                            fmt::format("{} on rank {}, peers' median {}", FormatNs(r.compute_ns),
+                                        r.rank, FormatNs(centers[g].median))});
+      if (r.clock > 0) {
+        f.evidence.push_back(
+            {"SM clock",
+             fmt::format("{:.0f} MHz on rank {} (max {:.0f} MHz), job median {:.0f} MHz", r.clock,
+                         r.rank, r.clock_max, median_clock)});
+      }
+      if (r.throttle >= 0) {
+        f.evidence.push_back({"throttle reasons", r.throttle >= kThrottleReasonFloor
+                                                      ? ThrottleReasons(r.throttle)
+                                                      : "none"});
+      }
+      if (r.temperature > 0) {
+        f.evidence.push_back({"temperature", fmt::format("{:.0f} C", r.temperature)});
+      }
+      if (r.power > 0) f.evidence.push_back({"power", fmt::format("{:.0f} W", r.power)});
+      absorb({fc::kStragglerCompute, fc::kStragglerUntraced, fc::kStragglerSync}, culprits, false,
+             f);
+      name_hosts(f, culprits);
+      material(f);
+      a.culprits = culprits;
+      out.push_back(std::move(a));
+    };
+    device_finding(throttled, true);
+    device_finding(slow, false);
+  }
+
+  // --- Links: NIC (flapping, degraded), NVLink, PCIe.
+  auto link_rule = [&](const Pool Record::*pool, const char* link, std::string_view code,
+                       FindingCategory category, std::initializer_list<std::string_view> absorbs,
+                       bool skip_flapping) {
+    std::vector<float> rates;
+    for (const Record& r : records_) {
+      if ((r.*pool).time_ns > 0) rates.push_back((r.*pool).BurstRate());
+    }
+    if (rates.size() < 3) return;
+    const auto median_rate = static_cast<float>(Median(rates));
+    std::vector<uint32_t> culprits;
+    std::vector<float> lost;
+    for (uint32_t w = 0; w < n; ++w) {
+      const Pool& p = records_[w].*pool;
+      if (p.time_ns <= 0 ||
+          (skip_flapping && records_[w].link_up >= 0 && records_[w].link_up < kLinkUpFloor)) {
+        continue;
+      }
+      const double rate = p.BurstRate();
+      if (rate >= kDegradedRateShare * median_rate) continue;
+      if (rate <= 0 || p.bytes / rate * 1e9 > kConsistentShare * p.time_ns) continue;
+      // How much longer its bytes take at its rate than at the median rate.
+      const double l = p.bytes / rate * 1e9 - p.bytes / median_rate * 1e9;
+      if (l < ctx.report_ns) continue;
+      culprits.push_back(w);
+      lost.push_back(static_cast<float>(l));
+    }
+    if (culprits.empty()) return;
+    Added a;
+    a.finding = LinkFinding(ctx, link, culprits, lost, median_rate, pool);
+    Finding& f = a.finding;
+    f.code = code;
+    f.category = category;
+    f.resource = link;
+    f.workers = ranks_of(culprits);
+    std::string who;
+    for (size_t i = 0; i < f.workers.size() && i < 8; ++i) {
+      who += fmt::format("{}{}", i > 0 ? ", " : "", f.workers[i]);
+    }
+    if (f.workers.size() > 8) who += fmt::format(", ... ({} in all)", f.workers.size());
+    f.title = fmt::format(
+        "{} {} on a degraded {} link: transfers run flat at {} while the others' links reach {} "
+        "(+{} per iteration)",
+        culprits.size() == 1 ? "rank" : "ranks", who, link,
+        FormatRate((records_[culprits[0]].*pool).BurstRate()), FormatRate(median_rate),
+        FormatNs(f.lost_ns_per_iteration));
+    absorb(absorbs, culprits, code == fc::kNicDegraded, f);
+    name_hosts(f, culprits);
+    material(f);
+    a.culprits = std::move(culprits);
+    out.push_back(std::move(a));
+  };
+  // Flapping NIC.
+  {
+    std::vector<uint32_t> culprits;
+    for (uint32_t w = 0; w < n; ++w) {
+      if (records_[w].link_up >= 0 && records_[w].link_up < kLinkUpFloor) culprits.push_back(w);
+    }
+    if (!culprits.empty()) {
+      Added a;
+      Finding& f = a.finding;
+      f.code = fc::kNicFlapping;
+      f.category = FindingCategory::kCommunication;
+      f.resource = "NIC";
+      f.workers = ranks_of(culprits);
+      double down = 0, comm = 0;
+      for (uint32_t w : culprits) {
+        down = std::max(down, 1.0 - records_[w].link_up);
+        comm = std::max(comm, static_cast<double>(records_[w].nic.time_ns));
+      }
+      f.lost_ns_per_iteration = comm * down;
+      f.lost_share = ctx.iteration_ns > 0 ? f.lost_ns_per_iteration / ctx.iteration_ns : 0;
+      f.title = fmt::format(
+          "the NIC of {} went down {} of the window: collectives stall while it is down",
+          culprits.size() == 1 ? fmt::format("rank {}", records_[culprits[0]].rank)
+                               : fmt::format("{} ranks", culprits.size()),
+          FormatShare(down));
+      f.evidence.push_back(
+          {"link-down samples", fmt::format("{} of the samples", FormatShare(down))});
+      f.evidence.push_back({"inter-node transfer time per iteration", FormatNs(comm)});
+      absorb({fc::kStragglerComm, fc::kStragglerUntraced}, culprits, true, f);
+      name_hosts(f, culprits);
+      material(f);
+      a.culprits = std::move(culprits);
+      out.push_back(std::move(a));
+    }
+  }
+  link_rule(&Record::nic, "NIC", fc::kNicDegraded, FindingCategory::kCommunication,
+            {fc::kStragglerComm, fc::kStragglerUntraced}, true);
+  link_rule(&Record::nvlink, "NVLink", fc::kLinkDegraded, FindingCategory::kCommunication,
+            {fc::kStragglerComm}, false);
+  link_rule(&Record::pcie, "PCIe", fc::kLinkDegraded, FindingCategory::kMemory,
+            {fc::kStragglerMemcpy}, false);
+
+  // --- Launch-bound.
+  {
+    std::vector<float> tiny;
+    for (const Record& r : records_) {
+      if (r.tiny_kernel_share >= 0) tiny.push_back(r.tiny_kernel_share);
+    }
+    const double share = Median(tiny);
+    if (!tiny.empty() && share >= kTinyKernelJobShare) {
+      for (size_t i = 0; i < findings.size(); ++i) {
+        Finding& f = *findings[i];
+        if (drop[i] || f.code != fc::kHostBound) continue;
+        f.code = fc::kLaunchBound;
+        f.title = fmt::format("{} of the kernel launches are tiny (median call under {}): {}",
+                              FormatShare(share), FormatNs(kTinyKernelNs), f.title);
+        f.evidence.insert(f.evidence.begin(),
+                          Evidence{"tiny kernels",
+                                   fmt::format("{} of kernel calls have a median duration under {} "
+                                               "(median of workers)",
+                                               FormatShare(share), FormatNs(kTinyKernelNs))});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace perftracker

@@ -1,0 +1,97 @@
+// HardwareFindings: names the hardware at fault from the metrics the sources sample (NVML
+// clocks and throttle reasons, NVLink / PCIe / NIC throughput, link state) next to the
+// time each worker spends. Part of the Localizer (DESIGN.md "How localization thinks", 5).
+//
+// Per worker it keeps one compact record (about 100 bytes): device compute per iteration,
+// SM clock and its maximum, throttle reasons, NIC link state, and for each link kind (NIC,
+// NVLink, PCIe) the time per iteration of the functions that move bytes over it with the
+// time-weighted mean and mean square of the link's throughput during them.
+//
+// Rules (thresholds in hardware_findings.cc):
+//  - Slow device: a worker's device compute per iteration exceeds its peer group's median
+//    by a robust outlier margin. With clock evidence (SM clock well below its maximum and
+//    the job's median clock, or throttle reasons set where the job's median has none) it
+//    is PT-GPU-THROTTLED; without it, and unless one function explains most of the excess
+//    (then the peer comparison's PT-STRAGGLER-COMPUTE stands), PT-GPU-SLOW. Compute
+//    straggler findings on those workers are absorbed (their function becomes evidence).
+//  - Degraded link: a transfer over a healthy link runs at the link's rate; on a degraded
+//    link it runs continuously at a low rate (flat), and the workers on healthy links burst
+//    and then wait for it. The "burst rate" E[x^2] / E[x] of the throughput samples during
+//    the transfers is the rate a link reaches when it sends; a worker whose burst rate is
+//    below kDegradedRateShare of the job's median is on a degraded link, and loses
+//    bytes / rate - bytes / median rate per iteration (the bytes its transfer-carrying
+//    functions move per iteration, D their time per iteration). NIC: PT-NIC-DEGRADED; NVLink or
+//    PCIe: PT-LINK-DEGRADED. The burst rate must also be consistent with the bytes moved (bytes /
+//    rate at most kConsistentShare x D): a worker that mostly waited inside its collectives has
+//    only background samples there, and a low rate that could not have moved its bytes is no
+//    evidence.
+//  - Flapping NIC: link-down samples (kNicLinkUp < 1 on average) during the window:
+//    PT-NIC-FLAPPING.
+//  Link findings absorb the peer comparison's communication / memcpy straggler findings
+//  (they are the symptom), and take the larger of the two time estimates.
+//  - Launch-bound: a PT-HOST-BOUND job whose kernels are mostly tiny (median call below
+//    kTinyKernelNs) becomes PT-LAUNCH-BOUND.
+// Findings about several workers are grouped by host: a host all of whose workers are
+// culprits is named as the host ("node0003 (all 8 ranks)").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "perftracker/localize/diagnosis.h"
+#include "perftracker/summary/worker_summary.h"
+
+namespace perftracker {
+
+class HardwareFindings {
+ public:
+  struct Context {
+    double iteration_ns = 0;
+    double material_ns = 0;
+    double report_ns = 0;
+    const std::vector<uint32_t>* worker_group = nullptr;  // peer group of each worker
+  };
+  struct Added {
+    Finding finding;
+    std::vector<uint32_t> culprits;  // worker indices (Add order)
+  };
+
+  // Call once per worker, in the Localizer's Add order.
+  void Add(const WorkerSummary& worker);
+
+  // Relabels `findings` in place, sets drop[i] for the ones it absorbs, returns new ones.
+  std::vector<Added> Apply(const Context& ctx, const std::vector<Finding*>& findings,
+                           std::vector<bool>& drop) const;
+
+ private:
+  struct Pool {
+    float time_ns = 0;  // per iteration
+    float mean = 0;     // time-weighted mean throughput, bytes/s
+    float mean_sq = 0;  // time-weighted mean of squares
+    float bytes = 0;    // bytes the functions moved, per iteration
+    float BurstRate() const { return mean > 0 ? mean_sq / mean : 0; }
+  };
+  struct Record {
+    int32_t rank = -1;
+    uint32_t host = 0;
+    float compute_ns = 0;
+    float clock = -1, clock_max = -1, throttle = -1, temperature = -1, power = -1;
+    float link_up = -1;
+    float tiny_kernel_share = -1;
+    Pool nic, nvlink, pcie;
+  };
+
+  std::string HostPhrase(const std::vector<uint32_t>& culprits) const;
+  Finding LinkFinding(const Context& ctx, const char* link, const std::vector<uint32_t>& culprits,
+                      const std::vector<float>& lost, float median_rate,
+                      const Pool Record::*pool) const;
+
+  std::vector<Record> records_;
+  std::vector<std::string> hosts_;
+  std::vector<uint32_t> host_workers_;
+  std::unordered_map<std::string, uint32_t> host_index_;
+};
+
+}  // namespace perftracker

@@ -1,0 +1,201 @@
+// Hardware findings (hardware_findings.h): unit tests on hand-built summaries, and golden
+// tests on simulated clusters (testdata/sim/<name>.json scenarios through the ClusterSimulator,
+// the real WindowSummarizer and Localizer, against <name>.expected;
+// PERFTRACKER_UPDATE_GOLDEN=1 rewrites them).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/localizer.h"
+#include "perftracker/sources/sim/cluster_simulator.h"
+#include "perftracker/summary/window_summarizer.h"
+
+namespace perftracker {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Gpu {
+  double compute_ms = 60;
+  double clock = 1975, clock_max = 1980, reasons = 0, link_up = 1;
+};
+
+WorkerSummary Worker(int32_t rank, const std::string& host, const Gpu& g) {
+  WorkerSummary w;
+  w.rank = rank;
+  w.host = host;
+  w.has_device = true;
+  for (int i = 0; i < 10; ++i) {
+    IterationSummary it;
+    it.start_ns = i * 100'000'000LL;
+    it.duration_ns = 100'000'000;
+    it.compute_ns = static_cast<int64_t>(g.compute_ms * 1e6);
+    it.communication_ns = 20'000'000;
+    w.iterations.push_back(it);
+  }
+  // Three kernels share the device time, so that no single one explains a slow GPU.
+  for (int i = 0; i < 3; ++i) {
+    FunctionSummary k;
+    k.key = fmt::format("annotation:layer{} > kernel:sm90_gemm", i);
+    k.name = "sm90_gemm";
+    k.kind = EventKind::kGpuKernel;
+    k.count = 40;
+    k.total_ns = static_cast<int64_t>(g.compute_ms * 1e7 / 3);
+    k.self_ns = k.total_ns;
+    k.critical_ns = k.total_ns;
+    for (int j = 0; j < 40; ++j) k.durations.Add(static_cast<double>(k.total_ns) / 40);
+    w.functions.push_back(k);
+  }
+  FunctionSummary c;
+  c.key = "collective:nccl:all_reduce";
+  c.name = "nccl:all_reduce";
+  c.kind = EventKind::kCollective;
+  c.count = 20;
+  c.total_ns = 200'000'000;
+  c.self_ns = c.total_ns;
+  c.critical_ns = c.total_ns;
+  for (int i = 0; i < 20; ++i) c.durations.Add(1e7);
+  w.functions.push_back(c);
+  w.worker_metrics = {{Metric::kGpuSmClockMhz, g.clock, 5},
+                      {Metric::kGpuSmClockMaxMhz, g.clock_max, 0},
+                      {Metric::kGpuThrottleReasons, g.reasons, 0},
+                      {Metric::kNicLinkUp, g.link_up, 0}};
+  return w;
+}
+
+Diagnosis Localize(const std::vector<WorkerSummary>& ws) {
+  Localizer l;
+  for (const auto& w : ws) l.Add(w);
+  return l.Finish();
+}
+
+std::vector<WorkerSummary> Job(int n, int per_host) {
+  std::vector<WorkerSummary> ws;
+  for (int r = 0; r < n; ++r) {
+    Gpu g;
+    g.compute_ms = 60 + (r % 3) * 0.5;
+    ws.push_back(Worker(r, fmt::format("node{}", r / per_host), g));
+  }
+  return ws;
+}
+
+TEST(HardwareFindingsTest, HealthyJobHasNoHardwareFinding) {
+  const Diagnosis d = Localize(Job(16, 4));
+  EXPECT_FALSE(d.has_material_finding());
+  for (const auto& f : d.findings) EXPECT_NE(f.category, FindingCategory::kGpuHardware);
+}
+
+TEST(HardwareFindingsTest, ThrottledGpuNamedWithClockAndReasons) {
+  auto ws = Job(16, 4);
+  ws[5] = Worker(5, "node1", {90, 1310, 1980, 0x20, 1});
+  const Diagnosis d = Localize(ws);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, finding_codes::kGpuThrottled);
+  EXPECT_EQ(f.category, FindingCategory::kGpuHardware);
+  EXPECT_EQ(f.workers, std::vector<int32_t>{5});
+  EXPECT_TRUE(f.material);
+  EXPECT_THAT(f.title, HasSubstr("SM clock 1310 of 1980 MHz"));
+  std::string evidence;
+  for (const auto& e : f.evidence) evidence += e.label + ": " + e.value + "\n";
+  EXPECT_THAT(evidence, HasSubstr("throttle reasons: 0x20: software thermal"));
+}
+
+TEST(HardwareFindingsTest, SlowGpuWithoutClockEvidence) {
+  auto ws = Job(16, 4);
+  ws[9] = Worker(9, "node2", {85, 1975, 1980, 0, 1});
+  const Diagnosis d = Localize(ws);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, finding_codes::kGpuSlow);
+  EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{9});
+}
+
+TEST(HardwareFindingsTest, FlappingNicGroupedByHost) {
+  auto ws = Job(16, 4);
+  for (int r = 8; r < 12; ++r)
+    ws[static_cast<size_t>(r)] = Worker(r, "node2", {60, 1975, 1980, 0, 0.6});
+  const Diagnosis d = Localize(ws);
+  bool found = false;
+  for (const auto& f : d.findings) {
+    if (f.code != finding_codes::kNicFlapping) continue;
+    found = true;
+    EXPECT_EQ(f.workers, (std::vector<int32_t>{8, 9, 10, 11}));
+    EXPECT_THAT(f.title, HasSubstr("node2 (all 4 ranks)"));
+    EXPECT_THAT(f.title, HasSubstr("went down 40% of the window"));
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(HardwareFindingsTest, EveryHardwareCodeIsInTheCatalogue) {
+  for (auto code :
+       {finding_codes::kGpuThrottled, finding_codes::kGpuSlow, finding_codes::kLinkDegraded,
+        finding_codes::kNicDegraded, finding_codes::kNicFlapping, finding_codes::kLaunchBound}) {
+    EXPECT_NE(FindCatalogueEntry(code), nullptr) << code;
+  }
+}
+
+// --- Golden tests on simulated clusters.
+
+std::vector<std::string> GoldenLines(const Diagnosis& d) {
+  std::vector<std::string> out{"# code category material|minor workers (ranked, material only)"};
+  for (const auto& f : d.findings) {
+    if (!f.material) continue;
+    std::string ws;
+    for (size_t i = 0; i < f.workers.size(); ++i)
+      ws += fmt::format("{}{}", i ? "," : "", f.workers[i]);
+    out.push_back(fmt::format("{} {} material workers={}", f.code, FindingCategoryName(f.category),
+                              ws.empty() ? "-" : ws));
+  }
+  return out;
+}
+
+TEST(HardwareFindingsGolden, SimulatedClustersMatchExpected) {
+  const char* root = std::getenv("PERFTRACKER_SOURCE_DIR");
+  ASSERT_NE(root, nullptr) << "PERFTRACKER_SOURCE_DIR is not set";
+  const auto dir = std::filesystem::path(root) / "src/perftracker/localize/testdata/sim";
+  std::vector<std::filesystem::path> inputs;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".json") inputs.push_back(e.path());
+  }
+  std::sort(inputs.begin(), inputs.end());
+  ASSERT_GE(inputs.size(), 3u);
+  for (const auto& input : inputs) {
+    auto s = LoadScenario(input.string());
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ClusterSimulator sim(*s);
+    sim.Run();
+    Localizer localizer;
+    for (int32_t r = 0; r < sim.num_ranks(); ++r) {
+      WindowSummarizer summarizer(&sim.functions());
+      sim.Emit(r, summarizer);
+      WorkerSummary w = summarizer.Finish();
+      w.rank = r;
+      w.host = sim.HostName(r);
+      localizer.Add(w);
+    }
+    const std::vector<std::string> actual = GoldenLines(localizer.Finish());
+    auto expected_path = input;
+    expected_path.replace_extension(".expected");
+    if (std::getenv("PERFTRACKER_UPDATE_GOLDEN") != nullptr) {
+      std::ofstream out(expected_path);
+      for (const auto& l : actual) out << l << "\n";
+      continue;
+    }
+    std::ifstream in(expected_path);
+    std::vector<std::string> expected;
+    for (std::string line; std::getline(in, line);) expected.push_back(line);
+    EXPECT_EQ(actual, expected) << input.filename();
+  }
+}
+
+}  // namespace
+}  // namespace perftracker

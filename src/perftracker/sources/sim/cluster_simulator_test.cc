@@ -1,0 +1,139 @@
+#include "perftracker/sources/sim/cluster_simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "perftracker/summary/window_summarizer.h"
+
+namespace perftracker {
+namespace {
+
+struct Capture : EventSink {
+  std::vector<Event> events;
+  std::vector<MetricSample> samples;
+  void OnTrack(const TrackInfo&) override {}
+  void OnEvent(const Event& e) override { events.push_back(e); }
+  void OnMetric(const MetricSample& s) override { samples.push_back(s); }
+};
+
+Scenario Make(const std::string& faults) {
+  auto s = ParseScenario(
+      R"({"name": "t", "job": {"ranks": 16, "tp": 2, "pp": 2, "gpus_per_host": 4,
+      "iterations": 5, "seed": 9}, "faults": [)" +
+          faults + R"(], "expect": {)" +
+          (faults.empty() ? R"("healthy": true)" : R"("findings": [{"category": "compute"}])") +
+          "}}",
+      "t.json");
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return *s;
+}
+
+int64_t KernelNs(const ClusterSimulator& sim, int32_t rank) {
+  Capture c;
+  sim.Emit(rank, c);
+  int64_t ns = 0;
+  for (const Event& e : c.events) {
+    if (e.kind == EventKind::kGpuKernel) ns += e.duration_ns();
+  }
+  return ns;
+}
+
+TEST(ClusterSimulatorTest, DeterministicForASeed) {
+  Scenario s = Make("");
+  ClusterSimulator a(s), b(s);
+  a.Run();
+  b.Run();
+  Capture ca, cb;
+  a.Emit(5, ca);
+  b.Emit(5, cb);
+  ASSERT_EQ(ca.events.size(), cb.events.size());
+  for (size_t i = 0; i < ca.events.size(); ++i) {
+    EXPECT_EQ(ca.events[i].start_ns, cb.events[i].start_ns);
+    EXPECT_EQ(ca.events[i].end_ns, cb.events[i].end_ns);
+  }
+  EXPECT_EQ(ca.samples.size(), cb.samples.size());
+  EXPECT_EQ(a.fault_onset_ns(), -1);
+}
+
+TEST(ClusterSimulatorTest, CollectivesEndWhenTheSlowestMemberArrives) {
+  // Rank 3 (host 0) is throttled: its tensor-parallel partner (rank 2) waits in the
+  // all-reduce, and every collective of one tp group ends at the same time.
+  Scenario s = Make(R"({"kind": "gpu_throttle", "ranks": [3], "magnitude": 2})");
+  ClusterSimulator sim(s);
+  sim.Run();
+  EXPECT_GT(KernelNs(sim, 3), 1.7 * static_cast<double>(KernelNs(sim, 2)));
+  Capture c2, c3;
+  sim.Emit(2, c2);
+  sim.Emit(3, c3);
+  std::vector<int64_t> ends2, ends3;
+  int64_t wait2 = 0, wait3 = 0;
+  for (const Event& e : c2.events) {
+    if (e.kind == EventKind::kCollective &&
+        sim.functions().Get(e.function_id).name.find("tp group") != std::string::npos) {
+      ends2.push_back(e.end_ns);
+      wait2 += e.duration_ns();
+    }
+  }
+  for (const Event& e : c3.events) {
+    if (e.kind == EventKind::kCollective &&
+        sim.functions().Get(e.function_id).name.find("tp group") != std::string::npos) {
+      ends3.push_back(e.end_ns);
+      wait3 += e.duration_ns();
+    }
+  }
+  ASSERT_FALSE(ends2.empty());
+  EXPECT_EQ(ends2, ends3);
+  EXPECT_GT(wait2, 3 * wait3) << "the partner waits for the throttled rank";
+  // NVML-like evidence on the throttled GPU only.
+  double clock3 = 0, reasons3 = 0, clock2 = 0;
+  for (const auto& m : c3.samples) {
+    if (m.metric == Metric::kGpuSmClockMhz) clock3 = m.value;
+    if (m.metric == Metric::kGpuThrottleReasons) reasons3 = m.value;
+  }
+  for (const auto& m : c2.samples) {
+    if (m.metric == Metric::kGpuSmClockMhz) clock2 = m.value;
+  }
+  EXPECT_LT(clock3, 1100);
+  EXPECT_GT(clock2, 1900);
+  EXPECT_EQ(reasons3, 0x20);
+  EXPECT_GE(sim.fault_onset_ns(), 0);
+}
+
+TEST(ClusterSimulatorTest, FlappingNicShowsLinkDownSamplesOnItsHostOnly) {
+  Scenario s = Make(R"({"kind": "nic_flapping", "hosts": [1], "magnitude": 3})");
+  ClusterSimulator sim(s);
+  sim.Run();
+  auto down = [&](int32_t rank) {
+    Capture c;
+    sim.Emit(rank, c);
+    int n = 0;
+    for (const auto& m : c.samples) n += m.metric == Metric::kNicLinkUp && m.value == 0;
+    return n;
+  };
+  EXPECT_GT(down(4), 0);
+  EXPECT_EQ(down(0), 0);
+}
+
+TEST(ClusterSimulatorTest, StreamsSummarizeIntoIterations) {
+  Scenario s = Make("");
+  ClusterSimulator sim(s);
+  sim.Run();
+  WindowSummarizer summarizer(&sim.functions());
+  sim.Emit(0, summarizer);
+  WorkerSummary w = summarizer.Finish();
+  EXPECT_TRUE(w.has_device);
+  EXPECT_EQ(w.iterations.size(), 5u);
+  EXPECT_EQ(w.stats.malformed_events, 0u);
+  EXPECT_EQ(w.stats.out_of_order_events, 0u);
+  bool nested = false;
+  for (const auto& f : w.functions) {
+    nested |= f.key == "annotation:forward > annotation:layer0 > kernel:sm90_xmma_gemm_bf16_fprop";
+  }
+  EXPECT_TRUE(nested) << "kernels take the annotation of their launch";
+}
+
+}  // namespace
+}  // namespace perftracker

@@ -1,0 +1,90 @@
+#include "perftracker/sources/sim/scenario.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace perftracker {
+namespace {
+
+std::string ErrorOf(const std::string& json) {
+  auto s = ParseScenario(json, "scenarios/x.json");
+  return s.ok() ? std::string("ok") : s.status().message();
+}
+
+TEST(ScenarioTest, ParsesAJobWithFaultsAndExpectation) {
+  auto s = ParseScenario(R"({
+    "name": "throttle", "executor": "sim",
+    "job": {"ranks": 64, "tp": 8, "pp": 2, "gpus_per_host": 8, "iterations": 10, "seed": 3},
+    "faults": [{"kind": "gpu_throttle", "hosts": [2], "magnitude": 1.5, "start": 1}],
+    "expect": {"findings": [{"code": "PT-GPU-THROTTLED", "hosts": [2]}]}})",
+                         "t.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->job.dp, 4);
+  EXPECT_EQ(s->job.hosts(), 8);
+  ASSERT_EQ(s->faults.size(), 1u);
+  EXPECT_EQ(s->faults[0].kind, FaultKind::kGpuThrottle);
+  EXPECT_EQ(s->TargetRanks(s->faults[0]), (std::vector<int32_t>{16, 17, 18, 19, 20, 21, 22, 23}));
+  ASSERT_EQ(s->expected.size(), 1u);
+  EXPECT_EQ(s->expected[0].workers.size(), 8u);
+  EXPECT_EQ(s->expected[0].workers[0], 16);
+  EXPECT_FALSE(s->healthy);
+}
+
+TEST(ScenarioTest, HealthyScenario) {
+  auto s =
+      ParseScenario(R"({"name": "h", "job": {"dp": 16}, "expect": {"healthy": true}})", "h.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_TRUE(s->healthy);
+  EXPECT_EQ(s->job.ranks, 16);
+}
+
+TEST(ScenarioTest, ErrorsNameTheFileAndTheField) {
+  const std::string job = R"("job": {"ranks": 8, "gpus_per_host": 8})";
+  const std::string ok_expect = R"("expect": {"healthy": true})";
+  EXPECT_EQ(ErrorOf("{"), "scenarios/x.json: not valid JSON");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", )" + job + R"(, "expect": {"healthy": true}, "x": 1})"),
+            "scenarios/x.json: x: unknown field (known: name, description, executor, job, faults, "
+            "expect)");
+  EXPECT_EQ(
+      ErrorOf(
+          R"({"name": "a", )" + job +
+          R"(, "faults": [{"kind": "gc", "ranks": [9]}], "expect": {"findings": [{"code": "PT-GC"}]}})"),
+      "scenarios/x.json: faults[0].ranks[0]: rank 9 is not in [0, 8)");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", )" + job +
+                    R"(, "faults": [{"kind": "melt", "ranks": [1]}], )" + ok_expect + "}")
+                .substr(0, 60),
+            "scenarios/x.json: faults[0].kind: unknown fault 'melt' (know");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", "job": {"ranks": 8, "tp": 3}, )" + ok_expect + "}"),
+            "scenarios/x.json: job.ranks: 8 ranks are not a multiple of tp x pp = 3");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", )" + job + R"(, "expect": {}})"),
+            "scenarios/x.json: expect: give {\"healthy\": true} or at least one finding");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", )" + job + R"(, "expect": {"findings": [{"code": "GPU"}]}})"),
+            "scenarios/x.json: expect.findings[0].code: 'GPU' is not a finding code (PT-..., "
+            "docs/findings.md)");
+  EXPECT_EQ(
+      ErrorOf(
+          R"({"name": "a", "executor": "real", "job": {"ranks": 4}, "faults": [{"kind": "gpu_throttle", "ranks": [1]}], )" +
+          ok_expect + "}"),
+      "scenarios/x.json: faults[0].kind: 'gpu_throttle' needs a GPU cluster: only with "
+      "executor sim");
+  EXPECT_EQ(
+      ErrorOf(
+          R"({"name": "a", )" + job +
+          R"(, "faults": [{"kind": "gc_all", "ranks": [1]}], "expect": {"findings": [{"code": "PT-GC"}]}})"),
+      "scenarios/x.json: faults[0]: 'gc_all' hits every rank: leave out ranks and hosts");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", )" + job + R"(, "faults": [{"kind": "gc", "ranks": [1]}], )" +
+                    ok_expect + "}"),
+            "scenarios/x.json: expect.healthy: a scenario with faults is not healthy");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", "job": {"ranks": "8"}, )" + ok_expect + "}"),
+            "scenarios/x.json: job.ranks: must be an integer");
+}
+
+TEST(ScenarioTest, MissingFileIsNotFound) {
+  auto s = LoadScenario("/nonexistent/s.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "/nonexistent/s.json: cannot open the scenario file");
+}
+
+}  // namespace
+}  // namespace perftracker
