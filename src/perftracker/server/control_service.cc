@@ -55,8 +55,7 @@ std::string JobDirName(std::string_view job_id) {
 // A job: its coordinator, and the fan-out that is the coordinator's one CollectorControl.
 class ControlService::Job : public CollectorControl {
  public:
-  Job(ControlService* service, std::string id, uint64_t window_base)
-      : service_(service), id_(std::move(id)), window_base_(window_base) {}
+  Job(ControlService* service, std::string id) : service_(service), id_(std::move(id)) {}
   // The coordinator's thread calls into this object: stop it before anything else goes.
   ~Job() override {
     if (coordinator_) coordinator_->Stop();
@@ -96,11 +95,10 @@ class ControlService::Job : public CollectorControl {
     }
   }
 
-  // Store rows use ids that continue the job's stored windows (see the header).
   WindowRecord Record(const WindowSpec& spec, WindowState state) const {
     WindowRecord r;
     r.job_id = id_;
-    r.window_id = window_base_ + spec.id;
+    r.window_id = spec.id;
     r.reason = std::string(WindowReasonName(spec.reason));
     r.start_ns = spec.start_ns;
     r.duration_ns = spec.duration_ns;
@@ -111,7 +109,6 @@ class ControlService::Job : public CollectorControl {
 
   ControlService* service_;
   const std::string id_;
-  const uint64_t window_base_;
   std::unique_ptr<WindowCoordinator> coordinator_;
 
   std::mutex mu_;
@@ -221,7 +218,7 @@ class ControlService::Session : public ControlSession {
                         s->rank, s->window, decoded->rank));
       }
       if (Store* store = service_->options_.store) {
-        const Status st = store->PutSummary(job_->id_, job_->window_base_ + s->window, *decoded);
+        const Status st = store->PutSummary(job_->id_, s->window, *decoded);
         if (!st.ok()) service_->Log("job " + job_->id_ + ": store: " + st.message());
       }
       if (ServerMetrics* m = service_->options_.metrics) {
@@ -417,12 +414,13 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
           for (const auto& w : *windows) base = std::max(base, w.window_id);
         }
       }
-      job = std::make_shared<Job>(this, registration.job_id, base);
+      job = std::make_shared<Job>(this, registration.job_id);
       CoordinatorOptions co = options_.coordinator;
       co.report_dir =
           (std::filesystem::path(options_.coordinator.report_dir) / JobDirName(registration.job_id))
               .string();
       if (co.title.empty()) co.title = registration.title;
+      co.first_window_id = base + 1;
       const std::string prefix = "job " + registration.job_id + ": ";
       co.log = [this, prefix](std::string_view line) { Log(prefix + std::string(line)); };
       job->coordinator_ = std::make_unique<WindowCoordinator>(co);

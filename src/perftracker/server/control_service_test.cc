@@ -270,11 +270,14 @@ TEST_F(ControlServiceTest, ARestartedServerContinuesTheJobsWindowIds) {
   Collector a = Connect("node-a", 0, 1, 1);
   a.stream->Write(ControlTrigger{0, "manual", ""});
   const ControlWindow w = WaitWindow(a);
-  EXPECT_EQ(w.id, 1u) << "the new coordinator counts from 1";
+  EXPECT_EQ(w.id, 2u) << "window ids continue the stored ones";
   a.stream->Write(ControlSummary{
       w.id, 0, EncodeWorkerSummary(Summary(0, w.start_ns, w.start_ns + w.duration_ns))});
   ASSERT_TRUE(Eventually([&] { return store_->GetDiagnosis("job-x", 2).ok(); }));
   EXPECT_EQ(store_->ListWindows("job-x")->size(), 2u);
+  EXPECT_TRUE(fs::exists(dir_ / "reports" / "job-x" / "window-1-manual.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "reports" / "job-x" / "window-2-manual.json"))
+      << "a restarted server does not overwrite the earlier report files";
   EXPECT_EQ(service_->TriggerWindow("nope").message(), "job nope is not known to this server");
 }
 

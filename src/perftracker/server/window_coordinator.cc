@@ -235,7 +235,7 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
     return false;
   }
   OpenWindow w;
-  w.spec.id = ++windows_opened_;
+  w.spec.id = options_.first_window_id + windows_opened_++;
   w.spec.reason = reason;
   // A hang window starts at once: the job runs nothing a delay would let every rank reach.
   const int64_t delay = reason == WindowReason::kHang ? 0 : options_.delay_ns;

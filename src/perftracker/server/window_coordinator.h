@@ -64,6 +64,8 @@ struct CoordinatorOptions {
   std::optional<int64_t> trigger_at_ns;  // one manual window this long after the first hello
   int64_t cooldown_ns = 30'000'000'000;
   int max_windows = 5;
+  // The first window's id (a server restarted on a store continues the job's ids).
+  uint64_t first_window_id = 1;
   LocalizerOptions localizer;
   std::string title;  // what is diagnosed (the command line)
   TextOptions text;   // for WindowReport::text
