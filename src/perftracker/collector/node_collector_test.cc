@@ -314,8 +314,10 @@ TEST_F(NodeCollectorTest, RdmaPortMetricsFromTheNodeSamplerReachTheWindowSummary
   std::map<Metric, double> mean;
   for (const FunctionMetric& m : s.worker_metrics) mean[m.metric] = m.mean;
   ASSERT_EQ(mean.count(Metric::kIbTxBytesPerSec), 1u);
-  EXPECT_GT(mean[Metric::kIbTxBytesPerSec], 2e9);  // a loaded test machine may lag the writer
-  EXPECT_LT(mean[Metric::kIbTxBytesPerSec], 20e9);
+  // The writer sleeps 10 ms between steps, so at most ~10 GB/s; a loaded CI machine may run
+  // it far less often: only "traffic seen, not more than written" is certain.
+  EXPECT_GT(mean[Metric::kIbTxBytesPerSec], 1e8);
+  EXPECT_LT(mean[Metric::kIbTxBytesPerSec], 12e9);
   EXPECT_EQ(mean[Metric::kIbRxBytesPerSec], 0.0);
   EXPECT_EQ(mean[Metric::kNicLinkUp], 1.0);
 }
