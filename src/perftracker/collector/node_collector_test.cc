@@ -327,7 +327,6 @@ TEST_F(NodeCollectorTest, RdmaPortMetricsFromTheNodeSamplerReachTheWindowSummary
 TEST_F(NodeCollectorTest, TheNcclPluginsFileJoinsTheAgentsWindowSummary) {
   StartCollector();
   FakeAgent a0(0, 1, "nccl");
-  Join(a0);
   const std::string nccl_path = a0.shm_path() + "-nccl";
   setenv("PERFTRACKER_NCCL_SHM", nccl_path.c_str(), 1);
   setenv("PERFTRACKER_NCCL_TAIL_US", "0", 1);
@@ -338,6 +337,7 @@ TEST_F(NodeCollectorTest, TheNcclPluginsFileJoinsTheAgentsWindowSummary) {
   void* ctx = nullptr;
   int mask = 0;
   ASSERT_EQ(v5->init(&ctx, 0xabc, &mask, "dp", 1, 1, 0, nullptr), 0);
+  Join(a0);  // the plugin's file exists already: attached at the collector's first look
   const WindowSpec w = OpenWindow(1500);
   auto m0 = a0.WaitFor("window", 2000);
   ASSERT_TRUE(m0);
