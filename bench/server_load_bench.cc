@@ -67,6 +67,7 @@ std::string VmHwm(int pid) {
 }
 
 int Main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines as they happen
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];

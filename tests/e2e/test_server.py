@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The multi-host server as separate processes (docs/server.md).
 
-One `perftracker server` and two "hosts", each a `perftracker run --server ... --
-fake_ranks_for_test` (a node collector with 4 ranks that speak the real agent protocol:
-shared-memory rings + the collector's Unix socket): one job of 8 ranks, rank 6 a
-straggler. As root, each host runs in its own network namespace with its own address
+One `perftracker server` and two "hosts" with 4 ranks each of fake_ranks_for_test (ranks
+that speak the real agent protocol: shared-memory rings + the collector's Unix socket): on
+host a under `perftracker run --server ... --`, on host b started apart from a
+`perftracker collector`. One job of 8 ranks, rank 6 a straggler. As root, each host runs in its own network namespace with its own address
 (ip netns + veth), so the server sees two peers; otherwise everything is on loopback.
 
 Fake ranks, not torch: 8 real torch ranks (plus the server and two collectors) on a
@@ -189,6 +189,23 @@ class MultiHostTest(unittest.TestCase):
         errors = getattr(result, "errors", None) or getattr(getattr(result, "result", None), "errors", [])
         return any(e[1] is not None for e in errors) if errors else False
 
+    def separate_collector(self, i, server, job, first, trigger, windows):
+        """`perftracker collector` and ranks started apart from it (as a scheduler would)."""
+        sock = os.path.join(self.dir, f"host-{i}.sock")
+        log_path = os.path.join(self.dir, f"collector-{i}.log")
+        collector = start(self.hosts.prefix(i) + [
+            CONFIG.perftracker, "collector", "--server", f"{self.hosts.addrs[i][0]}:{server.grpc_port}",
+            "--token-file", os.path.join(self.dir, "reports", "server.token"), "--job-id", job,
+            "--host", f"host-{'ab'[i]}", "--socket", sock], log_path)
+        wait_for(lambda: "start the ranks with PERFTRACKER_SOCKET=" + sock in read(log_path), 20,
+                 "the collector to serve its socket")
+        ranks = start(self.hosts.prefix(i) + [
+            CONFIG.fake_ranks, "--first-rank", str(first), "--ranks", "4", "--world-size", "8",
+            "--straggler", "6", "--trigger-rank", str(trigger), "--trigger-every-ms", "1000",
+            "--windows", str(windows), "--timeout-s", "150"],
+            os.path.join(self.dir, f"host-{i}.log"), env=dict(os.environ, PERFTRACKER_SOCKET=sock))
+        return collector, ranks
+
     def collector(self, i, server, job, first, trigger, windows):
         cmd = self.hosts.prefix(i) + [
             CONFIG.perftracker, "run", "--server", f"{self.hosts.addrs[i][0]}:{server.grpc_port}",
@@ -216,7 +233,8 @@ class MultiHostTest(unittest.TestCase):
         server.start(max_windows=1)  # the window of the old server: exactly one
         job = "two-hosts"
         a = self.collector(0, server, job, first=0, trigger=0, windows=2)
-        b = self.collector(1, server, job, first=4, trigger=-1, windows=2)
+        # Host b: a `perftracker collector` and ranks launched separately.
+        b_collector, b = self.separate_collector(1, server, job, first=4, trigger=-1, windows=2)
 
         d1 = wait_for(lambda: server.diagnosis(job, 1), 60, "the first window's diagnosis")
         self.check_straggler(d1, 1)
@@ -244,9 +262,10 @@ class MultiHostTest(unittest.TestCase):
             self.assertEqual(p.wait(timeout=60), 0, f"{name}'s job exit code")
         windows = server.api(f"/api/v1/jobs/{job}/windows")["windows"]
         self.assertEqual([w["window_id"] for w in windows if w["has_diagnosis"]], [1, 2])
-        for i in range(2):
-            self.assertIn(f"windows and reports of job {job} are on the server",
-                          read(os.path.join(self.dir, f"host-{i}.log")))
+        self.assertIn(f"windows and reports of job {job} are on the server",
+                      read(os.path.join(self.dir, "host-0.log")))
+        b_collector.send_signal(signal.SIGTERM)
+        self.assertEqual(b_collector.wait(timeout=30), 0, "the collector stops cleanly")
         server.stop()
         log(f"total {time.monotonic() - t0:.1f} s")
 
