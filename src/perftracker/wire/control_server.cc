@@ -128,6 +128,10 @@ class ControlServerImpl final : public ControlServer, public pb::ControlPlane::C
     // Collectors ping to detect a dead server (keepalive); let them, even on idle streams.
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // And ping them: a host that vanished without closing its connection (power loss, network
+    // partition) ends its stream within keepalive time + timeout, so its ranks count as gone.
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
     builder.RegisterService(this);
     StartWorkers();
     server_ = builder.BuildAndStart();
