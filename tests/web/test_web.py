@@ -10,6 +10,7 @@ test_ui:         Debian's headless Chromium loads the UI with the login URL, run
                  --screenshot PATH also saves the diagnosis page as a PNG (docs/).
 test_ui_hostile: the same for a job whose every name is HTML / script: shown as text on
                  every page, never run.
+test_ui_wide:    a 64-rank job's chart shows min / median / max over ranks.
 test_prometheus: Debian's Prometheus scrapes /metrics with the bearer token every second;
                  the value read back through Prometheus' HTTP API (/api/v1/query) must be
                  the one the server exposes, and a scrape with a wrong token must fail.
@@ -51,7 +52,7 @@ class Fixture:
                 os.remove(store + suffix)
         self.proc = subprocess.Popen(
             [ARGS.fixture, "--traces", ARGS.traces, "--store", store, "--token", TOKEN,
-             "--job", JOB, "--hostile"],
+             "--job", JOB, "--hostile", "--wide"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         m = re.match(r"listening (\d+)", line)
@@ -180,6 +181,20 @@ class WebTest(unittest.TestCase):
             self.assertNotIn('<img src="x"', dom, page)
             self.assertNotRegex(dom, r"<script>document", page)
             self.assertIn("&lt;img src=x onerror=", dom, page)  # shown, as text
+
+    def test_ui_wide(self):
+        """A 64-rank job: the iteration chart shows min / median / max over ranks (one
+        line per rank would be unreadable), and the job page lists every worker."""
+        f = self.fixture
+        dom, err = chromium("%s/?token=%s#/job/wide" % (f.base, TOKEN), ARGS.work_dir,
+                            ["--dump-dom"])
+        self.assertEqual(console_errors(err), [], err[-3000:])
+        self.assertIn('id="iteration-chart"', dom)
+        self.assertIn("<canvas", dom)
+        for label in ("max over ranks", "median", "min over ranks"):
+            self.assertIn(">%s</" % label, dom)
+        self.assertNotIn(">rank 13</div>", dom)  # no per-rank legend entries
+        self.assertEqual(len(re.findall(r"<td>node-\d+</td>", dom)), 64)
 
     def test_prometheus(self):
         f = self.fixture

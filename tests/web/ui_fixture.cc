@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "perftracker/server/http/example_store_for_test.h"
 #include "perftracker/server/http/http_server.h"
@@ -83,6 +84,29 @@ Status AddHostileJob(Store* store) {
   return store->PutDiagnosis(d);
 }
 
+// A 64-rank job with only iteration times (one every 100 ms per rank for 30 s; rank 13
+// takes 1.5x from the middle on): the job page's chart for jobs too wide for a line per rank.
+Status AddWideJob(Store* store) {
+  constexpr int kRanks = 64;
+  constexpr int kIterations = 300;
+  const int64_t start = 1'700'000'000'000'000'000;
+  PERFTRACKER_RETURN_IF_ERROR(
+      store->UpsertJob({"wide", "torchrun --nnodes 32 train.py", kRanks, start, start}));
+  for (int r = 0; r < kRanks; ++r) {
+    PERFTRACKER_RETURN_IF_ERROR(
+        store->UpsertWorker({"wide", r, "node-" + std::to_string(r / 8), 100 + r, start}));
+  }
+  std::vector<IterationPoint> points;
+  for (int i = 0; i < kIterations; ++i) {
+    for (int r = 0; r < kRanks; ++r) {
+      const int64_t duration = (r == 13 && i > kIterations / 2 ? 150'000'000 : 100'000'000) +
+                               (r * 7919 + i * 104729) % 5'000'000;
+      points.push_back({r, start + (i + 1) * 100'000'000LL, duration});
+    }
+  }
+  return store->AppendIterations("wide", points);
+}
+
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
@@ -104,6 +128,8 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", options.tls_key_file, "PEM key");
   bool hostile = false;
   app.add_flag("--hostile", hostile, "also store a job whose names are all HTML / script");
+  bool wide = false;
+  app.add_flag("--wide", wide, "also store a 64-rank job with iteration times only");
   CLI11_PARSE(app, argc, argv);
 
   StatusOr<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(store_path);
@@ -119,6 +145,13 @@ int main(int argc, char** argv) {
 
   if (hostile) {
     Status st = AddHostileJob(store->get());
+    if (!st.ok()) {
+      std::fprintf(stderr, "perftracker_ui_fixture: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
+  if (wide) {
+    Status st = AddWideJob(store->get());
     if (!st.ok()) {
       std::fprintf(stderr, "perftracker_ui_fixture: %s\n", st.message().c_str());
       return 2;

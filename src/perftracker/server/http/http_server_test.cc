@@ -7,11 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "perftracker/server/http/example_store_for_test.h"
@@ -353,6 +355,27 @@ TEST_F(HttpServerTest, ServesHttpsWithTheGivenCertificate) {
   EXPECT_NE(st.message().find("cannot use TLS certificate " + cert + " with key " + other_key),
             std::string::npos)
       << st.message();
+}
+
+TEST_F(HttpServerTest, ConcurrentClientsAllGetTheirAnswers) {
+  StartServer(Options());
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&, t] {
+      httplib::Client cli = Client(true);
+      cli.set_keep_alive(true);
+      for (int i = 0; i < 25; ++i) {
+        const char* path = (i + t) % 3 == 0   ? "/api/v1/jobs/job-17/windows/1/summaries"
+                           : (i + t) % 3 == 1 ? "/api/v1/jobs/job-17/iterations"
+                                              : "/metrics";
+        auto r = cli.Get(path);
+        if (r && r->status == 200) ++ok;
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok.load(), 8 * 25);
 }
 
 TEST_F(HttpServerTest, StopAndRestart) {

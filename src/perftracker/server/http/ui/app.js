@@ -252,7 +252,7 @@
     setCrumbs([["jobs", "#/"], [job, null]]);
     const [info, iters] = await Promise.all([
       api("/api/v1/jobs/" + encodeURIComponent(job)),
-      api("/api/v1/jobs/" + encodeURIComponent(job) + "/iterations?limit=50000")]);
+      api("/api/v1/jobs/" + encodeURIComponent(job) + "/iterations?limit=200000")]);
     const chartBox = el("div", {class: "chart", id: "iteration-chart"});
     const status = el("span", {class: "muted"});
     const trigger = el("button", {type: "button", onclick: async () => {
@@ -311,7 +311,7 @@
               "/iterations?since=" + encodeURIComponent(since));
           if (!more.points.length) return;
           since = more.next_since;
-          points = points.concat(more.points).slice(-50000);
+          points = points.concat(more.points).slice(-200000);
           chart.destroy();
           charts.splice(charts.indexOf(chart), 1);
           chartBox.replaceChildren();
