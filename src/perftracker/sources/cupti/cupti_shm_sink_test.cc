@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "perftracker/sources/cupti/cupti_activity_tracer.h"
 #include "perftracker/sources/cupti/cupti_record_converter.h"
 
 namespace perftracker {
@@ -85,6 +86,33 @@ TEST_F(CuptiShmSinkTest, AnUncreatableFileIsAClearError) {
   ASSERT_FALSE(sink.ok());
   EXPECT_NE(sink.status().message().find("/nonexistent-dir/perftracker-x-cupti"),
             std::string::npos);
+}
+
+// The wiring docs/gpu-sources.md gives the agent, as written there, on this machine: the
+// toolkit's libcupti without a driver (or no libcupti) -> one line, no window, no crash.
+TEST_F(CuptiShmSinkTest, TheAgentWiringOfTheDocsRunsCleanlyWithoutAGpu) {
+  auto sink = CuptiShmSink::Create(path_, 0);
+  ASSERT_TRUE(sink.ok());
+  CuptiShmSink* out = sink.value().get();
+#ifdef PERFTRACKER_TEST_LIBCUPTI
+  auto api = LoadCuptiApi(PERFTRACKER_TEST_LIBCUPTI);
+#else
+  auto api = LoadCuptiApi("/nonexistent/libcupti.so");
+#endif
+  std::vector<std::string> log;
+  CuptiTracerOptions options;
+  options.log = [&](std::string_view line) { log.emplace_back(line); };
+  auto tracer =
+      api.ok()
+          ? std::make_unique<CuptiActivityTracer>(api.value(), out->functions(), out, options)
+          : std::make_unique<CuptiActivityTracer>(api.status(), out->functions(), out, options);
+  const Status st = tracer->Enable();
+  tracer->Disable();
+  if (!st.ok()) {
+    EXPECT_EQ(tracer->state(), CuptiTracerState::kUnavailable);
+    EXPECT_EQ(log.size(), 1u);
+  }
+  EXPECT_EQ(out->events(), 0u);
 }
 
 }  // namespace
