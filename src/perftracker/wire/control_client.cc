@@ -184,6 +184,7 @@ class ClientImpl final : public ControlClient {
 StatusOr<std::unique_ptr<ControlClient>> ControlClient::Create(
     const ControlClientOptions& options) {
   if (options.address.empty()) return Status::InvalidArgument("no server address given");
+  wire_internal::QuietGrpcLogging();
   return std::unique_ptr<ControlClient>(std::make_unique<ClientImpl>(options));
 }
 

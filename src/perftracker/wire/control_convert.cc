@@ -1,7 +1,11 @@
 #include "perftracker/wire/control_convert.h"
 
+#include <cstdlib>
+#include <mutex>
 #include <string>
 #include <utility>
+
+#include <grpc/support/log.h>
 
 namespace perftracker::wire_internal {
 namespace {
@@ -51,7 +55,16 @@ Status CheckText(const std::string& text, size_t limit, const char* what) {
   return Status::Ok();
 }
 
+void DropGrpcLog(gpr_log_func_args* /*args*/) {}
+
 }  // namespace
+
+void QuietGrpcLogging() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function(&DropGrpcLog);
+  });
+}
 
 void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
   std::visit(Overloaded{

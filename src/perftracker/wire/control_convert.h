@@ -18,4 +18,9 @@ StatusOr<CollectorMessage> FromProto(const perftracker::v1::CollectorMessage& me
 void ToProto(const ServerMessage& message, perftracker::v1::ServerMessage* out);
 StatusOr<ServerMessage> FromProto(const perftracker::v1::ServerMessage& message);
 
+// gRPC's own log lines (it prints errors such as failed handshakes to stderr) are dropped
+// unless GRPC_VERBOSITY is set: perftracker reports every failure itself, in one line.
+// Idempotent; called before the first server or client is made.
+void QuietGrpcLogging();
+
 }  // namespace perftracker::wire_internal

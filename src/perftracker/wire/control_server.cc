@@ -438,6 +438,7 @@ bool TokenMatches(std::string_view presented, std::string_view expected) {
 
 StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(ControlServerOptions options,
                                                               ControlHandler* handler) {
+  wire_internal::QuietGrpcLogging();
   auto server = std::make_unique<ControlServerImpl>(std::move(options), handler);
   PERFTRACKER_RETURN_IF_ERROR(server->Listen());
   return std::unique_ptr<ControlServer>(std::move(server));
