@@ -8,7 +8,8 @@ favour one mode):
 
   none          /usr/bin/python3 live_job.py                     (no perftracker at all)
   always_on     perftracker run --max-windows 0 -- ...           (agent loaded, detector on,
-                                                                   hooks never on)
+                                                                   hooks never on; its
+                                                                   triggers set out of reach)
   window        perftracker run --trigger-at-seconds 0 --window-seconds 3600 -- ...
                                                                   (profile hook, collectives,
                                                                    GC, data-loader events on
@@ -84,13 +85,17 @@ def mode_command(mode, args, report_dir):
     if mode == "none":
         return []
     cmd = [args.perftracker, "run", "--report-dir", report_dir]
+    # Triggers off (thresholds out of reach) except the scheduled window: on a loaded machine
+    # the detector's hang check (0.5 s of silence) fires, and the first hang always opens a
+    # window, which `always_on` must not have. The detector still runs on every marker.
+    quiet = ["--slowdown-ratio", "100", "--min-hang-seconds", "100000"]
     if mode == "always_on":
-        cmd += ["--max-windows", "0"]
+        cmd += ["--max-windows", "0"] + quiet
     elif mode == "window":
-        cmd += ["--trigger-at-seconds", "0", "--window-seconds", "3600", "--max-windows", "1"]
+        cmd += ["--trigger-at-seconds", "0", "--window-seconds", "3600", "--max-windows", "1"] + quiet
     elif mode == "after_window":
         cmd += ["--trigger-at-seconds", "0", "--window-seconds", str(args.short_window),
-                "--max-windows", "1"]
+                "--max-windows", "1"] + quiet
     return cmd + ["--"]
 
 
