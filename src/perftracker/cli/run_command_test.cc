@@ -203,11 +203,23 @@ TEST_F(RunCommandTest, AMissingAgentIsNamedAndTheJobStillRuns) {
       << r.err;
 }
 
-TEST_F(RunCommandTest, ServerOptionWarnsAndRunsEmbedded) {
-  const Result r =
-      RunPerftracker({"run", "--server", "host:7000", "--report-dir", ReportDir(), "--", "true"});
-  EXPECT_EQ(r.code, 0);
-  EXPECT_NE(r.err.find("running with the embedded server"), std::string::npos) << r.err;
+TEST_F(RunCommandTest, AnUnreachableServerIsOneLineAndTheJobRuns) {
+  const Result r = RunPerftracker({"run", "--server", "127.0.0.1:1", "--report-dir", ReportDir(),
+                                   "--", "/bin/sh", "-c", "echo job-ran; exit 5"});
+  EXPECT_EQ(r.code, 5);
+  EXPECT_NE(r.out.find("job-ran"), std::string::npos) << r.out;
+  const std::string line = "cannot reach the server at 127.0.0.1:1";
+  const size_t at = r.err.find(line);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(line, at + 1), std::string::npos) << "one line: " << r.err;
+}
+
+TEST_F(RunCommandTest, AMissingTokenFileIsABadOption) {
+  const Result r = RunPerftracker({"run", "--server", "127.0.0.1:1", "--token-file",
+                                   ReportDir() + "/no-such.token", "--report-dir", ReportDir(),
+                                   "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("perftracker run: --token-file: "), std::string::npos) << r.err;
 }
 
 TEST_F(RunCommandTest, SigtermIsForwardedToTheJob) {
