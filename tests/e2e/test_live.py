@@ -29,6 +29,9 @@ Options common to the fault tests, and why:
                            should a busy machine still fire a trigger before the fault, the
                            fault gets a window of its own; the tests read the LAST window's
                            report (the fault lasts to the end of the job)
+  --min-hang-seconds 5     no hang before 5 s of silence (the hang test sets its own): with
+                           other work on the 2 cores, ranks stalled for 1-1.5 s (4 x the mean
+                           iteration) and a hang trigger took the slowdown window
 """
 
 import argparse
@@ -61,7 +64,8 @@ TIMINGS = []  # (what, seconds), printed at the end
 
 # Detector and window options of the fault tests (see the module docstring).
 FAULT_RUN_OPTIONS = ["--window-iterations", "20", "--slowdown-ratio", "0.15",
-                     "--window-seconds", "4", "--max-windows", "3", "--cooldown-seconds", "0"]
+                     "--window-seconds", "4", "--max-windows", "3", "--cooldown-seconds", "0",
+                     "--min-hang-seconds", "5"]
 FAULT_AFTER_STEPS = 40
 # The hang case: ~300 ms iterations (a sleep of this long in every step), the hang after
 # this many steps.
@@ -473,6 +477,15 @@ class LiveFaultTest(LiveChecks):
         self.assertEqual(top["category"], "compute", json.dumps(top, indent=1))
         self.assertIn("Block2.forward", top["function"], json.dumps(top, indent=1))
         self.assertIn("live_job.py", top["function"])
+        # DDP's gradient all-reduce is visible (the agent's comm hook): the other ranks wait
+        # for rank 2 in it, and rank 2 waits least.
+        self.assertTrue(top["victims"], json.dumps(top, indent=1))
+        self.assertTrue(set(top["victims"]) <= {0, 1, 3}, json.dumps(top, indent=1))
+        comm = {w["rank"]: w["breakdown"]["communication"] for w in report["workers"]}
+        self.assertTrue(all(c > 0 for c in comm.values()), comm)
+        self.assertEqual(min(comm, key=comm.get), 2, comm)
+        log(f"slow_compute: victims {top['victims']}, communication share per rank "
+            + ", ".join(f"{r} {c:.2f}" for r, c in sorted(comm.items())))
         self.check_final_text(run, "rank 2", "Block2.forward")
 
     def test_slow_data_names_rank_and_data_loading(self):
@@ -482,25 +495,21 @@ class LiveFaultTest(LiveChecks):
         self.check_schema(report, run)
         top = self.top_finding(report, run)
         self.assertEqual(top["workers"], [1], json.dumps(top, indent=1))
-        # The top finding is data loading, or a function that runs inside the DataLoader
-        # iterator's __next__ (the Dataset's __getitem__): see the expected failure below.
-        self.assertTrue(top["category"] == "data_loading" or
-                        "DataLoaderIter.__next__" in top["function_key"],
-                        json.dumps(top, indent=1))
+        # The sleep is in the Dataset's __getitem__, called by the DataLoader iterator's
+        # __next__: data loading (the collector files everything under a DataLoader
+        # iterator's __next__ as data loading), whichever of the two ranks first.
+        self.assertEqual(top["category"], "data_loading", json.dumps(top, indent=1))
+        self.assertEqual(top["code"], "PT-STRAGGLER-DATA", json.dumps(top, indent=1))
         data = [f for f in report["findings"]
                 if f["material"] and f["category"] == "data_loading"]
-        self.assertTrue(data, json.dumps(report["findings"][:4], indent=1))
-        self.assertEqual(data[0]["workers"], [1], json.dumps(data[0], indent=1))
+        self.assertTrue(all(f["workers"] == [1] for f in data),
+                        json.dumps(report["findings"][:4], indent=1))
+        self.assertTrue(any("__getitem__" in f["function"] or
+                            "DataLoader" in f["function"] for f in data))
+        self.assertFalse([f for f in report["findings"] if f["material"] and
+                          "__getitem__" in f["function_key"] and
+                          f["category"] != "data_loading"], "__getitem__ ranked as compute")
         self.check_final_text(run, "rank 1")
-        if top["category"] != "data_loading":
-            # Known gap (localize/): the live agent records both the data-loader wait
-            # (data_load:DataLoader.__next__, the PT-STRAGGLER-DATA finding checked above)
-            # and the Python functions under torch's iterator __next__; when the Dataset's
-            # __getitem__ has the larger excess it ranks first as PT-STRAGGLER-COMPUTE
-            # (seen in about half of the runs). Make this an assertion once the localizer
-            # files functions under the data-loader iterator under data loading.
-            log(f"KNOWN GAP slow_data: the top finding is {top['code']} ({top['category']}) "
-                f"in {top['function']}, not data loading")
 
     def test_gc_pauses_name_rank_and_gc(self):
         run = self.run_fault("gc", ["--fault", "gc", "--fault-rank", "1",
@@ -574,23 +583,25 @@ class LiveFaultTest(LiveChecks):
             self.assertEqual(f["category"], "cpu_contention")
             self.assertIn("run-queue", json.dumps(f["evidence"]).lower(),
                           json.dumps(f, indent=1))
-        if not found:
-            # Known gap (localize/): PT-CPU-CONTENTION needs a straggler function on the
-            # starved rank first. In this DDP job the starved rank's lost time lands in
-            # the backward pass / gradient all-reduce (C++: DDP's all-reduce is not a
-            # Python call the agent sees), where its peers wait for it just as long, and
-            # the scheduler's wake-up credit lets its short forward bursts run at full
-            # speed: every rank's functions look alike, although its run-queue delay (the
-            # log line above) is far above its peers'. The localizer now also names a rank
-            # from its run-queue delay alone (>= 0.3 above and >= 2x its peers' median); in
-            # 3 of 4 runs here that found rank 2, but the collector's window samples do not
-            # always show the excess the test measures over the whole fault, so this stays
-            # logged rather than asserted.
-            log("cpu_contention: top findings " + json.dumps(
-                [(f["code"], f["workers"], f["function"], f["material"]) for f in
-                 report["findings"][:3]]))
-            log("KNOWN GAP cpu_contention: no PT-CPU-CONTENTION finding (top: " +
-                (report["findings"][0]["code"] if report["findings"] else "none") + ")")
+        # Did the scenario starve rank 2 more than its peers? Other work on the machine can
+        # undo it: the busy processes pinned to rank 2's CPU push unpinned processes of other
+        # sessions onto the peers' CPU (the scheduler balances load), and the peers, three
+        # to a CPU, then wait in the run queue as long as rank 2 does (measured here on a
+        # machine with load average 12-18: 1.2-1.4 on every rank). The localizer names
+        # contention from a run-queue excess of >= 0.15 and >= 1.5 x the peers', or >= 0.3
+        # and >= 1.25 x; the test asserts it when its own measurement shows the former (the
+        # collector samples a 4 s window, the test the whole time until the report).
+        peers = statistics.median(delay[r] for r in ranks if r != rank)
+        starved = delay[rank] >= peers + 0.15 and delay[rank] >= 1.5 * peers
+        if starved:
+            self.assertTrue(found, "rank 2 was starved (run-queue delay "
+                            f"{delay[rank]:.2f} vs peers' {peers:.2f}) and not named:\n" +
+                            json.dumps(report["findings"][:3], indent=1))
+        elif not found:
+            log("cpu_contention: NOT ASSERTED: the scenario did not starve rank 2 more than "
+                f"its peers (run-queue delay {delay[rank]:.2f} vs {peers:.2f}); top findings " +
+                json.dumps([(f["code"], f["workers"], f["function"], f["material"])
+                            for f in report["findings"][:3]]))
 
     def test_hang_names_rank_and_stack(self):
         # Slowdown triggers off (--slowdown-ratio 1: only a 2x slowdown would fire): on a
@@ -598,7 +609,8 @@ class LiveFaultTest(LiveChecks):
         # Iterations of ~300 ms (--step-sleep-ms: every rank sleeps at the end of a step),
         # so that 5 x the mean iteration leaves room for the stacks on a loaded 2-core
         # machine (see docs/live-mode.md, "Hangs").
-        options = [o if o != "0.15" else "1" for o in FAULT_RUN_OPTIONS]
+        # The detector's defaults for hangs (--hang-factor 4, --min-hang-seconds 0.5).
+        options = [o if o != "0.15" else "1" for o in FAULT_RUN_OPTIONS[:-2]]
         run = self.new_run("hang", options,
                            ["--fault", "hang", "--fault-rank", "3", "--step-sleep-ms",
                             str(HANG_STEP_SLEEP_MS), "--fault-after-steps",
@@ -630,6 +642,10 @@ class LiveFaultTest(LiveChecks):
         os.kill(run.proc.pid, signal.SIGTERM)
         rc = run.wait(60)
         self.assertNotEqual(rc, 0, run.describe())
+        # The ranks died of the SIGTERM (no atexit): perftracker run removes their shared
+        # memory, also of the ranks still dying when the job's main process was gone.
+        left = glob.glob(f"/dev/shm/perftracker-*-{run.proc.pid}-*")
+        self.assertEqual(left, [], "agents' shared memory left after SIGTERM of a hung job")
         report = run.report("hang")
         self.check_schema(report, run, recorded=False)  # a hung job calls nothing
         top = self.top_finding(report, run)
@@ -660,14 +676,18 @@ class PerftrackerFaultTest(LiveChecks):
     def test_killing_perftracker_run_leaves_the_job_running(self):
         # A window is open (hooks on in every rank) when `perftracker run` -- collector and
         # server -- is SIGKILLed; the ranks must go on at the same pace and exit 0.
-        steps, window_s = 260, 5.0
+        steps, window_s = 260, 8.0
         run = self.new_run("kill_collector", ["--trigger-at-seconds", "3", "--window-seconds",
                                               str(window_s), "--max-windows", "1"], [],
                            steps=steps)
         run.start()
         opened = run.poll_until("window", lambda: "opens in" in run.stderr() and time.time(),
                                 timeout=120, interval=0.02)
+        # Killed 1.5 s into the window, once the job has a pace to compare with (on a
+        # loaded machine the first steps can come after the window has opened).
         time.sleep(1.5)
+        run.poll_until("20 steps", lambda: run.last_step() >= 20 or
+                       time.time() > opened + window_s - 1, timeout=60)
         run.track()
         job_pid = run.job_pid
         self.assertIsNotNone(job_pid, run.describe())
@@ -681,7 +701,7 @@ class PerftrackerFaultTest(LiveChecks):
         done = run.steps()
         self.assertEqual(len(done), steps, run.describe())
         window_end = opened + 0.3 + window_s  # the hooks turn themselves off by then
-        before = [s for s in done if s[0] >= 10 and s[1] < opened]
+        before = [s for s in done if s[0] >= 5 and s[1] < killed_at]
         during = [s for s in done if killed_at < s[1] < window_end]
         after = [s for s in done if s[1] > window_end + 0.5]
         b, a = median_interval(before), median_interval(after)
@@ -690,6 +710,7 @@ class PerftrackerFaultTest(LiveChecks):
             f"before the window, {a * 1000:.1f} ms after it (ratio {a / b:.3f}); longest "
             f"step between the kill and the window's end {max(gaps) * 1000:.0f} ms")
         self.assertGreater(len(before), 10, run.describe())
+        self.assertLess(killed_at, window_end, "killed after the window")
         self.assertGreater(len(after), 20, run.describe())
         # Same pace, and no stall while the dead collector's window was still open. The
         # tolerance is wide: on 2 cores shared with other work the step time of one run

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -42,6 +44,8 @@ namespace fs = std::filesystem;
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // After the job ends, wait at most this long for the summaries of a window it cut short.
 constexpr double kFlushSeconds = 5.0;
+// At the end, how long the shared memory of ranks that are still dying is waited for.
+constexpr int kShmCleanupWaitMs = 2000;
 constexpr size_t kMaxTitle = 160;
 // --server: how long the job's start waits for the first connection attempt, and how long
 // the end waits for the agents' last summaries.
@@ -111,24 +115,42 @@ std::string MakeRunId() {
   return fmt::format("{:x}-{}", ts.tv_sec, getpid());
 }
 
+// A process that exited, or a zombie nobody has reaped yet (its agent is gone either way).
+bool ProcessGone(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+}
+
 // Removes the agents' shared-memory files of this run whose process is gone (an agent that
-// was killed could not remove its own). Files of live processes are left alone.
-void RemoveStaleShm(const std::string& run_id) {
+// was killed could not remove its own). Files of live processes are left alone; as ranks
+// killed with the job may still be dying when its main process has exited (SIGTERM to a
+// hung job), their files are looked at again for up to `wait_ms`.
+void RemoveStaleShm(const std::string& run_id, int wait_ms) {
   const std::string prefix = "perftracker-" + run_id + "-";
-  DIR* d = opendir("/dev/shm");
-  if (d == nullptr) return;
-  while (dirent* e = readdir(d)) {
-    const std::string_view name(e->d_name);
-    if (!name.starts_with(prefix)) continue;
-    const std::string pid_text(name.substr(prefix.size()));
-    char* end = nullptr;
-    const long pid = std::strtol(pid_text.c_str(), &end, 10);
-    if (end == pid_text.c_str() || *end != '\0' || pid <= 0) continue;
-    if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      unlink(("/dev/shm/" + std::string(name)).c_str());
+  for (int waited = 0;; waited += 50) {
+    DIR* d = opendir("/dev/shm");
+    if (d == nullptr) return;
+    bool live_left = false;
+    while (dirent* e = readdir(d)) {
+      const std::string_view name(e->d_name);
+      if (!name.starts_with(prefix)) continue;
+      const std::string pid_text(name.substr(prefix.size()));
+      char* end = nullptr;
+      const long pid = std::strtol(pid_text.c_str(), &end, 10);
+      if (end == pid_text.c_str() || *end != '\0' || pid <= 0) continue;
+      if (ProcessGone(static_cast<pid_t>(pid))) {
+        unlink(("/dev/shm/" + std::string(name)).c_str());
+      } else {
+        live_left = true;
+      }
     }
+    closedir(d);
+    if (!live_left || waited >= wait_ms) return;
+    usleep(50'000);
   }
-  closedir(d);
 }
 
 bool AgentAvailable(const std::string& python_dir, std::string* missing) {
@@ -500,7 +522,7 @@ int RunJob(const RunOptions& options) {
   }
   if (live) {
     rmdir(socket_dir.c_str());
-    RemoveStaleShm(run_id);
+    RemoveStaleShm(run_id, kShmCleanupWaitMs);
   }
 
   if (live && remote) {

@@ -171,6 +171,21 @@ TEST(LiveFindingsTest, ContentionOnAnOversubscribedHost) {
   EXPECT_THAT(d.findings[0].title, HasSubstr("85% of wall time on rank 0 vs 50% on peers"));
 }
 
+TEST(LiveFindingsTest, ContentionOnAHostOversubscribedByOtherWork) {
+  // Every rank waits about a wall second per second (other work on the machine); the
+  // starved rank 0.4 more: only 1.3x its peers, but a large absolute excess, and its
+  // straggler function corroborates it.
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool slow = r == 2;
+    loc.Add(Worker(r, 110, DdpStep(slow ? 80 : 50, 80), RunQueue(slow ? 1.6 : 1.2)));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, "PT-CPU-CONTENTION");
+  EXPECT_THAT(d.findings[0].workers, ElementsAre(2));
+}
+
 // Regression (e2e_live, a rank pinned to a core with busy processes): its time went into
 // backward and the C++ all-reduce, no traced function was longer than its peers', and the
 // diagnosis said the workers behave alike although its run-queue delay was 1.05 against
