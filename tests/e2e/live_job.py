@@ -18,6 +18,7 @@ LOCAL_RANK in their environment, as torchrun starts them (--launcher env).
 Faults, injected on --fault-rank from step --fault-after-steps on (by then the agent's
 detector has learned the iteration, so its slowdown trigger fires on the change):
   slow_data       a sleep of --data-delay-ms in the Dataset's __getitem__ (per sample)
+  slow_data_all   the same on every rank (an input pipeline too slow for the whole job)
   slow_compute    Block2.forward repeats its work --slow-repeats extra times
   gc              a large live heap of container objects, and a full gc.collect() of it
                   in every step (the kind of pause a leaky object graph causes)
@@ -50,7 +51,8 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn import functional as F
 
-FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention")
+FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention",
+          "slow_data_all")
 
 
 class RandomDataset(torch.utils.data.Dataset):
@@ -167,7 +169,7 @@ def run_rank(rank, args):
     torch.manual_seed(0)
     dist.init_process_group("gloo", init_method="env://", rank=rank,
                             world_size=args.world_size)
-    faulty = rank == args.fault_rank and args.fault != "none"
+    faulty = args.fault != "none" and (rank == args.fault_rank or args.fault == "slow_data_all")
     model = Model(args.width)
     net = nn.parallel.DistributedDataParallel(model) if args.sync == "ddp" else model
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
@@ -183,7 +185,7 @@ def run_rank(rank, args):
 
     for step, (x, y) in enumerate(loader):
         if faulty and step == args.fault_after_steps:
-            if args.fault == "slow_data":
+            if args.fault in ("slow_data", "slow_data_all"):
                 dataset.delay_s = args.data_delay_ms / 1000.0
             elif args.fault == "slow_compute":
                 model.block2.extra_repeats = args.slow_repeats

@@ -1,12 +1,273 @@
-// The real executor of `perftracker bench accuracy` (scenario_executor.h).
+// The real executor of `perftracker bench accuracy` (scenario_executor.h): runs
+//   perftracker run --report-dir DIR/reports <detector options> --
+//       python live_job.py --world-size N --steps S --fault K --fault-rank R ...
+// in a run directory of its own, follows the job (stderr: "live_job: rank R fault K starts at
+// step S (TIME)"; --progress-file: rank 0's finished steps), and judges the first window
+// report written after the fault had a window's worth of time to show. Time to diagnosis:
+// that report's modification time minus the fault onset. The run is ended (SIGTERM to
+// perftracker, which forwards it to the job) as soon as that report exists.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "perftracker/cli/scenario_executor.h"
 
 namespace perftracker {
+namespace {
 
-StatusOr<ScenarioRun> RunRealScenario(const Scenario&, const RealOptions&) {
+namespace fs = std::filesystem;
+
+// Detector and window options (as the e2e live tests use them, tests/e2e/test_live.py):
+// a 4 s window after a 20-iteration moving mean, 15 % slowdown bar on a shared machine.
+constexpr double kWindowSeconds = 4;
+// A healthy job gets one forced window this long after start.
+constexpr double kHealthyTriggerSeconds = 25;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts argv in a new process group with stdout / stderr redirected; returns the pid.
+pid_t Spawn(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err,
+            const fs::path& cwd) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  setpgid(0, 0);
+  const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int in = open("/dev/null", O_RDONLY);
+  if (o >= 0) dup2(o, 1);
+  if (e >= 0) dup2(e, 2);
+  if (in >= 0) dup2(in, 0);
+  if (chdir(cwd.c_str()) != 0) _exit(127);
+  execvp(args[0], args.data());
+  _exit(127);
+}
+
+// Ends a process group: SIGTERM, then SIGKILL after `grace` seconds; reaps `pid`.
+void EndGroup(pid_t pid, double grace) {
+  if (pid <= 0) return;
+  kill(-pid, SIGTERM);
+  const double deadline = Now() + grace;
+  int status = 0;
+  while (Now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(-pid, SIGKILL);
+  waitpid(pid, &status, 0);
+}
+
+}  // namespace
+
+StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
   ScenarioRun run;
-  run.skipped = true;
-  run.note = "the real executor is not built yet";
+  const double t0 = Now();
+  if (o.job.empty() || !fs::exists(o.job)) {
+    run.skipped = true;
+    run.note = "the training job tests/e2e/live_job.py was not found (pass --job)";
+    return run;
+  }
+  if (access(o.python.c_str(), X_OK) != 0) {
+    run.skipped = true;
+    run.note = fmt::format("{} is not executable (install python3-torch)", o.python);
+    return run;
+  }
+  const ScenarioFault* fault = s.faults.empty() ? nullptr : &s.faults[0];
+  std::vector<std::string> job_args;
+  int busy_loops = 0;
+  if (fault != nullptr) {
+    std::string kind;
+    switch (fault->kind) {
+      case FaultKind::kSlowCompute:
+        kind = "slow_compute";
+        job_args = {"--slow-repeats", fmt::format("{}", std::lround(fault->magnitude))};
+        break;
+      case FaultKind::kSlowData:
+      case FaultKind::kSlowDataAll:
+        kind = fault->kind == FaultKind::kSlowData ? "slow_data" : "slow_data_all";
+        job_args = {"--data-delay-ms", fmt::format("{}", fault->magnitude)};
+        break;
+      case FaultKind::kGc:
+        kind = "gc";
+        job_args = {"--gc-objects", fmt::format("{}", std::lround(fault->magnitude))};
+        break;
+      case FaultKind::kHang:
+        kind = "hang";
+        break;
+      case FaultKind::kCpuContention:
+        kind = "cpu_contention";
+        job_args = {"--pin", "isolate"};
+        busy_loops = std::max(1, static_cast<int>(std::lround(fault->magnitude)));
+        break;
+      default:
+        run.skipped = true;
+        run.note =
+            fmt::format("the real executor cannot inject '{}' yet", FaultKindName(fault->kind));
+        return run;
+    }
+    job_args.insert(job_args.begin(),
+                    {"--fault", kind, "--fault-rank",
+                     fmt::format("{}", fault->ranks.empty() ? 0 : fault->ranks[0]),
+                     "--fault-after-steps", fmt::format("{}", fault->start)});
+  }
+  std::error_code ec;
+  fs::path dir;
+  if (!o.keep_dir.empty()) {
+    dir = fs::path(o.keep_dir) / s.name;
+    fs::remove_all(dir, ec);
+    fs::create_directories(dir, ec);
+  } else {
+    char tmpl[] = "/tmp/perftracker-accuracy-XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    if (d == nullptr) return Status::Internal("cannot create a temporary directory");
+    dir = d;
+  }
+  const fs::path reports = dir / "reports";
+  const fs::path progress = dir / "progress.txt";
+  std::vector<std::string> argv = {o.perftracker,         "run",
+                                   "--report-dir",        reports.string(),
+                                   "--window-iterations", "20",
+                                   "--slowdown-ratio",    "0.15",
+                                   "--window-seconds",    fmt::format("{}", kWindowSeconds),
+                                   "--max-windows",       "3",
+                                   "--cooldown-seconds",  "0"};
+  if (s.healthy) {
+    argv.push_back("--trigger-at-seconds");
+    argv.push_back(fmt::format("{}", kHealthyTriggerSeconds));
+  }
+  argv.insert(argv.end(),
+              {"--", o.python, o.job, "--world-size", fmt::format("{}", s.job.ranks), "--steps",
+               fmt::format("{}", s.job.steps), "--progress-file", progress.string()});
+  argv.insert(argv.end(), job_args.begin(), job_args.end());
+  const pid_t pid = Spawn(argv, dir / "stdout.txt", dir / "stderr.txt", dir);
+  if (pid < 0) return Status::Internal("fork failed");
+
+  std::vector<pid_t> busy;
+  double onset = -1;
+  fs::path judged;
+  double judged_time = -1;
+  int status = 0;
+  bool exited = false;
+  const double deadline = t0 + o.timeout_seconds;
+  while (Now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    if (fault != nullptr && onset < 0) {
+      if (busy_loops > 0) {
+        // CPU contention: busy processes on the fault rank's CPU (live_job --pin isolate puts
+        // it alone on the last allowed CPU) once rank 0 has done `start` steps.
+        const std::string p = ReadFile(progress);
+        int64_t steps = 0;
+        for (char c : p) steps += c == '\n';
+        if (steps >= fault->start) {
+          cpu_set_t set;
+          CPU_ZERO(&set);
+          int last = -1;
+          if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+            for (int c = 0; c < CPU_SETSIZE; ++c) {
+              if (CPU_ISSET(c, &set)) last = c;
+            }
+          }
+          for (int i = 0; i < busy_loops; ++i) {
+            busy.push_back(Spawn({o.python, "-c",
+                                  fmt::format("import os\nos.sched_setaffinity(0, {{{}}})\n"
+                                              "while True:\n    pass\n",
+                                              std::max(last, 0))},
+                                 "/dev/null", "/dev/null", dir));
+          }
+          onset = Now();
+        }
+      } else {
+        const std::string err = ReadFile(dir / "stderr.txt");
+        const size_t at = err.find(" starts at step ");
+        if (at != std::string::npos) {
+          const size_t open = err.find('(', at), close = err.find(')', at);
+          if (open != std::string::npos && close != std::string::npos) {
+            onset = std::atof(err.substr(open + 1, close - open - 1).c_str());
+          }
+        }
+      }
+    }
+    // The first report the fault had a whole window to show in (healthy: the first one).
+    if (fs::exists(reports, ec) && (s.healthy || onset > 0)) {
+      std::vector<fs::path> files;
+      for (const auto& e : fs::directory_iterator(reports, ec)) {
+        const std::string n = e.path().filename().string();
+        if (n.starts_with("window-") && n.ends_with(".json")) files.push_back(e.path());
+      }
+      for (const auto& f : files) {
+        struct stat st {};
+        if (stat(f.c_str(), &st) != 0) continue;
+        const double mtime =
+            static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
+        // A hang is reported as soon as every rank's stacks are in (no full window).
+        const bool hang = fault != nullptr && fault->kind == FaultKind::kHang;
+        if (!s.healthy && mtime < onset + (hang ? 0 : kWindowSeconds)) continue;
+        if (Now() - mtime < 0.3) continue;  // let the writer finish
+        if (judged.empty() || mtime < judged_time) {
+          judged = f;
+          judged_time = mtime;
+        }
+      }
+      if (!judged.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (pid_t b : busy) EndGroup(b, 1);
+  if (!exited) EndGroup(pid, 10);
+  run.run_seconds = Now() - t0;
+  run.note = dir.string();
+  if (judged.empty()) {
+    if (s.healthy && exited) return run;  // no window at all: nothing material
+    return Status::Internal(fmt::format(
+        "no window report {} (run directory {}; {})",
+        exited ? "before the job ended" : fmt::format("within {:.0f} s", o.timeout_seconds),
+        dir.string(), onset < 0 && fault ? "the fault never started" : "see stderr.txt"));
+  }
+  if (fault != nullptr) run.diagnosis_seconds = judged_time - onset;
+  const auto j = nlohmann::json::parse(ReadFile(judged), nullptr, false);
+  if (j.is_discarded() || !j.contains("findings")) {
+    return Status::DataLoss(fmt::format("{}: not a report", judged.string()));
+  }
+  for (const auto& f : j["findings"]) {
+    DiagnosedFinding d;
+    d.code = f.value("code", "");
+    d.category = f.value("category", "");
+    d.material = f.value("material", false);
+    d.title = f.value("title", "");
+    if (f.contains("workers") && f["workers"].is_array()) {
+      for (const auto& w : f["workers"]) {
+        if (w.is_number_integer()) d.workers.push_back(w.get<int32_t>());
+      }
+    }
+    run.findings.push_back(std::move(d));
+  }
+  if (o.keep_dir.empty()) fs::remove_all(dir, ec);
   return run;
 }
 
