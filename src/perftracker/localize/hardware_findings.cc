@@ -145,7 +145,9 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
       }
       if (acc == nullptr || !std::isfinite(m.mean) || m.mean < kCarriesShare * achieved) continue;
       acc->t += t;
-      acc->bytes += static_cast<double>(f.bytes);
+      // On the wire a ring all-reduce moves about twice its payload (2 (n-1) / n, NCCL's
+      // bus-bandwidth convention); copies move their payload.
+      acc->bytes += static_cast<double>(f.bytes) * (f.kind == EventKind::kCollective ? 2 : 1);
       acc->s += t * m.mean;
       acc->s2 += t * (m.mean * m.mean + m.stddev * m.stddev);
     }

@@ -20,7 +20,8 @@
 //    the transfers is the rate a link reaches when it sends; a worker whose burst rate is
 //    below kDegradedRateShare of the job's median is on a degraded link, and loses
 //    bytes / rate - bytes / median rate per iteration (the bytes its transfer-carrying
-//    functions move per iteration, D their time per iteration). NIC: PT-NIC-DEGRADED; NVLink or
+//    functions move on the wire per iteration: twice the payload for collectives, as a
+//    ring all-reduce sends; D their time per iteration). NIC: PT-NIC-DEGRADED; NVLink or
 //    PCIe: PT-LINK-DEGRADED. The burst rate must also be consistent with the bytes moved (bytes /
 //    rate at most kConsistentShare x D): a worker that mostly waited inside its collectives has
 //    only background samples there, and a low rate that could not have moved its bytes is no
