@@ -621,8 +621,8 @@ class DdpTest(AgentTestBase):
         # World size 3: the gradient scaling (x 1/3) is not exact, so a hook that divided
         # instead of multiplying as the reducer does would change the last bits.
         FakeCollector(self.sock)
-        plain, _ = self.run_ddp("plain", "none", 30, agent=False)
-        hooked, err = self.run_ddp("hooked", "none", 30)
+        plain, _ = self.run_ddp("plain", "none", 12, agent=False)
+        hooked, err = self.run_ddp("hooked", "none", 12)
         self.assertEqual([r["hook"] for r in plain], ["", "", ""])
         self.assertTrue(all(r["hook"].endswith("ddp_hook") for r in hooked), hooked)
         self.assertEqual(len({r["params"] for r in plain}), 1)
