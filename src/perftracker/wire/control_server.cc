@@ -69,6 +69,7 @@ class ConnectReactor final
   class Sink;
 
   void FinishOnce(const grpc::Status& status);
+  void CleanUpAndDelete();
   void HandleRegistration(const pb::CollectorMessage& message);
 
   ControlServerImpl* server_;
@@ -81,6 +82,8 @@ class ConnectReactor final
   std::deque<pb::ServerMessage> out_;  // front() is being written while writing_
   bool writing_ = false;
   bool finished_ = false;
+  bool processing_ = false;  // a worker is handling the last message read
+  bool done_ = false;        // gRPC called OnDone
   std::optional<grpc::Status> finish_after_write_;
 };
 
@@ -331,6 +334,10 @@ void ConnectReactor::OnReadDone(bool ok) {
     return;
   }
   // One message of a stream at a time: the next read starts when this one is handled.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    processing_ = true;
+  }
   server_->Post([this] { Process(); });
 }
 
@@ -346,12 +353,24 @@ void ConnectReactor::Process() {
       Enqueue(ControlRejected{st.message()});
     }
   }
+  // The task holds the reactor: gRPC may call OnDone meanwhile (the stream was finished
+  // here or by a failed write), and then leaves the cleanup to us.
+  bool read_next = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (finished_ || finish_after_write_) return;
+    read_next = !done_ && !finished_ && !finish_after_write_;
   }
-  in_.Clear();
-  StartRead(&in_);
+  if (read_next) {
+    in_.Clear();
+    StartRead(&in_);
+  }
+  bool done = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    processing_ = false;
+    done = done_;
+  }
+  if (done) CleanUpAndDelete();
 }
 
 bool ConnectReactor::Enqueue(const ServerMessage& message) {
@@ -417,6 +436,15 @@ void ConnectReactor::FinishOnce(const grpc::Status& status) {
 }
 
 void ConnectReactor::OnDone() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    if (processing_) return;  // Process() finishes the job
+  }
+  CleanUpAndDelete();
+}
+
+void ConnectReactor::CleanUpAndDelete() {
   if (sink_) sink_->Detach();
   if (session_) session_->OnClosed();
   --server_->streams_open_;
