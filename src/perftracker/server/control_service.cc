@@ -454,6 +454,21 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
   for (const ControlRank& r : registration.ranks) session->AddRank(r);
   // Last: once the collector reads this answer, the job counts it and its ranks in.
   sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs()});
+  // A collector that (re)connects while a window is open joins it for the rest of its span:
+  // after a server restart the collectors come back one by one, and a window opened by the
+  // first one must still get the others' summaries.
+  std::vector<WindowSpec> joining;
+  {
+    std::lock_guard<std::mutex> lock(job->mu_);
+    const int64_t now = RealtimeNs();
+    for (const auto& [id, spec] : job->open_windows_) {
+      if (spec.end_ns() > now) joining.push_back(spec);
+    }
+  }
+  for (const WindowSpec& w : joining) {
+    sink->Send(
+        ControlWindow{w.id, w.start_ns, w.duration_ns, std::string(WindowReasonName(w.reason))});
+  }
   if (options_.metrics) options_.metrics->CollectorConnected();
   Log(fmt::format("job {}: collector {} ({}) registered with {} rank{}{}", registration.job_id,
                   registration.host, peer, registration.ranks.size(),

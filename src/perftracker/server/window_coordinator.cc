@@ -140,6 +140,12 @@ void WindowCoordinator::OnWorkerJoined(const WorkerInfo& worker) {
   world_size_ = std::max(world_size_, worker.world_size);
   if (first_hello_ns_ == 0) first_hello_ns_ = RealtimeNs();
   if (window_) window_->expected.insert(worker.rank);
+  if (pending_trigger_) cv_.notify_all();
+}
+
+bool WindowCoordinator::JoiningLocked(int64_t now_ns) const {
+  return first_hello_ns_ > 0 && static_cast<int64_t>(workers_.size()) < world_size_ &&
+         now_ns < first_hello_ns_ + options_.join_grace_ns;
 }
 
 void WindowCoordinator::OnWorkerLeft(int32_t rank, bool clean) {
@@ -154,10 +160,10 @@ void WindowCoordinator::OnWorkerLeft(int32_t rank, bool clean) {
 void WindowCoordinator::OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   if (hang_report_window_ != 0 && end_ns > hang_report_ns_) {
-    Log(fmt::format("rank {} made progress again {:.1f} s after the hang report of window {}: "
-                    "it was a long pause, not a hang (its stacks show what the job was doing)",
-                    rank, static_cast<double>(end_ns - hang_report_ns_) / 1e9,
-                    hang_report_window_));
+    Log(fmt::format(
+        "rank {} made progress again {:.1f} s after the hang report of window {}: "
+        "it was a long pause, not a hang (its stacks show what the job was doing)",
+        rank, static_cast<double>(end_ns - hang_report_ns_) / 1e9, hang_report_window_));
     hang_report_window_ = 0;
   }
   auto& iterations = workers_[rank].iterations;
@@ -166,9 +172,8 @@ void WindowCoordinator::OnIteration(int32_t rank, int64_t end_ns, int64_t durati
 }
 
 void WindowCoordinator::OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) {
-  const std::string what =
-      fmt::format("rank {}: {}{}{}", rank, WindowReasonName(reason), detail.empty() ? "" : " — ",
-                  detail);
+  const std::string what = fmt::format("rank {}: {}{}{}", rank, WindowReasonName(reason),
+                                       detail.empty() ? "" : " — ", detail);
   std::vector<CollectorControl*> start;
   std::vector<CollectorControl*> stacks;
   WindowSpec spec;
@@ -184,6 +189,16 @@ void WindowCoordinator::OnTrigger(int32_t rank, WindowReason reason, const std::
         hang_window_taken_ = true;
         stacks = collectors_;
         spec = window_->spec;
+      }
+    } else if (JoiningLocked(now)) {
+      if (!pending_trigger_) {
+        Log(
+            fmt::format("{}: waiting for the ranks that have not joined yet ({} of {}) before "
+                        "opening a window",
+                        what, workers_.size(), world_size_));
+        pending_trigger_.emplace(reason, what);
+      } else if (reason == WindowReason::kHang) {
+        pending_trigger_->first = reason;
       }
     } else if (OpenLocked(reason, what, now)) {
       start = collectors_;
@@ -303,9 +318,10 @@ void WindowCoordinator::Loop() {
     if (options_.trigger_at_ns && !manual_done_ && first_hello_ns_ > 0 &&
         now >= first_hello_ns_ + *options_.trigger_at_ns) {
       manual_done_ = true;
-      const std::string what = fmt::format("requested {:.1f} s after the first rank started "
-                                           "(--trigger-at-seconds)",
-                                           static_cast<double>(*options_.trigger_at_ns) / 1e9);
+      const std::string what = fmt::format(
+          "requested {:.1f} s after the first rank started "
+          "(--trigger-at-seconds)",
+          static_cast<double>(*options_.trigger_at_ns) / 1e9);
       if (window_) {
         window_->triggers.push_back(what);
       } else if (OpenLocked(WindowReason::kManual, what, now)) {
@@ -313,6 +329,21 @@ void WindowCoordinator::Loop() {
         const auto collectors = collectors_;
         lock.unlock();
         for (CollectorControl* c : collectors) c->StartWindow(spec);
+        lock.lock();
+        continue;
+      }
+    }
+    if (pending_trigger_ && !window_ && !JoiningLocked(now)) {
+      const auto [reason, what] = *pending_trigger_;
+      pending_trigger_.reset();
+      if (OpenLocked(reason, what, now)) {
+        const WindowSpec spec = window_->spec;
+        const auto collectors = collectors_;
+        lock.unlock();
+        for (CollectorControl* c : collectors) c->StartWindow(spec);
+        if (reason == WindowReason::kHang) {
+          for (CollectorControl* c : collectors) c->DumpStacks(spec.id);
+        }
         lock.lock();
         continue;
       }
@@ -373,9 +404,8 @@ void WindowCoordinator::Flush(int64_t timeout_ns) {
   }
   for (CollectorControl* c : collectors) c->EndWindowNow(id);
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns) + std::chrono::seconds(1), [&] {
-    return !finalizing_ && !(window_ && window_->spec.id == id);
-  });
+  cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns) + std::chrono::seconds(1),
+               [&] { return !finalizing_ && !(window_ && window_->spec.id == id); });
 }
 
 std::map<int32_t, std::string> WindowCoordinator::StacksFile(const OpenWindow& w) {
@@ -402,8 +432,9 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   Localizer localizer(options_.localizer);
   for (const auto& s : summaries) localizer.Add(s);
   const double seconds = static_cast<double>(w.spec.duration_ns) / 1e9;
-  localizer.AddNote(fmt::format("live window {} ({}) from {} for {:.1f} s{}; trigger: {}", w.spec.id,
-                                WindowReasonName(w.spec.reason), UtcTime(w.spec.start_ns), seconds,
+  localizer.AddNote(fmt::format("live window {} ({}) from {} for {:.1f} s{}; trigger: {}",
+                                w.spec.id, WindowReasonName(w.spec.reason),
+                                UtcTime(w.spec.start_ns), seconds,
                                 w.ended_for_hang ? " (ended once every rank's stacks were in)"
                                 : w.ending       ? " (cut short: the job ended)"
                                                  : "",
@@ -413,8 +444,8 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     for (size_t i = 1; i < w.triggers.size() && i < 8; ++i) {
       more += (i > 1 ? "; " : "") + w.triggers[i];
     }
-    localizer.AddNote(fmt::format("{} more trigger(s) during the window: {}", w.triggers.size() - 1,
-                                  more));
+    localizer.AddNote(
+        fmt::format("{} more trigger(s) during the window: {}", w.triggers.size() - 1, more));
   }
   for (int32_t rank : missing) {
     auto it = workers.find(rank);
@@ -434,8 +465,8 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     for (const auto& [rank, worker] : workers) {
       double sum = 0;
       size_t n = 0;
-      for (auto it = worker.iterations.rbegin(); it != worker.iterations.rend() && n < kIterationsForNote;
-           ++it) {
+      for (auto it = worker.iterations.rbegin();
+           it != worker.iterations.rend() && n < kIterationsForNote; ++it) {
         if (it->first > w.spec.start_ns) continue;
         sum += static_cast<double>(it->second);
         ++n;
@@ -445,7 +476,8 @@ void WindowCoordinator::Finalize(OpenWindow w) {
         note += ", …";
         break;
       }
-      note += fmt::format("{}rank {} {}", note.empty() ? "" : ", ", rank, Ms(sum / static_cast<double>(n)));
+      note += fmt::format("{}rank {} {}", note.empty() ? "" : ", ", rank,
+                          Ms(sum / static_cast<double>(n)));
     }
     if (!note.empty()) {
       localizer.AddNote(fmt::format(
@@ -465,9 +497,10 @@ void WindowCoordinator::Finalize(OpenWindow w) {
         std::replace(text.begin(), text.end(), '\n', ' ');
         localizer.AddNote(fmt::format("rank {} could not take its Python stacks: {}", rank, text));
       } else {
-        localizer.AddNote(fmt::format("rank {} sent no Python stacks (stuck in native code "
-                                      "holding the GIL, or gone?)",
-                                      rank));
+        localizer.AddNote(
+            fmt::format("rank {} sent no Python stacks (stuck in native code "
+                        "holding the GIL, or gone?)",
+                        rank));
       }
     }
     if (!w.stacks.empty()) {
@@ -493,7 +526,8 @@ void WindowCoordinator::Finalize(OpenWindow w) {
         }
         means.push_back(sum / static_cast<double>(n));
       }
-      hang.AddRank(rank, st == w.stacks.end() ? std::nullopt : std::optional<std::string>(st->second),
+      hang.AddRank(rank,
+                   st == w.stacks.end() ? std::nullopt : std::optional<std::string>(st->second),
                    last_progress);
     }
     int64_t mean_iteration = 0;
@@ -502,14 +536,16 @@ void WindowCoordinator::Finalize(OpenWindow w) {
                        means.end());
       mean_iteration = static_cast<int64_t>(means[means.size() / 2]);
     }
-    diagnosis.findings.insert(diagnosis.findings.begin(), hang.Analyze(RealtimeNs(), mean_iteration));
+    diagnosis.findings.insert(diagnosis.findings.begin(),
+                              hang.Analyze(RealtimeNs(), mean_iteration));
   }
 
   ReportInput input;
   input.diagnosis = &diagnosis;
   input.workers = &summaries;
-  input.title = fmt::format("{}{}window {} ({})", options_.title, options_.title.empty() ? "" : " — ",
-                            w.spec.id, WindowReasonName(w.spec.reason));
+  input.title =
+      fmt::format("{}{}window {} ({})", options_.title, options_.title.empty() ? "" : " — ",
+                  w.spec.id, WindowReasonName(w.spec.reason));
 
   WindowReport report;
   report.id = w.spec.id;

@@ -63,12 +63,16 @@ struct CoordinatorOptions {
   int64_t wait_summaries_ns = 10'000'000'000;
   std::optional<int64_t> trigger_at_ns;  // one manual window this long after the first hello
   int64_t cooldown_ns = 30'000'000'000;
+  // A trigger that arrives while some of ranks 0..world_size-1 have never said hello (the job
+  // is starting, or the server restarted and collectors are reconnecting one by one) waits
+  // for them, at most this long after the first hello, so the window covers every rank.
+  int64_t join_grace_ns = 10'000'000'000;
   int max_windows = 5;
   // The first window's id (a server restarted on a store continues the job's ids).
   uint64_t first_window_id = 1;
   LocalizerOptions localizer;
-  std::string title;  // what is diagnosed (the command line)
-  TextOptions text;   // for WindowReport::text
+  std::string title;                          // what is diagnosed (the command line)
+  TextOptions text;                           // for WindowReport::text
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
 };
 
@@ -132,7 +136,7 @@ class WindowCoordinator : public CoordinatorLink {
     std::map<int32_t, WorkerSummary> summaries;
     std::map<int32_t, std::string> stacks;
     std::map<int32_t, std::string> no_stacks;  // rank -> the agent's explanation
-    std::vector<std::string> triggers;  // "rank 2: slowdown (detail)"
+    std::vector<std::string> triggers;         // "rank 2: slowdown (detail)"
   };
 
   void Loop();
@@ -164,6 +168,9 @@ class WindowCoordinator : public CoordinatorLink {
   bool logged_max_ = false;
   bool finalizing_ = false;
   bool hang_window_taken_ = false;
+  // A trigger deferred until every rank has joined (see join_grace_ns).
+  std::optional<std::pair<WindowReason, std::string>> pending_trigger_;
+  bool JoiningLocked(int64_t now_ns) const;
   // The last hang report: when progress resumes after it, the hang was a pause (logged).
   uint64_t hang_report_window_ = 0;
   int64_t hang_report_ns_ = 0;

@@ -245,8 +245,10 @@ TEST_F(WindowCoordinatorTest, CooldownAndMaxWindowsRefuseTriggers) {
 }
 
 TEST_F(WindowCoordinatorTest, MissingRanksAreNamedAfterTheTimeout) {
-  Start(Options());
-  for (int r = 0; r < 3; ++r) Join(r, 4);  // rank 3 never connects
+  CoordinatorOptions o = Options();
+  o.join_grace_ns = 0;  // rank 3 never joins: open at once (the grace has its own tests)
+  Start(o);
+  for (int r = 0; r < 3; ++r) Join(r, 4);          // rank 3 never connects
   coordinator_->OnWorkerLeft(2, /*clean=*/false);  // rank 2's agent is gone
   coordinator_->OnTrigger(0, WindowReason::kSlowdown, "");
   const WindowSpec w = c1_.Started().at(0);
@@ -291,7 +293,8 @@ TEST_F(WindowCoordinatorTest, AHangAsksForStacksAndLeadsWithPtHang) {
       "    loss.backward()\n"
       "  File \"/usr/lib/python3/dist-packages/torch/_tensor.py\", line 488, in backward\n"
       "    torch.autograd.backward(\n"
-      "  File \"/usr/lib/python3/dist-packages/torch/autograd/__init__.py\", line 197, in backward\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/autograd/__init__.py\", line 197, in "
+      "backward\n"
       "    Variable._execution_engine.run_backward(\n";
   const std::string stuck =
       "Thread 1 (MainThread) (most recent call last):\n"
@@ -368,10 +371,11 @@ TEST_F(WindowCoordinatorTest, StacksThatAreNotAvailableCountAsNoStacks) {
   Join(1, 2);
   coordinator_->OnTrigger(0, WindowReason::kHang, "no progress");
   const WindowSpec w = c1_.Started().at(0);
-  coordinator_->OnStacks(1, 0, true,
-                         "Thread 1 (MainThread) (most recent call last):\n"
-                         "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", "
-                         "line 1536, in all_reduce\n    work.wait()\n");
+  coordinator_->OnStacks(
+      1, 0, true,
+      "Thread 1 (MainThread) (most recent call last):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", "
+      "line 1536, in all_reduce\n    work.wait()\n");
   coordinator_->OnStacks(1, 1, false, "no thread released the GIL within 2000 ms");
   for (int r = 0; r < 2; ++r) coordinator_->OnSummary(1, MakeSummary(r, w.start_ns, 10, 1));
   ASSERT_TRUE(WaitForReports(1));  // both answered: no wait for the timeout
@@ -484,6 +488,40 @@ TEST_F(WindowCoordinatorTest, AnUnwritableReportDirIsAClearError) {
   const Status st = c.Start();
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("cannot create the report directory"), std::string::npos);
+}
+
+TEST_F(WindowCoordinatorTest, ATriggerWaitsForRanksThatHaveNotJoinedYet) {
+  // After a server restart, collectors come back one by one: a window opened with half the
+  // job would name the other half missing. The trigger waits until every rank has joined.
+  Start(Options());
+  Join(0, 4);
+  Join(1, 4);
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "mean 1.3x");
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_TRUE(c1_.Started().empty()) << "a window opened while ranks 2 and 3 were missing";
+  EXPECT_TRUE(LogContains("waiting for the ranks that have not joined yet (2 of 4)"));
+  Join(2, 4);
+  Join(3, 4);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (c1_.Started().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(c1_.Started().size(), 1u);
+  EXPECT_EQ(c2_.Started().size(), 1u);
+  EXPECT_EQ(c1_.Started()[0].reason, WindowReason::kSlowdown);
+}
+
+TEST_F(WindowCoordinatorTest, ATriggerWaitsForMissingRanksAtMostTheJoinGrace) {
+  CoordinatorOptions o = Options();
+  o.join_grace_ns = 200 * kMs;
+  Start(o);
+  Join(0, 4);
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (c1_.Started().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(c1_.Started().size(), 1u) << "ranks that never join must not block windows forever";
 }
 
 }  // namespace
