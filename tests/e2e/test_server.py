@@ -185,9 +185,11 @@ class MultiHostTest(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def failed(self):
-        result = getattr(self, "_outcome", None)
-        errors = getattr(result, "errors", None) or getattr(getattr(result, "result", None), "errors", [])
-        return any(e[1] is not None for e in errors) if errors else False
+        # Python 3.11: self._outcome.result is the TestResult; its errors and failures are
+        # (test, traceback text) pairs for the whole run, so look for this test.
+        result = getattr(getattr(self, "_outcome", None), "result", None)
+        pairs = list(getattr(result, "errors", [])) + list(getattr(result, "failures", []))
+        return any(test is self for test, _ in pairs)
 
     def separate_collector(self, i, server, job, first, trigger, windows):
         """`perftracker collector` and ranks started apart from it (as a scheduler would)."""

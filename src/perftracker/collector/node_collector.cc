@@ -33,7 +33,7 @@ namespace {
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxReadPerWake = 1 << 20;  // per connection per poll round: fairness
 constexpr size_t kMaxOutbox = 1 << 20;
-constexpr size_t kDrainPerRound = 1 << 18;   // events per agent per drain round
+constexpr size_t kDrainPerRound = 1 << 18;  // events per agent per drain round
 constexpr int kIoPollMs = 200;
 // Sampling starts this long before a window so that the first in-window sample has a rate.
 constexpr int64_t kSampleLeadNs = 250'000'000;
@@ -360,9 +360,10 @@ void NodeCollector::Send(Session& s, const std::string& message) {
   if (s.fd < 0) return;
   if (!s.outbox.empty()) {
     if (s.outbox.size() + message.size() > kMaxOutbox) {
-      LogOnce(s, kLogWrite, fmt::format("{} does not read its control socket; messages to it are "
-                                        "dropped",
-                                        s.Name()));
+      LogOnce(s, kLogWrite,
+              fmt::format("{} does not read its control socket; messages to it are "
+                          "dropped",
+                          s.Name()));
       return;
     }
     s.outbox += message;
@@ -400,8 +401,7 @@ void NodeCollector::HandleLine(const std::shared_ptr<Session>& s, const std::str
       LogOnce(*s, kLogMalformed,
               fmt::format("malformed message from {}: {}; ignored", s->Name(), error));
     } else {
-      LogOnce(*s, kLogUnknown,
-              fmt::format("{}: {} (a newer agent?); ignored", s->Name(), error));
+      LogOnce(*s, kLogUnknown, fmt::format("{}: {} (a newer agent?); ignored", s->Name(), error));
     }
     return;
   }
@@ -430,9 +430,9 @@ void NodeCollector::HandleLine(const std::shared_ptr<Session>& s, const std::str
     if (s->hello && m.type == AgentMessageType::kBye) s->bye = true;
   }
   if (!active) {
-    LogOnce(*s, kLogBeforeHello,
-            fmt::format("{} sent '{}' before a valid hello; ignored", s->Name(),
-                        line.substr(0, 80)));
+    LogOnce(
+        *s, kLogBeforeHello,
+        fmt::format("{} sent '{}' before a valid hello; ignored", s->Name(), line.substr(0, 80)));
     return;
   }
   // The rank is the one the agent said hello with: messages cannot speak for other ranks.
@@ -468,8 +468,7 @@ void NodeCollector::HandleHello(const std::shared_ptr<Session>& s, const AgentMe
   bool same_file = false;
   {
     std::lock_guard<std::mutex> lock(s->mu);
-    same_file = s->rings && s->rings->shm()->path() == m.shm_path &&
-                s->worker.pid == m.worker.pid;
+    same_file = s->rings && s->rings->shm()->path() == m.shm_path && s->worker.pid == m.worker.pid;
   }
   if (!same_file) {
     struct stat st {};
@@ -563,6 +562,8 @@ void NodeCollector::RunCommands() {
   for (const Command& c : commands) {
     switch (c.kind) {
       case Command::Kind::kStartWindow:
+        // The same window twice (a reconnect racing the broadcast) must not restart it.
+        if (current_window_ && current_window_->id == c.window.id) break;
         current_window_ = c.window;
         for (const auto& s : sessions) {
           bool send = false;
@@ -591,9 +592,8 @@ void NodeCollector::RunCommands() {
       case Command::Kind::kEndWindowNow: {
         const int64_t now = RealtimeNs();
         if (current_window_ && current_window_->id == c.window.id) {
-          current_window_->duration_ns =
-              std::max<int64_t>(0, std::min(current_window_->duration_ns,
-                                            now - current_window_->start_ns));
+          current_window_->duration_ns = std::max<int64_t>(
+              0, std::min(current_window_->duration_ns, now - current_window_->start_ns));
         }
         for (const auto& s : sessions) {
           bool send = false;
@@ -662,7 +662,8 @@ void NodeCollector::DrainLoop(int index) {
         const WindowSpec& w = *s->rings->window();
         const bool done = s->done_window == w.id;
         if (s->gone && !s->bye) {
-          Log(fmt::format("{} disconnected during window {} without saying bye (killed or "
+          Log(
+              fmt::format("{} disconnected during window {} without saying bye (killed or "
                           "crashed?): it sends no summary",
                           s->Name(), w.id));
           s->rings->AbandonWindow();

@@ -447,24 +447,21 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
   }
   const std::string peer = sink->peer();
   auto session = std::make_shared<Session>(this, job, session_id, registration.host, peer);
-  {
-    std::lock_guard<std::mutex> lock(job->mu_);
-    job->sinks_[session_id] = sink;
-  }
-  for (const ControlRank& r : registration.ranks) session->AddRank(r);
-  // Last: once the collector reads this answer, the job counts it and its ranks in.
-  sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs()});
   // A collector that (re)connects while a window is open joins it for the rest of its span:
-  // after a server restart the collectors come back one by one, and a window opened by the
-  // first one must still get the others' summaries.
+  // after a server restart the collectors come back one by one. The windows open when its
+  // sink is added were broadcast without it; later ones reach it through Broadcast.
   std::vector<WindowSpec> joining;
   {
     std::lock_guard<std::mutex> lock(job->mu_);
+    job->sinks_[session_id] = sink;
     const int64_t now = RealtimeNs();
     for (const auto& [id, spec] : job->open_windows_) {
       if (spec.end_ns() > now) joining.push_back(spec);
     }
   }
+  for (const ControlRank& r : registration.ranks) session->AddRank(r);
+  // Last: once the collector reads this answer, the job counts it and its ranks in.
+  sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs()});
   for (const WindowSpec& w : joining) {
     sink->Send(
         ControlWindow{w.id, w.start_ns, w.duration_ns, std::string(WindowReasonName(w.reason))});

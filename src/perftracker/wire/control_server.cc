@@ -329,7 +329,12 @@ void ConnectReactor::HandleRegistration(const pb::CollectorMessage& message) {
 
 void ConnectReactor::OnReadDone(bool ok) {
   if (!ok) {
-    // The collector closed its side, or the stream broke.
+    // The collector closed its side, or the stream broke. No Process() runs now (it posts
+    // the next read as its last action), so OnDone may clean up.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      processing_ = false;
+    }
     FinishOnce(grpc::Status::OK);
     return;
   }
@@ -354,21 +359,24 @@ void ConnectReactor::Process() {
     }
   }
   // The task holds the reactor: gRPC may call OnDone meanwhile (the stream was finished
-  // here or by a failed write), and then leaves the cleanup to us.
+  // here or by a failed write), and then leaves the cleanup to us. Starting the next read
+  // hands the reactor to the next OnReadDone (and its Process() on another worker), so it is
+  // the last thing this task does: nothing of `this` may be touched after it (processing_
+  // stays true for the next message's task, or OnReadDone(false) clears it).
   bool read_next = false;
+  bool done = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     read_next = !done_ && !finished_ && !finish_after_write_;
+    if (!read_next) {
+      processing_ = false;
+      done = done_;
+    }
   }
   if (read_next) {
     in_.Clear();
     StartRead(&in_);
-  }
-  bool done = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    processing_ = false;
-    done = done_;
+    return;
   }
   if (done) CleanUpAndDelete();
 }
