@@ -598,7 +598,10 @@ class LiveFaultTest(LiveChecks):
         # and >= 1.25 x; the test asserts it when its own measurement shows the former (the
         # collector samples a 4 s window, the test the whole time until the report).
         peers = statistics.median(delay[r] for r in ranks if r != rank)
-        starved = delay[rank] >= peers + 0.15 and delay[rank] >= 1.5 * peers
+        # The bar of the localizer's rule for run-queue delay with no straggler function to
+        # corroborate it (DDP keeps every rank in step, so the starved one need not look
+        # slower): >= 0.3 above and >= 1.5 x the peers' median.
+        starved = delay[rank] >= peers + 0.3 and delay[rank] >= 1.5 * peers
         if starved:
             self.assertTrue(found, "rank 2 was starved (run-queue delay "
                             f"{delay[rank]:.2f} vs peers' {peers:.2f}) and not named:\n" +
@@ -682,7 +685,9 @@ class PerftrackerFaultTest(LiveChecks):
     def test_killing_perftracker_run_leaves_the_job_running(self):
         # A window is open (hooks on in every rank) when `perftracker run` -- collector and
         # server -- is SIGKILLed; the ranks must go on at the same pace and exit 0.
-        steps, window_s = 260, 8.0
+        # Enough steps that the job runs on well past the window on an idle machine too
+        # (42 ms steps there: 260 steps had ended before an 8 s window did).
+        steps, window_s = 500, 4.0
         run = self.new_run("kill_collector", ["--trigger-at-seconds", "3", "--window-seconds",
                                               str(window_s), "--max-windows", "1"], [],
                            steps=steps)

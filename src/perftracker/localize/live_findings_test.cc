@@ -206,6 +206,19 @@ TEST(LiveFindingsTest, RunQueueDelayAloneNamesTheStarvedRank) {
   EXPECT_THAT(AllEvidence(f), HasSubstr("runnable but not running"));
 }
 
+TEST(LiveFindingsTest, RunQueueDelayAloneAtOneAndAHalfTimesThePeersIsContention) {
+  // Measured in e2e_live on an idle CI run: the starved rank 0.98 vs its peers' 0.62 (DDP
+  // kept every rank in step, so no function of rank 2 looked slower).
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    loc.Add(Worker(r, 110, DdpStep(50, 50), RunQueue(r == 2 ? 0.98 : 0.62)));
+  }
+  const Diagnosis d = loc.Finish();
+  const Finding* f = FindCode(d, "PT-CPU-CONTENTION");
+  ASSERT_NE(f, nullptr);
+  EXPECT_THAT(f->workers, ElementsAre(2));
+}
+
 TEST(LiveFindingsTest, RunQueueDelayAloneNeedsAClearMargin) {
   // Time-slicing of an oversubscribed host: one rank waits somewhat more than the others.
   Localizer loc;

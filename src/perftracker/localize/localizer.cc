@@ -138,7 +138,7 @@ constexpr double kContentionLargePeerRatio = 1.25;
 // Without a straggler function to corroborate it, run-queue delay alone names contention
 // only when it is this far (absolute) and this many times above the peers' median.
 constexpr double kContentionAloneRunQueue = 0.3;
-constexpr double kContentionAlonePeerRatio = 2.0;
+constexpr double kContentionAlonePeerRatio = 1.5;
 // Lists of workers in a finding are capped; the full count goes into the evidence.
 constexpr size_t kMaxListedWorkers = 1024;
 // Per-worker notes of one kind beyond this many are summarized.
