@@ -311,6 +311,20 @@ bool WindowCoordinator::StacksInLocked() const {
 
 void WindowCoordinator::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
+  // Opens a window (lock held) and tells every collector, and for a hang asks for stacks,
+  // with the lock released; false when OpenLocked refuses.
+  auto open_and_announce = [&](WindowReason reason, const std::string& what, int64_t now) {
+    if (!OpenLocked(reason, what, now)) return false;
+    const WindowSpec spec = window_->spec;
+    const auto collectors = collectors_;
+    lock.unlock();
+    for (CollectorControl* c : collectors) c->StartWindow(spec);
+    if (reason == WindowReason::kHang) {
+      for (CollectorControl* c : collectors) c->DumpStacks(spec.id);
+    }
+    lock.lock();
+    return true;
+  };
   while (!stop_) {
     cv_.wait_for(lock, kTick);
     if (stop_) break;
@@ -324,29 +338,14 @@ void WindowCoordinator::Loop() {
           static_cast<double>(*options_.trigger_at_ns) / 1e9);
       if (window_) {
         window_->triggers.push_back(what);
-      } else if (OpenLocked(WindowReason::kManual, what, now)) {
-        const WindowSpec spec = window_->spec;
-        const auto collectors = collectors_;
-        lock.unlock();
-        for (CollectorControl* c : collectors) c->StartWindow(spec);
-        lock.lock();
+      } else if (open_and_announce(WindowReason::kManual, what, now)) {
         continue;
       }
     }
     if (pending_trigger_ && !window_ && !JoiningLocked(now)) {
       const auto [reason, what] = *pending_trigger_;
       pending_trigger_.reset();
-      if (OpenLocked(reason, what, now)) {
-        const WindowSpec spec = window_->spec;
-        const auto collectors = collectors_;
-        lock.unlock();
-        for (CollectorControl* c : collectors) c->StartWindow(spec);
-        if (reason == WindowReason::kHang) {
-          for (CollectorControl* c : collectors) c->DumpStacks(spec.id);
-        }
-        lock.lock();
-        continue;
-      }
+      if (open_and_announce(reason, what, now)) continue;
     }
     if (window_ && !window_->ending && StacksInLocked()) {
       // A hang: every rank's stacks are in, they are the evidence. End the window now; the

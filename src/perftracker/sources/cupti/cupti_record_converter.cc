@@ -311,47 +311,39 @@ void CuptiRecordConverter::ConvertKernel(const CUpti_ActivityKernel10& k) {
   if (Emit(ev, k.start, k.end)) ++stats_.kernels;
 }
 
+template <typename Record>
+bool CuptiRecordConverter::EmitTransfer(EventKind kind, const std::string& name, uint8_t flags,
+                                        const Record& r) {
+  Event ev;
+  ev.kind = kind;
+  ev.flags = static_cast<uint8_t>(kEventFlagOnDevice | flags);
+  ev.payload = r.bytes;
+  ev.correlation = r.correlationId;
+  ev.function_id = Function(kind, name);
+  ev.track_id = StreamTrack(r.deviceId, r.streamId);
+  return Emit(ev, r.start, r.end);
+}
+
 void CuptiRecordConverter::ConvertMemcpy(const CUpti_ActivityMemcpy6& m) {
   const std::string name = std::string("Memcpy ") + CopyKindName(m.copyKind) + " (" +
                            MemoryKindName(m.srcKind) + " -> " + MemoryKindName(m.dstKind) + ")";
-  Event ev;
-  ev.kind = EventKind::kMemcpy;
-  ev.flags = kEventFlagOnDevice;
-  if (m.srcKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE ||
-      m.dstKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE) {
-    ev.flags |= kEventFlagPageable;
+  const bool pageable = m.srcKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE ||
+                        m.dstKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
+  if (EmitTransfer(EventKind::kMemcpy, name, pageable ? kEventFlagPageable : 0, m)) {
+    ++stats_.memcpys;
   }
-  ev.payload = m.bytes;
-  ev.correlation = m.correlationId;
-  ev.function_id = Function(EventKind::kMemcpy, name);
-  ev.track_id = StreamTrack(m.deviceId, m.streamId);
-  if (Emit(ev, m.start, m.end)) ++stats_.memcpys;
 }
 
 void CuptiRecordConverter::ConvertPeerCopy(const CUpti_ActivityMemcpyPtoP4& m) {
   const std::string name = "Memcpy PtoP (GPU " + std::to_string(m.srcDeviceId) + " -> GPU " +
                            std::to_string(m.dstDeviceId) + ")";
-  Event ev;
-  ev.kind = EventKind::kMemcpy;
-  ev.flags = kEventFlagOnDevice;
-  ev.payload = m.bytes;
-  ev.correlation = m.correlationId;
-  ev.function_id = Function(EventKind::kMemcpy, name);
-  ev.track_id = StreamTrack(m.deviceId, m.streamId);
-  if (Emit(ev, m.start, m.end)) ++stats_.memcpys;
+  if (EmitTransfer(EventKind::kMemcpy, name, 0, m)) ++stats_.memcpys;
 }
 
 void CuptiRecordConverter::ConvertMemset(const CUpti_ActivityMemset4& m) {
   const std::string name =
       std::string("Memset (") + MemoryKindName(static_cast<uint8_t>(m.memoryKind)) + ")";
-  Event ev;
-  ev.kind = EventKind::kMemset;
-  ev.flags = kEventFlagOnDevice;
-  ev.payload = m.bytes;
-  ev.correlation = m.correlationId;
-  ev.function_id = Function(EventKind::kMemset, name);
-  ev.track_id = StreamTrack(m.deviceId, m.streamId);
-  if (Emit(ev, m.start, m.end)) ++stats_.memsets;
+  if (EmitTransfer(EventKind::kMemset, name, 0, m)) ++stats_.memsets;
 }
 
 void CuptiRecordConverter::ConvertApi(const CUpti_ActivityAPI& a, bool runtime) {

@@ -117,6 +117,9 @@ class CuptiRecordConverter {
   uint32_t ThreadTrack(uint32_t thread_id);
   uint32_t SyncTrack(uint32_t context);
   bool Emit(Event ev, uint64_t start, uint64_t end);
+  // A memcpy, peer copy or memset record (the same fields, other names and flags).
+  template <typename Record>
+  bool EmitTransfer(EventKind kind, const std::string& name, uint8_t flags, const Record& r);
 
   FunctionTable* functions_;
   EventSink* sink_;
