@@ -114,6 +114,7 @@ def _activate(rank, local_rank, world_size):
             options=_options,
         )
         _agent.set_stack_dumper(_dump_stacks)
+        _agent.set_gpu_probe(_gpu_probe)
         for code in _hidden_codes:
             _agent.hide_code(code)
         _state["active"] = True
@@ -152,6 +153,49 @@ def _activate_from_step():
         return
     rank = _env_int("RANK")
     _activate(0 if rank is None else rank, _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE") or 1)
+
+
+def _find_libcupti():
+    """The libcupti this process should use: one already mapped (torch's Kineto links it), else
+    the one torch's wheel ships (nvidia-cuda-cupti, outside the loader's path), else ""
+    (the agent then tries the usual names: the CUDA toolkit on LD_LIBRARY_PATH)."""
+    import glob
+
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(" ")[-1]
+                if "/libcupti.so" in path:
+                    return path
+    except OSError:
+        pass
+    found = []
+    nvidia = sys.modules.get("nvidia")
+    for base in list(getattr(nvidia, "__path__", []) or []):
+        found += glob.glob(os.path.join(base, "*", "lib", "libcupti.so*"))
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        found += glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libcupti.so*"))
+    return sorted(found)[0] if found else ""
+
+
+def _gpu_probe():
+    """Whether this window's GPU work can be traced with CUPTI (called by the agent at each
+    window start, on its own thread with the GIL): (0, "") CUDA is not in use in this process,
+    (1, libcupti path or "") trace it, (2, reason) skip it this time."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return (0, "")
+    try:
+        if not torch.cuda.is_initialized():
+            return (0, "")
+        if torch.autograd._profiler_enabled():
+            return (2, "torch.profiler is recording in this process (CUPTI has one client)")
+    except Exception:
+        return (0, "")
+    if "cupti" not in _state:
+        _state["cupti"] = _find_libcupti()
+    return (1, _state["cupti"])
 
 
 def _dump_stacks():

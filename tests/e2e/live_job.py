@@ -30,6 +30,10 @@ detector has learned the iteration, so its slowdown trigger fires on the change)
 --pin isolate pins the fault rank alone to the last allowed CPU and every other rank to the
 first one; --pin round_robin pins rank R to CPU R mod #CPUs.
 
+--device cuda puts the model and the batches on the GPUs (rank R on GPU R mod #GPUs; with
+gloo the gradients travel through the host), --backend nccl uses NCCL (one GPU per rank):
+what docs/gpu-sources.md's runs on a GPU machine used.
+
 --progress-file FILE: rank 0 appends "step wall_time_s" after each optimizer step (the
 end-to-end tests follow the job's progress and step rate with it).
 
@@ -167,11 +171,18 @@ def run_rank(rank, args):
     torch.set_num_threads(1)  # several ranks share few cores, as on a real node
     pin(rank, args)
     torch.manual_seed(0)
-    dist.init_process_group("gloo", init_method="env://", rank=rank,
+    if args.device == "cuda":  # ranks share the GPUs round-robin (gloo copies via the host)
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(args.backend, init_method="env://", rank=rank,
                             world_size=args.world_size)
     faulty = args.fault != "none" and (rank == args.fault_rank or args.fault == "slow_data_all")
-    model = Model(args.width)
-    net = nn.parallel.DistributedDataParallel(model) if args.sync == "ddp" else model
+    model = Model(args.width).to(device)
+    ddp_devices = [device] if device.type == "cuda" else None
+    net = (nn.parallel.DistributedDataParallel(model, device_ids=ddp_devices)
+           if args.sync == "ddp" else model)
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     loss_fn = nn.MSELoss()
     dataset = RandomDataset(args.steps * args.batch * args.world_size, args.width, seed=1234)
@@ -183,7 +194,22 @@ def run_rank(rank, args):
         args.progress_file and rank == 0) else None
     cache = None
 
+    prof = None
+    prof_from, prof_to = (args.torch_profiler or (None, None))
+    started = time.time()
+
     for step, (x, y) in enumerate(loader):
+        if prof_from is not None:  # --torch-profiler: the job's own torch.profiler session
+            elapsed = time.time() - started
+            if prof is None and prof_from <= elapsed < prof_to:
+                prof = torch.profiler.profile()
+                prof.__enter__()
+                print(f"live_job: rank {rank} torch.profiler on", file=sys.stderr, flush=True)
+            elif prof is not None and elapsed >= prof_to:
+                prof.__exit__(None, None, None)
+                print(f"live_job: rank {rank} torch.profiler off: "
+                      f"{len(prof.events())} events", file=sys.stderr, flush=True)
+                prof, prof_from = None, None
         if faulty and step == args.fault_after_steps:
             if args.fault in ("slow_data", "slow_data_all"):
                 dataset.delay_s = args.data_delay_ms / 1000.0
@@ -195,6 +221,8 @@ def run_rank(rank, args):
                 cache = LeakyCache(args.gc_objects)
             print(f"live_job: rank {rank} fault {args.fault} starts at step {step} "
                   f"({time.time():.3f})", file=sys.stderr, flush=True)
+        if device.type == "cuda":
+            x, y = x.to(device), y.to(device)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(net(x), y)
         loss.backward()
@@ -266,6 +294,13 @@ def parse_args(argv):
                    help="gradient synchronization: DistributedDataParallel (default) or "
                         "explicit dist.all_reduce calls after the backward pass")
     p.add_argument("--pin", choices=("none", "round_robin", "isolate"), default="none")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: model and batches on the GPUs (rank r on GPU r mod #GPUs)")
+    p.add_argument("--torch-profiler", type=lambda t: tuple(float(v) for v in t.split(":")),
+                   default=None, metavar="FROM:TO",
+                   help="run torch.profiler from FROM to TO seconds after the first step")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                   help="nccl needs --device cuda and one GPU per rank")
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--slow-repeats", type=int, default=6,

@@ -59,7 +59,8 @@ FINDING_KEYS = {"code", "category", "title", "workers", "victims", "function",
                 "function_key", "resource", "lost_ms_per_iteration", "lost_share",
                 "material", "evidence"}
 
-CONFIG = argparse.Namespace(perftracker=None, torch_python="/usr/bin/python3", keep=None)
+CONFIG = argparse.Namespace(perftracker=None, torch_python="/usr/bin/python3", keep=None,
+                            fake_cupti=None)
 TIMINGS = []  # (what, seconds), printed at the end
 
 # Detector and window options of the fault tests (see the module docstring).
@@ -231,8 +232,9 @@ class LiveRun:
     """One `perftracker run [run_args] -- python live_job.py [job_args]`, in a temporary
     directory: report dir, progress file (rank 0: "step wall_time"), stdout and stderr."""
 
-    def __init__(self, name, run_args, job_args, steps, job=LIVE_JOB):
+    def __init__(self, name, run_args, job_args, steps, job=LIVE_JOB, env=None):
         self.name = name
+        self.env = None if env is None else dict(os.environ, **env)
         self.dir = tempfile.mkdtemp(prefix=f"perftracker-live-{name}-")
         self.report_dir = os.path.join(self.dir, "reports")
         self.progress_path = os.path.join(self.dir, "progress.txt")
@@ -255,7 +257,8 @@ class LiveRun:
             # the contention test's busy processes must share one scheduler autogroup
             # (kernel.sched_autogroup_enabled groups CPU shares by session).
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=err, cwd=self.dir, process_group=0)
+                                         stderr=err, cwd=self.dir, process_group=0,
+                                         env=self.env)
         return self
 
     def track(self):
@@ -766,6 +769,132 @@ class PerftrackerFaultTest(LiveChecks):
             self.assertEqual(r.returncode, 7, r.stderr)
 
 
+class GpuSourcesTest(LiveChecks):
+    """The GPU half of the agent on this GPU-less machine: the real agent, collector and
+    report with the test suite's fake libcupti (real CUPTI C ABI and CUDA 13 record structs,
+    src/perftracker/sources/cupti/fake_cupti_for_test.cc) in place of CUPTI, and the NCCL
+    plugin wiring of `perftracker run`. What these do not show (a real GPU, driver, NCCL)
+    is listed in docs/gpu-sources.md."""
+
+    def fake_cupti_env(self, tmp, **extra):
+        if not CONFIG.fake_cupti or not os.path.exists(CONFIG.fake_cupti):
+            self.skipTest("no fake libcupti (built only with the CUDA toolkit's CUPTI headers)")
+        env = {"PERFTRACKER_CUPTI_LIBRARY": CONFIG.fake_cupti,
+               "FAKE_CUPTI_LOG": os.path.join(tmp, "cupti-calls.txt")}
+        env.update(extra)
+        return env
+
+    def gpu_run(self, name, env):
+        run = self.new_run(name, ["--gpu-tracing", "always", "--trigger-at-seconds", "3",
+                                  "--window-seconds", "3", "--max-windows", "1",
+                                  "--window-iterations", "20"], [], steps=150, env=env)
+        run.start()
+        self.assertEqual(run.wait(180), 0, run.describe())
+        return run
+
+    def test_gpu_kernels_traced_in_the_window_reach_the_report(self):
+        tmp = tempfile.mkdtemp(prefix="perftracker-fake-cupti-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        run = self.gpu_run("gpu_tracing", self.fake_cupti_env(tmp))
+        report = run.report()
+        self.check_schema(report, run)
+        for w in report["workers"]:  # the -cupti file of every rank joined its summary
+            self.assertTrue(w["has_device"], json.dumps(w))
+            self.assertGreater(w["breakdown"]["compute"], 0, json.dumps(w))
+        # The localizer sees the device: the fake's kernels keep the GPU busy half of the
+        # time (0.5 x their spacing) while the host runs Python: a launch-bound job.
+        codes = [f["code"] for f in report["findings"]]
+        self.assertIn("PT-HOST-BOUND", codes, json.dumps(report["findings"][:3], indent=1))
+        with open(run.report_paths()[0][:-len(".json")] + ".html") as f:
+            html = f.read()
+        self.assertIn("fake_gemm_kernel", html)  # the kernel's name, from its CUPTI record
+        with open(os.path.join(tmp, "cupti-calls.txt")) as f:
+            calls = f.read().split("\n")
+        # Each rank: subscribed for the window only, flushed before the window's end.
+        self.assertEqual(calls.count("cuptiSubscribe"), 4, calls)
+        self.assertEqual(calls.count("cuptiActivityFlushAll"), 4, calls)
+        self.assertEqual(calls.count("cuptiUnsubscribe"), 4, calls)
+        self.assertNotIn("GPU tracing", run.stderr(), run.describe())
+        left = glob.glob(f"/dev/shm/perftracker-*-{run.proc.pid}-*")
+        self.assertEqual(left, [], "the -cupti files were left behind")
+
+    def test_another_cupti_client_makes_each_rank_back_off_once(self):
+        tmp = tempfile.mkdtemp(prefix="perftracker-fake-cupti-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        run = self.gpu_run("gpu_busy", self.fake_cupti_env(
+            tmp, FAKE_CUPTI_SUBSCRIBE_RESULT="39"))  # MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+        report = run.report()
+        self.check_schema(report, run)  # the window goes on with the Python-level events
+        for w in report["workers"]:
+            self.assertFalse(w["has_device"], json.dumps(w))
+        said = [line for line in run.stderr().splitlines()
+                if "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" in line]
+        self.assertEqual(len(said), 4, run.describe())  # once per rank
+        self.assertIn("another CUPTI client", said[0])
+
+    def test_cpu_job_never_loads_cupti(self):
+        # --gpu-tracing auto (the default): torch has not initialized CUDA in these ranks.
+        tmp = tempfile.mkdtemp(prefix="perftracker-fake-cupti-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        env = self.fake_cupti_env(tmp)
+        run = self.new_run("gpu_auto_cpu", ["--trigger-at-seconds", "3", "--window-seconds", "2",
+                                            "--max-windows", "1"], [], steps=100, env=env)
+        run.start()
+        self.assertEqual(run.wait(180), 0, run.describe())
+        self.assertEqual(len(run.report_paths()), 1, run.describe())
+        self.assertFalse(os.path.exists(os.path.join(tmp, "cupti-calls.txt")))
+
+    def plugin_seen_by_job(self, run_args, env=None):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = subprocess.run(
+                [CONFIG.perftracker, "run", "--report-dir", os.path.join(tmp, "r"), *run_args,
+                 "--", sys.executable, "-c",
+                 "import os; print('plugin=' + os.environ.get('NCCL_PROFILER_PLUGIN', '-'))"],
+                capture_output=True, text=True, timeout=60, cwd=tmp,
+                env=dict(os.environ, **(env or {})))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return re.search(r"plugin=(\S+)", r.stdout).group(1), r.stderr
+
+    def test_run_gives_nccl_perftrackers_profiler_plugin(self):
+        env = {k: v for k, v in os.environ.items() if k != "NCCL_PROFILER_PLUGIN"}
+        with tempfile.TemporaryDirectory() as tmp:
+            r = subprocess.run(
+                [CONFIG.perftracker, "run", "--report-dir", os.path.join(tmp, "r"), "--",
+                 sys.executable, "-c",
+                 "import os; print('plugin=' + os.environ.get('NCCL_PROFILER_PLUGIN', '-'))"],
+                capture_output=True, text=True, timeout=60, cwd=tmp, env=env)
+        plugin = re.search(r"plugin=(\S+)", r.stdout).group(1)
+        self.assertTrue(plugin.endswith("libperftracker_nccl_profiler.so"), r.stdout)
+        self.assertTrue(os.path.exists(plugin), plugin)
+        # The user's own plugin is kept, and perftracker says what that costs.
+        plugin, err = self.plugin_seen_by_job([], {"NCCL_PROFILER_PLUGIN": "/opt/their.so"})
+        self.assertEqual(plugin, "/opt/their.so")
+        self.assertIn("NCCL_PROFILER_PLUGIN is set (/opt/their.so): keeping it", err)
+        plugin, _ = self.plugin_seen_by_job(["--nccl-plugin", "off"])
+        self.assertEqual(plugin, "-")
+        plugin, err = self.plugin_seen_by_job(["--nccl-plugin", "/nonexistent/p.so"])
+        self.assertEqual(plugin, "-")
+        self.assertIn("the NCCL profiler plugin /nonexistent/p.so does not exist", err)
+
+    def test_plugin_and_cupti_files_of_dead_ranks_are_removed(self):
+        # A rank killed mid-run cannot remove its -nccl / -cupti files: perftracker run does.
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        script = ("import os\n"
+                  f"for s in ('', '-nccl', '-cupti'):\n"
+                  f"    p = '/dev/shm/perftracker-%s-{dead.pid}%s' % "
+                  "(os.environ['PERFTRACKER_RUN_ID'], s)\n"
+                  "    open(p, 'w').close(); print(p)\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            r = subprocess.run([CONFIG.perftracker, "run", "--report-dir",
+                                os.path.join(tmp, "r"), "--", sys.executable, "-c", script],
+                               capture_output=True, text=True, timeout=60, cwd=tmp)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        made = [line for line in r.stdout.splitlines() if line.startswith("/dev/shm/")]
+        self.assertEqual(len(made), 3, r.stdout)
+        self.assertEqual([p for p in made if os.path.exists(p)], [])
+
+
 class DemoTest(unittest.TestCase):
     def test_demo_job_is_the_tested_job(self):
         # examples/live/train.py (what scripts/setup.sh runs) is a symlink to this test's job.
@@ -778,6 +907,8 @@ def main():
     p.add_argument("--perftracker", default=os.environ.get("PERFTRACKER_BIN"))
     p.add_argument("--torch-python", default="/usr/bin/python3")
     p.add_argument("--keep", default=None, help="copy each run's directory here")
+    p.add_argument("--fake-cupti", default=None,
+                   help="the test suite's fake libcupti (GPU tracing tests; skipped without)")
     args, rest = p.parse_known_args()
     if not args.perftracker or not os.path.exists(args.perftracker):
         sys.exit(f"test_live.py: pass --perftracker PATH to the built binary "
@@ -785,6 +916,7 @@ def main():
     CONFIG.perftracker = os.path.abspath(args.perftracker)
     CONFIG.torch_python = args.torch_python
     CONFIG.keep = os.path.abspath(args.keep) if args.keep else None
+    CONFIG.fake_cupti = os.path.abspath(args.fake_cupti) if args.fake_cupti else None
     become_subreaper()
     start = time.monotonic()
     try:

@@ -18,15 +18,13 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kTickNs = 50'000'000;             // control loop wake-up when idle
-constexpr int64_t kFirstBackoffNs = 100'000'000;    // first reconnect delay
-constexpr int64_t kByeFlushNs = 300'000'000;        // how long Stop() waits to flush bye
+constexpr int64_t kTickNs = 50'000'000;           // control loop wake-up when idle
+constexpr int64_t kFirstBackoffNs = 100'000'000;  // first reconnect delay
+constexpr int64_t kByeFlushNs = 300'000'000;      // how long Stop() waits to flush bye
 constexpr const char* kIterationName = "iteration";
 constexpr int64_t kClockCalibrationNs = 50'000'000;
 
-std::string Dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::optional<int64_t> Int(const json& j, const char* key) {
   auto it = j.find(key);
@@ -63,6 +61,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
   }
   a.profiler_ = std::move(profiler.value());
   a.profiler_->set_prefer_eval_hook(a.config_.options.eval_hook);
+  a.gpu_ = std::make_unique<GpuTracing>(a.config_.shm_path, a.config_.rank);
   a.wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   a.gil_.Start();
   // The worker runs Python for the agent (stack dumps): never recorded as the job's work.
@@ -80,6 +79,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
 Agent::~Agent() {
   if (!abandoned_) Stop();
   Py_XDECREF(stack_dumper_);
+  Py_XDECREF(gpu_probe_);
 }
 
 void Agent::Wake() {
@@ -92,6 +92,10 @@ void Agent::Stop() {
   if (stopped_ || abandoned_) return;
   stopped_ = true;
   stopping_ = true;
+  // GPU tracing off first: its records reach the -cupti file before the last window_done.
+  Py_BEGIN_ALLOW_THREADS
+  gpu_->End();
+  Py_END_ALLOW_THREADS
   // Hooks off first (we hold the GIL, so no GIL task is running); the final window_done goes
   // out before bye.
   {
@@ -114,12 +118,16 @@ void Agent::Stop() {
   Py_BEGIN_ALLOW_THREADS
   if (control_thread_.joinable()) control_thread_.join();
   gil_.Stop();
+  gpu_->End();  // a window that began while this was stopping
   Py_END_ALLOW_THREADS
   if (profiler_->recording()) profiler_->Stop();
   recording_ = false;
   if (wake_fd_ >= 0) close(wake_fd_);
   wake_fd_ = -1;
-  if (getpid() == creator_pid_) unlink(config_.shm_path.c_str());
+  if (getpid() == creator_pid_) {
+    unlink(config_.shm_path.c_str());
+    gpu_->RemoveFile();
+  }
 }
 
 void Agent::AbandonAfterFork() {
@@ -127,6 +135,8 @@ void Agent::AbandonAfterFork() {
   stopping_ = true;
   recording_ = false;
   profiler_->AbandonAfterFork();
+  // CUPTI's state (and the parent's -cupti file) belong to the parent: never disabled here.
+  [[maybe_unused]] GpuTracing* parents = gpu_.release();
   // The threads and the parent's file belong to the parent: never joined, never unlinked.
   // The caller leaks this object (its std::thread members name threads of the parent).
 }
@@ -152,8 +162,8 @@ void Agent::OnMarker(Marker marker, std::string_view name, int64_t start_ns, int
   const bool rec = recording_.load(std::memory_order_relaxed);
   if (rec) {
     profiler_->Record(
-        marker == Marker::kDataLoaderNext ? EventKind::kDataLoad : EventKind::kOptimizerStep,
-        name, true, start_ns, end_ns, 0);
+        marker == Marker::kDataLoaderNext ? EventKind::kDataLoad : EventKind::kOptimizerStep, name,
+        true, start_ns, end_ns, 0);
   }
   if (marker_busy_.test_and_set(std::memory_order_acquire)) {
     markers_skipped_.fetch_add(1, std::memory_order_relaxed);
@@ -226,6 +236,45 @@ void Agent::SetStackDumper(PyObject* fn) {
   Py_XINCREF(fn);
   Py_XDECREF(stack_dumper_);
   stack_dumper_ = fn;
+}
+
+void Agent::SetGpuProbe(PyObject* fn) {
+  Py_XINCREF(fn);
+  Py_XDECREF(gpu_probe_);
+  gpu_probe_ = fn;
+}
+
+void Agent::BeginGpuTracing() {
+  if (!config_.options.gpu_tracing || gpu_probe_ == nullptr || !gpu_->stats().available) return;
+  PyObject* verdict = PyObject_CallNoArgs(gpu_probe_);
+  long code = 0;
+  std::string text;
+  if (verdict != nullptr && PyTuple_Check(verdict) && PyTuple_Size(verdict) == 2) {
+    code = PyLong_AsLong(PyTuple_GetItem(verdict, 0));
+    const char* t = PyUnicode_AsUTF8(PyTuple_GetItem(verdict, 1));
+    if (t != nullptr) text = t;
+  }
+  Py_XDECREF(verdict);
+  PyErr_Clear();  // a failing probe means no GPU tracing, never an exception in the job
+  if (code == 2) {
+    gpu_->SkipBecause(text);
+    return;
+  }
+  // gpu_tracing=2: trace even when torch has not initialized CUDA here (CUDA through another
+  // library: CuPy, JAX, a C++ extension of the job's own).
+  if (code != 1 && config_.options.gpu_tracing != 2) return;
+  // An explicit library wins over the probe's guess (torch's own copy).
+  const char* library = std::getenv("PERFTRACKER_CUPTI_LIBRARY");
+  if (library != nullptr && *library != '\0') text = library;
+  Py_BEGIN_ALLOW_THREADS
+  gpu_->Begin(text);
+  Py_END_ALLOW_THREADS
+}
+
+void Agent::EndGpuTracing() {
+  Py_BEGIN_ALLOW_THREADS
+  gpu_->End();
+  Py_END_ALLOW_THREADS
 }
 
 AgentStats Agent::stats() const {
@@ -366,16 +415,20 @@ void Agent::HandleWindowTimers(int64_t now) {
     w.state = Window::State::kActive;
     const int64_t end = w.end_ns;
     gil_.Submit([this, end] {
-      std::lock_guard<std::mutex> l(window_mu_);
-      if (stopping_ || !window_ || profiler_->recording()) return;
-      profiler_->Start(end);
-      recording_ = true;
+      {
+        std::lock_guard<std::mutex> l(window_mu_);
+        if (stopping_ || !window_ || profiler_->recording()) return;
+        profiler_->Start(end);
+        recording_ = true;
+      }
+      BeginGpuTracing();
     });
   }
   if (w.state == Window::State::kActive && now >= w.end_ns) {
     w.state = Window::State::kStopping;
     const int64_t id = w.id;
     gil_.Submit([this, id] {
+      EndGpuTracing();  // before window_done: the GPU records are in the -cupti file
       std::lock_guard<std::mutex> l(window_mu_);
       if (stopping_ || !window_) return;
       recording_ = false;
@@ -439,11 +492,11 @@ void Agent::ApplyConfig(const nlohmann::json& j) {
   }
   if (!ok) {
     if (malformed_messages_.fetch_add(1) == 0) {
-      std::fprintf(stderr,
-                   "perftracker agent: ignoring a config message (%s); it may set "
-                   "slowdown_ratio, hang_factor, hang_longest_factor, min_hang_ms\n",
-                   parsed.ok() ? "a key that cannot change at run time"
-                               : parsed.status().message().c_str());
+      std::fprintf(
+          stderr,
+          "perftracker agent: ignoring a config message (%s); it may set "
+          "slowdown_ratio, hang_factor, hang_longest_factor, min_hang_ms\n",
+          parsed.ok() ? "a key that cannot change at run time" : parsed.status().message().c_str());
     }
     return;
   }
@@ -503,8 +556,8 @@ void Agent::HandleLine(const std::string& line) {
       return;
     }
     std::lock_guard<std::mutex> lock(window_mu_);
-    StartWindow(Window{*id, *start, *start + std::max<int64_t>(*duration, 0),
-                       Window::State::kScheduled});
+    StartWindow(
+        Window{*id, *start, *start + std::max<int64_t>(*duration, 0), Window::State::kScheduled});
   } else if (type == "dump_stacks") {
     DumpStacks(Int(j, "window").value_or(-1));
   } else if (type == "end_window") {
@@ -556,9 +609,8 @@ void Agent::ControlLoop() {
     nfds_t nfds = 0;
     fds[nfds++] = {wake_fd_, POLLIN, 0};
     if (channel_.connected()) {
-      fds[nfds++] = {channel_.fd(), static_cast<short>(
-                                        POLLIN | (channel_.has_pending_output() ? POLLOUT : 0)),
-                     0};
+      fds[nfds++] = {channel_.fd(),
+                     static_cast<short>(POLLIN | (channel_.has_pending_output() ? POLLOUT : 0)), 0};
     }
     const int64_t wait_ns = std::max<int64_t>(deadline - RealtimeNs(), 0);
     const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),

@@ -48,6 +48,7 @@
 #include "perftracker/agent/bounded_queue.h"
 #include "perftracker/agent/control_channel.h"
 #include "perftracker/agent/gil_worker.h"
+#include "perftracker/agent/gpu_tracing.h"
 #include "perftracker/core/agent_shm.h"
 #include "perftracker/core/status.h"
 #include "perftracker/detect/iteration_detector.h"
@@ -114,6 +115,10 @@ class Agent {
   ProfilerCounts ProfileStop();
   // GIL held. `fn()` returns all threads' Python stacks as text (used for dump_stacks).
   void SetStackDumper(PyObject* fn);
+  // GIL held. `fn()` says whether this window's GPU work can be traced with CUPTI:
+  // (0, "") this process does not use CUDA; (1, libcupti path or "") trace; (2, reason) skip.
+  void SetGpuProbe(PyObject* fn);
+  GpuTracing* gpu_tracing() { return gpu_.get(); }
 
   PythonProfiler* profiler() { return profiler_.get(); }
   const std::string& shm_path() const { return config_.shm_path; }
@@ -156,6 +161,10 @@ class Agent {
   // `config`: new detector thresholds (docs/agent-protocol.md).
   void ApplyConfig(const nlohmann::json& message);
   void FinishWindowLocked(int64_t window, const ProfilerCounts& counts);
+  // GIL worker, GIL held, window_mu_ not held: CUPTI on / off around a window (the GIL is
+  // released while CUPTI initializes or flushes).
+  void BeginGpuTracing();
+  void EndGpuTracing();
 
   AgentConfig config_;
   pid_t creator_pid_ = 0;
@@ -167,6 +176,8 @@ class Agent {
   std::thread control_thread_;
   int wake_fd_ = -1;
   PyObject* stack_dumper_ = nullptr;
+  PyObject* gpu_probe_ = nullptr;
+  std::unique_ptr<GpuTracing> gpu_;
 
   std::atomic<int> rank_{-1};
   std::atomic<int> local_rank_{-1};

@@ -77,7 +77,8 @@ void DrainLoop(Drainer* d, std::string path) {
     size_t got = 0;
     const uint32_t rings =
         std::min((*shm)->header()->rings_claimed.load(), (*shm)->header()->num_rings);
-    for (uint32_t r = 0; r < rings; ++r) got += (*shm)->Pop(static_cast<int>(r), buf.data(), buf.size());
+    for (uint32_t r = 0; r < rings; ++r)
+      got += (*shm)->Pop(static_cast<int>(r), buf.data(), buf.size());
     d->events += got;
     if (last) return;
     if (got == 0) usleep(200);
@@ -176,6 +177,23 @@ PYBIND11_MODULE(_agent, m) {
   m.def("set_stack_dumper", [](py::object fn) {
     if (g_agent != nullptr) g_agent->SetStackDumper(fn.ptr());
   });
+  m.def("set_gpu_probe", [](py::object fn) {
+    if (g_agent != nullptr) g_agent->SetGpuProbe(fn.ptr());
+  });
+  m.def(
+      "gpu_tracing_stats",
+      []() {
+        py::dict d;
+        if (g_agent == nullptr) return d;
+        const GpuTracingStats s = g_agent->gpu_tracing()->stats();
+        d["built"] = GpuTracing::Built();
+        d["available"] = s.available;
+        d["windows"] = s.windows;
+        d["events"] = s.events;
+        d["path"] = g_agent->gpu_tracing()->path();
+        return d;
+      },
+      "CUPTI tracing in this process: built, available, windows traced, events written.");
   m.def(
       "request_window",
       [](int64_t window, int64_t start_ns, int64_t duration_ns) {
@@ -197,16 +215,15 @@ PYBIND11_MODULE(_agent, m) {
       py::arg("duration_s"), py::arg("hook") = "",
       "Starts a local window now (tests, benchmarks). hook: 'eval' (frame-evaluation hook, "
       "where available) or 'profile' (C profile function); sticks for later windows.");
-  m.def("profile_stop", [] {
-    return CountsDict(g_agent != nullptr ? g_agent->ProfileStop() : ProfilerCounts{});
-  });
-  m.def("hooked_threads", [] {
-    return g_agent != nullptr ? g_agent->profiler()->HookedThreadCount() : 0;
-  });
+  m.def("profile_stop",
+        [] { return CountsDict(g_agent != nullptr ? g_agent->ProfileStop() : ProfilerCounts{}); });
+  m.def("hooked_threads",
+        [] { return g_agent != nullptr ? g_agent->profiler()->HookedThreadCount() : 0; });
   m.def("shm_path", [] { return g_agent != nullptr ? g_agent->shm_path() : std::string(); });
   m.def("now_ns", [] { return RealtimeNs(); });
-  m.def("clock_ns_per_tick", [] { return TscClock::ns_per_tick(); },
-        "The calibrated TSC rate used by the profile hook (0: clock_gettime is used).");
+  m.def(
+      "clock_ns_per_tick", [] { return TscClock::ns_per_tick(); },
+      "The calibrated TSC rate used by the profile hook (0: clock_gettime is used).");
   m.def("stats", [] {
     py::dict d;
     if (g_agent == nullptr) return d;
@@ -274,10 +291,7 @@ PYBIND11_MODULE(_agent, m) {
       "function_id, kind, payload)], ring_threads}.");
 
   m.def(
-      "noop_profile",
-      [](bool on) {
-        PyEval_SetProfile(on ? &NoopProfile : nullptr, nullptr);
-      },
+      "noop_profile", [](bool on) { PyEval_SetProfile(on ? &NoopProfile : nullptr, nullptr); },
       "Benchmark helper: installs (True) or removes (False) a do-nothing C profile function "
       "on the calling thread.");
   m.def(

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <functional>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 namespace perftracker {
@@ -21,53 +21,51 @@ struct Key {
 
 const std::map<std::string, Key, std::less<>>& Keys() {
   static const auto* keys = new std::map<std::string, Key, std::less<>>{
-      {"rings", {1, 1024, true, false,
-                 [](AgentOptions& o, double v) { o.shm.num_rings = static_cast<uint32_t>(v); }}},
+      {"rings",
+       {1, 1024, true, false,
+        [](AgentOptions& o, double v) { o.shm.num_rings = static_cast<uint32_t>(v); }}},
       {"ring_events",
        {2, 1 << 26, true, true,
         [](AgentOptions& o, double v) { o.shm.ring_capacity = static_cast<uint32_t>(v); }}},
       {"functions",
        {16, 1 << 22, true, false,
         [](AgentOptions& o, double v) { o.shm.function_capacity = static_cast<uint32_t>(v); }}},
-      {"learn_repeats", {1, 1000, true, false,
-                         [](AgentOptions& o, double v) {
-                           o.detector.learn_repeats = static_cast<int>(v);
-                         }}},
-      {"relearn_after", {1, 1e6, true, false,
-                         [](AgentOptions& o, double v) {
-                           o.detector.relearn_after = static_cast<int>(v);
-                         }}},
-      {"window_iterations", {1, 1e5, true, false,
-                             [](AgentOptions& o, double v) {
-                               o.detector.window_iterations = static_cast<int>(v);
-                             }}},
+      {"learn_repeats",
+       {1, 1000, true, false,
+        [](AgentOptions& o, double v) { o.detector.learn_repeats = static_cast<int>(v); }}},
+      {"relearn_after",
+       {1, 1e6, true, false,
+        [](AgentOptions& o, double v) { o.detector.relearn_after = static_cast<int>(v); }}},
+      {"window_iterations",
+       {1, 1e5, true, false,
+        [](AgentOptions& o, double v) { o.detector.window_iterations = static_cast<int>(v); }}},
       {"slowdown_ratio",
        {0, 100, false, false, [](AgentOptions& o, double v) { o.detector.slowdown_ratio = v; }}},
       {"hang_factor",
        {1, 1e4, false, false, [](AgentOptions& o, double v) { o.detector.hang_factor = v; }}},
-      {"hang_longest_factor", {0, 1e4, false, false,
-                               [](AgentOptions& o, double v) {
-                                 o.detector.hang_longest_factor = v;
-                               }}},
-      {"min_hang_ms", {0, 1e8, false, false,
-                       [](AgentOptions& o, double v) {
-                         o.detector.min_hang_ns = static_cast<int64_t>(v * 1e6);
-                       }}},
-      {"hang_check_ms", {1, 60'000, false, false,
-                         [](AgentOptions& o, double v) {
-                           o.hang_check_interval_ns = static_cast<int64_t>(v * 1e6);
-                         }}},
-      {"stack_timeout_ms", {10, 600'000, false, false,
-                            [](AgentOptions& o, double v) {
-                              o.stack_timeout_ns = static_cast<int64_t>(v * 1e6);
-                            }}},
-      {"reconnect_max_ms", {10, 3'600'000, false, false,
-                            [](AgentOptions& o, double v) {
-                              o.reconnect_max_ns = static_cast<int64_t>(v * 1e6);
-                            }}},
-      {"outbox", {16, 1 << 20, true, true,
-                  [](AgentOptions& o, double v) { o.outbox_capacity = static_cast<uint32_t>(v); }}},
+      {"hang_longest_factor",
+       {0, 1e4, false, false,
+        [](AgentOptions& o, double v) { o.detector.hang_longest_factor = v; }}},
+      {"min_hang_ms",
+       {0, 1e8, false, false,
+        [](AgentOptions& o, double v) { o.detector.min_hang_ns = static_cast<int64_t>(v * 1e6); }}},
+      {"hang_check_ms",
+       {1, 60'000, false, false,
+        [](AgentOptions& o, double v) {
+          o.hang_check_interval_ns = static_cast<int64_t>(v * 1e6);
+        }}},
+      {"stack_timeout_ms",
+       {10, 600'000, false, false,
+        [](AgentOptions& o, double v) { o.stack_timeout_ns = static_cast<int64_t>(v * 1e6); }}},
+      {"reconnect_max_ms",
+       {10, 3'600'000, false, false,
+        [](AgentOptions& o, double v) { o.reconnect_max_ns = static_cast<int64_t>(v * 1e6); }}},
+      {"outbox",
+       {16, 1 << 20, true, true,
+        [](AgentOptions& o, double v) { o.outbox_capacity = static_cast<uint32_t>(v); }}},
       {"eval_hook", {0, 1, true, false, [](AgentOptions& o, double v) { o.eval_hook = v != 0; }}},
+      {"gpu_tracing",
+       {0, 2, true, false, [](AgentOptions& o, double v) { o.gpu_tracing = static_cast<int>(v); }}},
   };
   return *keys;
 }
@@ -92,12 +90,12 @@ Status Apply(AgentOptions& o, std::string_view key, std::optional<double> value,
   }
   const Key& k = it->second;
   auto bad = [&](std::string_view why) {
-    return Status::InvalidArgument(
-        "PERFTRACKER_AGENT_OPTIONS: " + std::string(key) + "=" + std::string(raw) + " " +
-        std::string(why) + " (accepted: " + (k.integer ? "an integer" : "a number") + " in [" +
-        std::to_string(static_cast<int64_t>(k.min)) + ", " +
-        std::to_string(static_cast<int64_t>(k.max)) + "]" +
-        (k.power_of_two ? ", a power of two" : "") + ")");
+    return Status::InvalidArgument("PERFTRACKER_AGENT_OPTIONS: " + std::string(key) + "=" +
+                                   std::string(raw) + " " + std::string(why) +
+                                   " (accepted: " + (k.integer ? "an integer" : "a number") +
+                                   " in [" + std::to_string(static_cast<int64_t>(k.min)) + ", " +
+                                   std::to_string(static_cast<int64_t>(k.max)) + "]" +
+                                   (k.power_of_two ? ", a power of two" : "") + ")");
   };
   if (!value || !std::isfinite(*value)) return bad("is not a number");
   const double v = *value;
@@ -158,8 +156,7 @@ StatusOr<AgentOptions> ParseAgentOptions(std::string_view text) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos) {
       return Status::InvalidArgument("PERFTRACKER_AGENT_OPTIONS: '" + item +
-                                     "' is not key=value (known keys: " + AgentOptionKeys() +
-                                     ")");
+                                     "' is not key=value (known keys: " + AgentOptionKeys() + ")");
     }
     const std::string key = Trim(std::string_view(item).substr(0, eq));
     const std::string raw = Trim(std::string_view(item).substr(eq + 1));

@@ -16,12 +16,15 @@
 namespace perftracker {
 
 struct AgentOptions {
-  AgentShmOptions shm;         // rings, ring_events, functions
-  DetectorOptions detector;    // learn_repeats, relearn_after, window_iterations, ...
-  int64_t hang_check_interval_ns = 100'000'000;   // hang_check_ms
-  int64_t stack_timeout_ns = 2'000'000'000;       // stack_timeout_ms: GIL wait for stacks
-  int64_t reconnect_max_ns = 5'000'000'000;       // reconnect_max_ms: back-off ceiling
-  uint32_t outbox_capacity = 1024;                // outbox: queued messages (power of two)
+  AgentShmOptions shm;       // rings, ring_events, functions
+  DetectorOptions detector;  // learn_repeats, relearn_after, window_iterations, ...
+  int64_t hang_check_interval_ns = 100'000'000;  // hang_check_ms
+  int64_t stack_timeout_ns = 2'000'000'000;      // stack_timeout_ms: GIL wait for stacks
+  int64_t reconnect_max_ns = 5'000'000'000;      // reconnect_max_ms: back-off ceiling
+  uint32_t outbox_capacity = 1024;               // outbox: queued messages (power of two)
+  // gpu_tracing: CUPTI kernel / copy / launch tracing in windows. 0 off; 1 in processes where
+  // torch has initialized CUDA; 2 in every process (CUDA through another library)
+  int gpu_tracing = 1;
   bool eval_hook = true;  // eval_hook: record with the frame-evaluation hook where available
 };
 

@@ -27,6 +27,15 @@ TEST(AgentOptionsTest, KeyValuePairs) {
   EXPECT_EQ(o->detector.min_hang_ns, 250'000'000);
 }
 
+TEST(AgentOptionsTest, GpuTracingIsOffAutoOrAlways) {
+  EXPECT_EQ(ParseAgentOptions("")->gpu_tracing, 1);  // auto: where torch uses CUDA
+  EXPECT_EQ(ParseAgentOptions("gpu_tracing=0")->gpu_tracing, 0);
+  EXPECT_EQ(ParseAgentOptions("gpu_tracing=2")->gpu_tracing, 2);
+  auto bad = ParseAgentOptions("gpu_tracing=3");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("gpu_tracing"));
+}
+
 TEST(AgentOptionsTest, JsonObject) {
   auto o = ParseAgentOptions(R"({"window_iterations": 20, "slowdown_ratio": "0.1"})");
   ASSERT_TRUE(o.ok()) << o.status().message();

@@ -20,8 +20,7 @@ class BoundedQueue {
 
  public:
   // `capacity` must be a power of two.
-  explicit BoundedQueue(size_t capacity)
-      : mask_(capacity - 1), cells_(new Cell[capacity]) {
+  explicit BoundedQueue(size_t capacity) : mask_(capacity - 1), cells_(new Cell[capacity]) {
     for (size_t i = 0; i < capacity; ++i) cells_[i].seq.store(i, std::memory_order_relaxed);
   }
   BoundedQueue(const BoundedQueue&) = delete;

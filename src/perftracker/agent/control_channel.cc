@@ -50,7 +50,8 @@ void ControlChannel::Fail(const char* what) {
 }
 
 bool ControlChannel::SendLine(std::string_view line) {
-  if (fd_ < 0 || line.size() + 1 > kMaxLine || out_.size() - out_pos_ + line.size() + 1 > kMaxPendingOut) {
+  if (fd_ < 0 || line.size() + 1 > kMaxLine ||
+      out_.size() - out_pos_ + line.size() + 1 > kMaxPendingOut) {
     ++dropped_lines_;
     return false;
   }
@@ -65,8 +66,8 @@ bool ControlChannel::SendLine(std::string_view line) {
 
 bool ControlChannel::Flush() {
   while (fd_ >= 0 && out_pos_ < out_.size()) {
-    const ssize_t n = send(fd_, out_.data() + out_pos_, out_.size() - out_pos_,
-                           MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        send(fd_, out_.data() + out_pos_, out_.size() - out_pos_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       out_pos_ += static_cast<size_t>(n);
       continue;

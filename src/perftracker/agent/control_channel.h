@@ -18,7 +18,7 @@ namespace perftracker {
 
 class ControlChannel {
  public:
-  static constexpr size_t kMaxLine = 64 * 1024;           // protocol limit per message
+  static constexpr size_t kMaxLine = 64 * 1024;          // protocol limit per message
   static constexpr size_t kMaxPendingOut = 1024 * 1024;  // unsent bytes kept while full
 
   ControlChannel() = default;

@@ -12,7 +12,9 @@ GilWorker::~GilWorker() {
   // joinable thread is only possible in a forked child, where the object is leaked.
 }
 
-void GilWorker::Start() { thread_ = std::thread([this] { Run(); }); }
+void GilWorker::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 std::shared_ptr<GilWorker::Task> GilWorker::Submit(std::function<void()> fn) {
   auto task = std::make_shared<Task>();

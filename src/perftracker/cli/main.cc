@@ -8,6 +8,7 @@
 #include "perftracker/cli/bench_command.h"
 #include "perftracker/cli/collector_command.h"
 #include "perftracker/cli/diagnose_command.h"
+#include "perftracker/cli/probe_command.h"
 #include "perftracker/cli/run_command.h"
 #include "perftracker/cli/server_command.h"
 
@@ -31,6 +32,8 @@ int main(int argc, char** argv) {
   CLI::App* collector_cmd = perftracker::AddCollectorCommand(app, &collector);
   perftracker::BenchOptions bench;
   CLI::App* bench_cmd = perftracker::AddBenchCommand(app, &bench);
+  perftracker::ProbeOptions probe;
+  CLI::App* probe_cmd = perftracker::AddProbeCommand(app, &probe);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -50,6 +53,7 @@ int main(int argc, char** argv) {
     if (server_cmd->parsed()) return perftracker::RunServer(server);
     if (collector_cmd->parsed()) return perftracker::RunCollector(collector);
     if (bench_cmd->parsed()) return perftracker::RunBenchAccuracy(bench);
+    if (probe_cmd->parsed()) return perftracker::RunProbe(probe);
   } catch (const std::exception& e) {
     fmt::print(stderr, "perftracker: internal error: {}\n", e.what());
     return 2;

@@ -137,7 +137,11 @@ void RemoveStaleShm(const std::string& run_id, int wait_ms) {
     while (dirent* e = readdir(d)) {
       const std::string_view name(e->d_name);
       if (!name.starts_with(prefix)) continue;
-      const std::string pid_text(name.substr(prefix.size()));
+      // <pid>, or <pid>-nccl / <pid>-cupti: the NCCL plugin's and the CUPTI tracer's files.
+      std::string pid_text(name.substr(prefix.size()));
+      for (const char* suffix : {"-nccl", "-cupti"}) {
+        if (pid_text.ends_with(suffix)) pid_text.resize(pid_text.size() - std::strlen(suffix));
+      }
       char* end = nullptr;
       const long pid = std::strtol(pid_text.c_str(), &end, 10);
       if (end == pid_text.c_str() || *end != '\0' || pid <= 0) continue;
@@ -157,7 +161,8 @@ bool AgentAvailable(const std::string& python_dir, std::string* missing) {
   const fs::path boot = fs::path(python_dir) / "perftracker" / "_boot" / "sitecustomize.py";
   std::error_code ec;
   if (python_dir.empty() || !fs::exists(boot, ec)) {
-    *missing = python_dir.empty() ? std::string("(no python directory was built in)") : boot.string();
+    *missing =
+        python_dir.empty() ? std::string("(no python directory was built in)") : boot.string();
     return false;
   }
   for (auto it = fs::directory_iterator(fs::path(python_dir) / "perftracker", ec);
@@ -170,7 +175,8 @@ bool AgentAvailable(const std::string& python_dir, std::string* missing) {
 }
 
 // environ plus `set` (replacing variables of the same name).
-std::vector<std::string> ChildEnvironment(const std::vector<std::pair<std::string, std::string>>& set) {
+std::vector<std::string> ChildEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& set) {
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view entry(*e);
@@ -206,8 +212,8 @@ pid_t SpawnJob(const std::vector<std::string>& command, const std::vector<std::s
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setsigmask(&attr, &child_mask);
   posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
   posix_spawnattr_destroy(&attr);
@@ -241,9 +247,16 @@ std::string PowerOfTwoEvents(const std::string& text) {
 std::string AgentOptionsString(const RunOptions& o) {
   return fmt::format(
       "rings={},ring_events={},learn_repeats={},relearn_after={},window_iterations={},"
-      "slowdown_ratio={},hang_factor={},min_hang_ms={}",
+      "slowdown_ratio={},hang_factor={},min_hang_ms={},gpu_tracing={}",
       o.rings, o.ring_events, o.learn_repeats, o.relearn_after, o.window_iterations,
-      o.slowdown_ratio, o.hang_factor, o.min_hang_seconds * 1000);
+      o.slowdown_ratio, o.hang_factor, o.min_hang_seconds * 1000,
+      o.gpu_tracing == "off" ? 0 : (o.gpu_tracing == "always" ? 2 : 1));
+}
+
+std::string DefaultNcclPlugin() {
+  const char* env = std::getenv("PERFTRACKER_NCCL_PLUGIN");
+  if (env != nullptr && *env != '\0') return env;
+  return PERFTRACKER_BUILD_NCCL_PLUGIN;
 }
 
 std::string AgentPythonDir() {
@@ -325,6 +338,16 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
   cmd->add_option("--rings", o->rings, "Agent: thread rings per process")
       ->check(CLI::Range(1, 1024))
       ->default_val(16);
+  cmd->add_option("--gpu-tracing", o->gpu_tracing,
+                  "GPU kernels, copies and launches traced with CUPTI in windows: auto (ranks "
+                  "where torch uses CUDA; skipped while torch.profiler records), always (CUDA "
+                  "through another library too), off")
+      ->check(CLI::IsMember({"off", "auto", "always"}))
+      ->capture_default_str();
+  cmd->add_option("--nccl-plugin", o->nccl_plugin,
+                  "NCCL profiler plugin for the job (NCCL_PROFILER_PLUGIN): a path, or off. "
+                  "Default: perftracker's own, unless the environment already names one")
+      ->default_str("built in");
   cmd->add_option("--material-share", o->material_share,
                   "A finding is material when it costs at least this share of the iteration")
       ->check(CLI::Range(0.0001, 1.0))
@@ -428,7 +451,8 @@ int RunJob(const RunOptions& options) {
     // collector keeps trying (windows are taken once it is connected).
     const Status first = remote_link->WaitFirstAttempt(kRemoteFirstConnectMs);
     if (!first.ok()) {
-      fmt::print(stderr, "perftracker: {}; the job runs, and the collector keeps trying to reach it\n",
+      fmt::print(stderr,
+                 "perftracker: {}; the job runs, and the collector keeps trying to reach it\n",
                  first.message());
     }
   }
@@ -451,6 +475,29 @@ int RunJob(const RunOptions& options) {
     env_set.emplace_back("PERFTRACKER_SOCKET", collector.socket_path());
     env_set.emplace_back("PERFTRACKER_RUN_ID", run_id);
     env_set.emplace_back("PERFTRACKER_AGENT_OPTIONS", AgentOptionsString(options));
+    // NCCL loads the plugin at its first communicator: collectives and p2p operations with
+    // bytes, algorithm and protocol, into <agent file>-nccl (docs/gpu-sources.md). A plugin
+    // the user set is kept unless --nccl-plugin names one.
+    if (options.nccl_plugin != "off") {
+      const std::string plugin =
+          options.nccl_plugin.empty() ? DefaultNcclPlugin() : options.nccl_plugin;
+      const char* user = std::getenv("NCCL_PROFILER_PLUGIN");
+      std::error_code ec;
+      if (options.nccl_plugin.empty() && user != nullptr && *user != '\0' && plugin != user) {
+        fmt::print(stderr,
+                   "perftracker: NCCL_PROFILER_PLUGIN is set ({}): keeping it, so NCCL "
+                   "operations are not seen (--nccl-plugin {} to use perftracker's)\n",
+                   user, plugin);
+      } else if (!fs::exists(plugin, ec)) {
+        fmt::print(stderr,
+                   "perftracker: warning: the NCCL profiler plugin {} does not exist (build "
+                   "the perftracker_nccl_profiler target, or --nccl-plugin off); NCCL "
+                   "operations are not seen\n",
+                   plugin);
+      } else {
+        env_set.emplace_back("NCCL_PROFILER_PLUGIN", plugin);
+      }
+    }
   }
 
   // Signals: blocked around the spawn so that none is lost before the job's pgid is known;
@@ -474,7 +521,8 @@ int RunJob(const RunOptions& options) {
   if (pid > 0) g_job_pgid = pid;
   // On a terminal, the job becomes the foreground process group (as a shell would make
   // it): Ctrl-C and Ctrl-Z reach it directly, and it may read the terminal.
-  const bool terminal = pid > 0 && isatty(STDIN_FILENO) == 1 && tcgetpgrp(STDIN_FILENO) == getpgrp();
+  const bool terminal =
+      pid > 0 && isatty(STDIN_FILENO) == 1 && tcgetpgrp(STDIN_FILENO) == getpgrp();
   if (terminal) tcsetpgrp(STDIN_FILENO, pid);
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
 

@@ -42,6 +42,10 @@ struct RunOptions {
   uint32_t ring_events = 1u << 16;
   uint32_t rings = 16;
   double material_share = 0.05;
+  // GPU sources: CUPTI tracing in the agent; the NCCL profiler plugin ("" = the built one,
+  // "off" = none).
+  std::string gpu_tracing = "auto";  // off | auto (ranks where torch uses CUDA) | always
+  std::string nccl_plugin;
   // --server and the options that go with it: run only the collector here.
   RemoteOptions remote;
   bool color = false;
@@ -60,5 +64,9 @@ std::string AgentOptionsString(const RunOptions& options);
 // Where the agent's Python package lives: $PERFTRACKER_PYTHON_DIR, else the build tree's
 // python/ directory (compile-time). The directory holds perftracker/_boot/sitecustomize.py.
 std::string AgentPythonDir();
+
+// The NCCL profiler plugin `perftracker run` gives the job: $PERFTRACKER_NCCL_PLUGIN, else the
+// build tree's libperftracker_nccl_profiler.so (compile-time).
+std::string DefaultNcclPlugin();
 
 }  // namespace perftracker

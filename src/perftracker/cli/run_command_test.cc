@@ -172,7 +172,8 @@ TEST_F(RunCommandTest, TheJobSeesTheAgentEnvironment) {
   EXPECT_NE(r.out.find("R="), std::string::npos);
   EXPECT_EQ(r.out.find("R=\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("O=rings=4,ring_events=1024,learn_repeats=10,relearn_after=200,"
-                       "window_iterations=50,slowdown_ratio=0.1,hang_factor=4,min_hang_ms=500\n"),
+                       "window_iterations=50,slowdown_ratio=0.1,hang_factor=4,min_hang_ms=500,"
+                       "gpu_tracing=1\n"),
             std::string::npos)
       << r.out;
 }
@@ -256,7 +257,11 @@ TEST(AgentOptionsStringTest, CarriesEveryThresholdAndRingSize) {
   o.min_hang_seconds = 0.25;
   EXPECT_EQ(AgentOptionsString(o),
             "rings=8,ring_events=4096,learn_repeats=3,relearn_after=50,window_iterations=20,"
-            "slowdown_ratio=0.25,hang_factor=3.5,min_hang_ms=250");
+            "slowdown_ratio=0.25,hang_factor=3.5,min_hang_ms=250,gpu_tracing=1");
+  o.gpu_tracing = "off";
+  EXPECT_NE(AgentOptionsString(o).find(",gpu_tracing=0"), std::string::npos);
+  o.gpu_tracing = "always";
+  EXPECT_NE(AgentOptionsString(o).find(",gpu_tracing=2"), std::string::npos);
 }
 
 }  // namespace

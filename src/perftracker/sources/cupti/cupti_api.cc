@@ -25,7 +25,17 @@ StatusOr<CuptiApi> LoadCuptiApi(const std::string& path) {
   }
   void* handle = nullptr;
   std::string error;
+  // A copy the process has loaded already (torch's Kineto links libcupti) comes first: two
+  // copies of CUPTI in one process would each think they own the activity API.
+  if (path.empty()) {
+    for (const char* loaded : {"libcupti.so.13", "libcupti.so.12", "libcupti.so"}) {
+      handle = dlopen(loaded, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+      if (handle != nullptr) break;
+    }
+    dlerror();
+  }
   for (const std::string& c : candidates) {
+    if (handle != nullptr) break;
     handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle != nullptr) break;
     const char* e = dlerror();

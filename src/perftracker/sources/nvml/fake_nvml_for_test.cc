@@ -1,7 +1,7 @@
 // A fake libnvidia-ml.so for the NVML sampler's tests: the same C ABI (nvml_types.h), values
 // scripted through fake_nvml_state. Built twice: complete, and with FAKE_NVML_MINIMAL (no power,
-// no field values, no process list, only the older throttle-reasons name) to test functions
-// that a library lacks.
+// no field values, no process list, no GPM, only the older throttle-reasons name) to test
+// functions that a library lacks.
 #include "perftracker/sources/nvml/fake_nvml_for_test.h"
 
 extern "C" {
@@ -97,6 +97,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvml
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetFieldValues(
     nvmlDevice_t d, int n, nvmlFieldValue_t* values) {
+  if (Dev(d)->nvlink_fields_result != kNvmlSuccess) return Dev(d)->nvlink_fields_result;
   for (int i = 0; i < n; ++i) {
     nvmlFieldValue_t& v = values[i];
     v.valueType = kNvmlValueTypeUnsignedLongLong;
@@ -127,6 +128,86 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningP
     infos[i] = nvmlProcessInfo_v2_t{Dev(d)->pids[i], 1u << 30, 0xffffffffu, 0xffffffffu};
   }
   *count = n;
+  return kNvmlSuccess;
+}
+
+// GPM. A sample remembers its device and the order it was read in; nvmlGpmMetricsGet checks
+// the pair the way the sampler must use it (same device, sample1 read before sample2).
+struct FakeGpmSample {
+  FakeNvmlDevice* device = nullptr;
+  unsigned long long sequence = 0;  // 0: never read
+};
+namespace {
+unsigned long long gpm_sequence = 0;
+FakeGpmSample* Sample(nvmlGpmSample_t s) { return reinterpret_cast<FakeGpmSample*>(s); }
+constexpr nvmlReturn_t kNvmlErrorInvalidArgument = 2;
+constexpr nvmlReturn_t kNvmlErrorArgumentVersionMismatch = 25;
+}  // namespace
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlGpmQueryDeviceSupport(
+    nvmlDevice_t d, nvmlGpmSupport_t* support) {
+  ++fake_nvml_state.gpm_calls;
+  if (support->version != kNvmlGpmSupportVersion) return kNvmlErrorArgumentVersionMismatch;
+  support->isSupportedDevice = Dev(d)->gpm_supported;
+  return kNvmlSuccess;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t* s) {
+  ++fake_nvml_state.gpm_calls;
+  ++fake_nvml_state.gpm_samples_live;
+  *s = reinterpret_cast<nvmlGpmSample_t>(new FakeGpmSample);
+  return kNvmlSuccess;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t s) {
+  ++fake_nvml_state.gpm_calls;
+  --fake_nvml_state.gpm_samples_live;
+  delete Sample(s);
+  return kNvmlSuccess;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d,
+                                                                     nvmlGpmSample_t s) {
+  ++fake_nvml_state.gpm_calls;
+  if (Dev(d)->gpm_supported == 0) return kNvmlErrorNotSupported;
+  Sample(s)->device = Dev(d);
+  Sample(s)->sequence = ++gpm_sequence;
+  return kNvmlSuccess;
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t* get) {
+  ++fake_nvml_state.gpm_calls;
+  if (get->version != kNvmlGpmMetricsGetVersion) return kNvmlErrorArgumentVersionMismatch;
+  const FakeGpmSample* first = Sample(get->sample1);
+  const FakeGpmSample* second = Sample(get->sample2);
+  if (get->numMetrics > kNvmlGpmMetricMax || first == nullptr || second == nullptr ||
+      first->device == nullptr || first->device != second->device || first->sequence == 0 ||
+      first->sequence >= second->sequence) {
+    ++fake_nvml_state.gpm_bad_pairs;
+    return kNvmlErrorInvalidArgument;
+  }
+  const FakeNvmlDevice& dev = *second->device;
+  if (dev.gpm_metrics_result != kNvmlSuccess) return dev.gpm_metrics_result;
+  for (unsigned int i = 0; i < get->numMetrics; ++i) {
+    nvmlGpmMetric_t& m = get->metrics[i];
+    m.nvmlReturn = kNvmlSuccess;
+    switch (m.metricId) {
+      case kNvmlGpmMetricSmUtil:
+        m.value = dev.gpm_sm_util;
+        break;
+      case kNvmlGpmMetricDramBwUtil:
+        m.nvmlReturn = dev.gpm_dram_result;
+        m.value = dev.gpm_dram_bw_util;
+        break;
+      case kNvmlGpmMetricNvlinkTotalRxPerSec:
+      case kNvmlGpmMetricNvlinkTotalTxPerSec:
+        if (dev.nvlink_links == 0) {
+          m.nvmlReturn = kNvmlErrorNotSupported;
+        } else {
+          m.value = m.metricId == kNvmlGpmMetricNvlinkTotalRxPerSec ? dev.gpm_nvlink_rx_mib
+                                                                    : dev.gpm_nvlink_tx_mib;
+        }
+        break;
+      default:
+        m.nvmlReturn = kNvmlErrorInvalidArgument;
+    }
+  }
   return kNvmlSuccess;
 }
 #endif

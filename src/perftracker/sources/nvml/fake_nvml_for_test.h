@@ -22,6 +22,16 @@ struct FakeNvmlDevice {
   nvmlReturn_t temperature_result = kNvmlSuccess;
   unsigned int pids[4] = {};
   unsigned int num_pids = 0;
+  nvmlReturn_t nvlink_fields_result = kNvmlSuccess;  // of the whole nvmlDeviceGetFieldValues call
+  // GPM: what nvmlGpmMetricsGet reports between two samples of this device (the values current
+  // when the later sample was read). NVLink metrics answer only where nvlink_links > 0.
+  unsigned int gpm_supported = 1;  // nvmlGpmSupport_t::isSupportedDevice
+  double gpm_sm_util = 0;          // percent
+  double gpm_dram_bw_util = 0;     // percent
+  double gpm_nvlink_rx_mib = 0;    // MiB/s
+  double gpm_nvlink_tx_mib = 0;
+  nvmlReturn_t gpm_metrics_result = kNvmlSuccess;  // of the whole nvmlGpmMetricsGet call
+  nvmlReturn_t gpm_dram_result = kNvmlSuccess;     // of the DRAM_BW_UTIL metric
 };
 
 struct FakeNvmlState {
@@ -30,4 +40,7 @@ struct FakeNvmlState {
   FakeNvmlDevice devices[4];
   int init_calls = 0;
   int shutdown_calls = 0;
+  int gpm_calls = 0;         // calls of any nvmlGpm* function
+  int gpm_samples_live = 0;  // allocated and not yet freed
+  int gpm_bad_pairs = 0;     // nvmlGpmMetricsGet asked with samples out of order / of two devices
 };

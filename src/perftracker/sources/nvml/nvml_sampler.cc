@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <set>
+#include <utility>
 
 namespace perftracker {
 namespace {
@@ -14,6 +15,17 @@ Fn Sym(void* lib, const char* name) {
 }
 
 constexpr double kKiB = 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+void Append(std::vector<MetricSample>* out, uint32_t source, int64_t time_ns, Metric metric,
+            double value) {
+  MetricSample s;
+  s.time_ns = time_ns;
+  s.value = value;
+  s.source = source;
+  s.metric = metric;
+  out->push_back(s);
+}
 
 }  // namespace
 
@@ -26,7 +38,13 @@ NvmlSampler::NvmlSampler(NvmlSamplerOptions options) : options_(std::move(option
 }
 
 NvmlSampler::~NvmlSampler() {
-  if (initialized_ && fn_.shutdown != nullptr) fn_.shutdown();
+  if (initialized_) {
+    for (Device& d : devices_) {
+      if (d.gpm_prev != nullptr) fn_.gpm_free(d.gpm_prev);
+      if (d.gpm_cur != nullptr) fn_.gpm_free(d.gpm_cur);
+    }
+    if (fn_.shutdown != nullptr) fn_.shutdown();
+  }
   if (lib_ != nullptr) dlclose(lib_);
 }
 
@@ -76,6 +94,21 @@ bool NvmlSampler::Init() {
   want(&fn_.pcie, "nvmlDeviceGetPcieThroughput");
   if (options_.nvlink) want(&fn_.field_values, "nvmlDeviceGetFieldValues");
   want(&fn_.processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+  if (options_.gpm) {
+    want(&fn_.gpm_support, "nvmlGpmQueryDeviceSupport");
+    want(&fn_.gpm_alloc, "nvmlGpmSampleAlloc");
+    want(&fn_.gpm_free, "nvmlGpmSampleFree");
+    want(&fn_.gpm_sample, "nvmlGpmSampleGet");
+    want(&fn_.gpm_metrics, "nvmlGpmMetricsGet");
+    if (fn_.gpm_support == nullptr || fn_.gpm_alloc == nullptr || fn_.gpm_free == nullptr ||
+        fn_.gpm_sample == nullptr || fn_.gpm_metrics == nullptr) {
+      fn_.gpm_support = nullptr;  // GPM needs all five (older drivers have none)
+      fn_.gpm_alloc = nullptr;
+      fn_.gpm_free = nullptr;
+      fn_.gpm_sample = nullptr;
+      fn_.gpm_metrics = nullptr;
+    }
+  }
   if (!missing.empty()) {
     std::string line = "NVML: " + options_.library + " lacks";
     for (const std::string& m : missing) line += " " + m;
@@ -138,14 +171,7 @@ bool NvmlSampler::Due(int64_t now_ns) {
 void NvmlSampler::SampleDevice(uint32_t index, Device& d, int64_t now_ns,
                                std::vector<MetricSample>* out) {
   if (d.handle == nullptr) return;
-  auto emit = [&](Metric metric, double value) {
-    MetricSample s;
-    s.time_ns = now_ns;
-    s.value = value;
-    s.source = index;
-    s.metric = metric;
-    out->push_back(s);
-  };
+  auto emit = [&](Metric metric, double value) { Append(out, index, now_ns, metric, value); };
   if (fn_.utilization != nullptr && (d.unsupported & kUtilization) == 0) {
     nvmlUtilization_t u{};
     if (Ok(d, kUtilization, "nvmlDeviceGetUtilizationRates", fn_.utilization(d.handle, &u))) {
@@ -223,6 +249,80 @@ void NvmlSampler::SampleDevice(uint32_t index, Device& d, int64_t now_ns,
       }
     }
   }
+  if (fn_.gpm_support != nullptr && (d.unsupported & (kGpm | kGpmMetrics)) == 0) {
+    if (d.gpm_cur == nullptr) InitGpm(d);
+    if (d.gpm_cur != nullptr) SampleGpm(index, d, now_ns, out);
+  }
+}
+
+void NvmlSampler::InitGpm(Device& d) {
+  nvmlGpmSupport_t support{};
+  support.version = kNvmlGpmSupportVersion;
+  nvmlReturn_t r = fn_.gpm_support(d.handle, &support);
+  if (r == kNvmlSuccess && support.isSupportedDevice == 0) r = kNvmlErrorNotSupported;
+  if (!Ok(d, kGpm, "nvmlGpmQueryDeviceSupport (GPM: SM / DRAM activity, Hopper or newer)", r)) {
+    return;
+  }
+  nvmlGpmSample_t a = nullptr;
+  nvmlGpmSample_t b = nullptr;
+  if (!Ok(d, kGpm, "nvmlGpmSampleAlloc", fn_.gpm_alloc(&a))) return;
+  if (!Ok(d, kGpm, "nvmlGpmSampleAlloc", fn_.gpm_alloc(&b))) {
+    fn_.gpm_free(a);
+    return;
+  }
+  d.gpm_prev = a;
+  d.gpm_cur = b;
+  d.have_gpm_prev = false;
+}
+
+void NvmlSampler::SampleGpm(uint32_t index, Device& d, int64_t now_ns,
+                            std::vector<MetricSample>* out) {
+  if (!Ok(d, kGpm, "nvmlGpmSampleGet", fn_.gpm_sample(d.handle, d.gpm_cur))) return;
+  if (d.have_gpm_prev && (d.unsupported & kGpmMetrics) == 0) {
+    nvmlGpmMetricsGet_t get{};
+    get.version = kNvmlGpmMetricsGetVersion;
+    get.sample1 = d.gpm_prev;
+    get.sample2 = d.gpm_cur;
+    auto ask = [&](Query q, unsigned int id) {
+      if ((d.unsupported & q) != 0) return -1;
+      get.metrics[get.numMetrics].metricId = id;
+      return static_cast<int>(get.numMetrics++);
+    };
+    const int sm = ask(kGpmSmUtil, kNvmlGpmMetricSmUtil);
+    const int dram = ask(kGpmDramBwUtil, kNvmlGpmMetricDramBwUtil);
+    // NVLink from GPM only where the field-value counters give nothing (none, or unsupported).
+    int rx = -1;
+    int tx = -1;
+    if (options_.nvlink && (fn_.field_values == nullptr || (d.unsupported & kNvlink) != 0)) {
+      rx = ask(kGpmNvlink, kNvmlGpmMetricNvlinkTotalRxPerSec);
+      tx = ask(kGpmNvlink, kNvmlGpmMetricNvlinkTotalTxPerSec);
+    }
+    if (get.numMetrics > 0 && Ok(d, kGpmMetrics, "nvmlGpmMetricsGet", fn_.gpm_metrics(&get))) {
+      auto value = [&](int i, Query q, const char* what, double* v) {
+        if (i < 0 || !Ok(d, q, what, get.metrics[i].nvmlReturn)) return false;
+        *v = get.metrics[i].value;
+        return true;
+      };
+      double v = 0;
+      if (value(sm, kGpmSmUtil, "nvmlGpmMetricsGet(NVML_GPM_METRIC_SM_UTIL)", &v)) {
+        Append(out, index, now_ns, Metric::kGpuSmActivity, v / 100.0);
+      }
+      if (value(dram, kGpmDramBwUtil, "nvmlGpmMetricsGet(NVML_GPM_METRIC_DRAM_BW_UTIL)", &v)) {
+        Append(out, index, now_ns, Metric::kGpuDramActivity, v / 100.0);
+      }
+      double rx_mib = 0;
+      double tx_mib = 0;
+      if (value(rx, kGpmNvlink, "nvmlGpmMetricsGet(NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)",
+                &rx_mib) &&
+          value(tx, kGpmNvlink, "nvmlGpmMetricsGet(NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC)",
+                &tx_mib)) {
+        Append(out, index, now_ns, Metric::kNvlinkBytesPerSec, (rx_mib + tx_mib) * kMiB);
+      }
+    }
+  }
+  // The sample just read starts the next interval.
+  std::swap(d.gpm_prev, d.gpm_cur);
+  d.have_gpm_prev = true;
 }
 
 void NvmlSampler::SampleDevices(int64_t now_ns, std::vector<MetricSample>* out) {

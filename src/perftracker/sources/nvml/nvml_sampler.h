@@ -18,8 +18,19 @@
 //   kNvlinkBytesPerSec                       nvmlDeviceGetFieldValues, NVLink data TX + RX
 //                                            counters (KiB) summed over links, as a rate
 //                                            between two samples (none on the first)
-// Not sampled: SM / DRAM activity (kGpuSmActivity, kGpuDramActivity) need DCGM profiling or
-// NVML's GPM API (Hopper); see docs/gpu-sources.md.
+//   kGpuSmActivity, kGpuDramActivity         GPM (Hopper and newer): SM_UTIL, DRAM_BW_UTIL,
+//                                            percent / 100
+//   kNvlinkBytesPerSec (GPM)                 where the field-value counters give nothing:
+//                                            GPM NVLINK_TOTAL_RX + _TX_PER_SEC, MiB/s x 2^20
+//
+// GPM: NVML computes its metrics between two samples the caller took. Each device with GPM
+// support owns two sample buffers (allocated when the device is first sampled, freed in the
+// destructor before nvmlShutdown): `prev`, read by the previous call that sampled the device,
+// and `cur`. A call reads into `cur`, asks nvmlGpmMetricsGet for (prev, cur) when there is a
+// prev, then swaps the two: the first call gives no GPM metrics, every later one covers the
+// time since the previous call. A device without GPM (nvmlGpmQueryDeviceSupport says no:
+// pre-Hopper) or a driver without the functions is said once like any unsupported query; a
+// failing nvmlGpmMetricsGet or metric is counted in failed_queries and skipped; the rest goes on.
 //
 // Which rank a GPU belongs to: Sample() maps each device's compute processes
 // (nvmlDeviceGetComputeRunningProcesses_v3) to the pids asked for, plus explicit hints
@@ -46,6 +57,7 @@ struct NvmlSamplerOptions {
   // Rate: a Sample() sooner than this after the previous one returns nothing (0: every call).
   int64_t min_interval_ns = 0;
   bool nvlink = true;
+  bool gpm = true;  // SM / DRAM activity through NVML's GPM API (Hopper and newer)
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: ..."
 };
 
@@ -90,6 +102,11 @@ class NvmlSampler {
     nvmlDeviceGetPcieThroughput_fn pcie = nullptr;
     nvmlDeviceGetFieldValues_fn field_values = nullptr;
     nvmlDeviceGetComputeRunningProcesses_v3_fn processes = nullptr;
+    nvmlGpmQueryDeviceSupport_fn gpm_support = nullptr;  // all five or none
+    nvmlGpmSampleAlloc_fn gpm_alloc = nullptr;
+    nvmlGpmSampleFree_fn gpm_free = nullptr;
+    nvmlGpmSampleGet_fn gpm_sample = nullptr;
+    nvmlGpmMetricsGet_fn gpm_metrics = nullptr;
   };
   struct Device {
     nvmlDevice_t handle = nullptr;
@@ -98,6 +115,9 @@ class NvmlSampler {
     bool have_nvlink = false;
     int64_t nvlink_time_ns = 0;
     unsigned long long nvlink_kib = 0;
+    nvmlGpmSample_t gpm_prev = nullptr;  // both set, or neither: no GPM on this device
+    nvmlGpmSample_t gpm_cur = nullptr;
+    bool have_gpm_prev = false;
   };
   enum Query : uint32_t {
     kUtilization = 1u << 0,
@@ -108,10 +128,19 @@ class NvmlSampler {
     kPcie = 1u << 5,
     kNvlink = 1u << 6,
     kProcesses = 1u << 7,
+    kGpm = 1u << 8,         // support query, sample buffers, nvmlGpmSampleGet
+    kGpmMetrics = 1u << 9,  // nvmlGpmMetricsGet itself
+    kGpmSmUtil = 1u << 10,  // one metric's nvmlReturn
+    kGpmDramBwUtil = 1u << 11,
+    kGpmNvlink = 1u << 12,
   };
 
   bool Due(int64_t now_ns);
   void SampleDevice(uint32_t index, Device& d, int64_t now_ns, std::vector<MetricSample>* out);
+  // Asks d for GPM support and allocates its two sample buffers (said once when unsupported).
+  void InitGpm(Device& d);
+  // Reads d's GPM sample; appends the metrics since the previous one (none the first time).
+  void SampleGpm(uint32_t index, Device& d, int64_t now_ns, std::vector<MetricSample>* out);
   // False (and said once per query) when the call failed.
   bool Ok(Device& d, Query q, const char* what, nvmlReturn_t r);
   std::string ErrorText(nvmlReturn_t r) const;

@@ -219,6 +219,7 @@ TEST_F(NvmlSamplerTest, RateOptionSkipsEarlyCalls) {
   fake->count = 1;
   NvmlSamplerOptions o = Options(PERFTRACKER_FAKE_NVML);
   o.min_interval_ns = kSecond / 2;
+  o.gpm = false;  // GPM adds metrics from the second sample on; this counts samples per call
   NvmlSampler sampler(o);
   std::vector<MetricSample> out;
   sampler.SampleDevices(kSecond, &out);
@@ -229,6 +230,148 @@ TEST_F(NvmlSamplerTest, RateOptionSkipsEarlyCalls) {
   sampler.SampleDevices(2 * kSecond, &out);
   EXPECT_EQ(out.size(), 2 * first);
   EXPECT_EQ(sampler.stats().samples, 2u);
+}
+
+int CountLines(const std::vector<std::string>& log, const std::string& part) {
+  int n = 0;
+  for (const std::string& l : log) n += l.find(part) != std::string::npos;
+  return n;
+}
+
+TEST_F(NvmlSamplerTest, GpmActivityFromTheSecondSampleOnAndUnsupportedDeviceSaidOnce) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->count = 2;
+  fake->devices[0].gpm_sm_util = 63.5;
+  fake->devices[0].gpm_dram_bw_util = 41;
+  fake->devices[1].gpm_supported = 0;  // pre-Hopper
+  fake->devices[1].util_gpu = 20;
+  fake->devices[1].gpm_sm_util = 99;  // never asked for
+  {
+    NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML));
+    std::vector<MetricSample> out;
+    sampler.SampleDevices(kSecond, &out);  // the first sample: nothing to compare with
+    for (uint32_t dev : {0u, 1u}) {
+      EXPECT_EQ(ByMetric(out, dev).count(Metric::kGpuSmActivity), 0u);
+      EXPECT_EQ(ByMetric(out, dev).count(Metric::kGpuDramActivity), 0u);
+    }
+    EXPECT_DOUBLE_EQ(ByMetric(out, 1).at(Metric::kGpuUtilization), 0.2);
+
+    out.clear();
+    sampler.SampleDevices(2 * kSecond, &out);
+    auto m = ByMetric(out, 0);
+    EXPECT_DOUBLE_EQ(m.at(Metric::kGpuSmActivity), 0.635);
+    EXPECT_DOUBLE_EQ(m.at(Metric::kGpuDramActivity), 0.41);
+    m = ByMetric(out, 1);
+    EXPECT_EQ(m.count(Metric::kGpuSmActivity), 0u);
+    EXPECT_EQ(m.count(Metric::kGpuDramActivity), 0u);
+    EXPECT_DOUBLE_EQ(m.at(Metric::kGpuUtilization), 0.2);  // the rest goes on
+
+    fake->devices[0].gpm_sm_util = 10;
+    out.clear();
+    sampler.SampleDevices(3 * kSecond, &out);
+    EXPECT_DOUBLE_EQ(ByMetric(out, 0).at(Metric::kGpuSmActivity), 0.10);
+
+    EXPECT_EQ(CountLines(log, "nvmlGpmQueryDeviceSupport"), 1);
+    EXPECT_EQ(CountLines(log,
+                         "nvmlGpmQueryDeviceSupport (GPM: SM / DRAM activity, Hopper or "
+                         "newer): Not Supported (not supported by this GPU: not sampled)"),
+              1);
+    EXPECT_EQ(sampler.stats().failed_queries, 0u);
+    EXPECT_EQ(fake->gpm_bad_pairs, 0);  // always (previous, current) of the same device
+    EXPECT_EQ(fake->gpm_samples_live, 2);
+  }
+  EXPECT_EQ(fake->gpm_samples_live, 0);  // freed by the destructor
+  EXPECT_EQ(fake->shutdown_calls, 1);
+}
+
+TEST_F(NvmlSamplerTest, GpmNvlinkOnlyWhereFieldCountersGiveNothing) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->count = 2;
+  for (FakeNvmlDevice& d : fake->devices) {
+    d.nvlink_links = 4;
+    d.gpm_nvlink_rx_mib = 300;
+    d.gpm_nvlink_tx_mib = 100;
+  }
+  fake->devices[1].nvlink_fields_result = kNvmlErrorNotSupported;  // field counters: nothing
+  NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML));
+  std::vector<MetricSample> out;
+  sampler.SampleDevices(kSecond, &out);
+  fake->devices[0].nvlink_tx_kib += 1024;  // each of 4 links: 1 MiB in 1 s
+  out.clear();
+  sampler.SampleDevices(2 * kSecond, &out);
+  EXPECT_DOUBLE_EQ(ByMetric(out, 0).at(Metric::kNvlinkBytesPerSec), 4 * 1024 * 1024.0);
+  EXPECT_DOUBLE_EQ(ByMetric(out, 1).at(Metric::kNvlinkBytesPerSec), 400 * 1024 * 1024.0);
+  EXPECT_EQ(sampler.stats().failed_queries, 0u);
+}
+
+TEST_F(NvmlSamplerTest, GpmFailuresAreCountedAndSkipped) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->count = 1;
+  FakeNvmlDevice& d = fake->devices[0];
+  d.nvlink_links = 2;
+  d.gpm_sm_util = 50;
+  d.gpm_metrics_result = kNvmlErrorGpuIsLost;
+  d.util_gpu = 70;
+  NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML));
+  std::vector<MetricSample> out;
+  for (int i = 1; i <= 3; ++i) sampler.SampleDevices(i * kSecond, &out);
+  EXPECT_EQ(ByMetric(out, 0).count(Metric::kGpuSmActivity), 0u);
+  EXPECT_DOUBLE_EQ(ByMetric(out, 0).at(Metric::kGpuUtilization), 0.7);
+  EXPECT_EQ(sampler.stats().failed_queries, 2u);  // the 2nd and 3rd calls
+  EXPECT_EQ(CountLines(log, "nvmlGpmMetricsGet: GPU is lost (the sample is skipped; said once)"),
+            1);
+
+  // The call succeeds again, one metric does not: the other is sampled, the failure counted.
+  d.gpm_metrics_result = kNvmlSuccess;
+  d.gpm_dram_result = kNvmlErrorGpuIsLost;
+  out.clear();
+  sampler.SampleDevices(4 * kSecond, &out);
+  EXPECT_DOUBLE_EQ(ByMetric(out, 0).at(Metric::kGpuSmActivity), 0.5);
+  EXPECT_EQ(ByMetric(out, 0).count(Metric::kGpuDramActivity), 0u);
+  EXPECT_EQ(sampler.stats().failed_queries, 3u);
+  EXPECT_EQ(CountLines(log, "NVML_GPM_METRIC_DRAM_BW_UTIL"), 1);
+  EXPECT_EQ(fake->gpm_bad_pairs, 0);
+}
+
+TEST_F(NvmlSamplerTest, LibraryWithoutGpmSamplesTheRest) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML_MINIMAL);
+  fake->count = 1;
+  fake->devices[0].util_gpu = 30;
+  fake->devices[0].gpm_sm_util = 80;
+  NvmlSampler sampler(Options(PERFTRACKER_FAKE_NVML_MINIMAL));
+  std::vector<MetricSample> out;
+  for (int i = 1; i <= 3; ++i) sampler.SampleDevices(i * kSecond, &out);
+  const auto m = ByMetric(out, 0);
+  EXPECT_DOUBLE_EQ(m.at(Metric::kGpuUtilization), 0.3);
+  EXPECT_EQ(m.count(Metric::kGpuSmActivity), 0u);
+  EXPECT_EQ(m.count(Metric::kGpuDramActivity), 0u);
+  ASSERT_EQ(log.size(), 1u);  // the one "lacks" line names them with the others
+  EXPECT_NE(log[0].find("nvmlGpmQueryDeviceSupport nvmlGpmSampleAlloc nvmlGpmSampleFree "
+                        "nvmlGpmSampleGet nvmlGpmMetricsGet: those metrics are not sampled"),
+            std::string::npos)
+      << log[0];
+  EXPECT_EQ(sampler.stats().failed_queries, 0u);
+}
+
+TEST_F(NvmlSamplerTest, GpmOptionOffNeverCallsGpm) {
+  FakeNvmlState* fake = State(PERFTRACKER_FAKE_NVML);
+  fake->count = 2;
+  fake->devices[0].gpm_sm_util = 80;
+  NvmlSamplerOptions o = Options(PERFTRACKER_FAKE_NVML);
+  o.gpm = false;
+  {
+    NvmlSampler sampler(o);
+    std::vector<MetricSample> out;
+    for (int i = 1; i <= 3; ++i) sampler.SampleDevices(i * kSecond, &out);
+    std::vector<PidSample> pid_out;
+    sampler.SetDeviceOfPid(7, 0);
+    sampler.Sample(4 * kSecond, {7}, &pid_out);
+    EXPECT_FALSE(out.empty());
+    EXPECT_FALSE(pid_out.empty());
+    for (const MetricSample& s : out) EXPECT_NE(s.metric, Metric::kGpuSmActivity);
+  }
+  EXPECT_EQ(fake->gpm_calls, 0);
+  EXPECT_EQ(CountLines(log, "Gpm"), 0);
 }
 
 }  // namespace
