@@ -83,6 +83,11 @@ constexpr std::array kCatalogue = {
                    "iteration (they are slower and synchronous).",
                    "Use pinned memory (DataLoader(pin_memory=True), tensor.pin_memory()) and "
                    "non_blocking=True copies."},
+    CatalogueEntry{fc::kSerializedMemcpy, FindingCategory::kMemory, false,
+                   "Host-device copies run while the GPU computes nothing: they are serialized "
+                   "with the kernels instead of overlapping them.",
+                   "Copy the next batch ahead on a side CUDA stream (non_blocking=True from "
+                   "pinned memory, then wait_stream), or move the copy out of the step."},
     CatalogueEntry{fc::kGpuThrottled, FindingCategory::kGpuHardware, false,
                    "A worker's GPU computes slower than its peers' while its SM clock is well "
                    "below its maximum or NVML reports throttle reasons (thermal, power).",

@@ -30,6 +30,7 @@ inline constexpr std::string_view kSyncCritical = "PT-SYNC-CRITICAL";
 inline constexpr std::string_view kDataCritical = "PT-DATA-CRITICAL";
 inline constexpr std::string_view kGc = "PT-GC";
 inline constexpr std::string_view kPageableMemcpy = "PT-PAGEABLE-MEMCPY";
+inline constexpr std::string_view kSerializedMemcpy = "PT-SERIALIZED-MEMCPY";
 // Hardware evidence (hardware_findings.h): the GPU, a link or a NIC at fault.
 inline constexpr std::string_view kGpuThrottled = "PT-GPU-THROTTLED";
 inline constexpr std::string_view kGpuSlow = "PT-GPU-SLOW";

@@ -178,7 +178,7 @@ struct WorkerRecord {
   float data_ns = 0;
   float host_only_ns = 0;
   // Per iteration: outermost collective + sync time; sync / data-loading critical time;
-  // GC; pageable copies; idle gaps before calls.
+  // GC; pageable copies; pinned copies while no kernel ran; idle gaps before calls.
   float wait_fn_ns = 0;
   // Per iteration: time in root functions that are not waits (the worker's own work). A
   // worker that waits longer *because it worked less* arrived early: a victim of noise.
@@ -187,6 +187,7 @@ struct WorkerRecord {
   float data_critical_ns = 0;
   float gc_ns = 0;
   float pageable_ns = 0;
+  float exposed_copy_ns = 0;  // critical time of the other copies: no kernel overlaps them
   float idle_gap_ns = 0;
   // Host metrics over the window (live mode), -1 when not sampled.
   float run_queue = -1;  // run-queue delay / wall time
@@ -701,6 +702,7 @@ void Localizer::Impl::Add(const WorkerSummary& worker) {
       if (info.kind == EventKind::kGc) wr.gc_ns += r.time_ns;
     }
     if (info.pageable) wr.pageable_ns += r.time_ns;
+    if (info.kind == EventKind::kMemcpy && !info.pageable) wr.exposed_copy_ns += r.critical_ns;
     wr.idle_gap_ns += r.idle_gap_ns;
   }
   wr.num_records = count;
@@ -1729,6 +1731,39 @@ void Localizer::Impl::ExpectationChecks(std::vector<Rendered>& out) {
             {"pageable copy",
              fmt::format("{}: {}/iter, {} per iteration, {}/s achieved (mean of workers){}",
                          fn.name, FormatNs(per_worker(fn.sum_time_ns)),
+                         FormatBytes(per_worker(fn.sum_bytes)), FormatBytes(bw), caller(fid))});
+      }
+      f.evidence.push_back({"median iteration (job)", FormatNs(iteration_ns_)});
+      push(std::move(f));
+    }
+  }
+
+  // Copies (from pinned memory, or between devices) that no kernel overlaps: the GPU waits
+  // for them. Pageable copies are the finding above; their time is not counted again here.
+  {
+    const double lost = job_median([](const WorkerRecord& wr) { return wr.exposed_copy_ns; });
+    if (lost >= report_ns_ && lost > 0) {
+      auto top = top_functions(
+          [](const FunctionInfo& fn) { return fn.kind == EventKind::kMemcpy && !fn.pageable; },
+          true, 3);
+      Finding f = JobFinding(fc::kSerializedMemcpy, FindingCategory::kMemory, "PCIe", lost,
+                             top.empty() ? kNone : top[0]);
+      f.title = fmt::format(
+          "host-device copies{} run while the GPU computes nothing: {}/iter ({} of the "
+          "iteration, all workers)",
+          f.function.empty() ? "" : " (" + f.function + ")", FormatNs(lost),
+          FormatShare(f.lost_share));
+      f.evidence.push_back({"copy time with no kernel running, per iteration",
+                            fmt::format("{} ({})", FormatNs(lost), median_of)});
+      for (uint32_t fid : top) {
+        const FunctionInfo& fn = functions_[fid];
+        const double bw = fn.sum_time_ns > 0 ? fn.sum_bytes * 1e9 / fn.sum_time_ns : 0;
+        f.evidence.push_back(
+            {"copy",
+             fmt::format("{}: {}/iter with no kernel running, of {}/iter; {} per "
+                         "iteration, {}/s achieved (mean of workers){}",
+                         fn.name, FormatNs(per_worker(fn.sum_critical_ns)),
+                         FormatNs(per_worker(fn.sum_time_ns)),
                          FormatBytes(per_worker(fn.sum_bytes)), FormatBytes(bw), caller(fid))});
       }
       f.evidence.push_back({"median iteration (job)", FormatNs(iteration_ns_)});

@@ -761,6 +761,46 @@ TEST(Localizer, ExpectationChecksFindJobWideProblems) {
   for (const auto& f : d.findings) EXPECT_THAT(f.code, ::testing::Not(HasSubstr("STRAGGLER")));
 }
 
+TEST(Localizer, CopiesNoKernelOverlapsAreSerializedMemcpy) {
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 4; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.has_device = true;
+    w.compute_ms = 80;
+    w.fn("python:train_step") = {"python:train_step", 99, 1, 5};
+    // 15 ms/iter of pinned copies, 12 of them with no kernel running.
+    w.fn("python:train_step > memcpy:Memcpy HtoD (Pinned -> Device)") = {
+        "python:train_step > memcpy:Memcpy HtoD (Pinned -> Device)", 15, 2, 12, 512e6};
+    // A pageable copy is PT-PAGEABLE-MEMCPY's: not counted again.
+    w.fn("python:train_step > memcpy:Memcpy HtoD (Pageable -> Device)") = {
+        "python:train_step > memcpy:Memcpy HtoD (Pageable -> Device)", 1, 1, 1, 1e6};
+    w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 80, 10,
+                                                    80};
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  const Finding* copies = FindCode(d, "PT-SERIALIZED-MEMCPY");
+  ASSERT_NE(copies, nullptr);
+  EXPECT_TRUE(copies->material);
+  EXPECT_THAT(copies->workers, IsEmpty());
+  EXPECT_EQ(copies->category, FindingCategory::kMemory);
+  EXPECT_EQ(copies->function, "Memcpy HtoD (Pinned -> Device)");
+  EXPECT_NEAR(copies->lost_ns_per_iteration, 12 * kMs, 1e3);
+  EXPECT_TRUE(HasEvidence(*copies, "with no kernel running, of 15.0 ms/iter"));
+  const Finding* pageable = FindCode(d, "PT-PAGEABLE-MEMCPY");  // its own finding, minor
+  ASSERT_NE(pageable, nullptr);
+  EXPECT_FALSE(pageable->material);
+
+  // The same copies hidden behind kernels cost nothing.
+  for (auto& w : specs) {
+    w.fn("python:train_step > memcpy:Memcpy HtoD (Pinned -> Device)") = {
+        "python:train_step > memcpy:Memcpy HtoD (Pinned -> Device)", 15, 2, 0, 512e6};
+  }
+  EXPECT_EQ(FindCode(Diagnose(specs), "PT-SERIALIZED-MEMCPY"), nullptr);
+}
+
 // ---------------------------------------------------------------------------------------
 // Data quality and robustness.
 

@@ -76,7 +76,10 @@
 // Ranges on a device stream that are not activity (Kineto's gpu_user_annotation) are
 // containers: they give identity to the kernels inside, but no busy time.
 //
-// Critical path: device calls count fully. Host calls on a worker with device tracks count
+// Critical path: device kernels and collectives count fully; device copies (memcpy) count
+// for the part no kernel overlaps (bins x (1 - device compute fraction)): a copy the GPU runs
+// beside its kernels costs nothing, one it runs alone is time the GPU computes nothing (the
+// localizer's PT-SERIALIZED-MEMCPY). Host calls on a worker with device tracks count
 // for the part not overlapped by device activity (above). On a host-only worker, calls on
 // the thread that carries the iteration markers (else the busiest host thread) count fully,
 // calls on other threads not at all.
@@ -123,8 +126,7 @@ bool IsUserLevel(EventKind kind) {
 }
 
 bool IsDeviceKind(EventKind kind) {
-  return kind == EventKind::kGpuKernel || kind == EventKind::kMemcpy ||
-         kind == EventKind::kMemset;
+  return kind == EventKind::kGpuKernel || kind == EventKind::kMemcpy || kind == EventKind::kMemset;
 }
 
 // Device activity: what keeps a GPU busy. Other ranges on a device stream (Kineto's
@@ -142,8 +144,7 @@ bool IsLeafKind(EventKind kind) {
 }
 
 bool MovesBytes(EventKind kind) {
-  return kind == EventKind::kMemcpy || kind == EventKind::kMemset ||
-         kind == EventKind::kCollective;
+  return kind == EventKind::kMemcpy || kind == EventKind::kMemset || kind == EventKind::kCollective;
 }
 
 // Which metrics describe a function's resource: GPU metrics for device work, PCIe / NVLink
@@ -177,10 +178,14 @@ enum HostCategory : uint8_t { kCatComm = 1, kCatSync = 2, kCatData = 4 };
 
 uint8_t CategoryOf(EventKind kind) {
   switch (kind) {
-    case EventKind::kCollective: return kCatComm;
-    case EventKind::kSync: return kCatSync;
-    case EventKind::kDataLoad: return kCatData;
-    default: return 0;
+    case EventKind::kCollective:
+      return kCatComm;
+    case EventKind::kSync:
+      return kCatSync;
+    case EventKind::kDataLoad:
+      return kCatData;
+    default:
+      return 0;
   }
 }
 
@@ -233,9 +238,8 @@ class TimeGrid {
   }
 
   void AddSpan(int row, int64_t start, int64_t end) {
-    ForEachOverlap(start, end, [&](int64_t bin, int64_t ns) {
-      Slot(row, bin) += static_cast<double>(ns);
-    });
+    ForEachOverlap(start, end,
+                   [&](int64_t bin, int64_t ns) { Slot(row, bin) += static_cast<double>(ns); });
   }
   void AddPoint(int row, int64_t time, double value) { Slot(row, time >> shift_) += value; }
 
@@ -276,7 +280,8 @@ class TimeGrid {
       std::vector<double> moved(kGridBins, 0.0);
       for (int64_t i = 0; i < kGridBins; ++i) {
         const int64_t rel = base_ + i - new_base;
-        if (rel >= 0 && rel < kGridBins) moved[static_cast<size_t>(rel)] = r[static_cast<size_t>(i)];
+        if (rel >= 0 && rel < kGridBins)
+          moved[static_cast<size_t>(rel)] = r[static_cast<size_t>(i)];
       }
       r = std::move(moved);
     }
@@ -363,11 +368,13 @@ struct FunctionAcc {
     host_ns_by_track.emplace_back(track, ns);
   }
   int64_t HostNs(uint32_t track) const {
-    for (const auto& [t, v] : host_ns_by_track) if (t == track) return v;
+    for (const auto& [t, v] : host_ns_by_track)
+      if (t == track) return v;
     return 0;
   }
   bool OnTrack(uint32_t track) const {
-    for (const auto& tv : host_ns_by_track) if (tv.first == track) return true;
+    for (const auto& tv : host_ns_by_track)
+      if (tv.first == track) return true;
     return false;
   }
 };
@@ -390,12 +397,12 @@ struct PendingLater {
 
 struct Frame {
   int64_t start = 0;
-  int64_t end = 0;          // clipped to the enclosing frame's end
-  uint32_t function = kNone;  // kNone for iteration frames
+  int64_t end = 0;                   // clipped to the enclosing frame's end
+  uint32_t function = kNone;         // kNone for iteration frames
   uint32_t identity_parent = kNone;  // parent for the keys of calls nested in this frame
   int64_t child_ns = 0;
-  uint8_t categories = 0;   // categories open in this frame or its ancestors
-  bool busy = false;        // a call that makes its track busy (idle gaps, top level)
+  uint8_t categories = 0;  // categories open in this frame or its ancestors
+  bool busy = false;       // a call that makes its track busy (idle gaps, top level)
 };
 
 struct Iteration {
@@ -488,9 +495,8 @@ class WindowSummarizer::Impl {
       if (t.leaf_heap.size() > options_.reorder_window) PopLeaf(t);
       return;
     }
-    if (t.processed_any &&
-        (ev.start_ns < t.last_start ||
-         (ev.start_ns == t.last_start && ev.duration_ns() > t.last_duration))) {
+    if (t.processed_any && (ev.start_ns < t.last_start ||
+                            (ev.start_ns == t.last_start && ev.duration_ns() > t.last_duration))) {
       Problem(stats_.out_of_order_events, ev,
               "arrived after its place in the reorder buffer was flushed "
               "(raise SummarizerOptions::reorder_window)");
@@ -543,11 +549,10 @@ class WindowSummarizer::Impl {
   void Problem(uint64_t& counter, const Event& ev, const char* what) {
     ++counter;
     if (stats_.first_problem.empty()) {
-      stats_.first_problem = std::string(what) + ": event on track " +
-                             std::to_string(ev.track_id) + ", function id " +
-                             std::to_string(ev.function_id) + ", start " +
-                             std::to_string(ev.start_ns) + " ns, end " +
-                             std::to_string(ev.end_ns) + " ns";
+      stats_.first_problem = std::string(what) + ": event on track " + std::to_string(ev.track_id) +
+                             ", function id " + std::to_string(ev.function_id) + ", start " +
+                             std::to_string(ev.start_ns) + " ns, end " + std::to_string(ev.end_ns) +
+                             " ns";
     }
   }
 
@@ -649,8 +654,7 @@ class WindowSummarizer::Impl {
     const uint64_t memo_key = (uint64_t{ev.function_id} << 32) | parent;
     auto it = resolved_.find(memo_key);
     if (it != resolved_.end()) return it->second;
-    const uint32_t id =
-        Intern(e.kind, e.name, parent == kNone ? FunctionTable::kNoParent : parent);
+    const uint32_t id = Intern(e.kind, e.name, parent == kNone ? FunctionTable::kNoParent : parent);
     resolved_.emplace(memo_key, id);
     return id;
   }
@@ -775,10 +779,8 @@ class WindowSummarizer::Impl {
     if (!on_device && ev.correlation != 0) RememberLaunch(ev.correlation, parent);
 
     frame.function = fn;
-    frame.identity_parent = IsUserLevel(source_->Get(ev.function_id).kind) ||
-                                    IsUserLevel(ev.kind)
-                                ? fn
-                                : parent;
+    frame.identity_parent =
+        IsUserLevel(source_->Get(ev.function_id).kind) || IsUserLevel(ev.kind) ? fn : parent;
     t.stack.push_back(frame);
     if (frame.busy) ++t.busy_frames;
     RecordContext(t, frame.start, frame.identity_parent);
@@ -794,7 +796,7 @@ class WindowSummarizer::Impl {
   std::unordered_map<uint64_t, uint32_t> resolved_;  // (source id, parent) -> own id
   std::vector<uint32_t> chain_map_;                  // source id -> own id (chained sources)
   std::vector<std::pair<uint32_t, uint32_t>> correlations_;  // slot -> (correlation, parent)
-  std::unordered_map<uint32_t, size_t> tracks_;               // track id -> index
+  std::unordered_map<uint32_t, size_t> tracks_;              // track id -> index
   std::vector<std::unique_ptr<TrackState>> track_list_;
   size_t host_tracks_with_rows_ = 0;
   TimeGrid grid_;
@@ -873,9 +875,12 @@ void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out,
 }
 
 WorkerSummary WindowSummarizer::Impl::Finish() {
-  for (auto& t : track_list_) if (!t->device) Drain(*t);
-  for (auto& t : track_list_) if (!t->device) DrainLeaves(*t);
-  for (auto& t : track_list_) if (t->device) Drain(*t);
+  for (auto& t : track_list_)
+    if (!t->device) Drain(*t);
+  for (auto& t : track_list_)
+    if (!t->device) DrainLeaves(*t);
+  for (auto& t : track_list_)
+    if (t->device) Drain(*t);
 
   WorkerSummary out;
   out.window_start_ns = window_start_;
@@ -926,7 +931,13 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     fs.idle_gap_before_ns = acc.idle_gap_ns;
     fs.bytes = acc.bytes;
     fs.durations = std::move(acc.durations);
-    if (acc.device_ns > 0) {
+    if (acc.device_ns > 0 && e.kind == EventKind::kMemcpy) {
+      double exposed = 0;
+      for (const auto& [bin, ns] : acc.bins.bins) {
+        exposed += ns * (1.0 - grid_.Fraction(row_device_compute_, bin));
+      }
+      fs.critical_ns = std::min(acc.device_ns, static_cast<int64_t>(std::llround(exposed)));
+    } else if (acc.device_ns > 0) {
       fs.critical_ns = acc.device_ns;
     } else if (out.has_device) {
       double uncovered = 0;

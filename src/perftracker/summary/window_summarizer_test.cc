@@ -71,8 +71,8 @@ std::string Keys(const WorkerSummary& s) {
   return all;
 }
 
-#define ASSERT_FN(var, summary, key)                                               \
-  const FunctionSummary* var = Find(summary, key);                                 \
+#define ASSERT_FN(var, summary, key)               \
+  const FunctionSummary* var = Find(summary, key); \
   ASSERT_NE(var, nullptr) << "missing " << (key) << "; have:\n" << Keys(summary)
 
 TEST(WindowSummarizerTest, NestingGivesUserLevelKeysAndSelfTime) {
@@ -129,8 +129,9 @@ TEST(WindowSummarizerTest, PythonFramesAndIterationMarkersShapeIdentity) {
   EXPECT_NE(Find(s, "python:train.py(10): step > python:model.py(5): forward > torch_op:aten::mm"),
             nullptr)
       << Keys(s);
-  EXPECT_NE(Find(s, "python:train.py(10): step > optimizer_step:Optimizer.step#SGD.step > "
-                    "torch_op:aten::add_"),
+  EXPECT_NE(Find(s,
+                 "python:train.py(10): step > optimizer_step:Optimizer.step#SGD.step > "
+                 "torch_op:aten::add_"),
             nullptr)
       << Keys(s);
   for (const auto& f : s.functions) {
@@ -209,8 +210,8 @@ TEST(WindowSummarizerTest, HostOnlyIterationBreakdown) {
   for (int i = 0; i < 2; ++i) {
     const int64_t t = i * 2000;
     const int64_t extra = i * 500;  // the second iteration computes 500 ns longer
-    b.Emit(kMain, EventKind::kDataLoad, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
-           t, t + 100);
+    b.Emit(kMain, EventKind::kDataLoad,
+           "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", t, t + 100);
     b.Emit(kMain, EventKind::kUserAnnotation, "forward", t + 100, t + 600 + extra);
     b.Emit(kMain, EventKind::kTorchOp, "aten::mm", t + 150, t + 550 + extra);
     b.Emit(kMain, EventKind::kCollective, "record_param_comms", t + 600 + extra, t + 900 + extra);
@@ -361,12 +362,12 @@ TEST(WindowSummarizerTest, HostOnlyTimeAndCriticalPathOnADeviceWorker) {
   b.HostTrack(kMain);
   b.DeviceTrack(kStream);
   b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 1000);
-  b.Emit(kMain, EventKind::kPythonCall, "prepare_batch", 0, 200);    // GPU idle meanwhile
-  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 300, 600);          // GPU busy meanwhile
+  b.Emit(kMain, EventKind::kPythonCall, "prepare_batch", 0, 200);  // GPU idle meanwhile
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 300, 600);        // GPU busy meanwhile
   b.Emit(kMain, EventKind::kSync, "cudaDeviceSynchronize", 600, 700);
   b.Emit(kStream, EventKind::kGpuKernel, "sgemm", 200, 500);
-  b.Emit(kStream, EventKind::kCollective, "ncclKernel_AllReduce_RING_LL_Sum_float", 500, 700,
-         0, 4096);
+  b.Emit(kStream, EventKind::kCollective, "ncclKernel_AllReduce_RING_LL_Sum_float", 500, 700, 0,
+         4096);
   WorkerSummary s = b.Finish();
   ASSERT_EQ(s.iterations.size(), 1u);
   const IterationSummary& it = s.iterations[0];
@@ -381,6 +382,28 @@ TEST(WindowSummarizerTest, HostOnlyTimeAndCriticalPathOnADeviceWorker) {
   ASSERT_FN(nccl, s, "collective:ncclKernel_AllReduce_RING_LL_Sum_float");
   EXPECT_EQ(nccl->critical_ns, 200);
   EXPECT_EQ(nccl->bytes, 4096u);
+}
+
+TEST(WindowSummarizerTest, ACopyIsCriticalOnlyWhereNoKernelOverlapsIt) {
+  constexpr uint32_t kCopyStream = 8;
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.DeviceTrack(kStream);
+  b.DeviceTrack(kCopyStream);
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 1000);
+  b.Emit(kStream, EventKind::kGpuKernel, "sgemm", 0, 400);
+  // Half beside the kernel (on a side stream), half with the GPU computing nothing.
+  b.Emit(kCopyStream, EventKind::kMemcpy, "Memcpy HtoD (Pinned -> Device)", 200, 600, 0, 1 << 20);
+  // Alone: the whole copy is time the GPU computes nothing.
+  b.Emit(kStream, EventKind::kMemcpy, "Memcpy DtoH (Device -> Pinned)", 700, 800, 0, 1 << 10);
+  WorkerSummary s = b.Finish();
+  ASSERT_FN(in, s, "memcpy:Memcpy HtoD (Pinned -> Device)");
+  EXPECT_EQ(in->total_ns, 400);
+  EXPECT_EQ(in->critical_ns, 200);
+  ASSERT_FN(out, s, "memcpy:Memcpy DtoH (Device -> Pinned)");
+  EXPECT_EQ(out->critical_ns, 100);
+  ASSERT_FN(k, s, "kernel:sgemm");
+  EXPECT_EQ(k->critical_ns, 400);  // kernels count fully
 }
 
 TEST(WindowSummarizerTest, MetricsDuringAFunction) {
