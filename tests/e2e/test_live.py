@@ -468,6 +468,16 @@ class LiveFaultTest(LiveChecks):
         # A job that ended normally leaves no shared memory behind.
         left = glob.glob(f"/dev/shm/perftracker-*-{run.proc.pid}-*")
         self.assertEqual(left, [], "agents' shared memory left after a clean exit")
+        # The embedded store holds the run as a server would (perftracker server --store).
+        db = os.path.join(run.report_dir, "perftracker.db")
+        self.assertIn(f"is in the store {db}", run.stdout(), run.describe())
+        import sqlite3
+        with sqlite3.connect(db) as c:
+            counts = {t: c.execute(f"select count(*) from {t}").fetchone()[0]
+                      for t in ("jobs", "workers", "windows", "summaries", "diagnoses")}
+            self.assertEqual(counts, {"jobs": 1, "workers": 4, "windows": 1, "summaries": 4,
+                                      "diagnoses": 1}, counts)
+            self.assertGreater(c.execute("select count(*) from iterations").fetchone()[0], 100)
 
     def test_slow_compute_names_rank_and_block2_forward(self):
         # Ranks started as torchrun starts them (RANK / WORLD_SIZE ... in the environment).
@@ -739,11 +749,17 @@ class PerftrackerFaultTest(LiveChecks):
             job = [sys.executable, "-c", f"open({marker!r}, 'w').close()"]
             blocker = os.path.join(tmp, "file")
             open(blocker, "w").close()
+            garbage = os.path.join(tmp, "garbage.db")
+            with open(garbage, "w") as f:
+                f.write("not a database, " * 100)
             cases = [
                 (["--window-seconds", "abc"], "--window-seconds"),
                 (["--ring-events", "1000"], "--ring-events"),
                 (["--slowdown-ratio", "-1"], "--slowdown-ratio"),
                 (["--report-dir", os.path.join(blocker, "reports")], blocker),
+                (["--store", os.path.join(blocker, "x.db")], "--store"),
+                (["--store", garbage], "--store"),  # not a SQLite file
+                (["--gpu-tracing", "sometimes"], "--gpu-tracing"),
             ]
             for args, named in cases:
                 with self.subTest(args=args):

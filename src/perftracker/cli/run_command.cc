@@ -28,6 +28,8 @@
 #include "perftracker/collector/grpc_coordinator_link.h"
 #include "perftracker/collector/node_collector.h"
 #include "perftracker/server/report_writer.h"
+#include "perftracker/server/sqlite/sqlite_store.h"
+#include "perftracker/server/store_recorder.h"
 #include "perftracker/server/window_coordinator.h"
 
 extern char** environ;  // NOLINT(readability-identifier-naming): POSIX
@@ -352,6 +354,10 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
                   "A finding is material when it costs at least this share of the iteration")
       ->check(CLI::Range(0.0001, 1.0))
       ->default_val(0.05);
+  cmd->add_option("--store", o->store,
+                  "SQLite store of the run's windows, summaries and diagnoses, for `perftracker "
+                  "server --store` to serve afterwards; off: none")
+      ->default_str("<report-dir>/perftracker.db");
   cmd->add_option("--server", o->remote.server,
                   "host:port of a perftracker server (docs/server.md): only the collector runs "
                   "here; the server coordinates windows and keeps the reports");
@@ -410,12 +416,40 @@ int RunJob(const RunOptions& options) {
   co.text.color = options.color;
   WindowCoordinator coordinator(co);
 
+  // The embedded store: what a server would keep of this run, for `perftracker server
+  // --store` to serve afterwards.
+  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<StoreRecorder> recorder;
+  std::string store_path;
+  if (!remote && options.store != "off") {
+    store_path = options.store.empty() ? (fs::path(options.report_dir) / "perftracker.db").string()
+                                       : options.store;
+    StatusOr<std::unique_ptr<SqliteStore>> opened = SqliteStore::Open(store_path);
+    if (!opened.ok()) {
+      fmt::print(stderr, "perftracker run: --store {}: {} (--store off runs without it)\n",
+                 store_path, opened.status().message());
+      return 2;
+    }
+    store = std::move(opened.value());
+    recorder = std::make_unique<StoreRecorder>(store.get(), run_id, CommandLine(options.command),
+                                               &coordinator);
+    const Status begun = recorder->Begin();
+    if (!begun.ok()) {
+      fmt::print(stderr, "perftracker run: --store {}: {} (--store off runs without it)\n",
+                 store_path, begun.message());
+      return 2;
+    }
+    coordinator.AddCollector(recorder.get());
+  }
+
   // The node collector.
   const std::string socket_dir = MakeSocketDir();
   CollectorOptions collector_options;
   collector_options.socket_path = socket_dir.empty() ? "" : socket_dir + "/collector.sock";
   collector_options.sampler = MakeHostSampler();
-  CoordinatorLink* link = remote ? static_cast<CoordinatorLink*>(remote_link.get()) : &coordinator;
+  CoordinatorLink* link = remote     ? static_cast<CoordinatorLink*>(remote_link.get())
+                          : recorder ? static_cast<CoordinatorLink*>(recorder.get())
+                                     : &coordinator;
   NodeCollector collector(collector_options, link);
   if (remote) {
     remote_link->SetControl(&collector);
@@ -567,6 +601,7 @@ int RunJob(const RunOptions& options) {
     coordinator.Flush(Seconds(std::min(kFlushSeconds, options.wait_summaries_seconds)));
     collector.Stop();
     coordinator.Stop();
+    if (recorder) recorder->StoreReports(coordinator.reports());
   }
   if (live) {
     rmdir(socket_dir.c_str());
@@ -591,6 +626,10 @@ int RunJob(const RunOptions& options) {
         fmt::print("  {}  {}{}{}\n", r.json_path, r.html_path, r.stacks_path.empty() ? "" : "  ",
                    r.stacks_path);
       }
+    }
+    if (recorder && !reports.empty()) {
+      fmt::print("perftracker: run {} is in the store {} (web UI: perftracker server --store {})\n",
+                 run_id, store_path, store_path);
     }
     std::fflush(stdout);
   }

@@ -46,6 +46,8 @@ struct RunOptions {
   // "off" = none).
   std::string gpu_tracing = "auto";  // off | auto (ranks where torch uses CUDA) | always
   std::string nccl_plugin;
+  // The embedded store ("" = <report_dir>/perftracker.db, "off" = none); not with --server.
+  std::string store;
   // --server and the options that go with it: run only the collector here.
   RemoteOptions remote;
   bool color = false;
