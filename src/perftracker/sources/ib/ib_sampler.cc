@@ -12,6 +12,8 @@
 namespace perftracker {
 namespace {
 
+constexpr uint64_t kIffUp = 0x1;  // IFF_UP of <net/if.h>: the interface is configured up
+
 bool ReadSmall(const std::string& path, std::string* out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -29,6 +31,13 @@ bool ReadSmall(const std::string& path, std::string* out) {
 
 bool ParseU64(std::string_view s, uint64_t* v) {
   const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
+
+// "0x1003": sysfs's hexadecimal flags.
+bool ParseHex(std::string_view s, uint64_t* v) {
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s.remove_prefix(2);
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v, 16);
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
@@ -142,6 +151,12 @@ void IbSampler::SampleCarrier(int64_t now_ns, std::vector<MetricSample>* out) {
     uint64_t ifindex = 0;
     if (!ReadSmall(dir + "/ifindex", &text) || !ParseU64(text, &ifindex)) {
       Problem(dir + "/ifindex", "cannot read");
+      continue;
+    }
+    // An interface configured down (IFF_UP clear in `flags`, e.g. an unused ifb0) carries
+    // nothing: it is not a link that went down.
+    uint64_t flags = 0;
+    if (ReadSmall(dir + "/flags", &text) && ParseHex(text, &flags) && (flags & kIffUp) == 0) {
       continue;
     }
     ++count;

@@ -9,7 +9,8 @@
 //       backwards - reset, or a 32-bit counter that wrapped - restarts the rate)
 //   /sys/class/infiniband/<dev>/ports/<port>/state   "4: ACTIVE" -> kNicLinkUp 1, else 0
 //   /sys/class/net/<if>/carrier                       "1" -> kNicLinkUp 1, "0" (or unreadable
-//       while operstate is "down") -> 0; loopback skipped
+//       while operstate is "down") -> 0; loopback and interfaces configured down (no IFF_UP
+//       in /sys/class/net/<if>/flags: nothing uses them) skipped
 // Source ids: an IB port is 0x10000 + device number x 256 + port, the device number being
 // its rank in the sorted device names (mlx5_0 -> 0, mlx5_1 -> 1 ...); an interface is its
 // ifindex (as in HostSampler), so the two never collide on hosts with < 65536 interfaces.

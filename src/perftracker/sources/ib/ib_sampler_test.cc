@@ -98,6 +98,12 @@ TEST_F(IbSamplerTest, CarrierGivesLinkStateOfEthernetInterfaces) {
   Write("class/net/eth1/carrier", "0\n");
   Write("class/net/eth2/ifindex", "4\n");  // down: carrier unreadable
   Write("class/net/eth2/operstate", "down\n");
+  Write("class/net/eth2/flags", "0x1003\n");  // configured up (IFF_UP): the link is down
+  // Configured down (no IFF_UP, like an unused ifb0): not a link in use, no sample (it read
+  // as a flapping NIC on every host that has one).
+  Write("class/net/ifb0/ifindex", "5\n");
+  Write("class/net/ifb0/operstate", "down\n");
+  Write("class/net/ifb0/flags", "0x82\n");
   IbSampler sampler(root_);
   std::vector<PidSample> out;
   sampler.Sample(kSecond, {123}, &out);
@@ -106,10 +112,11 @@ TEST_F(IbSamplerTest, CarrierGivesLinkStateOfEthernetInterfaces) {
     EXPECT_EQ(s.pid, -1);  // host-wide
     if (s.sample.metric == Metric::kNicLinkUp) up[s.sample.source] = s.sample.value;
   }
-  EXPECT_EQ(up.size(), 3u);  // no loopback
+  EXPECT_EQ(up.size(), 3u);  // no loopback, no ifb0
   EXPECT_EQ(up.at(2), 1.0);
   EXPECT_EQ(up.at(3), 0.0);
   EXPECT_EQ(up.at(4), 0.0);
+  EXPECT_EQ(up.count(5), 0u);
   EXPECT_EQ(sampler.stats().interfaces, 3u);
 }
 
