@@ -96,6 +96,17 @@ def chromium(url, work_dir, extra):
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def rendered_dom(url, work_dir, tries=3):
+    """--dump-dom of url once the app has rendered: headless Chromium sometimes dumps the page
+    before the app's first fetch came back (seen once in CI under ASan with other tests
+    running: the page still said "Loading…"), so a page still loading is asked for again."""
+    for attempt in range(tries):
+        dom, err = chromium(url, work_dir, ["--dump-dom"])
+        if '<p class="muted">Loading…</p>' not in dom or attempt == tries - 1:
+            return dom, err
+        time.sleep(1)
+
+
 def console_errors(stderr):
     return [l for l in stderr.splitlines()
             if "CONSOLE" in l and ("Uncaught" in l or "Refused" in l or "Content Security" in l
@@ -119,7 +130,7 @@ class WebTest(unittest.TestCase):
 
         # The diagnosis page, logged in by the login URL (cookie), after JavaScript ran.
         url = "%s/?token=%s#/job/%s/window/1" % (f.base, TOKEN, JOB)
-        dom, err = chromium(url, ARGS.work_dir, ["--dump-dom"])
+        dom, err = rendered_dom(url, ARGS.work_dir)
         self.assertEqual(console_errors(err), [], err[-3000:])
         m = re.search(r'<section class="finding material" data-code="([^"]+)" data-workers="([^"]*)"', dom)
         self.assertIsNotNone(m, "no material finding rendered:\n" + dom[:3000])
@@ -138,7 +149,7 @@ class WebTest(unittest.TestCase):
         key = top["function_key"]
         url = "%s/?token=%s#/job/%s/window/1/function/%s" % (
             f.base, TOKEN, JOB, urllib.parse.quote(key, safe=""))
-        dom, err = chromium(url, ARGS.work_dir, ["--dump-dom"])
+        dom, err = rendered_dom(url, ARGS.work_dir)
         self.assertEqual(console_errors(err), [], err[-3000:])
         self.assertEqual(dom.count("<canvas"), 3, dom[:3000])
         rows = re.findall(r'<tr( class="culprit")? data-rank="(\d+)"><td class="num">\d+</td>'
@@ -149,8 +160,7 @@ class WebTest(unittest.TestCase):
         self.assertEqual(max(by_rank, key=lambda r: by_rank[r][1]), 2)
 
         # The job page: the iteration-time chart (a canvas) and the window linking to it.
-        dom, err = chromium("%s/?token=%s#/job/%s" % (f.base, TOKEN, JOB), ARGS.work_dir,
-                            ["--dump-dom"])
+        dom, err = rendered_dom("%s/?token=%s#/job/%s" % (f.base, TOKEN, JOB), ARGS.work_dir)
         self.assertEqual(console_errors(err), [], err[-3000:])
         self.assertIn('id="iteration-chart"', dom)
         self.assertIn("<canvas", dom)
@@ -174,8 +184,7 @@ class WebTest(unittest.TestCase):
         f = self.fixture
         for page in ("", "job/hostile", "job/hostile/window/1",
                      "job/hostile/window/1/function/" + urllib.parse.quote("python:" + HOSTILE, safe="")):
-            dom, err = chromium("%s/?token=%s#/%s" % (f.base, TOKEN, page), ARGS.work_dir,
-                                ["--dump-dom"])
+            dom, err = rendered_dom("%s/?token=%s#/%s" % (f.base, TOKEN, page), ARGS.work_dir)
             self.assertEqual(console_errors(err), [], err[-3000:])
             self.assertNotIn("data-pwned", dom, page)
             self.assertNotIn('<img src="x"', dom, page)
@@ -186,8 +195,7 @@ class WebTest(unittest.TestCase):
         """A 64-rank job: the iteration chart shows min / median / max over ranks (one
         line per rank would be unreadable), and the job page lists every worker."""
         f = self.fixture
-        dom, err = chromium("%s/?token=%s#/job/wide" % (f.base, TOKEN), ARGS.work_dir,
-                            ["--dump-dom"])
+        dom, err = rendered_dom("%s/?token=%s#/job/wide" % (f.base, TOKEN), ARGS.work_dir)
         self.assertEqual(console_errors(err), [], err[-3000:])
         self.assertIn('id="iteration-chart"', dom)
         self.assertIn("<canvas", dom)
