@@ -219,6 +219,31 @@ TEST(LiveFindingsTest, RunQueueDelayAloneAtOneAndAHalfTimesThePeersIsContention)
   EXPECT_THAT(f->workers, ElementsAre(2));
 }
 
+// Regression (real-cpu-contention-r3, 1 of 2 runs): rank 3 shared its core with three busy
+// loops and waited 0.89 of wall time for a CPU against its peers' 0.58, so every function of
+// it was a little slower; the largest, +4 ms (3 % of a 120 ms iteration), became a minor
+// PT-CPU-CONTENTION and the report said "no material finding".
+TEST(LiveFindingsTest, AStarvedRankSlowerEverywhereALittleIsMaterialContention) {
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool starved = r == 3;
+    std::vector<Fn> fns = DdpStep(starved ? 54 : 50, 54);
+    // A small function that is clearly slower on the starved rank: relabelled, but minor.
+    fns.push_back({"python:train_step > python:forward > python:broadcast_tensors",
+                   EventKind::kPythonCall, starved ? 2.0 : 1.1});
+    loc.Add(Worker(r, 120, fns, RunQueue(starved ? 0.89 : 0.58)));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-CPU-CONTENTION");
+  EXPECT_THAT(f.workers, ElementsAre(3));
+  EXPECT_TRUE(f.material);
+  // At most the extra wall-time share it spent runnable, times the iteration.
+  EXPECT_NEAR(f.lost_ns_per_iteration, (0.89 - 0.58) * 120 * kMs, 0.5 * kMs);
+  EXPECT_THAT(AllEvidence(f), HasSubstr("runnable but not running"));
+}
+
 TEST(LiveFindingsTest, RunQueueDelayAloneNeedsAClearMargin) {
   // Time-slicing of an oversubscribed host: one rank waits somewhat more than the others.
   Localizer loc;
