@@ -285,6 +285,16 @@ TEST(LiveFindingsTest, UntracedStragglerWithRunQueueEvidenceIsContention) {
   EXPECT_THAT(f.title, HasSubstr("none of its traced functions is longer"));
 }
 
+// Rank 3's peers wait for it (41.6 ms against its 24.5 ms of all-reduce), while its traced
+// functions are as long as theirs.
+std::vector<Fn> UntracedStep(bool culprit) {
+  return {
+      {"python:train_step", EventKind::kPythonCall, 55},
+      {"python:train_step > python:forward", EventKind::kPythonCall, 50},
+      {"collective:all_reduce", EventKind::kCollective, culprit ? 24.5 : 41.6},
+  };
+}
+
 // Regression (real-cpu-contention-r3, 1 of 4 runs): everyone waited for rank 3 (+17 ms, no
 // traced function longer) while it waited 0.887 of wall time for a CPU against its peers'
 // 0.595: 1.49x, +0.29, just under both relabelling bars, so the finding stayed
@@ -293,11 +303,7 @@ TEST(LiveFindingsTest, UntracedStragglerWithRunQueueEvidenceIsContention) {
 TEST(LiveFindingsTest, UntracedStragglerNeedsOnlyAClearRunQueueExcess) {
   Localizer loc;
   for (int32_t r = 0; r < 4; ++r) {
-    std::vector<Fn> fns = {
-        {"python:train_step", EventKind::kPythonCall, 55},
-        {"python:train_step > python:forward", EventKind::kPythonCall, 50},
-        {"collective:all_reduce", EventKind::kCollective, r == 3 ? 24.5 : 41.6},
-    };
+    const std::vector<Fn> fns = UntracedStep(r == 3);
     const double run_queue[] = {0.654, 0.595, 0.565, 0.887};  // as measured
     loc.Add(Worker(r, 119, fns, RunQueue(run_queue[r])));
   }
@@ -311,11 +317,7 @@ TEST(LiveFindingsTest, UntracedStragglerWithoutRunQueueExcessStaysUntraced) {
   // Time-slicing noise: 0.70 against 0.58 explains nothing.
   Localizer loc;
   for (int32_t r = 0; r < 4; ++r) {
-    std::vector<Fn> fns = {
-        {"python:train_step", EventKind::kPythonCall, 55},
-        {"python:train_step > python:forward", EventKind::kPythonCall, 50},
-        {"collective:all_reduce", EventKind::kCollective, r == 3 ? 24.5 : 41.6},
-    };
+    const std::vector<Fn> fns = UntracedStep(r == 3);
     loc.Add(Worker(r, 119, fns, RunQueue(r == 3 ? 0.70 : 0.58)));
   }
   const Diagnosis d = loc.Finish();

@@ -14,6 +14,7 @@
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/server/metrics/server_metrics.h"
 #include "perftracker/server/store/store.h"
+#include "perftracker/server/store_recorder.h"
 #include "perftracker/wire/summary_codec.h"
 
 namespace perftracker {
@@ -96,15 +97,7 @@ class ControlService::Job : public CollectorControl {
   }
 
   WindowRecord Record(const WindowSpec& spec, WindowState state) const {
-    WindowRecord r;
-    r.job_id = id_;
-    r.window_id = spec.id;
-    r.reason = std::string(WindowReasonName(spec.reason));
-    r.start_ns = spec.start_ns;
-    r.duration_ns = spec.duration_ns;
-    r.triggers = triggers_;
-    r.state = state;
-    return r;
+    return WindowRecordOf(id_, spec, triggers_, state);
   }
 
   ControlService* service_;

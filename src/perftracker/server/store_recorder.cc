@@ -17,6 +17,19 @@ std::string ReadWholeFile(const std::string& path) {
 
 }  // namespace
 
+WindowRecord WindowRecordOf(const std::string& job_id, const WindowSpec& spec,
+                            std::vector<std::string> triggers, WindowState state) {
+  WindowRecord r;
+  r.job_id = job_id;
+  r.window_id = spec.id;
+  r.reason = std::string(WindowReasonName(spec.reason));
+  r.start_ns = spec.start_ns;
+  r.duration_ns = spec.duration_ns;
+  r.triggers = std::move(triggers);
+  r.state = state;
+  return r;
+}
+
 StoreRecorder::StoreRecorder(Store* store, std::string job_id, std::string title,
                              CoordinatorLink* next, std::function<void(std::string_view)> log)
     : store_(store),
@@ -111,16 +124,9 @@ void StoreRecorder::OnSummary(uint64_t window, WorkerSummary summary) {
 }
 
 WindowRecord StoreRecorder::Record(const WindowSpec& spec, WindowState state) const {
-  WindowRecord r;
-  r.job_id = job_id_;
-  r.window_id = spec.id;
-  r.reason = std::string(WindowReasonName(spec.reason));
-  r.start_ns = spec.start_ns;
-  r.duration_ns = spec.duration_ns;
   auto it = window_triggers_.find(spec.id);
-  if (it != window_triggers_.end()) r.triggers = it->second;
-  r.state = state;
-  return r;
+  return WindowRecordOf(
+      job_id_, spec, it != window_triggers_.end() ? it->second : std::vector<std::string>{}, state);
 }
 
 void StoreRecorder::StartWindow(const WindowSpec& window) {

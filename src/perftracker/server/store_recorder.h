@@ -29,6 +29,10 @@
 
 namespace perftracker {
 
+// The store's row for a coordinator's window (ControlService's jobs and StoreRecorder).
+WindowRecord WindowRecordOf(const std::string& job_id, const WindowSpec& spec,
+                            std::vector<std::string> triggers, WindowState state);
+
 class StoreRecorder : public CoordinatorLink, public CollectorControl {
  public:
   static constexpr size_t kIterationBatch = 256;
