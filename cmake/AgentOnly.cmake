@@ -12,10 +12,6 @@ if(NOT nlohmann_json_FOUND)
   target_include_directories(nlohmann_json::nlohmann_json INTERFACE ${PERFTRACKER_NLOHMANN_INCLUDE})
 endif()
 
-add_compile_options(-Wall -Wextra -Wpedantic)
-if(PERFTRACKER_WERROR)
-  add_compile_options(-Werror)
-endif()
 set(PERFTRACKER_BENCHMARKS OFF)
 function(perftracker_test name)  # tests need the full build
 endfunction()

@@ -156,19 +156,11 @@ def _activate_from_step():
 
 
 def _find_libcupti():
-    """The libcupti this process should use: one already mapped (torch's Kineto links it), else
-    the one torch's wheel ships (nvidia-cuda-cupti, outside the loader's path), else ""
-    (the agent then tries the usual names: the CUDA toolkit on LD_LIBRARY_PATH)."""
+    """The libcupti torch's wheel ships (nvidia-cuda-cupti, outside the loader's path), or "":
+    a hint for the agent, which prefers a copy the process has already loaded and falls back
+    to the usual names (the CUDA toolkit on LD_LIBRARY_PATH)."""
     import glob
 
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.rstrip("\n").split(" ")[-1]
-                if "/libcupti.so" in path:
-                    return path
-    except OSError:
-        pass
     found = []
     nvidia = sys.modules.get("nvidia")
     for base in list(getattr(nvidia, "__path__", []) or []):
@@ -182,7 +174,7 @@ def _find_libcupti():
 def _gpu_probe():
     """Whether this window's GPU work can be traced with CUPTI (called by the agent at each
     window start, on its own thread with the GIL): (0, "") CUDA is not in use in this process,
-    (1, libcupti path or "") trace it, (2, reason) skip it this time."""
+    (1, a libcupti hint or "") trace it, (2, reason) skip it this time."""
     torch = sys.modules.get("torch")
     if torch is None:
         return (0, "")

@@ -861,26 +861,22 @@ class GpuSourcesTest(LiveChecks):
         self.assertFalse(os.path.exists(os.path.join(tmp, "cupti-calls.txt")))
 
     def plugin_seen_by_job(self, run_args, env=None):
+        """What NCCL_PROFILER_PLUGIN the job sees; the caller's environment has none unless
+        `env` sets it."""
+        job_env = {k: v for k, v in os.environ.items() if k != "NCCL_PROFILER_PLUGIN"}
+        job_env.update(env or {})
         with tempfile.TemporaryDirectory() as tmp:
             r = subprocess.run(
                 [CONFIG.perftracker, "run", "--report-dir", os.path.join(tmp, "r"), *run_args,
                  "--", sys.executable, "-c",
                  "import os; print('plugin=' + os.environ.get('NCCL_PROFILER_PLUGIN', '-'))"],
-                capture_output=True, text=True, timeout=60, cwd=tmp,
-                env=dict(os.environ, **(env or {})))
+                capture_output=True, text=True, timeout=60, cwd=tmp, env=job_env)
         self.assertEqual(r.returncode, 0, r.stderr)
         return re.search(r"plugin=(\S+)", r.stdout).group(1), r.stderr
 
     def test_run_gives_nccl_perftrackers_profiler_plugin(self):
-        env = {k: v for k, v in os.environ.items() if k != "NCCL_PROFILER_PLUGIN"}
-        with tempfile.TemporaryDirectory() as tmp:
-            r = subprocess.run(
-                [CONFIG.perftracker, "run", "--report-dir", os.path.join(tmp, "r"), "--",
-                 sys.executable, "-c",
-                 "import os; print('plugin=' + os.environ.get('NCCL_PROFILER_PLUGIN', '-'))"],
-                capture_output=True, text=True, timeout=60, cwd=tmp, env=env)
-        plugin = re.search(r"plugin=(\S+)", r.stdout).group(1)
-        self.assertTrue(plugin.endswith("libperftracker_nccl_profiler.so"), r.stdout)
+        plugin, _ = self.plugin_seen_by_job([])
+        self.assertTrue(plugin.endswith("libperftracker_nccl_profiler.so"), plugin)
         self.assertTrue(os.path.exists(plugin), plugin)
         # The user's own plugin is kept, and perftracker says what that costs.
         plugin, err = self.plugin_seen_by_job([], {"NCCL_PROFILER_PLUGIN": "/opt/their.so"})

@@ -263,11 +263,11 @@ void Agent::BeginGpuTracing() {
   // gpu_tracing=2: trace even when torch has not initialized CUDA here (CUDA through another
   // library: CuPy, JAX, a C++ extension of the job's own).
   if (code != 1 && config_.options.gpu_tracing != 2) return;
-  // An explicit library wins over the probe's guess (torch's own copy).
+  // An explicit library wins over the probe's guess (torch's wheel's copy).
   const char* library = std::getenv("PERFTRACKER_CUPTI_LIBRARY");
-  if (library != nullptr && *library != '\0') text = library;
+  const std::string explicit_library = library != nullptr ? library : "";
   Py_BEGIN_ALLOW_THREADS
-  gpu_->Begin(text);
+  gpu_->Begin(explicit_library, text);
   Py_END_ALLOW_THREADS
 }
 

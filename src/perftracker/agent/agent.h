@@ -116,7 +116,7 @@ class Agent {
   // GIL held. `fn()` returns all threads' Python stacks as text (used for dump_stacks).
   void SetStackDumper(PyObject* fn);
   // GIL held. `fn()` says whether this window's GPU work can be traced with CUPTI:
-  // (0, "") this process does not use CUDA; (1, libcupti path or "") trace; (2, reason) skip.
+  // (0, "") this process does not use CUDA; (1, libcupti hint or "") trace; (2, reason) skip.
   void SetGpuProbe(PyObject* fn);
   GpuTracing* gpu_tracing() { return gpu_.get(); }
 

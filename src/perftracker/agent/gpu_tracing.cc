@@ -42,7 +42,7 @@ bool GpuTracing::Built() {
 #endif
 }
 
-bool GpuTracing::Begin(const std::string& library) {
+bool GpuTracing::Begin(const std::string& library, const std::string& hint) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!stats_.available) return false;
 #ifdef PERFTRACKER_HAVE_CUPTI
@@ -56,8 +56,8 @@ bool GpuTracing::Begin(const std::string& library) {
     impl_ = std::make_unique<Impl>();
     impl_->sink = std::move(sink.value());
     CuptiShmSink* out = impl_->sink.get();
-    auto api = LoadCuptiApi(library);
-    if (!api.ok() && !library.empty()) api = LoadCuptiApi();  // the hint was wrong: the usual names
+    auto api = LoadCuptiApi(library, hint);
+    if (!api.ok() && !library.empty()) api = LoadCuptiApi("", hint);  // a wrong explicit path
     impl_->tracer =
         api.ok() ? std::make_unique<CuptiActivityTracer>(api.value(), out->functions(), out)
                  : std::make_unique<CuptiActivityTracer>(api.status(), out->functions(), out);
@@ -73,6 +73,7 @@ bool GpuTracing::Begin(const std::string& library) {
   return true;
 #else
   (void)library;
+  (void)hint;
   if (!said_not_built_) {
     said_not_built_ = true;
     Say("this process uses CUDA but the agent was built without CUPTI headers: no GPU kernel "

@@ -42,10 +42,10 @@ class GpuTracing {
   GpuTracing(const GpuTracing&) = delete;
   GpuTracing& operator=(const GpuTracing&) = delete;
 
-  // Window start. `library`: where libcupti is, when known (torch's wheel ships it outside
-  // the loader's path); empty: an already loaded copy, then the usual names. False when
-  // nothing is traced (the reason was logged once).
-  bool Begin(const std::string& library = "");
+  // Window start. `library`: the libcupti the user named (PERFTRACKER_CUPTI_LIBRARY); else
+  // LoadCuptiApi's order with `hint` (torch's wheel's copy). False when nothing is traced
+  // (the reason was logged once).
+  bool Begin(const std::string& library = "", const std::string& hint = "");
   // Window end (or exit): no-op unless Begin() succeeded.
   void End();
   // The -cupti file is removed (the creating process, at exit).

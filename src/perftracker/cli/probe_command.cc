@@ -74,23 +74,15 @@ void PrintSources(const std::vector<MetricSample>& samples, const char* what) {
   }
 }
 
-void ProbeNvml(const std::string& library, int interval_ms) {
-  std::vector<std::string> said;
-  NvmlSamplerOptions o;
-  o.library = library;
-  o.log = [&said](std::string_view line) { said.emplace_back(line); };
-  NvmlSampler nvml(o);
-  if (!nvml.Init()) {
+// NVML's part of the report; `samples` are the second of two samples (`available`: Init()).
+void PrintNvml(const NvmlSampler& nvml, bool available, const std::vector<std::string>& said,
+               const std::vector<MetricSample>& samples) {
+  if (!available) {
     fmt::print("NVML    not available");
     for (const auto& line : said) fmt::print(": {}", line);
     fmt::print("\n");
     return;
   }
-  std::vector<MetricSample> samples;
-  nvml.SampleDevices(RealtimeNs(), &samples);
-  usleep(static_cast<useconds_t>(interval_ms) * 1000);
-  samples.clear();
-  nvml.SampleDevices(RealtimeNs(), &samples);
   fmt::print("NVML    {} GPU(s), {} metric values in the second sample\n", nvml.stats().devices,
              samples.size());
   PrintSources(samples, "GPU");
@@ -141,13 +133,8 @@ void ProbeNcclPlugin(const std::string& path) {
   dlclose(handle);
 }
 
-void ProbeRdma(const std::string& sys_root, int interval_ms) {
-  IbSampler ib(sys_root);
-  std::vector<MetricSample> samples;
-  ib.Sample(RealtimeNs(), &samples);
-  usleep(static_cast<useconds_t>(interval_ms) * 1000);
-  samples.clear();
-  ib.Sample(RealtimeNs(), &samples);
+// The RDMA part; `samples` are the second of two samples.
+void PrintRdma(const IbSampler& ib, const std::vector<MetricSample>& samples) {
   fmt::print("RDMA    {} InfiniBand / RoCE port(s), {} network interface(s) with carrier state\n",
              ib.stats().ports, ib.stats().interfaces);
   std::vector<MetricSample> ports;
@@ -182,10 +169,26 @@ CLI::App* AddProbeCommand(CLI::App& app, ProbeOptions* o) {
 }
 
 int RunProbe(const ProbeOptions& o) {
-  ProbeNvml(o.nvml_library, o.interval_ms);
+  std::vector<std::string> said;
+  NvmlSamplerOptions nvml_options;
+  nvml_options.library = o.nvml_library;
+  nvml_options.log = [&said](std::string_view line) { said.emplace_back(line); };
+  NvmlSampler nvml(nvml_options);
+  const bool nvml_available = nvml.Init();
+  IbSampler ib(o.sys_root);
+  // Rates (and GPM metrics) come from two samples: both samplers share one wait.
+  std::vector<MetricSample> gpu, rdma;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) usleep(static_cast<useconds_t>(o.interval_ms) * 1000);
+    gpu.clear();
+    rdma.clear();
+    if (nvml_available) nvml.SampleDevices(RealtimeNs(), &gpu);
+    ib.Sample(RealtimeNs(), &rdma);
+  }
+  PrintNvml(nvml, nvml_available, said, gpu);
   ProbeCupti();
   ProbeNcclPlugin(o.nccl_plugin.empty() ? DefaultNcclPlugin() : o.nccl_plugin);
-  ProbeRdma(o.sys_root, o.interval_ms);
+  PrintRdma(ib, rdma);
   return 0;
 }
 

@@ -425,18 +425,16 @@ int RunJob(const RunOptions& options) {
     store_path = options.store.empty() ? (fs::path(options.report_dir) / "perftracker.db").string()
                                        : options.store;
     StatusOr<std::unique_ptr<SqliteStore>> opened = SqliteStore::Open(store_path);
-    if (!opened.ok()) {
-      fmt::print(stderr, "perftracker run: --store {}: {} (--store off runs without it)\n",
-                 store_path, opened.status().message());
-      return 2;
+    Status st = opened.status();
+    if (st.ok()) {
+      store = std::move(opened.value());
+      recorder = std::make_unique<StoreRecorder>(store.get(), run_id, CommandLine(options.command),
+                                                 &coordinator);
+      st = recorder->Begin();
     }
-    store = std::move(opened.value());
-    recorder = std::make_unique<StoreRecorder>(store.get(), run_id, CommandLine(options.command),
-                                               &coordinator);
-    const Status begun = recorder->Begin();
-    if (!begun.ok()) {
+    if (!st.ok()) {
       fmt::print(stderr, "perftracker run: --store {}: {} (--store off runs without it)\n",
-                 store_path, begun.message());
+                 store_path, st.message());
       return 2;
     }
     coordinator.AddCollector(recorder.get());

@@ -4,9 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include <fmt/core.h>
@@ -30,13 +28,6 @@ WorkerInfo ToWorker(const ControlRank& r) {
   w.pid = r.pid;
   w.host = r.host;
   return w;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -355,26 +346,17 @@ void ControlService::StoreReports() {
         record = job->Record(spec, WindowState::kDiagnosed);
         job->triggers_.clear();
       }
-      std::string top;
-      for (const Finding& f : r.diagnosis.findings) {
-        if (f.material) {
-          if (top.empty()) top = f.code;
-          if (options_.metrics) options_.metrics->RecordFinding(job->id_, f.code);
+      if (options_.metrics) {
+        for (const Finding& f : r.diagnosis.findings) {
+          if (f.material) options_.metrics->RecordFinding(job->id_, f.code);
         }
+        options_.metrics->RecordWindow(job->id_, WindowMetricState::kDiagnosed);
       }
-      if (options_.metrics) options_.metrics->RecordWindow(job->id_, WindowMetricState::kDiagnosed);
       if (Store* store = options_.store) {
-        DiagnosisRecord d;
-        d.job_id = job->id_;
-        d.window_id = record.window_id;
-        d.json = r.json_path.empty() ? std::string() : ReadFile(r.json_path);
-        d.text = r.text;
-        d.top_code = top;
-        d.missing_ranks = r.missing_ranks;
-        d.created_ns = RealtimeNs();
+        const DiagnosisRecord d = DiagnosisRecordOf(job->id_, record.window_id, r);
         Status st = store->PutWindow(record);
         if (st.ok() && !d.json.empty()) st = store->PutDiagnosis(d);
-        if (st.ok() && top.empty() && !job->baseline_known_) {
+        if (st.ok() && d.top_code.empty() && !job->baseline_known_) {
           StatusOr<std::optional<uint64_t>> baseline = store->GetBaseline(job->id_);
           if (baseline.ok() && !baseline->has_value())
             st = store->SetBaseline(job->id_, record.window_id);

@@ -30,6 +30,24 @@ WindowRecord WindowRecordOf(const std::string& job_id, const WindowSpec& spec,
   return r;
 }
 
+DiagnosisRecord DiagnosisRecordOf(const std::string& job_id, uint64_t window_id,
+                                  const WindowReport& report) {
+  DiagnosisRecord d;
+  d.job_id = job_id;
+  d.window_id = window_id;
+  d.json = report.json_path.empty() ? std::string() : ReadWholeFile(report.json_path);
+  d.text = report.text;
+  for (const Finding& f : report.diagnosis.findings) {
+    if (f.material) {
+      d.top_code = f.code;
+      break;
+    }
+  }
+  d.missing_ranks = report.missing_ranks;
+  d.created_ns = RealtimeNs();
+  return d;
+}
+
 StoreRecorder::StoreRecorder(Store* store, std::string job_id, std::string title,
                              CoordinatorLink* next, std::function<void(std::string_view)> log)
     : store_(store),
@@ -153,23 +171,9 @@ void StoreRecorder::StoreReports(const std::vector<WindowReport>& reports) {
     }
     spec.reason = r.reason;
     Status st = store_->PutWindow(Record(spec, WindowState::kDiagnosed));
-    std::string top;
-    for (const Finding& f : r.diagnosis.findings) {
-      if (f.material) {
-        top = f.code;
-        break;
-      }
-    }
-    DiagnosisRecord d;
-    d.job_id = job_id_;
-    d.window_id = r.id;
-    d.json = r.json_path.empty() ? std::string() : ReadWholeFile(r.json_path);
-    d.text = r.text;
-    d.top_code = top;
-    d.missing_ranks = r.missing_ranks;
-    d.created_ns = RealtimeNs();
+    const DiagnosisRecord d = DiagnosisRecordOf(job_id_, r.id, r);
     if (st.ok() && !d.json.empty()) st = store_->PutDiagnosis(d);
-    if (st.ok() && top.empty() && !baseline_set_) {
+    if (st.ok() && d.top_code.empty() && !baseline_set_) {
       st = store_->SetBaseline(job_id_, r.id);
       baseline_set_ = st.ok();
     }

@@ -33,6 +33,11 @@ namespace perftracker {
 WindowRecord WindowRecordOf(const std::string& job_id, const WindowSpec& spec,
                             std::vector<std::string> triggers, WindowState state);
 
+// The store's row for a window's report: the JSON file's contents, the text, the first
+// material finding's code ("" when none is material), the missing ranks.
+DiagnosisRecord DiagnosisRecordOf(const std::string& job_id, uint64_t window_id,
+                                  const WindowReport& report);
+
 class StoreRecorder : public CoordinatorLink, public CollectorControl {
  public:
   static constexpr size_t kIterationBatch = 256;

@@ -279,6 +279,17 @@ TEST(CuptiActivityTracerLoad, MissingLibraryIsSaidOnce) {
 #ifdef PERFTRACKER_TEST_LIBCUPTI
 // The real libcupti of this toolkit, on a machine without a GPU driver: loading works, and
 // the first CUPTI call fails cleanly (unavailable, said once), or, with a GPU, traces.
+TEST(CuptiActivityTracerLoad, AnAlreadyLoadedCopyWinsOverTheHint) {
+  auto first = LoadCuptiApi("", PERFTRACKER_TEST_LIBCUPTI);  // the hint, nothing loaded yet
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  // A wrong hint now: the copy already in the process is used, never a second one.
+  auto again = LoadCuptiApi("", "/nonexistent/libcupti.so");
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again.value().subscribe, first.value().subscribe);
+  // An explicit path is only that path.
+  EXPECT_FALSE(LoadCuptiApi("/nonexistent/libcupti.so", PERFTRACKER_TEST_LIBCUPTI).ok());
+}
+
 TEST(CuptiActivityTracerLoad, RealLibcuptiWithoutDriverFailsCleanly) {
   auto api = LoadCuptiApi(PERFTRACKER_TEST_LIBCUPTI);
   ASSERT_TRUE(api.ok()) << api.status().message();

@@ -16,12 +16,15 @@ bool Resolve(void* handle, const char* name, Fn* out) {
 
 }  // namespace
 
-StatusOr<CuptiApi> LoadCuptiApi(const std::string& path) {
+StatusOr<CuptiApi> LoadCuptiApi(const std::string& path, const std::string& hint) {
   std::vector<std::string> candidates;
   if (!path.empty()) {
     candidates.push_back(path);
   } else {
-    candidates = {"libcupti.so", "libcupti.so.13", "libcupti.so.12"};
+    if (!hint.empty()) candidates.push_back(hint);
+    for (const char* name : {"libcupti.so", "libcupti.so.13", "libcupti.so.12"}) {
+      candidates.emplace_back(name);
+    }
   }
   void* handle = nullptr;
   std::string error;

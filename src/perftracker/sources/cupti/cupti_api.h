@@ -34,10 +34,12 @@ struct CuptiApi {
   void* handle = nullptr;
 };
 
-// Loads libcupti from `path` (default: "libcupti.so", then "libcupti.so.13"; the same
-// library torch already loaded, if any) and resolves every required symbol.
-// Fails with one line naming the library or the missing symbol.
-StatusOr<CuptiApi> LoadCuptiApi(const std::string& path = "");
+// Loads libcupti and resolves every required symbol: from `path` when given (only there);
+// else the copy the process has already loaded (torch's Kineto links one), else `hint` (e.g.
+// the copy torch's wheel ships outside the loader's path), else "libcupti.so",
+// "libcupti.so.13", "libcupti.so.12" on the loader's path. Fails with one line naming the
+// library or the missing symbol.
+StatusOr<CuptiApi> LoadCuptiApi(const std::string& path = "", const std::string& hint = "");
 
 // "CUPTI_ERROR_..." text for a result (the library's own, or the number).
 std::string CuptiResultText(const CuptiApi& api, CUptiResult result);
