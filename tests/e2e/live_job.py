@@ -26,6 +26,14 @@ detector has learned the iteration, so its slowdown trigger fires on the change)
                   (whoever runs the job must end it: SIGTERM / SIGKILL its process group)
   cpu_contention  nothing inside the job: the caller starts busy processes pinned to the
                   fault rank's CPU (see --pin isolate)
+  net_rate_limit  the fault rank's network link sends at most --link-mbit Mbit/s (tc tbf on
+                  its interface); needs --launcher netns
+
+--launcher netns (as root, with iproute2): every rank in a network namespace of its own,
+its interface eth0 (10.77.0.R+1/24) on a bridge of this job, so that each rank has its own
+link and gloo's traffic crosses them (GLOO_SOCKET_IFNAME=eth0). The namespaces, veths and
+bridge are named after this process (ptlink-PID-R, ptlPIDhR, ptlPIDbr), removed when the job
+ends, and removed by the next netns job if this one was killed.
 
 --pin isolate pins the fault rank alone to the last allowed CPU and every other rank to the
 first one; --pin round_robin pins rank R to CPU R mod #CPUs.
@@ -56,7 +64,7 @@ from torch import nn
 from torch.nn import functional as F
 
 FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention",
-          "slow_data_all")
+          "slow_data_all", "net_rate_limit")
 
 
 class RandomDataset(torch.utils.data.Dataset):
@@ -219,6 +227,8 @@ def run_rank(rank, args):
                 model.block2.hang = True
             elif args.fault == "gc":
                 cache = LeakyCache(args.gc_objects)
+            elif args.fault == "net_rate_limit":
+                limit_link(args.link_mbit)
             print(f"live_job: rank {rank} fault {args.fault} starts at step {step} "
                   f"({time.time():.3f})", file=sys.stderr, flush=True)
         if device.type == "cuda":
@@ -252,16 +262,20 @@ def env_worker(args):
     run_rank(int(os.environ["RANK"]), args)
 
 
-def launch_env(args, argv):
-    """Starts one subprocess per rank with torchrun's environment; the first failure ends
-    the others. Returns the exit code (0 when every rank exited 0)."""
+def launch_env(args, argv, netns_pid=None):
+    """Starts one subprocess per rank with torchrun's environment (in rank R's namespace
+    with netns_pid); the first failure ends the others. Returns the exit code (0 when every
+    rank exited 0)."""
     procs = []
     for rank in range(args.world_size):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
                    WORLD_SIZE=str(args.world_size), LOCAL_WORLD_SIZE=str(args.world_size),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__),
-                                       "--worker", *argv], env=env))
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", *argv]
+        if netns_pid is not None:
+            env.update(MASTER_ADDR=f"{NETNS_SUBNET}1", GLOO_SOCKET_IFNAME="eth0")
+            cmd = ["ip", "netns", "exec", netns_names(netns_pid, rank)[0]] + cmd
+        procs.append(subprocess.Popen(cmd, env=env))
     rc = 0
     alive = list(procs)
     while alive:
@@ -278,6 +292,94 @@ def launch_env(args, argv):
     return rc
 
 
+NETNS_SUBNET = "10.77.0."
+
+
+def netns_problem():
+    """Why --launcher netns cannot run here (None when it can)."""
+    if os.geteuid() != 0:
+        return "network namespaces need root (run as root, or use --launcher env)"
+    for tool in ("ip", "tc"):
+        if not any(os.access(os.path.join(d, tool), os.X_OK)
+                   for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/sbin", "/sbin"]):
+            return f"'{tool}' was not found (install iproute2)"
+    return None
+
+
+def ip(*args, check=True):
+    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
+    return r
+
+
+def netns_names(pid, rank=None):
+    return (f"ptlink-{pid}-{rank}" if rank is not None else f"ptlink-{pid}-",
+            f"ptl{pid}h{rank}", f"ptl{pid}br")
+
+
+def remove_netns(pid):
+    prefix, _, bridge = netns_names(pid)
+    for line in ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(prefix):
+            ip("netns", "del", name, check=False)  # its veth pair goes with it
+    ip("link", "del", bridge, check=False)
+
+
+def remove_stale_netns():
+    """Namespaces and bridges of netns jobs that were killed before they could clean up."""
+    for line in ip("netns", "list", check=False).stdout.splitlines():
+        parts = line.split()[0].split("-") if line.split() else []
+        if len(parts) == 3 and parts[0] == "ptlink" and parts[1].isdigit():
+            if not os.path.exists(f"/proc/{parts[1]}"):
+                remove_netns(int(parts[1]))
+
+
+def setup_netns(world_size):
+    pid = os.getpid()
+    remove_stale_netns()
+    _, _, bridge = netns_names(pid)
+    try:
+        ip("link", "add", bridge, "type", "bridge")
+        ip("link", "set", bridge, "up")
+        for rank in range(world_size):
+            ns, host_if, _ = netns_names(pid, rank)
+            ip("netns", "add", ns)
+            ip("link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            ip("link", "set", host_if, "master", bridge, "up")
+            ip("-n", ns, "addr", "add", f"{NETNS_SUBNET}{rank + 1}/24", "dev", "eth0")
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+    except Exception:
+        remove_netns(pid)
+        raise
+    return pid
+
+
+def launch_netns(args, argv):
+    """launch_env's subprocesses, each rank in a network namespace of its own."""
+    pid = setup_netns(args.world_size)
+    # SIGTERM (the job's end, from whoever runs it) unwinds, so the namespaces go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        args.port = 29500
+        return launch_env(args, argv, netns_pid=pid)
+    finally:
+        remove_netns(pid)
+
+
+def limit_link(mbit):
+    """net_rate_limit: this rank's interface (it is in its own namespace) sends at most
+    `mbit` Mbit/s: a token bucket on eth0's egress, as a NIC negotiated down would."""
+    r = subprocess.run(["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate",
+                        f"{mbit:g}mbit", "burst", "32kb", "latency", "50ms"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"live_job: tc tbf on eth0 failed: {r.stderr.strip()}", file=sys.stderr,
+              flush=True)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=400)
@@ -287,9 +389,10 @@ def parse_args(argv):
                    help="steps before the fault starts (the detector learns the iteration "
                         "first)")
     p.add_argument("--world-size", type=int, default=4)
-    p.add_argument("--launcher", choices=("spawn", "env"), default="spawn",
+    p.add_argument("--launcher", choices=("spawn", "env", "netns"), default="spawn",
                    help="torch.multiprocessing.spawn, or subprocesses with torchrun's "
-                        "environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+                        "environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); netns: "
+                        "those subprocesses, each in a network namespace of its own (root)")
     p.add_argument("--sync", choices=("ddp", "allreduce"), default="ddp",
                    help="gradient synchronization: DistributedDataParallel (default) or "
                         "explicit dist.all_reduce calls after the backward pass")
@@ -307,6 +410,8 @@ def parse_args(argv):
                    help="slow_compute: extra runs of Block2's forward work")
     p.add_argument("--data-delay-ms", type=float, default=0.5,
                    help="slow_data: extra delay per sample")
+    p.add_argument("--link-mbit", type=float, default=100,
+                   help="net_rate_limit: the fault rank's send rate limit in Mbit/s")
     p.add_argument("--gc-objects", type=int, default=100000,
                    help="gc: live container objects a full collection walks every step")
     p.add_argument("--step-sleep-ms", type=float, default=0.0,
@@ -317,6 +422,14 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not 0 <= args.fault_rank < args.world_size:
         p.error(f"--fault-rank {args.fault_rank} is not in [0, {args.world_size})")
+    if args.fault == "net_rate_limit" and args.launcher != "netns":
+        p.error("--fault net_rate_limit needs --launcher netns (each rank its own link)")
+    if args.link_mbit <= 0:
+        p.error(f"--link-mbit {args.link_mbit} is not a positive rate")
+    if args.launcher == "netns" and not args.worker:
+        problem = netns_problem()
+        if problem:
+            p.error(f"--launcher netns: {problem}")
     return args
 
 
@@ -332,9 +445,11 @@ def main(argv=None):
         os.environ["MASTER_PORT"] = str(free_port())
         mp.spawn(run_rank, args=(args,), nprocs=args.world_size, join=True)
         rc = 0
-    else:
+    elif args.launcher == "env":
         args.port = free_port()
         rc = launch_env(args, argv)
+    elif args.launcher == "netns":
+        rc = launch_netns(args, argv)
     print(f"live_job: {args.world_size} ranks, {args.steps} steps, fault={args.fault} "
           f"(rank {args.fault_rank} from step {args.fault_after_steps}), "
           f"{time.monotonic() - start:.1f} s, exit {rc}", file=sys.stderr)

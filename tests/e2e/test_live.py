@@ -315,6 +315,18 @@ class LiveRun:
                 out.append((int(parts[0]), float(parts[1])))
         return out
 
+    def step_times(self):
+        """Rank 0's median step before and after the fault's step (what the detector saw)."""
+        s = self.steps()
+        gaps = [(b[0], b[1] - a[1]) for a, b in zip(s, s[1:])]
+        before = sorted(g for n, g in gaps if 10 <= n < FAULT_AFTER_STEPS)
+        after = sorted(g for n, g in gaps if n > FAULT_AFTER_STEPS + 1)
+        if not before or not after:
+            return "too few steps for step times"
+        b, a = before[len(before) // 2], after[len(after) // 2]
+        return (f"median step {b * 1e3:.1f} ms before step {FAULT_AFTER_STEPS}, "
+                f"{a * 1e3:.1f} ms after it (ratio {a / b:.2f})")
+
     def last_step(self):
         s = self.steps()
         return s[-1][0] if s else -1
@@ -359,7 +371,7 @@ class LiveRun:
             out, err = "", ""
         return (f"command: {' '.join(self.cmd)}\nrc {self.rc}, reports "
                 f"{[os.path.basename(p) for p in self.report_paths()]}, last step "
-                f"{self.last_step()}\n--- stderr (tail):\n{err[-4000:]}\n"
+                f"{self.last_step()}; {self.step_times()}\n--- stderr (tail):\n{err[-4000:]}\n"
                 f"--- stdout (tail):\n{out[-4000:]}")
 
     def cleanup(self):
@@ -509,7 +521,7 @@ class LiveFaultTest(LiveChecks):
 
     def test_slow_data_names_rank_and_data_loading(self):
         run = self.run_fault("slow_data", ["--fault", "slow_data", "--fault-rank", "1",
-                                           "--data-delay-ms", "0.5"])
+                                           "--data-delay-ms", "1.0"])
         report = run.report("slowdown")
         self.check_schema(report, run)
         top = self.top_finding(report, run)

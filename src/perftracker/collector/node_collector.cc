@@ -24,6 +24,7 @@
 #include "perftracker/collector/agent_rings.h"
 #include "perftracker/collector/line_reader.h"
 #include "perftracker/core/realtime_clock.h"
+#include "perftracker/sources/host/tcp_sampler.h"
 #include "perftracker/sources/ib/ib_sampler.h"
 #include "perftracker/sources/nvml/nvml_sampler.h"
 
@@ -100,9 +101,16 @@ HostSampleFn MakeHostSampler(const std::string& proc_root, const std::string& sy
   // library says so once) and RDMA ports / link state (sysfs, host-wide): docs/gpu-sources.md.
   auto ib = std::make_shared<IbSampler>(sys_root);
   auto nvml = std::make_shared<NvmlSampler>();
-  return [sampler, ib, nvml](int64_t now_ns, const std::vector<int32_t>& pids,
-                             std::vector<PidSample>* out) {
+  // Each rank's TCP connections: what they deliver, and at what rate (PT-NET-SLOW-LINK).
+  auto tcp = std::make_shared<TcpSampler>(proc_root);
+  auto tcp_told = std::make_shared<std::atomic<bool>>(false);
+  return [sampler, ib, nvml, tcp, tcp_told](int64_t now_ns, const std::vector<int32_t>& pids,
+                                  std::vector<PidSample>* out) {
     sampler->Sample(now_ns, pids, out);
+    tcp->Sample(now_ns, pids, out);
+    if (!tcp->stats().first_problem.empty() && !tcp_told->exchange(true)) {
+      std::fprintf(stderr, "perftracker: TCP samples: %s\n", tcp->stats().first_problem.c_str());
+    }
     ib->Sample(now_ns, pids, out);
     nvml->Sample(now_ns, pids, out);
   };

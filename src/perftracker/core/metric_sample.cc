@@ -26,6 +26,8 @@ std::string_view MetricName(Metric metric) {
     case Metric::kIbRxBytesPerSec: return "ib_rx_bytes_per_s";
     case Metric::kNicLinkUp: return "nic_link_up";
     case Metric::kGpuSmClockMaxMhz: return "gpu_sm_clock_max_mhz";
+    case Metric::kTcpSendBytesPerSec: return "tcp_send_bytes_per_s";
+    case Metric::kTcpDeliveryRateBytesPerSec: return "tcp_delivery_rate_bytes_per_s";
   }
   return "unknown";
 }

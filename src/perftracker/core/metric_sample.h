@@ -30,8 +30,10 @@ enum class Metric : uint16_t {
   kIbRxBytesPerSec = 19,
   kNicLinkUp = 20,             // 1 link up, 0 down (carrier / IB port state); flaps show as 0s
   kGpuSmClockMaxMhz = 21,      // the GPU's maximum SM clock (the expectation for kGpuSmClockMhz)
+  kTcpSendBytesPerSec = 22,    // bytes a process's TCP connections delivered (peer acked)
+  kTcpDeliveryRateBytesPerSec = 23,  // the kernel's delivery rate of its busiest connection
 };
-inline constexpr int kNumMetrics = 22;
+inline constexpr int kNumMetrics = 24;
 
 std::string_view MetricName(Metric metric);
 

@@ -113,6 +113,13 @@ constexpr std::array kCatalogue = {
                    "collectives stall until it comes back and the whole job waits.",
                    "Check the cable, transceiver and switch port of that NIC (ip link, ibstat, "
                    "dmesg for link down / up); drain the host."},
+    CatalogueEntry{fc::kNetSlowLink, FindingCategory::kCommunication, false,
+                   "One rank's network connections deliver data at a fraction of the rate its "
+                   "peers' connections reach: its link is slow, and every collective waits "
+                   "for it.",
+                   "Check that rank's interface (ethtool speed and error counters, tc qdisc "
+                   "rate limits, the switch port); run a bandwidth test (iperf3, nccl-tests) "
+                   "from its host to a healthy one; move the rank off the host."},
     CatalogueEntry{fc::kLaunchBound, FindingCategory::kHostOverhead, false,
                    "The GPU idles between many tiny kernels: launch overhead, not compute, "
                    "sets the pace.",

@@ -37,6 +37,7 @@ inline constexpr std::string_view kGpuSlow = "PT-GPU-SLOW";
 inline constexpr std::string_view kLinkDegraded = "PT-LINK-DEGRADED";
 inline constexpr std::string_view kNicDegraded = "PT-NIC-DEGRADED";
 inline constexpr std::string_view kNicFlapping = "PT-NIC-FLAPPING";
+inline constexpr std::string_view kNetSlowLink = "PT-NET-SLOW-LINK";
 inline constexpr std::string_view kLaunchBound = "PT-LAUNCH-BOUND";
 // The input itself.
 inline constexpr std::string_view kIncompleteData = "PT-INCOMPLETE-DATA";

@@ -35,6 +35,11 @@ constexpr double kLinkUpFloor = 0.98;
 // At a degraded link's rate the bytes take about the transfer time; a rate at which they
 // would take longer than this multiple of it was measured on samples that missed them.
 constexpr double kConsistentShare = 1.5;
+// A worker's TCP delivery rate below this share of its peers' median is a slow link, when
+// its bytes per iteration at that rate take at least kSlowLinkExplains of its
+// communication time (the slow rate is what the time went to).
+constexpr double kSlowLinkShare = 0.2;
+constexpr double kSlowLinkExplains = 0.5;
 // Kernels with a median call below this are tiny (launch overhead dominates).
 constexpr double kTinyKernelNs = 20e3;
 constexpr double kTinyKernelJobShare = 0.5;
@@ -50,6 +55,12 @@ std::string FormatNs(double ns) {
 std::string FormatRate(double bytes_per_s) {
   if (bytes_per_s >= 1e9) return fmt::format("{:.1f} GB/s", bytes_per_s / 1e9);
   return fmt::format("{:.0f} MB/s", bytes_per_s / 1e6);
+}
+
+std::string FormatBits(double bytes_per_s) {
+  const double bits = bytes_per_s * 8;
+  if (bits >= 1e9) return fmt::format("{:.1f} Gbit/s", bits / 1e9);
+  return fmt::format("{:.0f} Mbit/s", bits / 1e6);
 }
 
 std::string FormatShare(double share) { return fmt::format("{:.0f}%", share * 100); }
@@ -87,9 +98,16 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
   ++host_workers_[r.host];
   const double iters = static_cast<double>(worker.iteration_count());
   if (!worker.iterations.empty()) {
-    double compute = 0;
-    for (const auto& i : worker.iterations) compute += static_cast<double>(i.compute_ns);
-    r.compute_ns = static_cast<float>(compute / static_cast<double>(worker.iterations.size()));
+    double compute = 0, comm = 0, duration = 0;
+    for (const auto& i : worker.iterations) {
+      compute += static_cast<double>(i.compute_ns);
+      comm += static_cast<double>(i.communication_ns);
+      duration += static_cast<double>(i.duration_ns);
+    }
+    const auto k = static_cast<double>(worker.iterations.size());
+    r.compute_ns = static_cast<float>(compute / k);
+    r.comm_ns = static_cast<float>(comm / k);
+    r.iteration_ns = static_cast<float>(duration / k);
   }
   for (const FunctionMetric& m : worker.worker_metrics) {
     switch (m.metric) {
@@ -110,6 +128,12 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
         break;
       case Metric::kNicLinkUp:
         r.link_up = static_cast<float>(m.mean);
+        break;
+      case Metric::kTcpDeliveryRateBytesPerSec:
+        r.tcp_rate = static_cast<float>(m.mean);
+        break;
+      case Metric::kTcpSendBytesPerSec:
+        r.tcp_send = static_cast<float>(m.mean);
         break;
       default:
         break;
@@ -448,6 +472,78 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       f.evidence.push_back(
           {"link-down samples", fmt::format("{} of the samples", FormatShare(down))});
       f.evidence.push_back({"inter-node transfer time per iteration", FormatNs(comm)});
+      absorb({fc::kStragglerComm, fc::kStragglerUntraced}, culprits, true, f);
+      name_hosts(f, culprits);
+      material(f);
+      a.culprits = std::move(culprits);
+      out.push_back(std::move(a));
+    }
+  }
+  // Slow network link of one rank (its own TCP connections).
+  {
+    std::vector<uint32_t> measured;
+    for (uint32_t w = 0; w < n; ++w) {
+      if (records_[w].tcp_rate > 0) measured.push_back(w);
+    }
+    std::vector<uint32_t> culprits;
+    std::vector<float> lost, peer_rates;
+    if (measured.size() >= 3) {
+      for (uint32_t w : measured) {
+        const Record& r = records_[w];
+        std::vector<float> others;
+        for (uint32_t o : measured) {
+          if (o != w) others.push_back(records_[o].tcp_rate);
+        }
+        const double peers = Median(others);
+        if (r.tcp_rate >= kSlowLinkShare * peers || r.tcp_send <= 0 || r.iteration_ns <= 0) {
+          continue;
+        }
+        const double bytes = r.tcp_send * r.iteration_ns / 1e9;  // per iteration
+        const double at_rate = bytes / r.tcp_rate * 1e9;
+        if (r.comm_ns <= 0 || at_rate < kSlowLinkExplains * r.comm_ns) continue;
+        const double l = std::min<double>(at_rate - bytes / peers * 1e9, r.comm_ns);
+        if (l < ctx.report_ns) continue;
+        culprits.push_back(w);
+        lost.push_back(static_cast<float>(l));
+        peer_rates.push_back(static_cast<float>(peers));
+      }
+    }
+    if (!culprits.empty()) {
+      size_t worst = 0;
+      for (size_t i = 1; i < culprits.size(); ++i) {
+        if (lost[i] > lost[worst]) worst = i;
+      }
+      const Record& r = records_[culprits[worst]];
+      Added a;
+      Finding& f = a.finding;
+      f.code = fc::kNetSlowLink;
+      f.category = FindingCategory::kCommunication;
+      f.resource = "network link";
+      f.workers = ranks_of(culprits);
+      f.lost_ns_per_iteration = lost[worst];
+      f.lost_share = ctx.iteration_ns > 0 ? lost[worst] / ctx.iteration_ns : 0;
+      f.title = fmt::format(
+          "{} on a slow network link: its connections deliver at {} while its peers' reach {}; "
+          "every collective waits for it (+{} per iteration)",
+          culprits.size() == 1 ? fmt::format("rank {}", r.rank)
+                               : fmt::format("{} ranks (worst: rank {})", culprits.size(), r.rank),
+          FormatBits(r.tcp_rate), FormatBits(peer_rates[worst]), FormatNs(lost[worst]));
+      std::string rates;
+      for (size_t i = 0; i < measured.size() && i < 8; ++i) {
+        const Record& m = records_[measured[i]];
+        rates += fmt::format("{}rank {} {}", i > 0 ? ", " : "", m.rank, FormatBits(m.tcp_rate));
+      }
+      if (measured.size() > 8) rates += fmt::format(", ... ({} workers)", measured.size());
+      f.evidence.push_back({"TCP delivery rate of the busiest connection", rates});
+      f.evidence.push_back(
+          {"bytes it sends per iteration",
+           fmt::format("{:.2f} MB: {} at its rate, of {} communication per iteration",
+                       r.tcp_send * r.iteration_ns / 1e15,
+                       FormatNs(r.tcp_send * r.iteration_ns / r.tcp_rate), FormatNs(r.comm_ns))});
+      f.evidence.push_back(
+          {"how the time is estimated",
+           "its bytes per iteration at its rate minus at its peers' median rate, at most its "
+           "communication time"});
       absorb({fc::kStragglerComm, fc::kStragglerUntraced}, culprits, true, f);
       name_hosts(f, culprits);
       material(f);

@@ -26,6 +26,11 @@
 //    rate at most kConsistentShare x D): a worker that mostly waited inside its collectives has
 //    only background samples there, and a low rate that could not have moved its bytes is no
 //    evidence.
+//  - Slow network link (TCP, per process: TcpSampler): the delivery rate of a worker's
+//    busiest connection is below kSlowLinkShare of its peers' median, and the bytes it
+//    sends per iteration take at that rate at least kSlowLinkExplains of its communication
+//    time: PT-NET-SLOW-LINK. A receiver that acknowledges late (it is behind the slow link)
+//    does not lower its senders' rate sample, so the rank behind the link is the one named.
 //  - Flapping NIC: link-down samples (kNicLinkUp < 1 on average) during the window:
 //    PT-NIC-FLAPPING.
 //  Link findings absorb the peer comparison's communication / memcpy straggler findings
@@ -80,6 +85,10 @@ class HardwareFindings {
     float compute_ns = 0;
     float clock = -1, clock_max = -1, throttle = -1, temperature = -1, power = -1;
     float link_up = -1;
+    float tcp_rate = -1;      // delivery rate of its busiest TCP connection, bytes/s (mean)
+    float tcp_send = -1;      // bytes/s its TCP connections delivered (mean)
+    float comm_ns = 0;        // communication per iteration
+    float iteration_ns = 0;   // mean iteration
     float tiny_kernel_share = -1;
     Pool nic, nvlink, pcie;
   };

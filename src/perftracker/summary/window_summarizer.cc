@@ -160,7 +160,8 @@ bool MetricRelevant(Metric m, EventKind kind, bool device) {
                     m == Metric::kNvlinkBytesPerSec;
   const bool nic = m == Metric::kNicTxBytesPerSec || m == Metric::kNicRxBytesPerSec ||
                    m == Metric::kIbTxBytesPerSec || m == Metric::kIbRxBytesPerSec ||
-                   m == Metric::kNicLinkUp;
+                   m == Metric::kNicLinkUp || m == Metric::kTcpSendBytesPerSec ||
+                   m == Metric::kTcpDeliveryRateBytesPerSec;
   const bool host = m == Metric::kCpuUtilization || m == Metric::kRunQueueDelayFraction ||
                     m == Metric::kMemoryRssBytes;
   if (device) {

@@ -1,0 +1,226 @@
+// TcpSampler — per process, its TCP connections' delivered bytes and delivery rate.
+//
+// Each Sample() walks /proc/<pid>/fd; for every entry that is a socket ("socket:[inode]")
+// it takes a copy of the process's descriptor (pidfd_getfd: the same open socket, never a
+// new connection), keeps it when it is an established TCP socket, and reads TCP_INFO:
+//   tcpi_bytes_acked     bytes the peer acknowledged: a counter, so the change between two
+//                        samples is what the connection delivered in the interval
+//   tcpi_delivery_rate   the kernel's rate sample (RFC draft "delivery rate estimation",
+//                        the input of BBR): bytes delivered over the interval they took, of
+//                        the latest ACK. A sender limited by its path (a token bucket, a NIC
+//                        at 100 Mbit/s) measures the path; one whose peer only acknowledges
+//                        late (the receiver is behind the slow path) still measures its own
+//                        fast path, which is what tells the two apart (rank 1 behind a
+//                        100 Mbit/s tbf: 96 Mbit/s; the peers sending to it: 30-57 Gbit/s).
+// Only the connection that delivered the most in the interval gives the rate, and only when
+// it was busy (>= kBusyBytes): an idle connection's last estimate is stale.
+//
+// The copies are closed at once; reading TCP_INFO changes nothing in the socket, so the
+// job's traffic is untouched. Per pid the state is a pidfd (closed when the pid is no longer
+// asked for) and the last bytes_acked per socket inode (only the inodes seen last time), so
+// memory is bounded by the pids and their open sockets.
+#include "perftracker/sources/host/tcp_sampler.h"
+
+#include <dirent.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+
+namespace perftracker {
+namespace {
+
+int PidfdOpen(int32_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+int PidfdGetfd(int pidfd, int fd) {
+#ifdef SYS_pidfd_getfd
+  return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+// The socket inode of a /proc/<pid>/fd link target "socket:[12345]", or 0.
+uint64_t SocketInode(const char* target) {
+  constexpr char kPrefix[] = "socket:[";
+  if (std::strncmp(target, kPrefix, sizeof(kPrefix) - 1) != 0) return 0;
+  return std::strtoull(target + sizeof(kPrefix) - 1, nullptr, 10);
+}
+
+struct TcpReading {
+  uint64_t bytes_acked = 0;
+  uint64_t delivery_rate = 0;  // bytes per second
+};
+
+// TCP_INFO of an established IPv4/IPv6 TCP socket; false for anything else.
+bool ReadTcpInfo(int fd, TcpReading* out) {
+  int value = 0;
+  socklen_t len = sizeof(value);
+  if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &value, &len) != 0 || value != IPPROTO_TCP) {
+    return false;
+  }
+  struct tcp_info info {};
+  len = sizeof(info);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  // Kernels older than 4.9 return a shorter struct without these fields.
+  if (len < offsetof(struct tcp_info, tcpi_delivery_rate) + sizeof(info.tcpi_delivery_rate)) {
+    return false;
+  }
+  if (info.tcpi_state != 1 /* TCP_ESTABLISHED */) return false;
+  out->bytes_acked = info.tcpi_bytes_acked;
+  out->delivery_rate = info.tcpi_delivery_rate;
+  return true;
+}
+
+}  // namespace
+
+TcpSampler::TcpSampler(std::string proc_root) : proc_root_(std::move(proc_root)) {}
+
+TcpSampler::~TcpSampler() {
+  for (auto& [pid, state] : pids_) {
+    if (state.pidfd >= 0) ::close(state.pidfd);
+  }
+}
+
+void TcpSampler::Problem(const std::string& what) {
+  if (stats_.first_problem.empty()) stats_.first_problem = what;
+}
+
+void TcpSampler::Sample(int64_t now_ns, const std::vector<int32_t>& pids,
+                        std::vector<PidSample>* out) {
+  ++stats_.samples;
+  std::map<int32_t, PidState> next;
+  for (int32_t pid : pids) {
+    if (next.count(pid) != 0) continue;
+    PidState state;
+    auto it = pids_.find(pid);
+    if (it != pids_.end()) {
+      state = std::move(it->second);
+      pids_.erase(it);
+    }
+    if (state.denied) {
+      next.emplace(pid, std::move(state));
+      continue;
+    }
+    if (!SamplePid(now_ns, pid, &state, out)) {
+      if (state.pidfd >= 0) ::close(state.pidfd);
+      if (state.denied) {
+        PidState denied;
+        denied.denied = true;
+        next.emplace(pid, std::move(denied));
+      }
+      continue;
+    }
+    next.emplace(pid, std::move(state));
+  }
+  for (auto& [pid, state] : pids_) {  // pids no longer asked for
+    if (state.pidfd >= 0) ::close(state.pidfd);
+  }
+  pids_ = std::move(next);
+}
+
+bool TcpSampler::SamplePid(int64_t now_ns, int32_t pid, PidState* state,
+                           std::vector<PidSample>* out) {
+  if (state->pidfd < 0) {
+    state->pidfd = PidfdOpen(pid);
+    if (state->pidfd < 0) {
+      if (errno == ESRCH) {
+        ++stats_.vanished_pids;
+      } else {
+        Problem("pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno) +
+                " (Linux 5.6 or newer needed for TCP samples)");
+      }
+      return false;
+    }
+  }
+  const std::string fd_dir = proc_root_ + "/" + std::to_string(pid) + "/fd";
+  DIR* dir = ::opendir(fd_dir.c_str());
+  if (dir == nullptr) {
+    if (errno == ENOENT) {
+      ++stats_.vanished_pids;
+    } else {
+      state->denied = true;
+      ++stats_.unreadable_pids;
+      Problem(fd_dir + ": " + std::strerror(errno));
+    }
+    return false;
+  }
+  std::map<uint64_t, uint64_t> acked;
+  uint64_t delivered = 0, busiest = 0, busiest_rate = 0;
+  int sockets = 0;
+  char target[64];
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string link = fd_dir + "/" + e->d_name;
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    const uint64_t inode = SocketInode(target);
+    if (inode == 0) continue;
+    if (++sockets > kMaxSockets) {
+      ++stats_.truncated;
+      break;
+    }
+    const int copy = PidfdGetfd(state->pidfd, std::atoi(e->d_name));
+    if (copy < 0) {
+      if (errno == EPERM || errno == EACCES) {
+        ::closedir(dir);
+        state->denied = true;
+        ++stats_.unreadable_pids;
+        Problem("pid " + std::to_string(pid) +
+                ": no permission to read its sockets (run perftracker as the job's parent, "
+                "its user or root): no TCP samples for it");
+        return false;
+      }
+      continue;  // closed meanwhile
+    }
+    TcpReading r;
+    const bool tcp = ReadTcpInfo(copy, &r);
+    ::close(copy);
+    if (!tcp) continue;
+    acked[inode] = r.bytes_acked;
+    auto prev = state->acked.find(inode);
+    if (prev == state->acked.end() || r.bytes_acked < prev->second) continue;
+    const uint64_t d = r.bytes_acked - prev->second;
+    delivered += d;
+    if (d > busiest) {
+      busiest = d;
+      busiest_rate = r.delivery_rate;
+    }
+  }
+  ::closedir(dir);
+  if (state->time_ns > 0 && now_ns > state->time_ns) {
+    const double seconds = static_cast<double>(now_ns - state->time_ns) / 1e9;
+    auto add = [&](Metric m, double v) {
+      PidSample s;
+      s.pid = pid;
+      s.sample.time_ns = now_ns;
+      s.sample.metric = m;
+      s.sample.value = v;
+      out->push_back(s);
+    };
+    if (!acked.empty()) add(Metric::kTcpSendBytesPerSec, static_cast<double>(delivered) / seconds);
+    if (busiest >= kBusyBytes && busiest_rate > 0) {
+      add(Metric::kTcpDeliveryRateBytesPerSec, static_cast<double>(busiest_rate));
+    }
+  }
+  state->time_ns = now_ns;
+  state->acked = std::move(acked);
+  return true;
+}
+
+}  // namespace perftracker
