@@ -540,7 +540,33 @@ class LiveFaultTest(LiveChecks):
         self.assertFalse([f for f in report["findings"] if f["material"] and
                           "__getitem__" in f["function_key"] and
                           f["category"] != "data_loading"], "__getitem__ ranked as compute")
+        log(f"slow_data: {run.step_times()}")
         self.check_final_text(run, "rank 1")
+
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc"),
+                         "needs root and iproute2 (a network namespace per rank, tc tbf)")
+    def test_net_rate_limit_names_rank_behind_the_slow_link(self):
+        # Every rank in a network namespace of its own (veth on a bridge); from step 40 rank
+        # 1's interface sends at most 100 Mbit/s (tc tbf). Gloo's all-reduce then waits for
+        # it on every rank, so collective times alone look alike.
+        run = self.run_fault("net_rate_limit", ["--launcher", "netns", "--fault",
+                                                "net_rate_limit", "--fault-rank", "1",
+                                                "--link-mbit", "100"])
+        report = run.report("slowdown")
+        self.check_schema(report, run)
+        top = self.top_finding(report, run)
+        self.assertEqual(top["code"], "PT-NET-SLOW-LINK", json.dumps(top, indent=1))
+        self.assertEqual(top["workers"], [1], json.dumps(top, indent=1))
+        self.assertEqual(top["category"], "communication")
+        rates = next(e["value"] for e in top["evidence"] if "delivery rate" in e["label"])
+        self.assertRegex(rates, r"rank 1 \d+ Mbit/s", rates)
+        log(f"net_rate_limit: {rates}; {run.step_times()}")
+        self.check_final_text(run, "rank 1", "slow network link")
+        # The job's namespaces, veths and bridge are gone with it.
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        self.assertNotIn(f"ptlink-{run.job_pid}-", left)
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        self.assertNotIn(f"ptl{run.job_pid}", links)
 
     def test_gc_pauses_name_rank_and_gc(self):
         run = self.run_fault("gc", ["--fault", "gc", "--fault-rank", "1",
