@@ -6,6 +6,8 @@
 #   A  4 ranks sharing the GPUs, gloo, rank 2 doing extra GPU work in Block2.forward
 #   B  1 rank with NCCL (the profiler plugin is loaded by NCCL), a manual window
 #   C  1 rank whose own torch.profiler records while a window opens (CUPTI backs off)
+#   D  4 ranks, every rank reading each block's output with .item() (host_sync: the real
+#      scenario scenarios/real/real-host-sync-all.json, expected PT-SYNC-CRITICAL)
 # Every step goes on when one fails; everything lands in OUTDIR (log.txt, reports/).
 #
 #   scripts/gpu_check.sh PERFTRACKER_BINARY OUTDIR [extra cmake args for the agent build]
@@ -64,4 +66,10 @@ timeout 90 "$PT" run --report-dir "$OUT/reports/C" --window-seconds 3 --trigger-
   --max-windows 1 -- "$PY" tests/e2e/live_job.py --device cuda --world-size 1 --fault-rank 0 \
   --width 1024 --batch 8192 --steps 2500 --step-sleep-ms 5 --torch-profiler 4:14
 echo "C exit $?"
+
+step "D: per-block .item() on every rank (host_sync)"
+timeout 200 "$PT" run --report-dir "$OUT/reports/D" --window-seconds 5 --slowdown-ratio 0.15 \
+  --max-windows 1 -- "$PY" tests/e2e/live_job.py --device cuda --fault host_sync \
+  --width 1024 --batch 8192 --steps 2500 --fault-after-steps 150
+echo "D exit $?"
 ls -lR "$OUT/reports"

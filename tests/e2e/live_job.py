@@ -26,6 +26,10 @@ detector has learned the iteration, so its slowdown trigger fires on the change)
                   (whoever runs the job must end it: SIGTERM / SIGKILL its process group)
   cpu_contention  nothing inside the job: the caller starts busy processes pinned to the
                   fault rank's CPU (see --pin isolate)
+  host_sync       every rank reads each block's output back with .item() in every step (as
+                  per-layer metrics logging does): a host-device synchronization per block
+                  on the critical path; needs --device cuda (on the CPU .item() waits for
+                  no device)
   net_rate_limit  the fault rank's network link sends at most --link-mbit Mbit/s (tc tbf on
                   its interface); needs --launcher netns
 
@@ -64,7 +68,7 @@ from torch import nn
 from torch.nn import functional as F
 
 FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention",
-          "slow_data_all", "net_rate_limit")
+          "slow_data_all", "net_rate_limit", "host_sync")
 
 
 class RandomDataset(torch.utils.data.Dataset):
@@ -135,9 +139,19 @@ class Model(nn.Module):
         self.block1 = Block1(width)
         self.block2 = Block2(width)
         self.block3 = Block3(width)
+        self.last_norms = []
+
+        self.sync_per_block = False  # host_sync: read every block's output on the host
 
     def forward(self, x):
-        return self.block3(self.block2(self.block1(x)))
+        if not self.sync_per_block:
+            return self.block3(self.block2(self.block1(x)))
+        norms = []
+        for block in (self.block1, self.block2, self.block3):
+            x = block(x)
+            norms.append(x.detach().norm().item())  # waits for the device
+        self.last_norms = norms
+        return x
 
 
 class LeakyCache:
@@ -186,7 +200,8 @@ def run_rank(rank, args):
         device = torch.device("cpu")
     dist.init_process_group(args.backend, init_method="env://", rank=rank,
                             world_size=args.world_size)
-    faulty = args.fault != "none" and (rank == args.fault_rank or args.fault == "slow_data_all")
+    faulty = args.fault != "none" and (rank == args.fault_rank or
+                                       args.fault in ("slow_data_all", "host_sync"))
     model = Model(args.width).to(device)
     ddp_devices = [device] if device.type == "cuda" else None
     net = (nn.parallel.DistributedDataParallel(model, device_ids=ddp_devices)
@@ -229,6 +244,8 @@ def run_rank(rank, args):
                 cache = LeakyCache(args.gc_objects)
             elif args.fault == "net_rate_limit":
                 limit_link(args.link_mbit)
+            elif args.fault == "host_sync":
+                model.sync_per_block = True
             print(f"live_job: rank {rank} fault {args.fault} starts at step {step} "
                   f"({time.time():.3f})", file=sys.stderr, flush=True)
         if device.type == "cuda":
@@ -422,6 +439,8 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not 0 <= args.fault_rank < args.world_size:
         p.error(f"--fault-rank {args.fault_rank} is not in [0, {args.world_size})")
+    if args.fault == "host_sync" and args.device != "cuda":
+        p.error("--fault host_sync needs --device cuda (on the CPU .item() waits for no device)")
     if args.fault == "net_rate_limit" and args.launcher != "netns":
         p.error("--fault net_rate_limit needs --launcher netns (each rank its own link)")
     if args.link_mbit <= 0:

@@ -80,6 +80,29 @@ void EndGroup(pid_t pid, double grace) {
   waitpid(pid, &status, 0);
 }
 
+// Why the net_rate_limit fault cannot run here ("" when it can): network namespaces, veths
+// and tc need root and iproute2.
+std::string NetnsProblem() {
+  if (geteuid() != 0) {
+    return "net_rate_limit needs root (a network namespace per rank and tc tbf)";
+  }
+  for (const char* tool : {"ip", "tc"}) {
+    bool found = false;
+    std::string path = getenv("PATH") != nullptr ? getenv("PATH") : "";
+    path += ":/usr/sbin:/sbin";
+    size_t at = 0;
+    while (!found && at <= path.size()) {
+      const size_t end = std::min(path.find(':', at), path.size());
+      found = access((path.substr(at, end - at) + "/" + tool).c_str(), X_OK) == 0;
+      at = end + 1;
+    }
+    if (!found) {
+      return fmt::format("net_rate_limit needs '{}' (install iproute2)", tool);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
@@ -122,6 +145,29 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
         job_args = {"--pin", "isolate"};
         busy_loops = std::max(1, static_cast<int>(std::lround(fault->magnitude)));
         break;
+      case FaultKind::kHostSync:
+        // live_job --device cuda: every rank reads each block's output with .item().
+        if (access("/dev/nvidiactl", F_OK) != 0) {
+          run.skipped = true;
+          run.note =
+              "host_sync needs a CUDA GPU (on the CPU .item() waits for no device)";
+          return run;
+        }
+        kind = "host_sync";
+        job_args = {"--device", "cuda"};
+        break;
+      case FaultKind::kNetRateLimit: {
+        // live_job --launcher netns: every rank in a network namespace of its own; the
+        // fault rank's interface gets a tc tbf at the fault step.
+        if (const std::string why = NetnsProblem(); !why.empty()) {
+          run.skipped = true;
+          run.note = why;
+          return run;
+        }
+        kind = "net_rate_limit";
+        job_args = {"--launcher", "netns", "--link-mbit", fmt::format("{}", fault->magnitude)};
+        break;
+      }
       default:
         run.skipped = true;
         run.note =

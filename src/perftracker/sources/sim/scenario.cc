@@ -44,7 +44,7 @@ bool SimOnly(FaultKind k) {
   return k == FaultKind::kGpuThrottle || k == FaultKind::kGpuSlow ||
          k == FaultKind::kNvlinkDegraded || k == FaultKind::kPcieDegraded ||
          k == FaultKind::kNicDegraded || k == FaultKind::kNicFlapping ||
-         k == FaultKind::kLaunchBound || k == FaultKind::kHostSync;
+         k == FaultKind::kLaunchBound;
 }
 bool RealOnly(FaultKind k) { return k == FaultKind::kHang || k == FaultKind::kNetRateLimit; }
 // Faults that hit every rank (no targets).
