@@ -16,9 +16,12 @@
 // it was busy (>= kBusyBytes): an idle connection's last estimate is stale.
 //
 // The copies are closed at once; reading TCP_INFO changes nothing in the socket, so the
-// job's traffic is untouched. Per pid the state is a pidfd (closed when the pid is no longer
-// asked for) and the last bytes_acked per socket inode (only the inodes seen last time), so
-// memory is bounded by the pids and their open sockets.
+// job's traffic is untouched. The one side effect: while a copy is open (a few
+// microseconds) a socket the job closes stays open until the copy is closed, so its FIN
+// leaves that much later. (NETLINK_SOCK_DIAG would avoid even that, but only sees the
+// collector's own network namespace; ranks in their own namespaces are common.) Per pid the state
+// is a pidfd (closed when the pid is no longer asked for) and the last bytes_acked per socket inode
+// (only the inodes seen last time), so memory is bounded by the pids and their open sockets.
 #include "perftracker/sources/host/tcp_sampler.h"
 
 #include <dirent.h>

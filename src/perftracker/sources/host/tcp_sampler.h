@@ -23,10 +23,10 @@
 namespace perftracker {
 
 struct TcpSamplerStats {
-  uint64_t samples = 0;            // Sample() calls
-  uint64_t vanished_pids = 0;      // asked for a pid that was gone
-  uint64_t unreadable_pids = 0;    // pids whose sockets could not be read (permission)
-  uint64_t truncated = 0;          // samples that stopped at kMaxSockets sockets of one pid
+  uint64_t samples = 0;          // Sample() calls
+  uint64_t vanished_pids = 0;    // asked for a pid that was gone
+  uint64_t unreadable_pids = 0;  // pids whose sockets could not be read (permission)
+  uint64_t truncated = 0;        // samples that stopped at kMaxSockets sockets of one pid
   std::string first_problem;
 };
 
