@@ -67,6 +67,12 @@ std::string FormatShare(double share) { return fmt::format("{:.0f}%", share * 10
 
 double Median(std::vector<float> v) { return v.empty() ? 0 : MedianInPlace(v); }
 
+// "rank 5", or "3 ranks (worst: rank 5)".
+std::string WhoIsAtFault(size_t culprits, int32_t worst_rank) {
+  return culprits == 1 ? fmt::format("rank {}", worst_rank)
+                       : fmt::format("{} ranks (worst: rank {})", culprits, worst_rank);
+}
+
 bool Contains(const std::vector<int32_t>& ranks, int32_t r) {
   return std::find(ranks.begin(), ranks.end(), r) != ranks.end();
 }
@@ -348,9 +354,7 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       f.lost_share = ctx.iteration_ns > 0 ? excess[w] / ctx.iteration_ns : 0;
       f.workers = ranks_of(culprits);
       const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
-      const std::string who =
-          culprits.size() == 1 ? fmt::format("rank {}", r.rank)
-                               : fmt::format("{} ranks (worst: rank {})", culprits.size(), r.rank);
+      const std::string who = WhoIsAtFault(culprits.size(), r.rank);
       if (clock_evidence) {
         f.title = fmt::format(
             "{}: the GPU is throttled ({}), device compute {}/iter vs {} on its peers (+{})", who,
@@ -479,40 +483,37 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       out.push_back(std::move(a));
     }
   }
-  // Slow network link of one rank (its own TCP connections).
+  // Slow network link of one rank (its own TCP connections). Each worker is compared with
+  // the median of the others (leave one out), taken from one sort of all rates.
   {
     std::vector<uint32_t> measured;
     for (uint32_t w = 0; w < n; ++w) {
       if (records_[w].tcp_rate > 0) measured.push_back(w);
     }
+    std::sort(measured.begin(), measured.end(),
+              [&](uint32_t a, uint32_t b) { return records_[a].tcp_rate < records_[b].tcp_rate; });
+    std::vector<float> sorted_rates;
+    for (uint32_t w : measured) sorted_rates.push_back(records_[w].tcp_rate);
     std::vector<uint32_t> culprits;
     std::vector<float> lost, peer_rates;
-    if (measured.size() >= 3) {
-      for (uint32_t w : measured) {
-        const Record& r = records_[w];
-        std::vector<float> others;
-        for (uint32_t o : measured) {
-          if (o != w) others.push_back(records_[o].tcp_rate);
-        }
-        const double peers = Median(others);
-        if (r.tcp_rate >= kSlowLinkShare * peers || r.tcp_send <= 0 || r.iteration_ns <= 0) {
-          continue;
-        }
-        const double bytes = r.tcp_send * r.iteration_ns / 1e9;  // per iteration
-        const double at_rate = bytes / r.tcp_rate * 1e9;
-        if (r.comm_ns <= 0 || at_rate < kSlowLinkExplains * r.comm_ns) continue;
-        const double l = std::min<double>(at_rate - bytes / peers * 1e9, r.comm_ns);
-        if (l < ctx.report_ns) continue;
-        culprits.push_back(w);
-        lost.push_back(static_cast<float>(l));
-        peer_rates.push_back(static_cast<float>(peers));
-      }
+    for (size_t i = 0; measured.size() >= 3 && i < measured.size(); ++i) {
+      const Record& r = records_[measured[i]];
+      const double peers = SortedMedianWithout(sorted_rates, i);
+      // Sorted ascending: once one worker is not slow enough, no later one is.
+      if (r.tcp_rate >= kSlowLinkShare * peers) break;
+      if (r.tcp_send <= 0 || r.iteration_ns <= 0) continue;
+      const double bytes = r.tcp_send * r.iteration_ns / 1e9;  // per iteration
+      const double at_rate = bytes / r.tcp_rate * 1e9;
+      if (r.comm_ns <= 0 || at_rate < kSlowLinkExplains * r.comm_ns) continue;
+      const double l = std::min<double>(at_rate - bytes / peers * 1e9, r.comm_ns);
+      if (l < ctx.report_ns) continue;
+      culprits.push_back(measured[i]);
+      lost.push_back(static_cast<float>(l));
+      peer_rates.push_back(static_cast<float>(peers));
     }
     if (!culprits.empty()) {
-      size_t worst = 0;
-      for (size_t i = 1; i < culprits.size(); ++i) {
-        if (lost[i] > lost[worst]) worst = i;
-      }
+      const auto worst =
+          static_cast<size_t>(std::max_element(lost.begin(), lost.end()) - lost.begin());
       const Record& r = records_[culprits[worst]];
       Added a;
       Finding& f = a.finding;
@@ -525,13 +526,15 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       f.title = fmt::format(
           "{} on a slow network link: its connections deliver at {} while its peers' reach {}; "
           "every collective waits for it (+{} per iteration)",
-          culprits.size() == 1 ? fmt::format("rank {}", r.rank)
-                               : fmt::format("{} ranks (worst: rank {})", culprits.size(), r.rank),
-          FormatBits(r.tcp_rate), FormatBits(peer_rates[worst]), FormatNs(lost[worst]));
-      std::string rates;
-      for (size_t i = 0; i < measured.size() && i < 8; ++i) {
-        const Record& m = records_[measured[i]];
-        rates += fmt::format("{}rank {} {}", i > 0 ? ", " : "", m.rank, FormatBits(m.tcp_rate));
+          WhoIsAtFault(culprits.size(), r.rank), FormatBits(r.tcp_rate),
+          FormatBits(peer_rates[worst]), FormatNs(lost[worst]));
+      std::string rates;  // in worker order, the first 8
+      size_t listed = 0;
+      for (uint32_t w = 0; w < n && listed < 8; ++w) {
+        const Record& m = records_[w];
+        if (m.tcp_rate <= 0) continue;
+        rates +=
+            fmt::format("{}rank {} {}", listed++ > 0 ? ", " : "", m.rank, FormatBits(m.tcp_rate));
       }
       if (measured.size() > 8) rates += fmt::format(", ... ({} workers)", measured.size());
       f.evidence.push_back({"TCP delivery rate of the busiest connection", rates});

@@ -236,6 +236,22 @@ TEST(RobustStats, MedianOddEvenAndMad) {
   EXPECT_DOUBLE_EQ(MedianInPlace(empty), 0);
 }
 
+TEST(RobustStats, SortedMedianWithoutIsTheOthersMedian) {
+  // Against MedianInPlace over the others, for every left-out position, odd and even.
+  for (const std::vector<float>& sorted :
+       {std::vector<float>{1, 2, 3, 4, 100}, std::vector<float>{1, 2, 2, 7}, {0.5f, 9}}) {
+    for (size_t skip = 0; skip < sorted.size(); ++skip) {
+      std::vector<float> others;
+      for (size_t i = 0; i < sorted.size(); ++i) {
+        if (i != skip) others.push_back(sorted[i]);
+      }
+      EXPECT_DOUBLE_EQ(SortedMedianWithout(sorted, skip), MedianInPlace(others))
+          << "size " << sorted.size() << ", skip " << skip;
+    }
+  }
+  EXPECT_DOUBLE_EQ(SortedMedianWithout(std::vector<float>{3}, 0), 0);
+}
+
 TEST(RobustStats, ScaleIsFlooredWhenPeersAreIdentical) {
   RobustCenter c{10e6, 0};
   EXPECT_DOUBLE_EQ(RobustScale(c, 0.01, 1000), 1e5);  // 1 % of the median

@@ -19,6 +19,14 @@ double MedianInPlace(std::span<float> values) {
   return (lower + upper) / 2;
 }
 
+double SortedMedianWithout(std::span<const float> sorted, size_t skip) {
+  if (sorted.size() < 2) return 0;
+  const size_t m = sorted.size() - 1;  // the others
+  auto at = [&](size_t k) { return static_cast<double>(sorted[k < skip ? k : k + 1]); };
+  const size_t mid = m / 2;
+  return m % 2 == 1 ? at(mid) : (at(mid - 1) + at(mid)) / 2;
+}
+
 RobustCenter MedianAndMadInPlace(std::span<float> values) {
   RobustCenter c;
   c.median = MedianInPlace(values);

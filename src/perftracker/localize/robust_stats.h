@@ -27,6 +27,12 @@ struct RobustCenter {
 // middle elements.
 double MedianInPlace(std::span<float> values);
 
+// The median of the other values when the one at `skip` is left out (leave-one-out: a
+// worker against its peers), as MedianInPlace would give it, of values sorted ascending.
+// O(1), so every worker of a large job can be compared with its peers in one sort. 0 when
+// no other value is left.
+double SortedMedianWithout(std::span<const float> sorted, size_t skip);
+
 // Median and MAD of `values`; overwrites them with absolute deviations.
 RobustCenter MedianAndMadInPlace(std::span<float> values);
 

@@ -121,12 +121,9 @@ void TcpSampler::Sample(int64_t now_ns, const std::vector<int32_t>& pids,
     }
     if (!SamplePid(now_ns, pid, &state, out)) {
       if (state.pidfd >= 0) ::close(state.pidfd);
-      if (state.denied) {
-        PidState denied;
-        denied.denied = true;
-        next.emplace(pid, std::move(denied));
-      }
-      continue;
+      if (!state.denied) continue;  // gone: a later call starts over
+      state.pidfd = -1;             // denied: remembered, never asked again
+      state.acked.clear();
     }
     next.emplace(pid, std::move(state));
   }
