@@ -15,6 +15,8 @@ PERFTRACKER_DEPS=(
   prometheus chromium
   # end-to-end tests: a real multi-process torch job (CPU, gloo) writes the traces
   python3 python3-torch
+  # network namespaces and tc tbf (e2e_server's hosts, the net_rate_limit fault; as root)
+  iproute2
 )
 
 # Installs the packages that are missing (non-interactively; with sudo when not root).
