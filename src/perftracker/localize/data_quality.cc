@@ -1,0 +1,114 @@
+#include "perftracker/localize/data_quality.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/finding_format.h"
+#include "perftracker/localize/rule_context.h"
+
+namespace perftracker::localize {
+namespace {
+
+namespace fc = finding_codes;
+
+// A worker whose events were this much dropped / malformed is badly incomplete.
+constexpr double kIncompleteShare = 0.1;
+
+}  // namespace
+
+void CheckDataQuality(const JobTable& job, Diagnosis& d) {
+  // Ranks: missing, duplicate, absent.
+  int32_t max_rank = -1;
+  for (const auto& wr : job.workers()) max_rank = std::max(max_rank, wr.rank);
+  constexpr int32_t kMaxRankChecked = 1 << 24;
+  if (max_rank >= kMaxRankChecked) {
+    d.notes.push_back(
+        fmt::format("rank {} is implausibly large; rank gaps were not checked", max_rank));
+  } else if (max_rank >= 0) {
+    std::vector<uint32_t> seen(static_cast<size_t>(max_rank) + 1, 0);
+    for (const auto& wr : job.workers()) {
+      if (wr.rank >= 0) ++seen[static_cast<size_t>(wr.rank)];
+    }
+    std::vector<int32_t> missing, duplicate;
+    for (int32_t r = 0; r <= max_rank; ++r) {
+      if (seen[static_cast<size_t>(r)] == 0) missing.push_back(r);
+      if (seen[static_cast<size_t>(r)] > 1) duplicate.push_back(r);
+    }
+    if (!missing.empty()) {
+      d.notes.push_back(fmt::format(
+          "missing ranks: {} ({} of {} expected ranks have no data; a missing worker may be "
+          "the one the others wait for, check that its profile was written)",
+          FormatRanges(missing), missing.size(), max_rank + 1));
+    }
+    if (!duplicate.empty()) {
+      d.notes.push_back(fmt::format(
+          "duplicate ranks: {} appear more than once (two profiles of one rank, or mixed "
+          "windows); each copy was compared as a separate worker",
+          FormatRanges(duplicate)));
+    }
+  }
+  if (!job.unranked_sources().empty()) {
+    d.notes.push_back(
+        fmt::format("{} worker(s) have no rank (first: {}); they are named by their input position",
+                    job.unranked_sources().size(), job.unranked_sources().front()));
+  }
+
+  // Event problems per worker.
+  std::vector<uint32_t> incomplete;
+  double worst_lost_share = 0;
+  size_t noted = 0;
+  for (const auto& p : job.problems()) {
+    const SummaryStats& st = p.stats;
+    const double total = static_cast<double>(st.events + st.dropped_events);
+    const double lost_share =
+        p.empty ? 1.0
+                : (total > 0 ? static_cast<double>(st.dropped_events + st.malformed_events) / total
+                             : 0);
+    if (noted < kMaxNotesPerKind) {
+      std::string note =
+          p.empty ? fmt::format("{}: no functions and no iterations in its summary",
+                                job.WorkerName(p.worker))
+                  : fmt::format("{}: {} dropped, {} malformed, {} out-of-order of {} events",
+                                job.WorkerName(p.worker), st.dropped_events, st.malformed_events,
+                                st.out_of_order_events, st.events + st.dropped_events);
+      if (!st.first_problem.empty()) note += fmt::format(" (first: {})", st.first_problem);
+      if (!p.source.empty()) note += fmt::format(" [{}]", p.source);
+      d.notes.push_back(std::move(note));
+    }
+    ++noted;
+    if (lost_share >= kIncompleteShare) {
+      incomplete.push_back(p.worker);
+      worst_lost_share = std::max(worst_lost_share, lost_share);
+    }
+  }
+  if (noted > kMaxNotesPerKind) {
+    d.notes.push_back(
+        fmt::format("... and {} more workers with event problems", noted - kMaxNotesPerKind));
+  }
+  if (!incomplete.empty()) {
+    Finding f;
+    f.code = fc::kIncompleteData;
+    f.category = FindingCategory::kDataQuality;
+    std::sort(incomplete.begin(), incomplete.end(), [&](uint32_t a, uint32_t b) {
+      return job.workers()[a].rank < job.workers()[b].rank;
+    });
+    f.title = fmt::format(
+        "{}: profile badly incomplete (up to {} of events lost or malformed); "
+        "findings about {} are less certain",
+        job.WorkersPhrase(incomplete), FormatShare(worst_lost_share),
+        incomplete.size() == 1 ? "it" : "them");
+    for (size_t i = 0; i < incomplete.size() && i < kMaxListedWorkers; ++i) {
+      f.workers.push_back(job.workers()[incomplete[i]].rank);
+    }
+    f.resource = "profiler";
+    f.evidence.push_back({"workers with incomplete data", fmt::format("{}", incomplete.size())});
+    f.evidence.push_back(
+        {"worst share of events dropped or malformed", FormatShare(worst_lost_share)});
+    f.evidence.push_back({"threshold", FormatShare(kIncompleteShare)});
+    d.findings.push_back(std::move(f));
+  }
+}
+
+}  // namespace perftracker::localize

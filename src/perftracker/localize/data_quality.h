@@ -1,0 +1,15 @@
+// Data quality (algorithm step 8): missing / duplicate / unranked workers and dropped /
+// malformed / out-of-order events become notes; a worker whose data is badly incomplete
+// (at least kIncompleteShare of its events lost or malformed, or an empty summary) becomes a
+// PT-INCOMPLETE-DATA finding, so that findings about it read as less certain.
+#pragma once
+
+#include "perftracker/localize/diagnosis.h"
+#include "perftracker/localize/job_table.h"
+
+namespace perftracker::localize {
+
+// Appends notes and at most one finding to `d`.
+void CheckDataQuality(const JobTable& job, Diagnosis& d);
+
+}  // namespace perftracker::localize

@@ -1,0 +1,151 @@
+#include "perftracker/localize/expectation_checks.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/finding_format.h"
+#include "perftracker/localize/robust_stats.h"
+
+namespace perftracker::localize {
+namespace {
+
+namespace fc = finding_codes;
+
+// One expectation: the job median of a per-worker quantity should be ~0.
+struct Expectation {
+  std::string_view code;
+  FindingCategory category;
+  std::string_view resource;
+  float WorkerRecord::*per_worker;  // per iteration; its job median is the time lost
+  bool (*cites)(const FunctionInfo& fn);
+  bool by_critical;  // rank the cited functions by critical time (else by time)
+  size_t cited;      // at most this many
+  // Title; arguments {function} (" (name)" of the top cited function, or empty), {lost},
+  // {share}.
+  std::string_view title;
+  // The evidence line with the job median; argument {lost}, {median_of}.
+  std::string_view median_label;
+  // One evidence line per cited function; arguments {name}, {time}, {critical}, {calls},
+  // {bytes}, {rate} (per worker, per iteration) and {caller} (", called from X" or empty).
+  std::string_view cite_label;
+  std::string_view cite;
+};
+
+const Expectation kExpectations[] = {
+    {fc::kSyncCritical, FindingCategory::kSynchronization, "GPU", &WorkerRecord::sync_critical_ns,
+     [](const FunctionInfo& fn) { return fn.kind == EventKind::kSync && fn.outermost_kind; }, true,
+     3,
+     "host-device synchronizations{function} sit on the critical path: {lost}/iter ({share} of "
+     "the iteration, all workers)",
+     "sync on the critical path", "synchronizing function",
+     "{name}: {critical}/iter on the critical path, {calls} calls/iter (mean of workers){caller}"},
+    {fc::kDataCritical, FindingCategory::kDataLoading, "data loader",
+     &WorkerRecord::data_critical_ns,
+     [](const FunctionInfo& fn) { return fn.kind == EventKind::kDataLoad && fn.outermost_kind; },
+     true, 3,
+     "training waits for data: data loading{function} takes {lost}/iter on the critical path "
+     "({share} of the iteration, all workers)",
+     "data loading on the critical path", "data-loading function",
+     "{name}: {critical}/iter on the critical path, {calls} calls/iter (mean of workers)"},
+    {fc::kGc, FindingCategory::kGc, "CPU (Python GC)", &WorkerRecord::gc_ns,
+     [](const FunctionInfo& fn) { return fn.kind == EventKind::kGc && fn.outermost_kind; }, false,
+     1, "garbage-collector pauses cost {lost}/iter ({share} of the iteration, all workers)",
+     "GC pauses per iteration", "GC pauses per iteration (count)", "{calls}"},
+    {fc::kPageableMemcpy, FindingCategory::kMemory, "PCIe", &WorkerRecord::pageable_ns,
+     [](const FunctionInfo& fn) { return fn.pageable; }, false, 3,
+     "copies from pageable host memory{function} take {lost}/iter ({share} of the iteration, "
+     "all workers)",
+     "pageable copies per iteration", "pageable copy",
+     "{name}: {time}/iter, {bytes} per iteration, {rate}/s achieved (mean of workers){caller}"},
+    // Copies (from pinned memory, or between devices) that no kernel overlaps: the GPU waits
+    // for them. Pageable copies are the row above; their time is not counted again here.
+    {fc::kSerializedMemcpy, FindingCategory::kMemory, "PCIe", &WorkerRecord::exposed_copy_ns,
+     [](const FunctionInfo& fn) { return fn.kind == EventKind::kMemcpy && !fn.pageable; }, true, 3,
+     "host-device copies{function} run while the GPU computes nothing: {lost}/iter ({share} of "
+     "the iteration, all workers)",
+     "copy time with no kernel running, per iteration", "copy",
+     "{name}: {critical}/iter with no kernel running, of {time}/iter; {bytes} per iteration, "
+     "{rate}/s achieved (mean of workers){caller}"},
+};
+
+}  // namespace
+
+Finding JobFinding(const RuleContext& ctx, std::string_view code, FindingCategory category,
+                   std::string resource, double lost_ns, uint32_t fid) {
+  Finding f;
+  f.code = code;
+  f.category = category;
+  f.resource = std::move(resource);
+  f.lost_ns_per_iteration = lost_ns;
+  f.lost_share = ctx.iteration_ns > 0 ? lost_ns / ctx.iteration_ns : 0;
+  f.material = lost_ns >= ctx.material_ns;
+  if (fid != kNone) {
+    f.function = ctx.job->functions()[fid].name;
+    f.function_key = ctx.job->functions()[fid].key;
+  }
+  return f;
+}
+
+std::vector<uint32_t> TopFunctions(const JobTable& job, bool (*pred)(const FunctionInfo&),
+                                   bool by_critical, size_t k) {
+  const std::vector<FunctionInfo>& functions = job.functions();
+  std::vector<uint32_t> fids;
+  for (uint32_t fid = 0; fid < functions.size(); ++fid) {
+    if (pred(functions[fid])) fids.push_back(fid);
+  }
+  auto weight = [&](uint32_t fid) {
+    return by_critical ? functions[fid].sum_critical_ns : functions[fid].sum_time_ns;
+  };
+  std::sort(fids.begin(), fids.end(),
+            [&](uint32_t a, uint32_t b) { return weight(a) > weight(b); });
+  std::erase_if(fids, [&](uint32_t fid) { return weight(fid) <= 0; });
+  if (fids.size() > k) fids.resize(k);
+  return fids;
+}
+
+void RunExpectationChecks(const RuleContext& ctx, std::vector<RenderedFinding>& out) {
+  const JobTable& job = *ctx.job;
+  const std::vector<FunctionInfo>& functions = job.functions();
+  const auto num_workers = static_cast<double>(job.workers().size());
+  const std::string median_of = fmt::format("median of {} workers", job.workers().size());
+  std::vector<float> values;
+  for (const Expectation& e : kExpectations) {
+    values.clear();
+    for (const WorkerRecord& wr : job.workers()) values.push_back(wr.*e.per_worker);
+    const double lost = MedianInPlace(values);
+    if (lost < ctx.report_ns || lost <= 0) continue;
+    const std::vector<uint32_t> top = TopFunctions(job, e.cites, e.by_critical, e.cited);
+    Finding f = JobFinding(ctx, e.code, e.category, std::string(e.resource), lost,
+                           top.empty() ? kNone : top[0]);
+    f.title =
+        fmt::format(fmt::runtime(e.title),
+                    fmt::arg("function", f.function.empty() ? "" : " (" + f.function + ")"),
+                    fmt::arg("lost", FormatNs(lost)), fmt::arg("share", FormatShare(f.lost_share)));
+    f.evidence.push_back(
+        {std::string(e.median_label), fmt::format("{} ({})", FormatNs(lost), median_of)});
+    for (uint32_t fid : top) {
+      const FunctionInfo& fn = functions[fid];
+      const double rate = fn.sum_time_ns > 0 ? fn.sum_bytes * 1e9 / fn.sum_time_ns : 0;
+      const uint32_t p = fn.parent;
+      f.evidence.push_back(
+          {std::string(e.cite_label),
+           fmt::format(fmt::runtime(e.cite), fmt::arg("name", fn.name),
+                       fmt::arg("time", FormatNs(fn.sum_time_ns / num_workers)),
+                       fmt::arg("critical", FormatNs(fn.sum_critical_ns / num_workers)),
+                       fmt::arg("calls", FormatCount(fn.sum_calls / num_workers)),
+                       fmt::arg("bytes", FormatBytes(fn.sum_bytes / num_workers)),
+                       fmt::arg("rate", FormatBytes(rate)),
+                       fmt::arg("caller",
+                                p == kNone ? std::string()
+                                           : fmt::format(", called from {}", functions[p].name)))});
+    }
+    f.evidence.push_back({"median iteration (job)", FormatNs(ctx.iteration_ns)});
+    RenderedFinding r;
+    r.finding = std::move(f);
+    out.push_back(std::move(r));
+  }
+}
+
+}  // namespace perftracker::localize

@@ -1,0 +1,293 @@
+#include "perftracker/localize/finding_wording.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+
+#include "perftracker/localize/finding_format.h"
+#include "perftracker/localize/robust_stats.h"
+
+namespace perftracker::localize {
+namespace {
+
+// An excess not carried by the median call nor by extra calls (a few slow calls) is material
+// only above this multiple of the materiality bar.
+constexpr double kIntermittentFactor = 3.0;
+
+}  // namespace
+
+FindingWording::FindingWording(const RuleContext& ctx)
+    : ctx_(ctx), has_children_(ctx.job->functions().size(), false) {
+  for (const auto& fn : ctx.job->functions()) {
+    if (fn.parent != kNone) has_children_[fn.parent] = true;
+  }
+}
+
+void FindingWording::FillVictims(Finding& f, const std::vector<uint32_t>& culprits,
+                                 const std::vector<uint32_t>& extra) const {
+  const std::vector<WorkerRecord>& workers = ctx_.job->workers();
+  float culprit_wait = INFINITY;
+  for (uint32_t c : culprits) culprit_wait = std::min(culprit_wait, workers[c].wait_fn_ns);
+  std::vector<bool> is_culprit(workers.size(), false);
+  for (uint32_t c : culprits) is_culprit[c] = true;
+  const double min_extra_wait = kVictimShare * f.lost_ns_per_iteration;
+  std::vector<uint32_t> victims = extra;
+  // Waits are only comparable within a peer group (another pipeline stage waits by design).
+  std::vector<bool> culprit_group(ctx_.peers->group_wait_median.size(), false);
+  for (uint32_t c : culprits) culprit_group[ctx_.peers->worker_group[c]] = true;
+  for (uint32_t w = 0; w < workers.size(); ++w) {
+    if (is_culprit[w] || !culprit_group[ctx_.peers->worker_group[w]]) continue;
+    if (static_cast<double>(workers[w].wait_fn_ns) - culprit_wait >= min_extra_wait) {
+      victims.push_back(w);
+    }
+  }
+  std::sort(victims.begin(), victims.end());
+  victims.erase(std::unique(victims.begin(), victims.end()), victims.end());
+  std::erase_if(victims, [&](uint32_t w) { return is_culprit[w]; });
+  if (victims.empty()) return;
+  std::vector<int32_t> ranks;
+  for (uint32_t w : victims) ranks.push_back(workers[w].rank);
+  std::sort(ranks.begin(), ranks.end());
+  if (ranks.size() > kMaxListedWorkers) ranks.resize(kMaxListedWorkers);
+  f.victims = ranks;
+  f.evidence.push_back(
+      {"victims (wait for it)", fmt::format("{} (waiting at least {} more per iteration)",
+                                            victims.size(), FormatNs(min_extra_wait))});
+}
+
+std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFinding>& wfs) const {
+  const JobTable& job = *ctx_.job;
+  const std::vector<WorkerRecord>& workers = job.workers();
+  const std::vector<FunctionInfo>& functions = job.functions();
+  // Group by (code, named function); the worst worker's finding carries the evidence.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < wfs.size(); ++i) {
+    if (!wfs[i].dropped) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const auto& x = wfs[a];
+    const auto& y = wfs[b];
+    if (x.code != y.code) return x.code < y.code;
+    if (x.named.fid != y.named.fid) return x.named.fid < y.named.fid;
+    return x.named.excess() > y.named.excess();
+  });
+  std::vector<RenderedFinding> out;
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    const WorkerFinding& top = wfs[order[i]];
+    std::vector<uint32_t> culprits, extra;
+    // Untraced findings are per worker (no function to merge on).
+    while (j < order.size() && wfs[order[j]].code == top.code &&
+           wfs[order[j]].named.fid == top.named.fid && (top.named.fid != kNone || j == i)) {
+      culprits.push_back(wfs[order[j]].named.worker);
+      for (uint32_t v : wfs[order[j]].extra_victims) extra.push_back(v);
+      ++j;
+    }
+    i = j;
+    const Anomaly& a = top.named;
+    const uint32_t w = a.worker;
+    const std::string who = job.WorkersPhrase(culprits);
+    const bool plural = culprits.size() > 1;
+    Finding f;
+    f.code = top.code;
+    f.category = top.category;
+    f.resource = top.resource;
+    f.lost_ns_per_iteration = std::min(a.excess(), top.lost_cap);
+    f.lost_share = ctx_.iteration_ns > 0 ? f.lost_ns_per_iteration / ctx_.iteration_ns : 0;
+    std::sort(culprits.begin(), culprits.end(),
+              [&](uint32_t x, uint32_t y) { return workers[x].rank < workers[y].rank; });
+    for (size_t k = 0; k < culprits.size() && k < kMaxListedWorkers; ++k) {
+      f.workers.push_back(workers[culprits[k]].rank);
+    }
+    const std::string effect =
+        f.lost_ns_per_iteration < a.excess()
+            ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatNs(a.excess()),
+                          FormatNs(f.lost_ns_per_iteration), FormatShare(f.lost_share))
+            : fmt::format("+{}, {} of the iteration", FormatNs(a.excess()),
+                          FormatShare(f.lost_share));
+    if (top.run_queue_only) {
+      // Run-queue evidence alone (see MarkCpuContention).
+      f.title = fmt::format(
+          "{} waits for a CPU far more than its peers, which slows every iteration (up to {})", who,
+          effect);
+      f.evidence.push_back({"time lost per iteration",
+                            fmt::format("at most {}: the extra share of wall time {} was "
+                                        "runnable but not running, times the median iteration",
+                                        FormatNs(a.excess()), who)});
+      f.evidence.push_back({"traced functions",
+                            "none is longer than its peers': the delay is "
+                            "spread over the whole step"});
+    } else if (a.fid == kNone) {
+      // PT-STRAGGLER-UNTRACED.
+      const WorkerRecord& wr = workers[w];
+      f.title = fmt::format(
+          "{} is the worker its peers wait for ({}), but none of its traced functions is "
+          "longer: the time goes outside traced code",
+          who, effect);
+      f.evidence.push_back({"collective + sync wait per iteration",
+                            fmt::format("{} on {}", FormatNs(wr.wait_fn_ns), who)});
+      f.evidence.push_back({fmt::format("peer median ({} workers)", a.peers), FormatNs(a.value)});
+      double gap_median = 0;
+      {
+        std::vector<float> gaps;
+        for (uint32_t o = 0; o < workers.size(); ++o) {
+          if (ctx_.peers->worker_group[o] == a.group) gaps.push_back(workers[o].idle_gap_ns);
+        }
+        gap_median = MedianInPlace(gaps);
+      }
+      f.evidence.push_back(
+          {"idle gaps before calls per iteration",
+           fmt::format("{} (peers' median {})", FormatNs(wr.idle_gap_ns), FormatNs(gap_median))});
+    } else {
+      const FunctionInfo& fn = functions[a.fid];
+      f.function = fn.name;
+      f.function_key = fn.key;
+      if (a.only_on_some) {
+        f.title = fmt::format("{} run{} {} ({}/iter), which {} of {} peers do not run ({})", who,
+                              plural ? "" : "s", fn.name, FormatNs(a.value), a.peers - a.present,
+                              a.peers, effect);
+      } else {
+        f.title =
+            fmt::format("{} spend{} {}/iter in {}, {:.1f}x {} peers ({})", who, plural ? "" : "s",
+                        FormatNs(a.value), fn.name, a.median > 0 ? a.value / a.median : 0.0,
+                        plural ? "their" : "its", effect);
+      }
+      f.evidence.push_back({"time per iteration", fmt::format("{} in {} on {}", FormatNs(a.value),
+                                                              fn.name, job.WorkerName(w))});
+      if (a.only_on_some) {
+        f.evidence.push_back(
+            {"peer group workers running it", fmt::format("{} of {}", a.present, a.peers)});
+      } else {
+        f.evidence.push_back(
+            {fmt::format("peer median ({} workers)", a.peers), FormatNs(a.median)});
+        f.evidence.push_back(
+            {"robust z-score", fmt::format("{:.1f}", a.scale > 0 ? a.excess() / a.scale : 0.0)});
+        // How: slower calls or more calls.
+        const double call_ratio = a.peer_calls > 0 ? a.calls / a.peer_calls : 0;
+        const double p50_ratio = a.peer_p50 > 0 ? a.p50 / a.peer_p50 : 0;
+        std::string how;
+        if (call_ratio < 1.2 && p50_ratio < 1.2) {
+          how = fmt::format(
+              "same calls ({} per iteration, p50 {} vs {}): the extra time is "
+              "work between or inside them",
+              FormatCount(a.calls), FormatNs(a.p50), FormatNs(a.peer_p50));
+        } else if (call_ratio >= 1.2 && call_ratio >= p50_ratio) {
+          how =
+              fmt::format("more calls: {} per iteration vs {} (p50 {} vs {})", FormatCount(a.calls),
+                          FormatCount(a.peer_calls), FormatNs(a.p50), FormatNs(a.peer_p50));
+        } else {
+          how = fmt::format("slower calls: p50 {} vs {} ({:.1f}x), {} calls per iteration vs {}",
+                            FormatNs(a.p50), FormatNs(a.peer_p50), p50_ratio, FormatCount(a.calls),
+                            FormatCount(a.peer_calls));
+        }
+        f.evidence.push_back({"how it differs", how});
+      }
+      for (const Anomaly& b : top.below) {
+        f.evidence.push_back(
+            {"time goes into",
+             fmt::format("{}: {} -> {} per iteration (+{})", functions[b.fid].name,
+                         FormatNs(b.median), FormatNs(b.value), FormatNs(b.excess()))});
+      }
+      for (size_t k = 0; k < top.children.size() && k < 3; ++k) {
+        const Anomaly& c = top.children[k];
+        f.evidence.push_back(
+            {"of which", fmt::format("{}: {} -> {} per iteration (+{})", functions[c.fid].name,
+                                     FormatNs(c.median), FormatNs(c.value), FormatNs(c.excess()))});
+      }
+      if (top.below.empty() && top.children.empty() && has_children_[a.fid]) {
+        f.evidence.push_back({"where", fmt::format("in {}'s own code: none of its traced "
+                                                   "callees is longer",
+                                                   fn.name)});
+      }
+      if (!IsUserLevel(fn.kind)) {
+        int depth = 0;
+        for (uint32_t p = fn.parent; p != kNone && depth < kMaxDepth;
+             p = functions[p].parent, ++depth) {
+          if (IsUserLevel(functions[p].kind)) {
+            f.evidence.push_back({"called from", functions[p].name});
+            break;
+          }
+        }
+      }
+      if (a.critical > 0 || a.peer_critical > 0) {
+        f.evidence.push_back({"on the critical path per iteration",
+                              fmt::format("{} (peers' median {})", FormatNs(a.critical),
+                                          FormatNs(a.peer_critical))});
+      }
+    }
+    if (top.gc_peer_ns >= 0) {
+      const std::string gc =
+          fmt::format("{}/iter on {} vs {} (peers' median)", FormatNs(workers[w].gc_ns),
+                      job.WorkerName(w), FormatNs(top.gc_peer_ns));
+      f.title = fmt::format("{} (GC pauses: {})", f.title, gc);
+      f.evidence.insert(f.evidence.begin(), Evidence{"GC pauses", gc});
+    }
+    if (top.contention_peer_run_queue >= 0) {
+      const WorkerRecord& cw = workers[w];
+      const std::string rq = fmt::format("run-queue delay {} of wall time on {} vs {} on peers",
+                                         FormatShare(cw.run_queue), job.WorkerName(w),
+                                         FormatShare(top.contention_peer_run_queue));
+      f.title = fmt::format("CPU contention: {}; {}", rq, f.title);
+      std::vector<Evidence> first{{"run-queue delay", rq + " (median)"}};
+      if (cw.cpu_util >= 0) {
+        first.push_back(
+            {"CPU utilization", fmt::format("{:.2f} cores on {}", cw.cpu_util, job.WorkerName(w))});
+      }
+      f.evidence.insert(f.evidence.begin(), first.begin(), first.end());
+    }
+    if (plural) {
+      f.evidence.push_back(
+          {"workers affected", fmt::format("{} (worst: {})", culprits.size(), job.WorkerName(w))});
+    }
+    const WorkerRecord& wr = workers[w];
+    if (!job.hosts()[wr.host].empty()) {
+      f.evidence.push_back(
+          {"host", fmt::format("{} ({})", job.hosts()[wr.host], job.WorkerName(w))});
+    }
+    if (f.category != FindingCategory::kCommunication &&
+        f.category != FindingCategory::kSynchronization &&
+        ctx_.peers->group_wait_median[a.group] > 0) {
+      f.evidence.push_back({"its collective + sync wait",
+                            fmt::format("{}/iter on {} (peers' median {}): the others wait "
+                                        "for it",
+                                        FormatNs(wr.wait_fn_ns), job.WorkerName(w),
+                                        FormatNs(ctx_.peers->group_wait_median[a.group]))});
+    }
+    if (f.category == FindingCategory::kCommunication) {
+      f.evidence.push_back({"compute anomalies on other workers",
+                            "none: the time is lost "
+                            "in communication itself"});
+    }
+    f.evidence.push_back({"median iteration (job)", FormatNs(ctx_.iteration_ns)});
+    f.material = f.lost_ns_per_iteration >= ctx_.material_ns;
+    // Consistency: a straggler's median call is slower, or it makes more calls. When neither
+    // explains at least half of the material bar, the excess comes from a few slow calls
+    // (preemption, jitter): material only when it is large (kIntermittentFactor x the bar).
+    if (f.material && !a.only_on_some && a.peer_p50 > 0 && a.fid != kNone) {
+      const double consistent =
+          std::max(0.0, static_cast<double>(a.calls) * (a.p50 - a.peer_p50)) +
+          std::max(0.0, static_cast<double>(a.calls - a.peer_calls)) * a.peer_p50;
+      if (consistent < 0.5 * ctx_.material_ns &&
+          f.lost_ns_per_iteration < kIntermittentFactor * ctx_.material_ns) {
+        f.material = false;
+        f.evidence.push_back(
+            {"intermittent",
+             fmt::format("the median call is not slower (p50 {} vs peers' {}) and there are "
+                         "no extra calls: a few slow calls make the excess; below {:.0f}% of "
+                         "the iteration this is treated as noise",
+                         FormatNs(a.p50), FormatNs(a.peer_p50),
+                         100.0 * kIntermittentFactor * ctx_.options->material_share)});
+      }
+    }
+    RenderedFinding r;
+    r.finding = std::move(f);
+    r.wants_victims = top.category != FindingCategory::kCommunication &&
+                      top.category != FindingCategory::kSynchronization;
+    r.culprits = std::move(culprits);
+    r.extra_victims = std::move(extra);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+}  // namespace perftracker::localize

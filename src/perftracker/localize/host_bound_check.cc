@@ -1,0 +1,75 @@
+#include "perftracker/localize/host_bound_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "perftracker/localize/expectation_checks.h"
+#include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/finding_format.h"
+#include "perftracker/localize/robust_stats.h"
+
+namespace perftracker::localize {
+namespace {
+
+namespace fc = finding_codes;
+
+// Device idle while the host works, as a share of the iteration, that makes a job
+// host-bound.
+constexpr double kHostBoundShare = 0.3;
+
+}  // namespace
+
+void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out) {
+  const JobTable& job = *ctx.job;
+  const std::vector<WorkerRecord>& workers = job.workers();
+  const size_t num_workers = workers.size();
+  std::vector<float> values;
+  std::vector<float> idle_ns;
+  for (const auto& wr : workers) {
+    if (!wr.has_device || wr.mean_iteration_ns <= 0) continue;
+    values.push_back(wr.host_only_ns / wr.mean_iteration_ns);
+    idle_ns.push_back(wr.host_only_ns);
+  }
+  const size_t device_workers = values.size();
+  const double share = MedianInPlace(values);
+  if (device_workers == 0 || share < kHostBoundShare) return;
+  const double lost = MedianInPlace(idle_ns);
+  Finding f = JobFinding(ctx, fc::kHostBound, FindingCategory::kHostOverhead, "CPU", lost, kNone);
+  f.material = true;
+  if (device_workers < num_workers) {
+    // Only the workers with a device can be host-bound: name them.
+    for (const auto& wr : workers) {
+      if (wr.has_device && f.workers.size() < kMaxListedWorkers) f.workers.push_back(wr.rank);
+    }
+    std::sort(f.workers.begin(), f.workers.end());
+  }
+  f.title = fmt::format(
+      "the GPU is idle {} of each iteration while the host works ({}/iter, {}): "
+      "the job is host / launch-bound",
+      FormatShare(share), FormatNs(lost),
+      device_workers < num_workers ? fmt::format("{} workers with a device", device_workers)
+                                   : std::string("all workers"));
+  f.evidence.push_back(
+      {"device idle, host busy", fmt::format("{} ({} of the iteration, median of {} workers with a "
+                                             "device)",
+                                             FormatNs(lost), FormatShare(share), device_workers)});
+  values.clear();
+  for (const auto& wr : workers) values.push_back(wr.compute_ns);
+  f.evidence.push_back({"device compute per iteration", FormatNs(MedianInPlace(values))});
+  f.evidence.push_back({"threshold", FormatShare(kHostBoundShare)});
+  for (uint32_t fid : TopFunctions(
+           job, [](const FunctionInfo& fn) { return IsHostWorkKind(fn.kind); }, true, 3)) {
+    const FunctionInfo& fn = job.functions()[fid];
+    f.evidence.push_back(
+        {"host function on the critical path",
+         fmt::format("{}: {}/iter (mean of workers)", fn.name,
+                     FormatNs(fn.sum_critical_ns / static_cast<double>(num_workers)))});
+  }
+  f.evidence.push_back({"median iteration (job)", FormatNs(ctx.iteration_ns)});
+  RenderedFinding r;
+  r.finding = std::move(f);
+  out.push_back(std::move(r));
+}
+
+}  // namespace perftracker::localize

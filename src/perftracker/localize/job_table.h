@@ -1,0 +1,145 @@
+// JobTable: the localizer's compact copy of one window's worker summaries (algorithm step 1,
+// compact ingest).
+//
+// Add() interns every function key job-wide (a cursor into the previous worker's key list
+// makes the common case, a worker listing the same keys in nearly the same order, a string
+// compare instead of a hash lookup) and keeps one 32-byte FunctionRecord per (worker,
+// function): time, self time, critical time, idle gap, bytes and calls per iteration, and
+// the p50 call duration. Records live in fixed-size blocks (RecordStore: no reallocation
+// spike at 30 M records). Per worker it keeps a WorkerRecord: rank, host, median / mean
+// iteration, the iteration breakdown per iteration, and the sums the expectation checks
+// and the culprit / victim rules need (outermost collective + sync time, sync and
+// data-loading critical time, GC, pageable copies). The summary itself is not kept:
+// 100,000 workers x 300 functions is about 1 GB.
+// A non-wait function's time excludes the collectives / syncs nested in it (DDP issues
+// all-reduces from AccumulateGrad hooks: that is waiting, not work).
+//
+// Invariants: every FunctionRecord's fid is < functions().size(); a worker's records are
+// contiguous, in worker order, and hold each fid at most once (duplicates within a summary
+// are summed); function parents always point at interned fids or kNone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "perftracker/localize/record_store.h"
+#include "perftracker/localize/sketch_median.h"
+#include "perftracker/summary/worker_summary.h"
+
+namespace perftracker::localize {
+
+inline constexpr uint32_t kNone = UINT32_MAX;
+// Parent chains longer than this are treated as cut (guards against cycles).
+inline constexpr int kMaxDepth = 256;
+// Per-worker notes of one kind beyond this many are summarized.
+inline constexpr size_t kMaxNotesPerKind = 10;
+
+struct WorkerRecord {
+  int32_t rank = -1;
+  uint32_t host = 0;
+  uint32_t first_record = 0;
+  uint32_t num_records = 0;
+  uint32_t iterations = 1;
+  bool has_device = false;
+  float median_iteration_ns = 0;
+  float mean_iteration_ns = 0;
+  // Iteration breakdown, mean per iteration.
+  float compute_ns = 0;
+  float communication_ns = 0;
+  float wait_ns = 0;
+  float data_ns = 0;
+  float host_only_ns = 0;
+  // Per iteration: outermost collective + sync time; sync / data-loading critical time;
+  // GC; pageable copies; pinned copies while no kernel ran; idle gaps before calls.
+  float wait_fn_ns = 0;
+  // Per iteration: time in root functions that are not waits (the worker's own work). A
+  // worker that waits longer *because it worked less* arrived early: a victim of noise.
+  float work_ns = 0;
+  float sync_critical_ns = 0;
+  float data_critical_ns = 0;
+  float gc_ns = 0;
+  float pageable_ns = 0;
+  float exposed_copy_ns = 0;  // critical time of the other copies: no kernel overlaps them
+  float idle_gap_ns = 0;
+  // Host metrics over the window (live mode), -1 when not sampled.
+  float run_queue = -1;  // run-queue delay / wall time
+  float cpu_util = -1;   // cores busy
+};
+
+struct FunctionInfo {
+  std::string key;
+  std::string name;
+  EventKind kind = EventKind::kTorchOp;
+  uint32_t parent = kNone;
+  bool outermost_wait = false;  // collective / sync without a collective / sync ancestor
+  bool under_wait = false;      // a collective / sync or nested in one
+  bool outermost_kind = false;  // no ancestor of the same kind
+  bool pageable = false;        // a pageable memcpy
+  uint32_t present = 0;         // workers that ran it
+  double sum_time_ns = 0;       // over workers, per iteration
+  double sum_critical_ns = 0;
+  double sum_calls = 0;
+  double sum_bytes = 0;
+};
+
+// A worker whose summary has event problems (or nothing at all).
+struct WorkerProblem {
+  uint32_t worker = 0;
+  SummaryStats stats;
+  std::string source;
+  bool empty = false;
+};
+
+bool IsUserLevel(EventKind kind);
+bool IsWaitKind(EventKind kind);
+bool IsHostWorkKind(EventKind kind);
+
+class JobTable {
+ public:
+  // Adds one worker; a note about the table's capacity goes to `notes`.
+  void Add(const WorkerSummary& worker, std::vector<std::string>& notes);
+
+  const std::vector<WorkerRecord>& workers() const { return workers_; }
+  const std::vector<FunctionInfo>& functions() const { return functions_; }
+  const RecordStore& records() const { return records_; }
+  const std::vector<std::string>& hosts() const { return hosts_; }
+  const std::vector<WorkerProblem>& problems() const { return problems_; }
+  // Sources of workers without a rank (the first kMaxNotesPerKind; empty strings after).
+  const std::vector<std::string>& unranked_sources() const { return unranked_sources_; }
+
+  // "rank 3", or "worker #5 (no rank)".
+  std::string WorkerName(uint32_t w) const;
+  // "rank 3" or "ranks 1, 4, 6, 7 and 2 more".
+  std::string WorkersPhrase(const std::vector<uint32_t>& ws) const;
+  bool IsAncestor(uint32_t ancestor, uint32_t fid) const;
+
+ private:
+  uint32_t InternFunction(const FunctionSummary& f);
+  void ResolveNewFunctions(const WorkerSummary& worker, const std::vector<uint32_t>& fids,
+                           size_t first_new_fid);
+
+  // Job-wide function table.
+  std::vector<FunctionInfo> functions_;
+  std::unordered_map<std::string, uint32_t> function_index_;
+  std::vector<uint32_t> prev_fids_;  // the previous worker's fids by position (cache)
+  // Per fid: its position in the list of worker prev_position_worker_[fid] - 1.
+  std::vector<uint32_t> prev_position_;
+  std::vector<uint32_t> prev_position_worker_;
+  std::vector<uint32_t> fids_;       // scratch
+  std::vector<uint32_t> stamp_;      // per fid: last worker index + 1 that recorded it
+  std::vector<uint32_t> stamp_pos_;  // per fid: that record's index
+
+  // Workers.
+  std::vector<WorkerRecord> workers_;
+  RecordStore records_;
+  std::vector<std::string> hosts_;
+  std::unordered_map<std::string, uint32_t> host_index_;
+  std::vector<WorkerProblem> problems_;
+  std::vector<std::string> unranked_sources_;
+  bool records_full_ = false;
+  SketchMedian sketch_median_;
+};
+
+}  // namespace perftracker::localize

@@ -1,0 +1,86 @@
+#include "perftracker/localize/peer_assignment.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "perftracker/localize/peer_groups.h"
+#include "perftracker/localize/robust_stats.h"
+#include "perftracker/localize/rule_context.h"
+
+namespace perftracker::localize {
+
+PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& options,
+                                double iteration_ns, std::vector<std::string>& notes) {
+  const std::vector<FunctionInfo>& functions = job.functions();
+  const std::vector<WorkerRecord>& workers = job.workers();
+  std::vector<bool> significant(functions.size(), false);
+  for (uint32_t fid = 0; fid < functions.size(); ++fid) {
+    const FunctionInfo& fn = functions[fid];
+    significant[fid] = fn.present > 0 && !fn.under_wait && fn.kind != EventKind::kGc &&
+                       fn.sum_time_ns / fn.present >= options.signature_share * iteration_ns;
+  }
+  PeerGroups peer_groups;
+  std::vector<uint32_t> signature;
+  std::vector<uint32_t> worker_signature(workers.size());
+  for (uint32_t w = 0; w < workers.size(); ++w) {
+    const WorkerRecord& wr = workers[w];
+    signature.clear();
+    for (uint32_t k = 0; k < wr.num_records; ++k) {
+      const FunctionRecord& r = job.records()[wr.first_record + k];
+      if (significant[r.fid] && r.time_ns > 0) signature.push_back(r.fid);
+    }
+    std::sort(signature.begin(), signature.end());
+    worker_signature[w] = peer_groups.AddSignature(signature);
+  }
+  const std::vector<uint32_t> signature_group = peer_groups.Cluster(options.peer_jaccard);
+  uint32_t num_groups = 0;
+  for (uint32_t g : signature_group) num_groups = std::max(num_groups, g + 1);
+  PeerAssignment out;
+  out.members.resize(num_groups);
+  out.worker_group.resize(workers.size());
+  for (uint32_t w = 0; w < workers.size(); ++w) {
+    out.worker_group[w] = signature_group[worker_signature[w]];
+    out.members[out.worker_group[w]].push_back(w);
+  }
+  if (num_groups > 1) {
+    std::vector<size_t> sizes;
+    for (const auto& m : out.members) sizes.push_back(m.size());
+    std::sort(sizes.rbegin(), sizes.rend());
+    std::string list;
+    for (size_t i = 0; i < sizes.size() && i < 8; ++i) {
+      list += (i ? ", " : "") + fmt::format("{}", sizes[i]);
+    }
+    if (sizes.size() > 8) list += ", ...";
+    notes.push_back(fmt::format(
+        "workers form {} peer groups by the functions they run (sizes {}); each worker is "
+        "compared only with its own group",
+        num_groups, list));
+    size_t small = 0;
+    for (const auto& m : out.members) small += m.size() < kMinPeers ? m.size() : 0;
+    if (small > 0) {
+      notes.push_back(fmt::format(
+          "{} worker(s) are in peer groups of fewer than {} workers and were only checked "
+          "against expectations",
+          small, kMinPeers));
+    }
+  } else if (workers.size() < kMinPeers) {
+    notes.push_back(fmt::format("only {} worker(s): peer comparison needs at least {}",
+                                workers.size(), kMinPeers));
+  }
+
+  out.group_wait_median.assign(num_groups, 0);
+  out.group_work_median.assign(num_groups, 0);
+  std::vector<float> values;
+  for (uint32_t g = 0; g < num_groups; ++g) {
+    values.clear();
+    for (uint32_t w : out.members[g]) values.push_back(workers[w].wait_fn_ns);
+    out.group_wait_median[g] = static_cast<float>(MedianInPlace(values));
+    values.clear();
+    for (uint32_t w : out.members[g]) values.push_back(workers[w].work_ns);
+    out.group_work_median[g] = static_cast<float>(MedianInPlace(values));
+  }
+  return out;
+}
+
+}  // namespace perftracker::localize

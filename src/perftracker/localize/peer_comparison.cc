@@ -1,0 +1,161 @@
+#include "perftracker/localize/peer_comparison.h"
+
+#include <algorithm>
+
+#include "perftracker/localize/robust_stats.h"
+
+namespace perftracker::localize {
+namespace {
+
+// Up to this many workers, a candidate is compared with its peers without itself: with 3,
+// the MAD is the smaller of the two other deviations, so two noisy peers hide a 3x
+// straggler (seen on a 3-worker diagnosis of a real job: z 2.8 against its peers' 6.3).
+// From 4 workers on, the full-sample MAD is robust to one outlier and leave-one-out only
+// sharpens the noise (it flagged time-slicing noise on healthy 4-rank jobs).
+constexpr size_t kSmallGroup = 3;
+
+}  // namespace
+
+std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
+  const JobTable& job = *ctx.job;
+  const LocalizerOptions& options = *ctx.options;
+  const std::vector<std::vector<uint32_t>>& members = ctx.peers->members;
+  const std::vector<WorkerRecord>& workers = job.workers();
+  const RecordStore& records = job.records();
+  const double report_ns = ctx.report_ns;
+  std::vector<Anomaly> out;
+  std::vector<uint32_t> counts(job.functions().size(), 0);
+  std::vector<uint32_t> offsets(job.functions().size(), 0);
+  std::vector<uint32_t> touched;
+  std::vector<uint32_t> entries;  // record indices bucketed by fid
+  std::vector<float> times;       // their time per iteration, same order (contiguous reads)
+  std::vector<float> values;
+  for (uint32_t g = 0; g < members.size(); ++g) {
+    const auto& ws = members[g];
+    const size_t n = ws.size();
+    if (n < kMinPeers) continue;
+    // Counting sort of the group's records by function.
+    touched.clear();
+    uint64_t total = 0;
+    for (uint32_t w : ws) {
+      const WorkerRecord& wr = workers[w];
+      for (uint32_t k = 0; k < wr.num_records; ++k) {
+        const uint32_t fid = records[wr.first_record + k].fid;
+        if (counts[fid]++ == 0) touched.push_back(fid);
+      }
+      total += wr.num_records;
+    }
+    uint32_t acc = 0;
+    for (uint32_t fid : touched) {
+      offsets[fid] = acc;
+      acc += counts[fid];
+    }
+    entries.resize(total);
+    times.resize(total);
+    for (uint32_t w : ws) {
+      const WorkerRecord& wr = workers[w];
+      for (uint32_t k = 0; k < wr.num_records; ++k) {
+        const uint32_t idx = wr.first_record + k;
+        const FunctionRecord& r = records[idx];
+        const uint32_t pos = offsets[r.fid]++;
+        entries[pos] = idx;
+        times[pos] = r.time_ns;
+      }
+    }
+    // offsets[fid] now points at the end of its bucket.
+    for (uint32_t fid : touched) {
+      const uint32_t present = counts[fid];
+      const uint32_t end = offsets[fid];
+      const uint32_t begin = end - present;
+      const size_t first_anomaly = out.size();
+      auto emit = [&](uint32_t idx, float median, float scale, bool minority) {
+        const FunctionRecord& r = records[idx];
+        // The worker owning record idx: records are contiguous per worker, in order.
+        auto it = std::upper_bound(ws.begin(), ws.end(), idx, [&](uint32_t v, uint32_t w) {
+          return v < workers[w].first_record;
+        });
+        Anomaly a;
+        a.worker = *(it - 1);
+        a.fid = fid;
+        a.group = g;
+        a.peers = static_cast<uint32_t>(n);
+        a.present = present;
+        a.only_on_some = minority;
+        a.value = r.time_ns;
+        a.median = median;
+        a.scale = scale;
+        a.p50 = r.p50_ns;
+        a.calls = r.calls;
+        a.critical = r.critical_ns;
+        out.push_back(a);
+      };
+      if (2 * static_cast<size_t>(present) >= n) {
+        values.resize(n);
+        std::copy(times.begin() + begin, times.begin() + end, values.begin());
+        std::fill(values.begin() + present, values.end(), 0.0f);
+        const double max_value = *std::max_element(values.begin(), values.end());
+        RobustCenter c;
+        c.median = MedianInPlace(values);
+        // The relative-effect and reporting floors alone rule most functions out: then the
+        // MAD (a second selection pass) is not needed.
+        const double floor = c.median + std::max(options.min_relative_effect * c.median, report_ns);
+        if (max_value <= floor) continue;
+        std::copy(times.begin() + begin, times.begin() + end, values.begin());
+        std::fill(values.begin() + present, values.end(), 0.0f);
+        c = MedianAndMadInPlace(values);
+        const double scale = RobustScale(c, kScaleRelativeFloor, kScaleAbsoluteFloorNs);
+        const double threshold = std::max(floor, c.median + options.outlier_z * scale);
+        for (uint32_t e = begin; e < end; ++e) {
+          if (times[e] > threshold) {
+            emit(entries[e], static_cast<float>(c.median), static_cast<float>(scale), false);
+          } else if (n <= kSmallGroup && times[e] > floor) {
+            // In a tiny group compare the candidate with its peers only (leave one out).
+            values.clear();
+            for (uint32_t o = begin; o < end; ++o) {
+              if (o != e) values.push_back(times[o]);
+            }
+            values.resize(n - 1, 0.0f);
+            const RobustCenter peers = MedianAndMadInPlace(values);
+            const double peer_scale =
+                RobustScale(peers, kScaleRelativeFloor, kScaleAbsoluteFloorNs);
+            const double peer_floor =
+                peers.median + std::max(options.min_relative_effect * peers.median, report_ns);
+            if (times[e] > std::max(peer_floor, peers.median + options.outlier_z * peer_scale)) {
+              emit(entries[e], static_cast<float>(peers.median), static_cast<float>(peer_scale),
+                   false);
+            }
+          }
+        }
+      } else {
+        for (uint32_t e = begin; e < end; ++e) {
+          if (times[e] >= report_ns) emit(entries[e], 0, 0, true);
+        }
+      }
+      if (out.size() > first_anomaly) {
+        // How the anomalous workers differ: the group's p50 (over the workers running the
+        // function) and calls / critical time per iteration (absent workers count 0).
+        values.resize(present);
+        for (uint32_t e = begin; e < end; ++e) values[e - begin] = records[entries[e]].p50_ns;
+        const auto peer_p50 = static_cast<float>(MedianInPlace(values));
+        values.resize(n);
+        std::fill(values.begin(), values.end(), 0.0f);
+        for (uint32_t e = begin; e < end; ++e) values[e - begin] = records[entries[e]].calls;
+        const auto peer_calls = static_cast<float>(MedianInPlace(values));
+        std::fill(values.begin(), values.end(), 0.0f);
+        for (uint32_t e = begin; e < end; ++e) {
+          values[e - begin] = records[entries[e]].critical_ns;
+        }
+        const auto peer_critical = static_cast<float>(MedianInPlace(values));
+        for (size_t k = first_anomaly; k < out.size(); ++k) {
+          out[k].peer_p50 = peer_p50;
+          out[k].peer_calls = peer_calls;
+          out[k].peer_critical = peer_critical;
+        }
+      }
+    }
+    for (uint32_t fid : touched) counts[fid] = 0;
+  }
+  return out;
+}
+
+}  // namespace perftracker::localize

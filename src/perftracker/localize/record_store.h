@@ -1,0 +1,48 @@
+// RecordStore: the localizer's per-(worker, function) records in fixed-size blocks, so that
+// 30 M records (a gigabyte) grow without a reallocation copy of the whole array.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace perftracker::localize {
+
+// Per iteration values of one function on one worker.
+struct FunctionRecord {
+  uint32_t fid = 0;
+  float time_ns = 0;      // inclusive time per iteration
+  float self_ns = 0;      // self time per iteration
+  float p50_ns = 0;       // median call duration
+  float calls = 0;        // calls per iteration
+  float critical_ns = 0;  // critical-path time per iteration
+  float idle_gap_ns = 0;  // idle gap before calls, per iteration
+  float bytes = 0;        // bytes per iteration
+};
+static_assert(sizeof(FunctionRecord) == 32, "keep the per-(worker, function) record compact");
+
+class RecordStore {
+ public:
+  static constexpr size_t kRecordsPerBlock = size_t{1} << 18;
+
+  uint64_t size() const { return size_; }
+  FunctionRecord& operator[](uint64_t i) {
+    return blocks_[i / kRecordsPerBlock][i % kRecordsPerBlock];
+  }
+  const FunctionRecord& operator[](uint64_t i) const {
+    return blocks_[i / kRecordsPerBlock][i % kRecordsPerBlock];
+  }
+  void push_back(const FunctionRecord& r) {
+    if (size_ % kRecordsPerBlock == 0) {
+      blocks_.push_back(std::make_unique<FunctionRecord[]>(kRecordsPerBlock));
+    }
+    (*this)[size_++] = r;
+  }
+
+ private:
+  std::vector<std::unique_ptr<FunctionRecord[]>> blocks_;
+  uint64_t size_ = 0;
+};
+
+}  // namespace perftracker::localize

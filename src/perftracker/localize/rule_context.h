@@ -1,0 +1,37 @@
+// RuleContext: what every localizer rule reads (a non-owning view built by Localizer::Finish
+// once the job table is complete and the peer groups are known), and the constants several
+// rules share. Tests can build one by hand around a small JobTable.
+#pragma once
+
+#include <cstddef>
+
+#include "perftracker/localize/job_table.h"
+#include "perftracker/localize/localizer.h"
+#include "perftracker/localize/peer_assignment.h"
+
+namespace perftracker::localize {
+
+// Peer statistics need at least this many workers in a group.
+inline constexpr size_t kMinPeers = 3;
+// A child anomaly "explains" its parent's when it carries this share of the excess (also:
+// extra GC explains a straggler's excess).
+inline constexpr double kExplainsMost = 0.7;
+// MAD floors (see robust_stats.h).
+inline constexpr double kScaleRelativeFloor = 0.01;
+inline constexpr double kScaleAbsoluteFloorNs = 1000;
+// A wait anomaly is explained by another worker's work anomaly this large (relative);
+// a worker is a victim when it waits this share of the culprit's excess longer.
+inline constexpr double kVictimShare = 0.5;
+// Lists of workers in a finding are capped; the full count goes into the evidence.
+inline constexpr size_t kMaxListedWorkers = 1024;
+
+struct RuleContext {
+  const JobTable* job = nullptr;
+  const LocalizerOptions* options = nullptr;
+  const PeerAssignment* peers = nullptr;
+  double iteration_ns = 0;  // the job's median iteration
+  double material_ns = 0;   // options->material_share of it
+  double report_ns = 0;     // options->report_share of it
+};
+
+}  // namespace perftracker::localize

@@ -1,0 +1,15 @@
+// Untraced straggler (algorithm step 5): a worker the others wait for (its collective + sync
+// wait is a low outlier of its peer group's, by the peer comparison's margins) with no
+// anomalous traced work function is PT-STRAGGLER-UNTRACED: its time goes outside traced code.
+#pragma once
+
+#include <vector>
+
+#include "perftracker/localize/rule_context.h"
+#include "perftracker/localize/worker_finding.h"
+
+namespace perftracker::localize {
+
+void FindUntracedStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& wfs);
+
+}  // namespace perftracker::localize

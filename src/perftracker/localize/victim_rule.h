@@ -1,0 +1,20 @@
+// Culprits vs victims (algorithm step 5): in synchronous training everyone waits for the
+// slowest; victims show longer collective / sync time, the culprit longer work and shorter
+// waits. A communication or synchronization finding is dropped, and its worker listed as a
+// victim, when another worker has a work (compute, data, GC, ...) finding of comparable size
+// (kVictimShare); otherwise it stands (e.g. one slow link: PT-STRAGGLER-COMM), and the job
+// loses at most the worker's extra total wait. A worker that waits longer because its own
+// work (root non-wait functions) was shorter than its peers' by at least kEarlyArrivalShare
+// of the extra wait arrived early: dropped, it is nobody's culprit.
+#pragma once
+
+#include <vector>
+
+#include "perftracker/localize/rule_context.h"
+#include "perftracker/localize/worker_finding.h"
+
+namespace perftracker::localize {
+
+void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& wfs);
+
+}  // namespace perftracker::localize

@@ -1,0 +1,39 @@
+// WorkerFinding: a finding about one worker, from the call-path collapse or a culprit rule,
+// before findings merge across workers and are worded.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "perftracker/localize/anomaly.h"
+#include "perftracker/localize/diagnosis.h"
+
+namespace perftracker::localize {
+
+struct WorkerFinding {
+  std::string_view code;
+  FindingCategory category = FindingCategory::kCompute;
+  std::string resource;
+  Anomaly named;
+  std::vector<Anomaly> below;     // the explaining path under the named function
+  std::vector<Anomaly> children;  // other anomalous descendants, largest first
+  std::vector<uint32_t> extra_victims;
+  bool dropped = false;
+  // For communication / sync findings: the worker's extra total wait, when smaller than the
+  // function's excess (then that is what the job loses).
+  double lost_cap = INFINITY;
+  // PT-CPU-CONTENTION: the peers' median run-queue delay fraction (-1 = not contention).
+  float contention_peer_run_queue = -1;
+  // PT-CPU-CONTENTION from run-queue evidence alone (no straggler function).
+  bool run_queue_only = false;
+  // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).
+  float gc_peer_ns = -1;
+  bool wait_type() const {
+    return category == FindingCategory::kCommunication ||
+           category == FindingCategory::kSynchronization;
+  }
+};
+
+}  // namespace perftracker::localize
