@@ -30,7 +30,8 @@ struct Outcome {
 };
 
 bool Matches(const ExpectedFinding& e, const DiagnosedFinding& f) {
-  if (!f.material) return false;
+  if (e.material == ExpectedMateriality::kMaterial && !f.material) return false;
+  if (e.material == ExpectedMateriality::kMinor && f.material) return false;
   if (!e.code.empty() && e.code != f.code) return false;
   if (!e.category.empty() && e.category != f.category) return false;
   if (!e.workers.empty()) {
@@ -47,11 +48,13 @@ std::string Describe(const DiagnosedFinding& f) {
     ranks += fmt::format("{}{}", i ? "," : "", f.workers[i]);
   }
   if (f.workers.size() > 6) ranks += fmt::format(",..({})", f.workers.size());
-  return ranks.empty() ? f.code : fmt::format("{}[{}]", f.code, ranks);
+  return fmt::format("{}{}{}", f.code, ranks.empty() ? "" : fmt::format("[{}]", ranks),
+                     f.material ? "" : " (minor)");
 }
 
 std::string DescribeExpected(const ExpectedFinding& e) {
   std::string what = e.code.empty() ? e.category : e.code;
+  if (e.material == ExpectedMateriality::kMinor) what += " (minor)";
   if (e.workers.empty()) return what;
   std::string ranks;
   for (size_t i = 0; i < e.workers.size() && i < 6; ++i) {
@@ -171,7 +174,8 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* options) {
   acc->add_option("--python", options->python, "Python with torch for real scenarios")
       ->default_val("/usr/bin/python3");
   acc->add_option("--keep-dir", options->keep_dir,
-                  "Keep each real run's reports and logs under this directory");
+                  "Keep each real run's reports and logs, and each simulated one's text report "
+                  "(<name>.txt), under this directory");
   acc->add_option("--timeout", options->timeout_seconds,
                   "Seconds a real scenario may run before it fails")
       ->check(CLI::Range(10.0, 3600.0))
@@ -220,7 +224,7 @@ int RunBenchAccuracy(const BenchOptions& options) {
     o.scenario = &s;
     const bool is_real = s.executor == ScenarioExecutor::kReal;
     StatusOr<ScenarioRun> run =
-        is_real ? RunRealScenario(s, real) : RunSimScenario(s, options.jobs);
+        is_real ? RunRealScenario(s, real) : RunSimScenario(s, options.jobs, options.keep_dir);
     if (!run.ok()) {
       o.run.note = run.status().message();
       o.pass = false;
@@ -290,11 +294,13 @@ int RunBenchAccuracy(const BenchOptions& options) {
       row["diagnosis_seconds"] =
           o.run.diagnosis_seconds >= 0 ? nlohmann::json(o.run.diagnosis_seconds) : nlohmann::json();
       row["events"] = o.run.events;
+      row["median_iteration_ns"] = o.run.median_iteration_ns;
       nlohmann::json top = nlohmann::json::array();
       for (size_t i = 0; i < o.run.findings.size() && i < 3; ++i) {
         top.push_back({{"code", o.run.findings[i].code},
                        {"workers", o.run.findings[i].workers},
                        {"material", o.run.findings[i].material},
+                       {"lost_share", o.run.findings[i].lost_share},
                        {"title", o.run.findings[i].title}});
       }
       row["top_findings"] = top;

@@ -20,18 +20,22 @@ struct DiagnosedFinding {
   std::vector<int32_t> workers;
   bool material = false;
   std::string title;
+  double lost_share = 0;  // of the median iteration (sim; 0 when the report does not say)
 };
 
 struct ScenarioRun {
   std::vector<DiagnosedFinding> findings;  // ranked, as the diagnosis lists them
   bool skipped = false;
-  std::string note;               // why skipped, or where the reports are
-  double run_seconds = 0;         // wall time of the whole scenario
-  double diagnosis_seconds = -1;  // fault onset -> diagnosis (real), -1 = not measured
-  uint64_t events = 0;            // sim: events generated
+  std::string note;                // why skipped, or where the reports are
+  double run_seconds = 0;          // wall time of the whole scenario
+  double diagnosis_seconds = -1;   // fault onset -> diagnosis (real), -1 = not measured
+  uint64_t events = 0;             // sim: events generated
+  double median_iteration_ns = 0;  // sim: the diagnosed window's median iteration time
 };
 
-StatusOr<ScenarioRun> RunSimScenario(const Scenario& scenario, int threads);
+// With `report_dir`, the diagnosis's text report is written to <report_dir>/<name>.txt.
+StatusOr<ScenarioRun> RunSimScenario(const Scenario& scenario, int threads,
+                                     const std::string& report_dir = "");
 
 struct RealOptions {
   std::string perftracker;  // this binary

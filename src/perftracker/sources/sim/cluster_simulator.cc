@@ -53,6 +53,7 @@ struct FaultState {
   double data_factor = 1;
   double host_factor = 1;  // launches and data loading (CPU contention)
   double gc_ns = 0;
+  double untraced_ns = 0;  // a stall outside every traced function, per iteration
   double memcpy_factor = 1;
   bool throttled = false;
   double clock = kClockMaxMhz;
@@ -332,6 +333,9 @@ void ClusterSimulator::Impl::ApplyFaults(int32_t iteration) {
         case FaultKind::kGcAll:
           st.gc_ns = m * 1e6;
           break;
+        case FaultKind::kUntracedPause:
+          st.untraced_ns = m * 1e6;
+          break;
         default:
           break;
       }
@@ -420,6 +424,9 @@ void ClusterSimulator::Impl::Run() {
       r.xfers.push_back({static_cast<int64_t>(start), static_cast<int64_t>(start + cd),
                          static_cast<float>(bytes / cd * 1e9), Link::kPcie});
       r.dev = start + cd;
+      // A sleep or untraced Python between the batch and the forward pass: no event, no
+      // run-queue delay.
+      if (r.fault.untraced_ns > 0) r.host += r.fault.untraced_ns * Jitter(r);
       ann[i] = r.host;
     }
     // Forward, stage by stage.
@@ -500,10 +507,22 @@ void ClusterSimulator::Impl::Emit(int32_t rank, EventSink& sink) const {
   const RankState& r = ranks_[static_cast<size_t>(rank)];
   const int32_t local = rank % job_.gpus_per_host;
   const int32_t host = job_.HostOf(rank);
-  sink.OnTrack({kHostTrack, TrackKind::kHostThread, -1, "thread main"});
+  if (job_.host_trace) sink.OnTrack({kHostTrack, TrackKind::kHostThread, -1, "thread main"});
   sink.OnTrack({kComputeStream, TrackKind::kDeviceStream, local, "stream 7"});
   sink.OnTrack({kCommStream, TrackKind::kDeviceStream, local, "stream 13"});
   std::vector<Event> events = r.events;
+  if (!job_.host_trace) {
+    // A device-only trace: host events dropped; the iteration markers become the GPU-side
+    // twins Kineto writes on the compute stream.
+    std::erase_if(events, [](const Event& e) {
+      return e.track_id == kHostTrack && e.kind != EventKind::kIteration;
+    });
+    for (Event& e : events) {
+      if (e.kind != EventKind::kIteration) continue;
+      e.track_id = kComputeStream;
+      e.flags = kEventFlagOnDevice;
+    }
+  }
   std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
     if (a.track_id != b.track_id) return a.track_id < b.track_id;
     if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;

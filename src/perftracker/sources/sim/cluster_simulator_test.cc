@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -133,6 +134,54 @@ TEST(ClusterSimulatorTest, StreamsSummarizeIntoIterations) {
     nested |= f.key == "annotation:forward > annotation:layer0 > kernel:sm90_xmma_gemm_bf16_fprop";
   }
   EXPECT_TRUE(nested) << "kernels take the annotation of their launch";
+}
+
+TEST(ClusterSimulatorTest, UntracedPauseLeavesAGapNoEventCovers) {
+  // Rank 1 stalls 5 ms per step between data loading and forward: its iterations are
+  // longer, yet no host event of it is longer than its partner's, and its run-queue delay
+  // stays at the healthy level.
+  Scenario s = Make(R"({"kind": "untraced_pause", "ranks": [1], "magnitude": 5})");
+  ClusterSimulator sim(s);
+  sim.Run();
+  auto gap_before_forward = [&](int32_t rank) {
+    Capture c;
+    sim.Emit(rank, c);
+    int64_t data_end = -1, gap = 0;
+    for (const Event& e : c.events) {
+      if (e.kind == EventKind::kDataLoad) data_end = e.end_ns;
+      if (e.kind == EventKind::kUserAnnotation && data_end >= 0 &&
+          sim.functions().Get(e.function_id).name == "forward") {
+        gap += e.start_ns - data_end;
+        data_end = -1;
+      }
+    }
+    double run_queue = 0;
+    for (const auto& m : c.samples) {
+      if (m.metric == Metric::kRunQueueDelayFraction) run_queue = std::max(run_queue, m.value);
+    }
+    EXPECT_LT(run_queue, 0.1);
+    return gap;
+  };
+  EXPECT_GT(gap_before_forward(1), 5 * 4'000'000);  // 5 iterations, jitter included
+  EXPECT_LT(gap_before_forward(0), 5 * 1'000'000);
+}
+
+TEST(ClusterSimulatorTest, DeviceOnlyTraceHasNoHostEventsAndStillIterations) {
+  auto s = ParseScenario(
+      R"({"name": "t", "job": {"ranks": 16, "tp": 2, "pp": 2, "gpus_per_host": 4,
+      "iterations": 5, "seed": 9, "host_trace": false}, "expect": {"healthy": true}})",
+      "t.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ClusterSimulator sim(*s);
+  sim.Run();
+  Capture c;
+  sim.Emit(3, c);
+  for (const Event& e : c.events) {
+    EXPECT_TRUE(e.flags & kEventFlagOnDevice) << sim.functions().Get(e.function_id).name;
+  }
+  WindowSummarizer summarizer(&sim.functions());
+  sim.Emit(3, summarizer);
+  EXPECT_EQ(summarizer.Finish().iterations.size(), 5u);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr std::array<std::pair<FaultKind, std::string_view>, 16> kFaultNames = {{
+constexpr std::array<std::pair<FaultKind, std::string_view>, 17> kFaultNames = {{
     {FaultKind::kGpuThrottle, "gpu_throttle"},
     {FaultKind::kGpuSlow, "gpu_slow"},
     {FaultKind::kNvlinkDegraded, "nvlink_degraded"},
@@ -24,6 +24,7 @@ constexpr std::array<std::pair<FaultKind, std::string_view>, 16> kFaultNames = {
     {FaultKind::kNicFlapping, "nic_flapping"},
     {FaultKind::kLaunchBound, "launch_bound"},
     {FaultKind::kHostSync, "host_sync"},
+    {FaultKind::kUntracedPause, "untraced_pause"},
     {FaultKind::kSlowData, "slow_data"},
     {FaultKind::kSlowDataAll, "slow_data_all"},
     {FaultKind::kSlowCompute, "slow_compute"},
@@ -44,7 +45,7 @@ bool SimOnly(FaultKind k) {
   return k == FaultKind::kGpuThrottle || k == FaultKind::kGpuSlow ||
          k == FaultKind::kNvlinkDegraded || k == FaultKind::kPcieDegraded ||
          k == FaultKind::kNicDegraded || k == FaultKind::kNicFlapping ||
-         k == FaultKind::kLaunchBound;
+         k == FaultKind::kLaunchBound || k == FaultKind::kUntracedPause;
 }
 bool RealOnly(FaultKind k) { return k == FaultKind::kHang || k == FaultKind::kNetRateLimit; }
 // Faults that hit every rank (no targets).
@@ -162,7 +163,7 @@ class Parser {
     PERFTRACKER_RETURN_IF_ERROR(
         CheckKeys(job, "job",
                   {"ranks", "dp", "tp", "pp", "gpus_per_host", "model_params_b", "iterations",
-                   "steps", "microbatches", "layers_per_stage", "noise", "seed"}));
+                   "steps", "microbatches", "layers_per_stage", "noise", "seed", "host_trace"}));
     ScenarioJob& j = s.job;
     j.ranks = 0;
     constexpr int64_t kMaxRanks = 1 << 20;
@@ -179,6 +180,11 @@ class Parser {
     PERFTRACKER_RETURN_IF_ERROR(Int(job, "job", "layers_per_stage", &j.layers_per_stage, 1, 256));
     PERFTRACKER_RETURN_IF_ERROR(Double(job, "job", "noise", &j.noise, 0, 0.5));
     PERFTRACKER_RETURN_IF_ERROR(Int(job, "job", "seed", &j.seed, 0, INT64_MAX));
+    if (job.contains("host_trace")) {
+      if (!job["host_trace"].is_boolean()) return Error("job.host_trace", "must be true or false");
+      j.host_trace = job["host_trace"].get<bool>();
+      if (!sim && !j.host_trace) return Error("job.host_trace", "only with executor sim");
+    }
     const int32_t mp = j.tp * j.pp;
     if (j.ranks == 0 && j.dp == 0) j.dp = 1;
     if (j.ranks == 0) j.ranks = j.dp * mp;
@@ -288,11 +294,22 @@ class Parser {
       for (size_t i = 0; i < list.size(); ++i) {
         const std::string where = fmt::format("expect.findings[{}]", i);
         PERFTRACKER_RETURN_IF_ERROR(
-            CheckKeys(list[i], where, {"code", "category", "workers", "hosts"}));
+            CheckKeys(list[i], where, {"code", "category", "workers", "hosts", "material"}));
         ExpectedFinding e;
         PERFTRACKER_RETURN_IF_ERROR(String(list[i], where, "code", &e.code));
         PERFTRACKER_RETURN_IF_ERROR(String(list[i], where, "category", &e.category));
         if (e.code.empty() && e.category.empty()) return Error(where, "needs a code or a category");
+        if (list[i].contains("material")) {
+          const Json& m = list[i]["material"];
+          if (m.is_boolean()) {
+            e.material =
+                m.get<bool>() ? ExpectedMateriality::kMaterial : ExpectedMateriality::kMinor;
+          } else if (m.is_string() && m.get<std::string>() == "either") {
+            e.material = ExpectedMateriality::kEither;
+          } else {
+            return Error(Join(where, "material"), "must be true, false or \"either\"");
+          }
+        }
         if (!e.code.empty() && !e.code.starts_with("PT-")) {
           return Error(
               Join(where, "code"),

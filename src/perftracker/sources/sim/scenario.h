@@ -30,6 +30,7 @@ enum class FaultKind : uint8_t {
   kNicFlapping,     // the host's NIC goes down for periods (link-down samples)
   kLaunchBound,     // every rank: many tiny kernels, launch overhead leaves the GPU idle
   kHostSync,        // every rank: host-device synchronizations with slow wake-ups
+  kUntracedPause,   // the host thread stalls outside every traced function (a sleep)
   // Faults both executors know.
   kSlowData,       // one rank's data loading is slower
   kSlowDataAll,    // every rank's data loading is too slow
@@ -63,16 +64,26 @@ struct ScenarioJob {
   int32_t microbatches = 2;
   int32_t layers_per_stage = 4;
   double noise = 0.03;  // sim: relative jitter of durations
+  // sim: false = the trace holds device activity only (no host thread events; the
+  // iteration markers are the GPU-side twins), as a GPU-only Kineto export.
+  bool host_trace = true;
   uint64_t seed = 1;
   int32_t hosts() const { return (ranks + gpus_per_host - 1) / gpus_per_host; }
   int32_t HostOf(int32_t rank) const { return rank / gpus_per_host; }
 };
+
+// Whether an expected finding must be material. The ground truth decides: a fault that costs
+// the job a material share of the iteration must be a material finding; one the job absorbs
+// (hidden in a pipeline bubble or in slack before a collective) must be named, but as minor;
+// between the two, either is right.
+enum class ExpectedMateriality : uint8_t { kMaterial = 0, kMinor = 1, kEither = 2 };
 
 // One expected finding: its code (or only its category) and its culprit workers.
 struct ExpectedFinding {
   std::string code;              // "" = any code of `category`
   std::string category;          // FindingCategoryName, "" = any category of `code`
   std::vector<int32_t> workers;  // exact culprit set; empty = not checked (job-wide findings)
+  ExpectedMateriality material = ExpectedMateriality::kMaterial;
 };
 
 struct Scenario {
@@ -83,7 +94,7 @@ struct Scenario {
   ScenarioJob job;
   std::vector<ScenarioFault> faults;
   // Healthy: no material finding is expected. Otherwise the top-ranked findings (as many
-  // as listed) must be these, in any order.
+  // as listed) must be these, in any order, each material or minor as it says.
   bool healthy = false;
   std::vector<ExpectedFinding> expected;
 

@@ -31,6 +31,21 @@ TEST(ScenarioTest, ParsesAJobWithFaultsAndExpectation) {
   EXPECT_FALSE(s->healthy);
 }
 
+TEST(ScenarioTest, ExpectedFindingsSayWhetherTheyMustBeMaterial) {
+  auto s = ParseScenario(R"({"name": "m", "job": {"ranks": 16, "pp": 2},
+    "faults": [{"kind": "gc", "ranks": [15]}, {"kind": "slow_data", "ranks": [1]},
+               {"kind": "gpu_slow", "ranks": [2]}],
+    "expect": {"findings": [{"code": "PT-STRAGGLER-GC", "workers": [15], "material": false},
+                            {"code": "PT-STRAGGLER-DATA", "workers": [1], "material": "either"},
+                            {"code": "PT-GPU-SLOW", "workers": [2]}]}})",
+                         "m.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ(s->expected.size(), 3u);
+  EXPECT_EQ(s->expected[0].material, ExpectedMateriality::kMinor);
+  EXPECT_EQ(s->expected[1].material, ExpectedMateriality::kEither);
+  EXPECT_EQ(s->expected[2].material, ExpectedMateriality::kMaterial);
+}
+
 TEST(ScenarioTest, HealthyScenario) {
   auto s =
       ParseScenario(R"({"name": "h", "job": {"dp": 16}, "expect": {"healthy": true}})", "h.json");
@@ -76,6 +91,18 @@ TEST(ScenarioTest, ErrorsNameTheFileAndTheField) {
   EXPECT_EQ(ErrorOf(R"({"name": "a", )" + job + R"(, "faults": [{"kind": "gc", "ranks": [1]}], )" +
                     ok_expect + "}"),
             "scenarios/x.json: expect.healthy: a scenario with faults is not healthy");
+  EXPECT_EQ(
+      ErrorOf(R"({"name": "a", "job": {"ranks": 8}, "faults": [{"kind": "gc", "ranks": [1]}], )"
+              R"("expect": {"findings": [{"code": "PT-GC", "material": "no"}]}})"),
+      "scenarios/x.json: expect.findings[0].material: must be true, false or \"either\"");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", "job": {"ranks": 8, "host_trace": 1}, )" + ok_expect + "}"),
+            "scenarios/x.json: job.host_trace: must be true or false");
+  EXPECT_EQ(
+      ErrorOf(
+          R"({"name": "a", "executor": "real", "job": {"ranks": 4}, "faults": [{"kind": "untraced_pause", "ranks": [1]}], )"
+          R"("expect": {"findings": [{"code": "PT-STRAGGLER-UNTRACED"}]}})"),
+      "scenarios/x.json: faults[0].kind: 'untraced_pause' needs a GPU cluster: only with "
+      "executor sim");
   EXPECT_EQ(ErrorOf(R"({"name": "a", "job": {"ranks": "8"}, )" + ok_expect + "}"),
             "scenarios/x.json: job.ranks: must be an integer");
 }
