@@ -81,7 +81,9 @@ ImportResult ImportOne(const std::string& path, const KinetoImportOptions& impor
   ImportResult result;
   result.path = path;
   FunctionTable functions;
-  WindowSummarizer summarizer(&functions);
+  SummarizerOptions summarizer_options;
+  summarizer_options.offline = true;  // a file: every event in its place, whatever its order
+  WindowSummarizer summarizer(&functions, summarizer_options);
   StatusOr<KinetoTraceInfo> info = ImportKinetoFile(path, &functions, &summarizer, import_options);
   if (!info.ok()) {
     result.error = info.status().message();

@@ -39,6 +39,9 @@ enum class TrackKind : uint8_t {
 
 inline constexpr uint8_t kEventFlagOnDevice = 1u << 0;  // ran on a GPU / accelerator stream
 inline constexpr uint8_t kEventFlagPageable = 1u << 1;  // memcpy touched pageable host memory
+// A copy with device memory on both sides (DtoD within a GPU, PtoP between GPUs): GPU work,
+// never host-device (PCIe) traffic.
+inline constexpr uint8_t kEventFlagDeviceToDevice = 1u << 2;
 
 struct Event {
   int64_t start_ns = 0;

@@ -737,7 +737,9 @@ class HtmlWriter {
     std::vector<const WorkerRow*> problems;
     for (const WorkerRow& w : model_.workers()) {
       const SummaryStats& s = w.summary->stats;
-      if (s.dropped_events || s.out_of_order_events || s.malformed_events) problems.push_back(&w);
+      if (s.dropped_events || s.out_of_order_events || s.malformed_events || s.deep_events) {
+        problems.push_back(&w);
+      }
     }
     if (d.notes.empty() && problems.empty()) return;
     out_ += "<section><h2>Notes</h2><div class=\"panel\">";
@@ -750,16 +752,16 @@ class HtmlWriter {
       out_ += fmt::format("<p class=\"sub\" style=\"margin-top:10px\">Input problems on {} "
                           "worker{} (counted, not fatal):</p><table class=\"list\"><tr><th>rank"
                           "</th><th>events</th><th>dropped</th><th>out of order</th><th>"
-                          "malformed</th><th>first problem</th><th>source</th></tr>",
+                          "malformed</th><th>too deep</th><th>first problem</th><th>source</th></tr>",
                           problems.size(), problems.size() == 1 ? "" : "s");
       for (size_t i = 0; i < problems.size() && i < kMaxQualityRows; ++i) {
         const WorkerRow& w = *problems[i];
         const SummaryStats& s = w.summary->stats;
         out_ += fmt::format("<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">"
-                            "{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td>"
-                            "<td><code>{}</code></td></tr>",
+                            "{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+                            "class=\"n\">{}</td><td>{}</td><td><code>{}</code></td></tr>",
                             w.rank, s.events, s.dropped_events, s.out_of_order_events,
-                            s.malformed_events, EscapeHtml(s.first_problem),
+                            s.malformed_events, s.deep_events, EscapeHtml(s.first_problem),
                             EscapeHtml(w.summary->source));
       }
       out_ += "</table>";

@@ -71,6 +71,7 @@ ordered_json WorkerJson(const report::WorkerRow& row) {
                 {"dropped_events", w.stats.dropped_events},
                 {"out_of_order_events", w.stats.out_of_order_events},
                 {"malformed_events", w.stats.malformed_events},
+                {"deep_events", w.stats.deep_events},
                 {"first_problem", SanitizeText(w.stats.first_problem)}};
   return j;
 }

@@ -16,6 +16,13 @@
 // others, and before a device event is processed the host tracks are advanced up to its
 // start, so a kernel usually finds its launch already processed.
 //
+// Offline mode (SummarizerOptions::offline, for trace files): OnEvent only validates and
+// appends the event to its track's lane (a deque, ~40 bytes per event); Finish() sorts each
+// lane by (start, longer first, then a fixed order of kind / name / fields: never arrival)
+// and processes all lanes merged by start time with the same Process() / ProcessLeaf() as
+// below. Every event is nested in its place whatever the file order, no event is out of
+// order, and any permutation of the input gives the same summary.
+//
 // Leaf lane. Host runtime calls (launch, other runtime API, sync) never contain anything,
 // and trace files write them apart from the ops they ran in (Kineto: every cpu_op of a
 // thread first, then the CUPTI stream of runtime calls and kernels), further than any
@@ -76,22 +83,22 @@
 // Ranges on a device stream that are not activity (Kineto's gpu_user_annotation) are
 // containers: they give identity to the kernels inside, but no busy time.
 //
-// Critical path: device kernels and collectives count fully; device copies (memcpy) count
-// for the part no kernel overlaps (bins x (1 - device compute fraction)): a copy the GPU runs
-// beside its kernels costs nothing, one it runs alone is time the GPU computes nothing (the
-// localizer's PT-SERIALIZED-MEMCPY). Host calls on a worker with device tracks count
-// for the part not overlapped by device activity (above). On a host-only worker, calls on
-// the thread that carries the iteration markers (else the busiest host thread) count fully,
-// calls on other threads not at all.
+// Critical path: device kernels, collectives and device-to-device copies (GPU work) count
+// fully; host-device copies (memcpy) count for the part no kernel overlaps (bins x (1 - device
+// compute fraction)): a copy the GPU runs beside its kernels costs nothing, one it runs alone is
+// time the GPU computes nothing (the localizer's PT-SERIALIZED-MEMCPY). Host calls on a worker with
+// device tracks count for the part not overlapped by device activity (above). On a host-only
+// worker, calls on the thread that carries the iteration markers (else the busiest host thread)
+// count fully, calls on other threads not at all.
 //
 // Memory: reorder buffers (tracks x 2 lanes x reorder_window x 48 bytes), the open-frame
 // stacks (nesting depth), the context timelines (at most kMaxContextPoints x 16 bytes per
 // host thread), the correlation array (8 MiB, allocated on the first correlated launch),
 // the grid (rows x kGridBins x 8 bytes, rows allocated when first used, per-thread rows for
 // at most kMaxHostTrackRows threads), per function accumulators (its sketch and at most
-// 2 x kGridBins sparse bins) and iteration markers. Nothing grows with the number of events:
-// a 506 MB Kineto trace (1.9 M events) imports and summarizes in 21 MB RSS
-// (docs/performance.md, "Summary size"). Metric samples far outside the events' span widen
+// 2 x kGridBins sparse bins) and iteration markers. Live, nothing grows with the number of
+// events. Offline, each event is kept until Finish() (40 bytes in a deque; see
+// docs/performance.md for the measured peak RSS per event). Metric samples far outside the events' span widen
 // the grid and so coarsen it.
 #include "perftracker/summary/window_summarizer.h"
 
@@ -101,6 +108,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -109,6 +117,15 @@ namespace perftracker {
 namespace {
 
 constexpr int64_t kGridBins = 4096;
+// Times are valid in (-kTimeLimitNs, kTimeLimitNs): about ±146 years around the clock's
+// epoch, so that any difference of two times fits in int64. Beyond it an event is bad data
+// (counted as malformed), never arithmetic.
+constexpr int64_t kTimeLimitNs = int64_t{1} << 62;
+// Open frames per track: real traces nest a few dozen deep (Python stacks with with_stack
+// ~100). An event that would open a deeper frame is counted in stats.deep_events and not
+// summarized, so that a hostile file cannot make keys (one path per nested function) grow
+// with the square of its depth: memory and time stay linear in the input.
+constexpr size_t kMaxOpenFrames = 256;
 constexpr size_t kMaxHostTrackRows = 32;
 constexpr uint32_t kCorrelationSlots = 1u << 20;
 // Per host track, at most this many user-level context changes are remembered for leaf
@@ -116,9 +133,17 @@ constexpr uint32_t kCorrelationSlots = 1u << 20;
 // beyond it, and leaves from that far back get a root parent.
 constexpr size_t kMaxContextPoints = 1u << 18;
 constexpr uint32_t kNone = UINT32_MAX;
+// Event flags a function's summary keeps (FunctionSummary::event_flags).
+constexpr uint8_t kSummaryFlags = kEventFlagPageable | kEventFlagDeviceToDevice;
 // A function reports a metric only when at least this many samples' worth of weight fell
 // inside its executions.
 constexpr double kMinMetricSampleWeight = 1.0;
+
+// Sums of durations saturate instead of overflowing (a hostile file can hold many events
+// of up to 2^63 ns each).
+void AddSat(int64_t& sum, int64_t v) {
+  if (__builtin_add_overflow(sum, v, &sum)) sum = v < 0 ? INT64_MIN : INT64_MAX;
+}
 
 bool IsUserLevel(EventKind kind) {
   return kind == EventKind::kUserAnnotation || kind == EventKind::kPythonCall ||
@@ -355,6 +380,7 @@ struct FunctionAcc {
   int64_t idle_gap_ns = 0;
   int64_t device_ns = 0;  // time of calls on device tracks (all critical)
   uint64_t bytes = 0;
+  uint8_t flags = 0;  // the kinds of copy seen (kSummaryFlags)
   QuantileSketch durations;
   std::vector<std::pair<uint32_t, int64_t>> host_ns_by_track;  // (track index, ns)
   SparseBins bins;
@@ -362,7 +388,7 @@ struct FunctionAcc {
   void AddHost(uint32_t track, int64_t ns) {
     for (auto& [t, v] : host_ns_by_track) {
       if (t == track) {
-        v += ns;
+        AddSat(v, ns);
         return;
       }
     }
@@ -432,6 +458,11 @@ struct TrackState {
   int64_t last_toplevel_end = 0;
   int64_t toplevel_busy_ns = 0;
   std::vector<Iteration> iterations;
+  // Offline mode: every event of the main lane and of the leaf lane, sorted in Finish().
+  // A deque grows in blocks (no copy of the whole lane, no 2x slack) and frees them as
+  // Finish() consumes it.
+  std::deque<Event> all_main;
+  std::deque<Event> all_leaves;
   // Grid rows of this host thread (-1 = none: device track or over kMaxHostTrackRows).
   int row_busy = -1, row_comm = -1, row_sync = -1, row_data = -1;
 };
@@ -464,6 +495,10 @@ class WindowSummarizer::Impl {
       Problem(stats_.malformed_events, ev, "end before start");
       return;
     }
+    if (ev.start_ns <= -kTimeLimitNs || ev.end_ns >= kTimeLimitNs) {
+      Problem(stats_.malformed_events, ev, "time out of range (beyond 2^62 ns from the epoch)");
+      return;
+    }
     if (ev.function_id >= source_->size()) {
       Problem(stats_.malformed_events, ev, "unknown function id");
       return;
@@ -485,6 +520,12 @@ class WindowSummarizer::Impl {
     if (t.device || (ev.flags & kEventFlagOnDevice)) has_device_ = true;
     if (ev.kind == EventKind::kIteration) t.iterations.push_back({ev.start_ns, ev.end_ns});
 
+    if (options_.offline) {
+      std::deque<Event>& lane = !t.device && IsLeafKind(ev.kind) ? t.all_leaves : t.all_main;
+      lane.push_back(ev);
+      t.peak_buffered = std::max(t.peak_buffered, lane.size());
+      return;
+    }
     if (!t.device && IsLeafKind(ev.kind)) {
       if (t.processed_any && ev.start_ns < t.last_start) {
         ProcessLeaf(t, ev);  // its context is already known: no need to buffer it
@@ -512,7 +553,10 @@ class WindowSummarizer::Impl {
 
   void OnMetric(const MetricSample& sample) {
     const auto m = static_cast<size_t>(sample.metric);
-    if (m >= static_cast<size_t>(kNumMetrics) || !std::isfinite(sample.value)) return;
+    if (m >= static_cast<size_t>(kNumMetrics) || !std::isfinite(sample.value) ||
+        sample.time_ns <= -kTimeLimitNs || sample.time_ns >= kTimeLimitNs) {
+      return;
+    }
     if (metric_rows_[m][0] < 0) {
       for (int& row : metric_rows_[m]) row = grid_.NewRow();
     }
@@ -547,7 +591,7 @@ class WindowSummarizer::Impl {
   }
   static uint32_t TrackIndex(const TrackState& t) { return t.index; }
 
-  void Problem(uint64_t& counter, const Event& ev, const char* what) {
+  void Problem(uint64_t& counter, const Event& ev, std::string_view what) {
     ++counter;
     if (stats_.first_problem.empty()) {
       stats_.first_problem = std::string(what) + ": event on track " + std::to_string(ev.track_id) +
@@ -628,7 +672,7 @@ class WindowSummarizer::Impl {
     RecordContext(t, f.end, t.stack.empty() ? kNone : t.stack.back().identity_parent);
     if (f.busy) --t.busy_frames;
     if (f.function == kNone) return;
-    functions_acc_[f.function].self_ns += std::max<int64_t>(0, f.end - f.start - f.child_ns);
+    AddSat(functions_acc_[f.function].self_ns, std::max<int64_t>(0, f.end - f.start - f.child_ns));
   }
 
   uint32_t MapChain(uint32_t source_id) {
@@ -685,9 +729,10 @@ class WindowSummarizer::Impl {
     FunctionAcc& acc = functions_acc_[fn];
     const int64_t dur = ev.duration_ns();
     ++acc.count;
-    acc.total_ns += dur;
+    AddSat(acc.total_ns, dur);
     acc.durations.Add(static_cast<double>(dur));
     if (MovesBytes(ev.kind)) acc.bytes += ev.payload;
+    acc.flags |= ev.flags & kSummaryFlags;
 
     grid_.Cover(ev.start_ns, ev.end_ns);
     const int shift = grid_.shift();
@@ -698,7 +743,7 @@ class WindowSummarizer::Impl {
     const bool on_device = t.device || (ev.flags & kEventFlagOnDevice);
     if (on_device && !IsDeviceActivity(ev.kind)) return;  // a range on a stream: time only
     if (on_device) {
-      acc.device_ns += dur;
+      AddSat(acc.device_ns, dur);
       // Device busy/compute/comm only for top-level device calls: nested device ranges
       // would count the same time twice.
       if (toplevel) {
@@ -712,7 +757,7 @@ class WindowSummarizer::Impl {
       return;
     }
     acc.AddHost(TrackIndex(t), dur);
-    if (toplevel) t.toplevel_busy_ns += dur;
+    if (toplevel) AddSat(t.toplevel_busy_ns, dur);
     if (CategoryOf(ev.kind) == kCatComm && (open_categories & kCatComm) == 0) {
       grid_.AddSpan(row_host_comm_, ev.start_ns, ev.end_ns);
     }
@@ -728,7 +773,7 @@ class WindowSummarizer::Impl {
 
   void ProcessFlat(TrackState& t, const Event& ev) {
     const uint32_t fn = Resolve(ev, kNone);
-    functions_acc_[fn].self_ns += ev.duration_ns();
+    AddSat(functions_acc_[fn].self_ns, ev.duration_ns());
     Account(t, ev, fn, /*toplevel=*/false, /*open_categories=*/0);
   }
 
@@ -737,7 +782,7 @@ class WindowSummarizer::Impl {
   void ProcessLeaf(TrackState& t, const Event& ev) {
     const uint32_t parent = ContextAt(t, ev.start_ns);
     const uint32_t fn = Resolve(ev, parent);
-    functions_acc_[fn].self_ns += ev.duration_ns();
+    AddSat(functions_acc_[fn].self_ns, ev.duration_ns());
     Account(t, ev, fn, /*toplevel=*/false, /*open_categories=*/0);
     if (ev.correlation != 0) RememberLaunch(ev.correlation, parent);
   }
@@ -747,11 +792,17 @@ class WindowSummarizer::Impl {
     t.last_start = ev.start_ns;
     t.last_duration = ev.duration_ns();
     while (!t.stack.empty() && t.stack.back().end <= ev.start_ns) CloseFrame(t);
+    if (t.stack.size() >= kMaxOpenFrames) {
+      static const std::string kDeep =
+          "nested deeper than " + std::to_string(kMaxOpenFrames) + " open calls (not summarized)";
+      Problem(stats_.deep_events, ev, kDeep);
+      return;
+    }
     Frame* top = t.stack.empty() ? nullptr : &t.stack.back();
     Frame frame;
     frame.start = ev.start_ns;
     frame.end = top ? std::min(ev.end_ns, top->end) : ev.end_ns;
-    if (top) top->child_ns += frame.end - frame.start;
+    if (top) AddSat(top->child_ns, frame.end - frame.start);
     uint32_t parent = top ? top->identity_parent : kNone;
     const uint8_t open = top ? top->categories : 0;
     frame.categories = open | CategoryOf(ev.kind);
@@ -771,7 +822,7 @@ class WindowSummarizer::Impl {
     const bool toplevel = frame.busy && t.busy_frames == 0;
     if (toplevel) {
       if (t.has_toplevel && ev.start_ns > t.last_toplevel_end) {
-        functions_acc_[fn].idle_gap_ns += ev.start_ns - t.last_toplevel_end;
+        AddSat(functions_acc_[fn].idle_gap_ns, ev.start_ns - t.last_toplevel_end);
       }
       t.last_toplevel_end = t.has_toplevel ? std::max(t.last_toplevel_end, ev.end_ns) : ev.end_ns;
       t.has_toplevel = true;
@@ -787,6 +838,8 @@ class WindowSummarizer::Impl {
     RecordContext(t, frame.start, frame.identity_parent);
   }
 
+  bool OfflineBefore(const Event& a, const Event& b) const;
+  void SummarizeInStartOrder();
   void BuildIterations(WorkerSummary& out, const TrackState* iter_track) const;
   void BuildMetrics(const FunctionAcc& acc, FunctionSummary& fs) const;
 
@@ -875,13 +928,96 @@ void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out,
   }
 }
 
-WorkerSummary WindowSummarizer::Impl::Finish() {
+// Offline tie order of two events of one track that start together: the longer first (it
+// encloses the other), then the one that can enclose (iteration, then user-level ranges),
+// then by kind, name and the remaining fields, so that the order never depends on arrival.
+bool WindowSummarizer::Impl::OfflineBefore(const Event& a, const Event& b) const {
+  if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
+  if (a.duration_ns() != b.duration_ns()) return a.duration_ns() > b.duration_ns();
+  auto enclosing_rank = [](EventKind k) {
+    return k == EventKind::kIteration ? 0 : IsUserLevel(k) ? 1 : 2;
+  };
+  if (enclosing_rank(a.kind) != enclosing_rank(b.kind)) {
+    return enclosing_rank(a.kind) < enclosing_rank(b.kind);
+  }
+  if (a.kind != b.kind) return a.kind < b.kind;
+  if (a.function_id != b.function_id) {
+    const std::string_view na = source_->Get(a.function_id).name;
+    const std::string_view nb = source_->Get(b.function_id).name;
+    if (na != nb) return na < nb;
+  }
+  return std::tie(a.payload, a.correlation, a.flags) < std::tie(b.payload, b.correlation, b.flags);
+}
+
+// Offline: sorts every lane, then processes all lanes merged by start time (ties: a host
+// thread's own events, then its runtime calls, then device events; then by track name), so
+// a runtime call finds its context and a kernel its launch, as in a trace read in order.
+void WindowSummarizer::Impl::SummarizeInStartOrder() {
+  struct Lane {
+    TrackState* track;
+    std::deque<Event>* events;
+    int rank;  // 0 host main lane, 1 host leaf lane, 2 device
+  };
+  auto before = [this](const Event& a, const Event& b) { return OfflineBefore(a, b); };
+  std::vector<Lane> lanes;
+  for (auto& tp : track_list_) {
+    TrackState& t = *tp;
+    std::sort(t.all_main.begin(), t.all_main.end(), before);
+    std::sort(t.all_leaves.begin(), t.all_leaves.end(), before);
+    if (!t.all_main.empty()) lanes.push_back({&t, &t.all_main, t.device ? 2 : 0});
+    if (!t.all_leaves.empty()) lanes.push_back({&t, &t.all_leaves, 1});
+  }
+  // Heap of lane indices, earliest next event on top.
+  auto later = [&lanes](size_t i, size_t j) {
+    const Lane& a = lanes[i];
+    const Lane& b = lanes[j];
+    const int64_t sa = a.events->front().start_ns;
+    const int64_t sb = b.events->front().start_ns;
+    if (sa != sb) return sa > sb;
+    if (a.rank != b.rank) return a.rank > b.rank;
+    if (a.track->info.device != b.track->info.device) {
+      return a.track->info.device > b.track->info.device;
+    }
+    if (a.track->info.name != b.track->info.name) return a.track->info.name > b.track->info.name;
+    return i > j;
+  };
+  std::vector<size_t> heap(lanes.size());
+  for (size_t i = 0; i < lanes.size(); ++i) heap[i] = i;
+  std::make_heap(heap.begin(), heap.end(), later);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const size_t i = heap.back();
+    Lane& lane = lanes[i];
+    const Event ev = lane.events->front();
+    lane.events->pop_front();
+    if (lane.rank == 1) {
+      ProcessLeaf(*lane.track, ev);
+    } else {
+      Process(*lane.track, ev);
+    }
+    if (lane.events->empty()) {
+      heap.pop_back();
+    } else {
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
+  }
   for (auto& t : track_list_)
     if (!t->device) Drain(*t);
   for (auto& t : track_list_)
-    if (!t->device) DrainLeaves(*t);
-  for (auto& t : track_list_)
     if (t->device) Drain(*t);
+}
+
+WorkerSummary WindowSummarizer::Impl::Finish() {
+  if (options_.offline) {
+    SummarizeInStartOrder();
+  } else {
+    for (auto& t : track_list_)
+      if (!t->device) Drain(*t);
+    for (auto& t : track_list_)
+      if (!t->device) DrainLeaves(*t);
+    for (auto& t : track_list_)
+      if (t->device) Drain(*t);
+  }
 
   WorkerSummary out;
   out.window_start_ns = window_start_;
@@ -897,14 +1033,21 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
          static_cast<float>(std::sqrt(std::max(0.0, sum_sq / n - mean * mean)))});
   }
 
-  // The iteration thread carries the most iteration markers; the critical thread of a
-  // host-only worker is that one, else the busiest host thread.
+  // The iteration thread carries the most iteration markers (a host thread's ProfilerStep#N
+  // first; a device stream's twin only when no host thread marks iterations); the critical
+  // thread of a host-only worker is that one, else the busiest host thread.
   const TrackState* iter_track = nullptr;
   const TrackState* busiest = nullptr;
+  auto marks_better = [](const TrackState& a, const TrackState& b) {
+    if (a.device != b.device) return !a.device;
+    if (a.iterations.size() != b.iterations.size()) {
+      return a.iterations.size() > b.iterations.size();
+    }
+    return a.info.name < b.info.name;  // never the arrival order
+  };
   for (const auto& tp : track_list_) {
     const TrackState& t = *tp;
-    if (!t.iterations.empty() &&
-        (iter_track == nullptr || t.iterations.size() > iter_track->iterations.size())) {
+    if (!t.iterations.empty() && (iter_track == nullptr || marks_better(t, *iter_track))) {
       iter_track = &t;
     }
     if (!t.device && t.info.kind == TrackKind::kHostThread &&
@@ -912,7 +1055,7 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
       busiest = &t;
     }
   }
-  const TrackState* critical_track = iter_track ? iter_track : busiest;
+  const TrackState* critical_track = iter_track && !iter_track->device ? iter_track : busiest;
   const uint32_t critical_index = critical_track ? TrackIndex(*critical_track) : kNone;
 
   const int shift = grid_.shift();
@@ -931,8 +1074,10 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     fs.self_ns = acc.self_ns;
     fs.idle_gap_before_ns = acc.idle_gap_ns;
     fs.bytes = acc.bytes;
+    fs.event_flags = acc.flags;
     fs.durations = std::move(acc.durations);
-    if (acc.device_ns > 0 && e.kind == EventKind::kMemcpy) {
+    if (acc.device_ns > 0 && e.kind == EventKind::kMemcpy &&
+        (acc.flags & kEventFlagDeviceToDevice) == 0) {
       double exposed = 0;
       for (const auto& [bin, ns] : acc.bins.bins) {
         exposed += ns * (1.0 - grid_.Fraction(row_device_compute_, bin));

@@ -15,6 +15,12 @@ struct SummarizerOptions {
   // Per-track reorder buffer: events may arrive this many positions out of start order and
   // still be nested correctly. Bounds memory independently of trace size.
   size_t reorder_window = 4096;
+  // Offline (a trace file, read once): every event is kept (about 40 bytes each) until
+  // Finish(), which sorts each track and summarizes all events in start order, whatever
+  // order the source delivered them in; no event is ever out of order and the result does
+  // not depend on the arrival order. reorder_window is then unused. Live sources (agent
+  // rings) leave this off and keep their fixed memory.
+  bool offline = false;
 };
 
 class WindowSummarizer : public EventSink {
@@ -31,7 +37,7 @@ class WindowSummarizer : public EventSink {
   WorkerSummary Finish();
 
   // Debug / test accessor: the largest number of events any track's reorder buffer held.
-  // Never exceeds SummarizerOptions::reorder_window + 1.
+  // Never exceeds SummarizerOptions::reorder_window + 1 (offline: the track's event count).
   size_t peak_reorder_buffer() const;
 
  private:

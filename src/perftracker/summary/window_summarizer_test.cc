@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -406,6 +409,27 @@ TEST(WindowSummarizerTest, ACopyIsCriticalOnlyWhereNoKernelOverlapsIt) {
   EXPECT_EQ(k->critical_ns, 400);  // kernels count fully
 }
 
+TEST(WindowSummarizerTest, ADeviceToDeviceCopyIsGpuWorkAndKeepsItsFlag) {
+  StreamBuilder b;
+  b.DeviceTrack(kStream);
+  b.DeviceTrack(8);
+  b.Emit(kStream, EventKind::kGpuKernel, "gemm", 0, 1000);
+  Event dtod = b.Make(8, EventKind::kMemcpy, "Memcpy DtoD (Device -> Device)", 500, 1500);
+  dtod.flags = kEventFlagOnDevice | kEventFlagDeviceToDevice;
+  dtod.payload = 1 << 20;
+  b.summarizer().OnEvent(dtod);
+  Event htod = b.Make(8, EventKind::kMemcpy, "Memcpy HtoD (Pinned -> Device)", 2000, 2500);
+  htod.flags = kEventFlagOnDevice;
+  b.summarizer().OnEvent(htod);
+  WorkerSummary s = b.Finish();
+  ASSERT_FN(d, s, "memcpy:Memcpy DtoD (Device -> Device)");
+  EXPECT_EQ(d->event_flags & kEventFlagDeviceToDevice, kEventFlagDeviceToDevice);
+  EXPECT_EQ(d->critical_ns, 1000);  // all of it, like a kernel: the GPU is working
+  ASSERT_FN(h, s, "memcpy:Memcpy HtoD (Pinned -> Device)");
+  EXPECT_EQ(h->event_flags & kEventFlagDeviceToDevice, 0);
+  EXPECT_EQ(h->critical_ns, 500);  // no kernel overlaps it
+}
+
 TEST(WindowSummarizerTest, MetricsDuringAFunction) {
   StreamBuilder b;
   b.HostTrack(kMain);
@@ -508,6 +532,201 @@ TEST(WindowSummarizerTest, MemoryIsBoundedByTheReorderWindow) {
   EXPECT_EQ(mm->count, static_cast<uint64_t>(kEvents / 4));
   ASSERT_FN(k, s, "annotation:block > kernel:sgemm");
   EXPECT_EQ(k->count, static_cast<uint64_t>(kEvents / 2));
+}
+
+// Everything a user reads from a summary, as text, to compare two summaries exactly.
+std::string Fingerprint(const WorkerSummary& s) {
+  std::ostringstream o;
+  o << "window " << s.window_start_ns << ".." << s.window_end_ns << " device " << s.has_device
+    << " events " << s.stats.events << " ooo " << s.stats.out_of_order_events << " malformed "
+    << s.stats.malformed_events << "\n";
+  for (const auto& f : s.functions) {
+    o << f.key << " parent=" << f.parent << " n=" << f.count << " total=" << f.total_ns
+      << " self=" << f.self_ns << " crit=" << f.critical_ns << " gap=" << f.idle_gap_before_ns
+      << " bytes=" << f.bytes << " p50=" << f.durations.Quantile(0.5) << "\n";
+  }
+  for (const auto& it : s.iterations) {
+    o << "iter " << it.start_ns << "+" << it.duration_ns << " c=" << it.compute_ns
+      << " comm=" << it.communication_ns << " w=" << it.wait_ns << " d=" << it.data_ns
+      << " h=" << it.host_only_ns << "\n";
+  }
+  return o.str();
+}
+
+// A small Kineto-like worker: iterations with a python frame, annotations, ops whose
+// launches run kernels on two streams, a copy, a runtime call, a helper thread, and ranges
+// that start together (same span, different kinds) to exercise the tie order.
+std::vector<Event> WorkerEvents(StreamBuilder& b) {
+  std::vector<Event> ev;
+  constexpr uint32_t kStream2 = 8;
+  uint32_t corr = 1;
+  for (int i = 0; i < 6; ++i) {
+    const int64_t t = i * 10'000;
+    ev.push_back(
+        b.Make(kMain, EventKind::kIteration, "ProfilerStep#" + std::to_string(i), t, t + 9'000));
+    ev.push_back(b.Make(kMain, EventKind::kPythonCall, "train.py(12): step", t, t + 9'000));
+    ev.push_back(b.Make(kMain, EventKind::kUserAnnotation, "forward", t + 100, t + 5'000));
+    ev.push_back(b.Make(kMain, EventKind::kTorchOp, "aten::linear", t + 100, t + 5'000));
+    for (int j = 0; j < 4; ++j) {
+      const int64_t o = t + 200 + j * 1'000;
+      ev.push_back(b.Make(kMain, EventKind::kTorchOp, "aten::mm", o, o + 800));
+      ev.push_back(b.Make(kMain, EventKind::kTorchOp, "aten::mm", o, o + 800));  // a twin
+      ev.push_back(
+          b.Make(kMain, EventKind::kKernelLaunch, "cudaLaunchKernel", o + 100, o + 150, corr));
+      ev.push_back(b.Make(j % 2 ? kStream : kStream2, EventKind::kGpuKernel, "sgemm", o + 300,
+                          o + 1'100 + i * 10, corr));
+      ++corr;
+    }
+    ev.push_back(b.Make(kMain, EventKind::kUserAnnotation, "backward", t + 5'000, t + 8'000));
+    ev.push_back(
+        b.Make(kMain, EventKind::kRuntimeCall, "cudaMemcpyAsync", t + 5'100, t + 5'200, corr));
+    ev.push_back(
+        b.Make(kStream, EventKind::kMemcpy, "Memcpy HtoD", t + 5'300, t + 6'000, corr, 4096));
+    ++corr;
+    ev.push_back(b.Make(kMain, EventKind::kSync, "cudaDeviceSynchronize", t + 8'000, t + 8'900));
+    ev.push_back(b.Make(kOther, EventKind::kTorchOp, "aten::copy_", t + 1'000, t + 3'000));
+  }
+  return ev;
+}
+
+WorkerSummary SummarizeOffline(const std::vector<Event>& order, StreamBuilder& source) {
+  SummarizerOptions options;
+  options.offline = true;
+  options.reorder_window = 1;  // unused offline
+  WindowSummarizer s(&source.functions(), options);
+  s.OnTrack({kMain, TrackKind::kHostThread, -1, "thread 1"});
+  s.OnTrack({kOther, TrackKind::kHostThread, -1, "thread 2"});
+  s.OnTrack({kStream, TrackKind::kDeviceStream, 0, "stream 7"});
+  s.OnTrack({8, TrackKind::kDeviceStream, 0, "stream 8"});
+  for (const Event& e : order) s.OnEvent(e);
+  return s.Finish();
+}
+
+TEST(WindowSummarizerTest, OfflineSummaryDoesNotDependOnArrivalOrder) {
+  StreamBuilder b;
+  std::vector<Event> events = WorkerEvents(b);
+  std::vector<Event> sorted = events;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const Event& x, const Event& y) { return x.start_ns < y.start_ns; });
+  const WorkerSummary reference = SummarizeOffline(sorted, b);
+  EXPECT_EQ(reference.stats.out_of_order_events, 0u);
+  ASSERT_EQ(reference.iterations.size(), 6u);
+  ASSERT_FN(mm, reference, "python:train.py(12): step > annotation:forward > torch_op:aten::mm");
+  EXPECT_EQ(mm->count, 48u);
+  ASSERT_FN(k, reference, "python:train.py(12): step > annotation:forward > kernel:sgemm");
+  EXPECT_EQ(k->count, 24u);
+  ASSERT_FN(copy, reference,
+            "python:train.py(12): step > annotation:backward > memcpy:Memcpy HtoD");
+  EXPECT_EQ(copy->bytes, 6u * 4096u);
+  const std::string want = Fingerprint(reference);
+
+  std::vector<Event> reversed(sorted.rbegin(), sorted.rend());
+  EXPECT_EQ(Fingerprint(SummarizeOffline(reversed, b)), want) << "reversed";
+  EXPECT_EQ(Fingerprint(SummarizeOffline(events, b)), want) << "file order";
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<Event> shuffled = sorted;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    EXPECT_EQ(Fingerprint(SummarizeOffline(shuffled, b)), want) << "shuffle " << round;
+  }
+  // Kineto's layout: host ops first, then runtime calls, then each stream's buffer.
+  std::vector<Event> kineto;
+  for (int pass = 0; pass < 3; ++pass) {
+    for (const Event& e : events) {
+      const bool device = e.track_id == kStream || e.track_id == 8;
+      const bool leaf = e.kind == EventKind::kKernelLaunch || e.kind == EventKind::kRuntimeCall ||
+                        e.kind == EventKind::kSync;
+      if ((pass == 0 && !device && !leaf) || (pass == 1 && leaf) || (pass == 2 && device)) {
+        kineto.push_back(e);
+      }
+    }
+  }
+  EXPECT_EQ(Fingerprint(SummarizeOffline(kineto, b)), want) << "kineto layout";
+}
+
+TEST(WindowSummarizerTest, OfflineNestsWhatTheLivePathCountsOutOfOrder) {
+  // Python function events written after the ops they contain, far beyond the window.
+  StreamBuilder b;
+  std::vector<Event> events;
+  for (int i = 0; i < 100; ++i) {
+    events.push_back(b.Make(kMain, EventKind::kTorchOp, "aten::add", i * 100 + 10, i * 100 + 60));
+  }
+  for (int i = 0; i < 100; ++i) {
+    events.push_back(
+        b.Make(kMain, EventKind::kPythonCall, "model.py(3): f", i * 100, i * 100 + 90));
+  }
+  SummarizerOptions live;
+  live.reorder_window = 8;
+  WindowSummarizer l(&b.functions(), live);
+  for (const Event& e : events) l.OnEvent(e);
+  EXPECT_GT(l.Finish().stats.out_of_order_events, 0u);
+
+  const WorkerSummary s = SummarizeOffline(events, b);
+  EXPECT_EQ(s.stats.out_of_order_events, 0u);
+  ASSERT_FN(add, s, "python:model.py(3): f > torch_op:aten::add");
+  EXPECT_EQ(add->count, 100u);
+  ASSERT_FN(f, s, "python:model.py(3): f");
+  EXPECT_EQ(f->self_ns, 100 * 40);
+}
+
+TEST(WindowSummarizerTest, TimesOutOfRangeAreBadDataNotArithmetic) {
+  // Two iterations 9.2e15 µs apart (issue 13): the far one is beyond 2^62 ns, counted as
+  // malformed; no overflow (this test runs under UBSan) and no 292-year iteration.
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 1000);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", 100, 900);
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#2", 9'200'000'000'000'000'000,
+         9'200'000'000'000'001'000);
+  b.Emit(kMain, EventKind::kTorchOp, "aten::mm", INT64_MIN, 0);
+  WorkerSummary s = b.Finish();
+  EXPECT_EQ(s.stats.malformed_events, 2u);
+  EXPECT_NE(s.stats.first_problem.find("out of range"), std::string::npos) << s.stats.first_problem;
+  ASSERT_EQ(s.iterations.size(), 1u);
+  EXPECT_EQ(s.median_iteration_ns(), 1000);
+  EXPECT_EQ(s.window_ns(), 1000);
+}
+
+TEST(WindowSummarizerTest, HugeDurationsSaturateTheirSums) {
+  // Many events of ~2^62 ns each on one function: totals saturate, never overflow.
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.HostTrack(kOther);
+  const int64_t big = (int64_t{1} << 62) - 2;
+  for (int i = 0; i < 8; ++i) {
+    b.Emit(i % 2 ? kMain : kOther, EventKind::kTorchOp, "aten::sleep", 0, big);
+  }
+  WorkerSummary s = b.Finish();
+  EXPECT_EQ(s.stats.malformed_events, 0u);
+  ASSERT_FN(f, s, "torch_op:aten::sleep");
+  EXPECT_EQ(f->count, 8u);
+  EXPECT_EQ(f->total_ns, INT64_MAX);
+}
+
+TEST(WindowSummarizerTest, NestingBeyondTheDepthLimitIsCountedNotSummarized) {
+  // 10,000 strictly nested annotations (issue 13: memory grew with the square of depth).
+  constexpr int kDepth = 10'000;
+  for (bool offline : {false, true}) {
+    SCOPED_TRACE(offline ? "offline" : "live");
+    SummarizerOptions options;
+    options.offline = offline;
+    StreamBuilder b(options);
+    b.HostTrack(kMain);
+    for (int i = 0; i < kDepth; ++i) {
+      b.Emit(kMain, EventKind::kUserAnnotation, "level" + std::to_string(i), i, 2 * kDepth - i);
+    }
+    WorkerSummary s = b.Finish();
+    EXPECT_EQ(s.stats.deep_events, static_cast<uint64_t>(kDepth - 256));
+    EXPECT_NE(s.stats.first_problem.find("nested deeper than 256"), std::string::npos)
+        << s.stats.first_problem;
+    EXPECT_EQ(s.functions.size(), 256u);
+    ASSERT_FN(outer, s, "annotation:level0");
+    EXPECT_EQ(outer->total_ns, 2 * kDepth);
+    // The deepest summarized call keeps the time of the calls below it as self time.
+    const FunctionSummary& deepest = s.functions.back();
+    EXPECT_EQ(deepest.name, "level255");
+    EXPECT_EQ(deepest.self_ns, deepest.total_ns);
+  }
 }
 
 }  // namespace

@@ -35,6 +35,8 @@ struct FunctionSummary {
   int64_t critical_ns = 0;
   int64_t idle_gap_before_ns = 0;  // idle time of the track just before each call, summed
   uint64_t bytes = 0;              // bytes moved (memcpy, memset, collectives)
+  // kEventFlagPageable / kEventFlagDeviceToDevice when any of its calls carried it.
+  uint8_t event_flags = 0;
   QuantileSketch durations;        // per-call duration, ns
   std::vector<FunctionMetric> metrics;
 
@@ -64,7 +66,10 @@ struct SummaryStats {
   uint64_t events = 0;
   uint64_t dropped_events = 0;       // lost before they reached us (full rings)
   uint64_t out_of_order_events = 0;  // arrived too late to be nested; counted flat
-  uint64_t malformed_events = 0;     // e.g. end before start
+  uint64_t malformed_events = 0;     // e.g. end before start, a time out of range
+  // Nested deeper than the summarizer's open-frame limit (kMaxOpenFrames in
+  // window_summarizer.cc): counted, not summarized (their time stays in the enclosing call).
+  uint64_t deep_events = 0;
   std::string first_problem;
 };
 

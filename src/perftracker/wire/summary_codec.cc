@@ -183,6 +183,7 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
     o->set_self_ns(f.self_ns);
     o->set_critical_ns(f.critical_ns);
     o->set_idle_gap_before_ns(f.idle_gap_before_ns);
+    o->set_event_flags(f.event_flags);
     o->set_bytes(f.bytes);
     if (f.durations.count() > 0) EncodeSketch(f.durations, o->mutable_durations());
     for (const FunctionMetric& fm : f.metrics) {
@@ -204,6 +205,7 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
   st->set_dropped_events(s.stats.dropped_events);
   st->set_out_of_order_events(s.stats.out_of_order_events);
   st->set_malformed_events(s.stats.malformed_events);
+  st->set_deep_events(s.stats.deep_events);
   st->set_first_problem(s.stats.first_problem);
   for (const FunctionMetric& fm : s.worker_metrics) {
     m.add_worker_metric_ids(static_cast<uint32_t>(fm.metric));
@@ -316,6 +318,7 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     o.self_ns = f.self_ns();
     o.critical_ns = f.critical_ns();
     o.idle_gap_before_ns = f.idle_gap_before_ns();
+    o.event_flags = static_cast<uint8_t>(f.event_flags());
     o.bytes = f.bytes();
     if (f.has_durations()) {
       const v1::QuantileSketch& d = f.durations();
@@ -349,6 +352,7 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   s.stats.dropped_events = st.dropped_events();
   s.stats.out_of_order_events = st.out_of_order_events();
   s.stats.malformed_events = st.malformed_events();
+  s.stats.deep_events = st.deep_events();
   s.stats.first_problem = st.first_problem();
   if (m.worker_metric_means_size() != m.worker_metric_ids_size() ||
       m.worker_metric_stddevs_size() != m.worker_metric_ids_size()) {

@@ -62,6 +62,7 @@ WorkerSummary SampleSummary() {
   FunctionSummary mm2 = mm;
   mm2.key = "torch_op:aten::mm";
   mm2.parent = FunctionSummary::kNoParent;
+  mm2.event_flags = kEventFlagDeviceToDevice;
   s.functions.push_back(mm2);
 
   // A key that does not follow the parent rule (hand-built): must travel explicitly.
@@ -81,6 +82,7 @@ WorkerSummary SampleSummary() {
   s.stats.dropped_events = 5;
   s.stats.out_of_order_events = 7;
   s.stats.malformed_events = 1;
+  s.stats.deep_events = 3;
   s.stats.first_problem = "end before start: event on track 3";
   s.worker_metrics.push_back({Metric::kRunQueueDelayFraction, 0.375, 0.125});
   s.worker_metrics.push_back({Metric::kInvoluntaryCtxSwitchesPerSec, 1536.0, 12.5});
@@ -131,6 +133,7 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
     EXPECT_EQ(x.critical_ns, y.critical_ns);
     EXPECT_EQ(x.idle_gap_before_ns, y.idle_gap_before_ns);
     EXPECT_EQ(x.bytes, y.bytes);
+    EXPECT_EQ(x.event_flags, y.event_flags);
     ExpectSketchEq(x.durations, y.durations);
     ASSERT_EQ(x.metrics.size(), y.metrics.size());
     for (size_t m = 0; m < x.metrics.size(); ++m) {
@@ -143,6 +146,7 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
   EXPECT_EQ(a.stats.dropped_events, b.stats.dropped_events);
   EXPECT_EQ(a.stats.out_of_order_events, b.stats.out_of_order_events);
   EXPECT_EQ(a.stats.malformed_events, b.stats.malformed_events);
+  EXPECT_EQ(a.stats.deep_events, b.stats.deep_events);
   EXPECT_EQ(a.stats.first_problem, b.stats.first_problem);
   ASSERT_EQ(a.worker_metrics.size(), b.worker_metrics.size());
   for (size_t m = 0; m < a.worker_metrics.size(); ++m) {

@@ -329,7 +329,11 @@ void CuptiRecordConverter::ConvertMemcpy(const CUpti_ActivityMemcpy6& m) {
                            MemoryKindName(m.srcKind) + " -> " + MemoryKindName(m.dstKind) + ")";
   const bool pageable = m.srcKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE ||
                         m.dstKind == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE;
-  if (EmitTransfer(EventKind::kMemcpy, name, pageable ? kEventFlagPageable : 0, m)) {
+  const bool device_to_device = m.copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD ||
+                                m.copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
+  const uint8_t flags = static_cast<uint8_t>((pageable ? kEventFlagPageable : 0) |
+                                             (device_to_device ? kEventFlagDeviceToDevice : 0));
+  if (EmitTransfer(EventKind::kMemcpy, name, flags, m)) {
     ++stats_.memcpys;
   }
 }
@@ -337,7 +341,7 @@ void CuptiRecordConverter::ConvertMemcpy(const CUpti_ActivityMemcpy6& m) {
 void CuptiRecordConverter::ConvertPeerCopy(const CUpti_ActivityMemcpyPtoP4& m) {
   const std::string name = "Memcpy PtoP (GPU " + std::to_string(m.srcDeviceId) + " -> GPU " +
                            std::to_string(m.dstDeviceId) + ")";
-  if (EmitTransfer(EventKind::kMemcpy, name, 0, m)) ++stats_.memcpys;
+  if (EmitTransfer(EventKind::kMemcpy, name, kEventFlagDeviceToDevice, m)) ++stats_.memcpys;
 }
 
 void CuptiRecordConverter::ConvertMemset(const CUpti_ActivityMemset4& m) {

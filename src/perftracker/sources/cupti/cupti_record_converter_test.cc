@@ -168,6 +168,7 @@ TEST_F(CuptiRecordConverterTest, MemcpyMemsetBytesAndPageableFlag) {
   EXPECT_EQ(sink.events[3].kind, EventKind::kMemcpy);
   EXPECT_EQ(sink.events[3].payload, 64u << 20);
   EXPECT_EQ(sink.events[3].duration_ns(), 1000);
+  EXPECT_TRUE(sink.events[3].flags & kEventFlagDeviceToDevice);  // GPU to GPU: no host side
   EXPECT_EQ(sink.events[0].kind, EventKind::kMemcpy);
   EXPECT_EQ(Name(sink.events[0]), "Memcpy HtoD (Pageable -> Device)");
   EXPECT_EQ(sink.events[0].payload, 1u << 20);
@@ -175,6 +176,7 @@ TEST_F(CuptiRecordConverterTest, MemcpyMemsetBytesAndPageableFlag) {
   EXPECT_EQ(sink.events[0].correlation, 5u);
   EXPECT_EQ(Name(sink.events[1]), "Memcpy DtoH (Device -> Pinned)");
   EXPECT_FALSE(sink.events[1].flags & kEventFlagPageable);
+  EXPECT_FALSE(sink.events[1].flags & kEventFlagDeviceToDevice);
   EXPECT_EQ(sink.events[2].kind, EventKind::kMemset);
   EXPECT_EQ(Name(sink.events[2]), "Memset (Device)");
   EXPECT_EQ(sink.events[2].payload, 2048u);

@@ -89,6 +89,14 @@ bool IsSyncCall(std::string_view name) {
   return false;
 }
 
+// Kineto names copies "Memcpy <kind> (<src memory> -> <dst memory>)": "Memcpy DtoD (Device ->
+// Device)", "Memcpy PtoP (Device -> Device)"; HIP traces write "hipMemcpyDtoD..." style names.
+bool IsDeviceToDeviceCopy(std::string_view name) {
+  return name.find("DtoD") != std::string_view::npos ||
+         name.find("PtoP") != std::string_view::npos ||
+         name.find("Device -> Device") != std::string_view::npos;
+}
+
 bool IsNcclKernel(std::string_view name) {
   return StartsWith(name, "nccl") || StartsWith(name, "void nccl");
 }
@@ -165,6 +173,7 @@ KinetoEventClass ClassifyKinetoEvent(bool has_cat, std::string_view cat, std::st
       c.payload_bytes = true;
       c.flags = kEventFlagOnDevice;
       if (name.find("Pageable") != std::string_view::npos) c.flags |= kEventFlagPageable;
+      if (IsDeviceToDeviceCopy(name)) c.flags |= kEventFlagDeviceToDevice;
       return c;
     case Category::kMemset:
       c.on_device = true;
@@ -187,7 +196,12 @@ KinetoEventClass ClassifyKinetoEvent(bool has_cat, std::string_view cat, std::st
       c.on_device = true;
       c.kind = EventKind::kUserAnnotation;
       c.flags = kEventFlagOnDevice;
-      if (StartsWith(name, "ProfilerStep#")) c.name = "ProfilerStep";
+      // The GPU-side twin of ProfilerStep#N: the same iteration, as the GPU ran it. An
+      // iteration marker on the device track (used when no host thread marks iterations).
+      if (StartsWith(name, "ProfilerStep#")) {
+        c.kind = EventKind::kIteration;
+        c.name = "ProfilerStep";
+      }
       return c;
     case Category::kIgnored:
       break;

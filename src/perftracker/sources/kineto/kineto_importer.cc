@@ -43,14 +43,16 @@
 //   kernel                                  kGpuKernel on device; "nccl*" kernels kCollective
 //                                           (payload = "In msg nelems" × sizeof(dtype))
 //   gpu_memcpy                              kMemcpy on device, payload = args.bytes,
-//                                           kEventFlagPageable when the name says Pageable
+//                                           kEventFlagPageable when the name says Pageable,
+//                                           kEventFlagDeviceToDevice for DtoD / PtoP copies
 //   gpu_memset                              kMemset on device, payload = args.bytes
 //   cuda_runtime / cuda_driver              cudaLaunch* / cuLaunch* / *GraphLaunch: kKernelLaunch;
 //                                           cuda{Device,Stream,Event}Synchronize,
 //                                           cudaStreamWaitEvent (and cu*/hip* twins): kSync;
 //                                           anything else kRuntimeCall
 //   cuda_sync                               kSync on the device stream it was recorded on
-//   gpu_user_annotation                     kUserAnnotation on device
+//   gpu_user_annotation                     kUserAnnotation on device; "ProfilerStep#N"
+//                                           kIteration on device (the GPU-side twin)
 //   host names, for cpu_op / user_annotation / no category:
 //     "ProfilerStep#N"                      kIteration, named "ProfilerStep" (no step number)
 //     "nccl:*", "gloo:*"                    kCollective (payload from args when present)
@@ -696,9 +698,14 @@ void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset
     Malformed(offset, "negative \"dur\"", ev.name);
     return;
   }
+  int64_t end_ns = 0;
+  if (__builtin_add_overflow(ts_ns, dur_ns, &end_ns)) {
+    Malformed(offset, "\"ts\" + \"dur\" is out of range", ev.name);
+    return;
+  }
   Event e;
   e.start_ns = ts_ns;
-  e.end_ns = ts_ns + dur_ns;
+  e.end_ns = end_ns;
   e.payload = PayloadOf(ev, c);
   e.correlation = static_cast<uint32_t>(ev.correlation.ToUnsigned());
   e.kind = c.kind;

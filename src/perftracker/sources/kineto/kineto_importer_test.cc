@@ -525,6 +525,24 @@ TEST(KinetoImporterTest, MalformedEventsAreCountedNotFatal) {
   }
 }
 
+TEST(KinetoImporterTest, EndBeyondTheInt64RangeIsMalformedNotOverflow) {
+  // Nanosecond timestamps near the 64-bit limit (issue 13): ts + dur would overflow (this
+  // test runs under UBSan); the event is counted as malformed, the others import.
+  const std::string trace = R"({"displayTimeUnit": "ns", "traceEvents": [
+    {"ph": "X", "name": "ok", "pid": 1, "tid": 1, "ts": 10, "dur": 1},
+    {"ph": "X", "name": "late", "pid": 1, "tid": 1, "ts": 9223372036854775000, "dur": 5000},
+    {"ph": "X", "name": "ok2", "pid": 1, "tid": 1, "ts": 20, "dur": 1}
+  ]})";
+  const auto r = ImportText(trace, trace.size());
+  ASSERT_TRUE(r->status.ok()) << r->status.message();
+  EXPECT_EQ(r->info.time_unit, TraceTimeUnit::kNanoseconds);
+  EXPECT_EQ(r->info.events_emitted, 2u);
+  EXPECT_EQ(r->info.events_malformed, 1u);
+  EXPECT_NE(r->info.first_malformed.find("\"late\""), std::string::npos) << r->info.first_malformed;
+  EXPECT_NE(r->info.first_malformed.find("out of range"), std::string::npos)
+      << r->info.first_malformed;
+}
+
 // Peak RSS (VmHWM) in kB after resetting it; 0 where /proc does not allow it.
 long ResetAndReadPeakKb(bool reset) {
   if (reset) {
@@ -642,6 +660,16 @@ TEST(KinetoEventClassifierTest, CategoryAndNameMapping) {
   EXPECT_EQ(kind("gpu_user_annotation", "## forward ##"), EventKind::kUserAnnotation);
   EXPECT_TRUE(ClassifyKinetoEvent(true, "gpu_user_annotation", "x").on_device);
   EXPECT_EQ(kind("Kernel", "legacy_kernel"), EventKind::kGpuKernel);  // torch <= 1.9 names
+  // Copies between device memories are GPU work, never host-device traffic.
+  auto flags = [](std::string_view cat, std::string_view name) {
+    return ClassifyKinetoEvent(true, cat, name).flags;
+  };
+  EXPECT_TRUE(flags("gpu_memcpy", "Memcpy DtoD (Device -> Device)") & kEventFlagDeviceToDevice);
+  EXPECT_TRUE(flags("Memcpy", "Memcpy DtoD (Device -> Device)") & kEventFlagDeviceToDevice);
+  EXPECT_TRUE(flags("gpu_memcpy", "Memcpy PtoP (Device -> Device)") & kEventFlagDeviceToDevice);
+  EXPECT_FALSE(flags("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)") & kEventFlagDeviceToDevice);
+  EXPECT_FALSE(flags("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)") & kEventFlagDeviceToDevice);
+  EXPECT_TRUE(flags("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)") & kEventFlagPageable);
   EXPECT_FALSE(ClassifyKinetoEvent(true, "Trace", "PyTorch Profiler (0)").keep);
   EXPECT_FALSE(ClassifyKinetoEvent(true, "ac2g", "ac2g").keep);
   // No category (torch 1.13 CPU-only).
