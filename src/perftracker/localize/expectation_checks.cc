@@ -59,10 +59,14 @@ const Expectation kExpectations[] = {
      "all workers)",
      "pageable copies per iteration", "pageable copy",
      "{name}: {time}/iter, {bytes} per iteration, {rate}/s achieved (mean of workers){caller}"},
-    // Copies (from pinned memory, or between devices) that no kernel overlaps: the GPU waits
-    // for them. Pageable copies are the row above; their time is not counted again here.
+    // Host-device copies from pinned memory that no kernel overlaps: the GPU waits for them.
+    // Pageable copies are the row above; their time is not counted again here. Copies between
+    // device memories (DtoD, PtoP) are GPU work, not host-device traffic: never here.
     {fc::kSerializedMemcpy, FindingCategory::kMemory, "PCIe", &WorkerRecord::exposed_copy_ns,
-     [](const FunctionInfo& fn) { return fn.kind == EventKind::kMemcpy && !fn.pageable; }, true, 3,
+     [](const FunctionInfo& fn) {
+       return fn.kind == EventKind::kMemcpy && !fn.pageable && !fn.device_to_device;
+     },
+     true, 3,
      "host-device copies{function} run while the GPU computes nothing: {lost}/iter ({share} of "
      "the iteration, all workers)",
      "copy time with no kernel running, per iteration", "copy",

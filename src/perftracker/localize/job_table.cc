@@ -49,6 +49,10 @@ uint32_t JobTable::InternFunction(const FunctionSummary& f) {
     }
     info.pageable = f.kind == EventKind::kMemcpy && (f.name.find("Pageable") != std::string::npos ||
                                                      f.name.find("pageable") != std::string::npos);
+    // DtoD / PtoP copies are GPU work (the importers and CUPTI flag them), never host-device
+    // or PCIe traffic.
+    info.device_to_device =
+        f.kind == EventKind::kMemcpy && (f.event_flags & kEventFlagDeviceToDevice) != 0;
     functions_.push_back(std::move(info));
     stamp_.push_back(0);
     stamp_pos_.push_back(0);
@@ -250,7 +254,9 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
       if (info.kind == EventKind::kGc) wr.gc_ns += r.time_ns;
     }
     if (info.pageable) wr.pageable_ns += r.time_ns;
-    if (info.kind == EventKind::kMemcpy && !info.pageable) wr.exposed_copy_ns += r.critical_ns;
+    if (info.kind == EventKind::kMemcpy && !info.pageable && !info.device_to_device) {
+      wr.exposed_copy_ns += r.critical_ns;
+    }
     wr.idle_gap_ns += r.idle_gap_ns;
   }
   wr.num_records = count;

@@ -73,12 +73,13 @@ struct FunctionInfo {
   std::string name;
   EventKind kind = EventKind::kTorchOp;
   uint32_t parent = kNone;
-  bool outermost_wait = false;  // collective / sync without a collective / sync ancestor
-  bool under_wait = false;      // a collective / sync or nested in one
-  bool outermost_kind = false;  // no ancestor of the same kind
-  bool pageable = false;        // a pageable memcpy
-  uint32_t present = 0;         // workers that ran it
-  double sum_time_ns = 0;       // over workers, per iteration
+  bool outermost_wait = false;    // collective / sync without a collective / sync ancestor
+  bool under_wait = false;        // a collective / sync or nested in one
+  bool outermost_kind = false;    // no ancestor of the same kind
+  bool pageable = false;          // a pageable memcpy
+  bool device_to_device = false;  // a copy between device memories (kEventFlagDeviceToDevice)
+  uint32_t present = 0;           // workers that ran it
+  double sum_time_ns = 0;         // over workers, per iteration
   double sum_critical_ns = 0;
   double sum_calls = 0;
   double sum_bytes = 0;

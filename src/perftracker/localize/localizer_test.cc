@@ -37,6 +37,7 @@ struct FnSpec {
   double calls = 1;  // calls per iteration
   double critical_ms = 0;
   double bytes = 0;  // per iteration
+  uint8_t event_flags = 0;
 };
 
 struct WorkerSpec {
@@ -108,6 +109,7 @@ WorkerSummary Build(const WorkerSpec& spec) {
     s.self_ns = s.total_ns;
     s.critical_ns = static_cast<int64_t>(f.critical_ms * kMs * n);
     s.bytes = static_cast<uint64_t>(f.bytes * n);
+    s.event_flags = f.event_flags;
     if (s.count > 0) {
       s.durations.Add(static_cast<double>(s.total_ns) / static_cast<double>(s.count), s.count);
     }
@@ -815,6 +817,33 @@ TEST(Localizer, CopiesNoKernelOverlapsAreSerializedMemcpy) {
         "python:train_step > memcpy:Memcpy HtoD (Pinned -> Device)", 15, 2, 0, 512e6};
   }
   EXPECT_EQ(FindCode(Diagnose(specs), "PT-SERIALIZED-MEMCPY"), nullptr);
+}
+
+TEST(Localizer, ADeviceToDeviceCopyIsNeverHostDeviceTraffic) {
+  // Same shape as above, but the copies are DtoD (flagged by the importer): GPU work, so no
+  // "host-device copies" / PCIe finding, however long the GPU computes nothing beside them.
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 4; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.has_device = true;
+    w.compute_ms = 80;
+    w.fn("python:train_step") = {"python:train_step", 99, 1, 5};
+    w.fn("python:train_step > memcpy:Memcpy DtoD (Device -> Device)") = {
+        "python:train_step > memcpy:Memcpy DtoD (Device -> Device)", 15, 2, 15, 512e6,
+        kEventFlagDeviceToDevice};
+    w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 80, 10,
+                                                    80};
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  EXPECT_EQ(FindCode(d, "PT-SERIALIZED-MEMCPY"), nullptr);
+  EXPECT_EQ(FindCode(d, "PT-PAGEABLE-MEMCPY"), nullptr);
+  for (const Finding& f : d.findings) {
+    EXPECT_NE(f.resource, "PCIe") << f.title;
+    EXPECT_THAT(f.title, ::testing::Not(HasSubstr("host-device"))) << f.title;
+  }
 }
 
 // ---------------------------------------------------------------------------------------
