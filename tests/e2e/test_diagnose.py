@@ -422,6 +422,94 @@ class RealGpuTraceTest(ReportChecks):
         self.assertEqual(r.rc, 0, r.describe())
 
 
+class RealGpuTraceGoldenTest(ReportChecks):
+    """Golden diagnoses of real GPU traces written by other projects (shared test data, see
+    ../shared/data/kineto/README.md; each test skips when its files are absent).
+
+    Every expectation below was checked by reading the trace itself with python (json +
+    gzip: ProfilerStep spans, the union of kernel / copy intervals per step, which host
+    ranges cover the GPU's idle gaps), not copied from perftracker's output; the numbers
+    quoted are those readings."""
+
+    def files(self, *names):
+        d = CONFIG.kineto_dir
+        paths = [os.path.join(d, n) for n in names] if d else []
+        if not paths or not all(os.path.exists(p) for p in paths):
+            self.skipTest(f"{names} not found in {d!r}: skipping")
+        return paths
+
+    def diagnose(self, *names):
+        paths = self.files(*names)
+        args = ["--rank", "0"] if len(paths) == 1 else []
+        r = perftracker("diagnose", "--format", "json", *args, *paths, timeout=300)
+        self.assertEqual(r.rc, 0, r.describe())
+        report = r.json()
+        self.check_schema(report)
+        for w in report.get("workers", []):
+            st = w["stats"]
+            self.assertEqual((st["out_of_order_events"], st["dropped_events"],
+                              st["malformed_events"]), (0, 0, 0), st)
+        return r, report
+
+    def assert_no_device_copy_as_pcie(self, report):
+        for f in report["findings"]:
+            fn = f.get("function") or ""
+            if "DtoD" in fn or "PtoP" in fn:
+                self.fail(f"a device-to-device copy reported as {f['resource']}: {f['title']}")
+            self.assertNotIn("DtoD", f["title"], f["title"])
+
+    def test_128_gpu_job_is_host_bound(self):
+        """gpu128 ranks 0 and 1 (HTA): steps of 607-631 ms in which the GPU is busy (kernels
+        and copies, union) 269-308 ms, so it idles 51-57 % of each step. The idle gaps of
+        more than 1 ms (557 ms over rank 0's two steps) lie under Optimizer.step#Shampoo.step
+        (~200 ms per step of host-side foreach ops: 59, 57, 32 ms gaps) and "## backward ##",
+        while cudaLaunchKernel totals only ~10 ms: the host's own work starves the GPU. So a
+        job-wide host-overhead finding costing about half of each iteration."""
+        r, report = self.diagnose("gpu128_rank-0.json.gz", "gpu128_rank-1.json.gz")
+        top = self.top_finding(report, r)
+        self.assertEqual(top["category"], "host_overhead", json.dumps(top, indent=1))
+        self.assertTrue(top["material"])
+        self.assertEqual(top["workers"], [], "job-wide: both ranks")
+        self.assertGreaterEqual(top["lost_share"], 0.45)
+        self.assertLessEqual(top["lost_share"], 0.65)
+        self.assert_no_device_copy_as_pcie(report)
+
+    def test_nccl_ddp_rank_is_host_bound(self):
+        """nccl2 rank 0 (HTA): three steps of 220-225 ms with the GPU busy 49-58 ms (74-78 %
+        idle). The biggest gaps (15.5 and 7.6 ms, every step) are under
+        DistributedDataParallel.forward in aten::unflatten_dense_tensors, host work. The DtoD
+        copies (0.76 ms per step) are GPU work, never PCIe."""
+        r, report = self.diagnose("nccl2_rank-0.json.gz")
+        top = self.top_finding(report, r)
+        self.assertEqual(top["category"], "host_overhead", json.dumps(top, indent=1))
+        self.assertGreaterEqual(top["lost_share"], 0.65)
+        self.assertLessEqual(top["lost_share"], 0.85)
+        self.assert_no_device_copy_as_pcie(report)
+
+    def test_b200_eager_decode_without_step_markers_is_host_bound(self):
+        """TraceLens b200/eager_trace (vLLM eager decode): no ProfilerStep, one 87.4 ms
+        execute_context range; the GPU is busy 11.6 ms of it (87 % idle) while the host runs
+        Python (15,230 python_function events); kernels are tiny (median 6.3 us). The file is
+        one iteration, and it is host-bound. Its DtoD copies (0.78 ms) are not PCIe."""
+        r, report = self.diagnose("external/tracelens/tests/traces/b200/eager_trace.json.gz")
+        top = self.top_finding(report, r)
+        self.assertEqual(top["category"], "host_overhead", json.dumps(top, indent=1))
+        self.assertGreaterEqual(top["lost_share"], 0.75)
+        self.assert_no_device_copy_as_pcie(report)
+
+    @unittest.expectedFailure  # KNOWN MISS: host-bound is reported first (see docstring)
+    def test_single_process_data_loading_starves_the_gpu(self):
+        """TraceLens h100/google_owlv2: one 1211 ms ProfilerStep holding five
+        enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ calls of 122-128 ms
+        (619 ms, 51 %); the GPU is busy 567 ms, so its ~644 ms of idle time is mostly the data
+        loading. The first finding should be data loading (PT-DATA-CRITICAL); today the
+        host-bound rule counts the same idle time as launch-bound (53 %) and ranks first."""
+        r, report = self.diagnose(
+            "external/tracelens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz")
+        top = self.top_finding(report, r)
+        self.assertEqual(top["category"], "data_loading", json.dumps(top, indent=1))
+
+
 def main():
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--perftracker", default=os.environ.get("PERFTRACKER_BIN"))

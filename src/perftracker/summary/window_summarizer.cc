@@ -21,7 +21,9 @@
 // lane by (start, longer first, then a fixed order of kind / name / fields: never arrival)
 // and processes all lanes merged by start time with the same Process() / ProcessLeaf() as
 // below. Every event is nested in its place whatever the file order, no event is out of
-// order, and any permutation of the input gives the same summary.
+// order, and any permutation of the input gives the same summary. A file that marks no
+// iteration (no ProfilerStep#N on a host thread or a device stream) is one iteration: its
+// window, the span median_iteration_ns() already assumes, so that its breakdown is known.
 //
 // Leaf lane. Host runtime calls (launch, other runtime API, sync) never contain anything,
 // and trace files write them apart from the ops they ran in (Kineto: every cpu_op of a
@@ -98,8 +100,8 @@
 // at most kMaxHostTrackRows threads), per function accumulators (its sketch and at most
 // 2 x kGridBins sparse bins) and iteration markers. Live, nothing grows with the number of
 // events. Offline, each event is kept until Finish() (40 bytes in a deque; see
-// docs/performance.md for the measured peak RSS per event). Metric samples far outside the events' span widen
-// the grid and so coarsen it.
+// docs/performance.md for the measured peak RSS per event). Metric samples far outside the events'
+// span widen the grid and so coarsen it.
 #include "perftracker/summary/window_summarizer.h"
 
 #include <algorithm>
@@ -735,13 +737,16 @@ class WindowSummarizer::Impl {
     acc.flags |= ev.flags & kSummaryFlags;
 
     grid_.Cover(ev.start_ns, ev.end_ns);
+    const bool on_device = t.device || (ev.flags & kEventFlagOnDevice);
+    // A range on a stream (gpu_user_annotation) is time only: no bins, so it adds nothing to
+    // the critical time of the host range of the same name (Kineto writes both) and never
+    // makes a function's critical time exceed the iteration.
+    if (on_device && !IsDeviceActivity(ev.kind)) return;
     const int shift = grid_.shift();
     grid_.ForEachOverlap(ev.start_ns, ev.end_ns, [&](int64_t bin, int64_t ns) {
       acc.bins.Add(shift, bin, static_cast<double>(ns));
     });
 
-    const bool on_device = t.device || (ev.flags & kEventFlagOnDevice);
-    if (on_device && !IsDeviceActivity(ev.kind)) return;  // a range on a stream: time only
     if (on_device) {
       AddSat(acc.device_ns, dur);
       // Device busy/compute/comm only for top-level device calls: nested device ranges
@@ -840,7 +845,8 @@ class WindowSummarizer::Impl {
 
   bool OfflineBefore(const Event& a, const Event& b) const;
   void SummarizeInStartOrder();
-  void BuildIterations(WorkerSummary& out, const TrackState* iter_track) const;
+  void BuildIterations(WorkerSummary& out, std::vector<Iteration> its,
+                       const TrackState* rows) const;
   void BuildMetrics(const FunctionAcc& acc, FunctionSummary& fs) const;
 
   const FunctionTable* source_;
@@ -896,10 +902,14 @@ void WindowSummarizer::Impl::BuildMetrics(const FunctionAcc& acc, FunctionSummar
   }
 }
 
-void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out,
-                                             const TrackState* iter_track) const {
-  if (iter_track == nullptr) return;
-  std::vector<Iteration> its = iter_track->iterations;
+// `rows`: the host thread whose wait / data / busy rows describe the iterations (the
+// iteration thread, else the busiest host thread; none on a device-only worker).
+void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out, std::vector<Iteration> its,
+                                             const TrackState* rows) const {
+  const int row_comm = rows ? rows->row_comm : -1;
+  const int row_sync = rows ? rows->row_sync : -1;
+  const int row_data = rows ? rows->row_data : -1;
+  const int row_busy = rows ? rows->row_busy : -1;
   std::sort(its.begin(), its.end(),
             [](const Iteration& a, const Iteration& b) { return a.start < b.start; });
   auto ns = [](double v) { return static_cast<int64_t>(std::llround(std::max(0.0, v))); };
@@ -907,9 +917,9 @@ void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out,
     IterationSummary s;
     s.start_ns = it.start;
     s.duration_ns = it.end - it.start;
-    const double comm_host = grid_.Sum(iter_track->row_comm, it.start, it.end, true);
-    const double sync = grid_.Sum(iter_track->row_sync, it.start, it.end, true);
-    s.data_ns = ns(grid_.Sum(iter_track->row_data, it.start, it.end, true));
+    const double comm_host = grid_.Sum(row_comm, it.start, it.end, true);
+    const double sync = grid_.Sum(row_sync, it.start, it.end, true);
+    s.data_ns = ns(grid_.Sum(row_data, it.start, it.end, true));
     if (out.has_device) {
       s.compute_ns = ns(grid_.Sum(row_device_compute_, it.start, it.end, true));
       s.communication_ns = ns(grid_.Sum(row_device_comm_, it.start, it.end, true));
@@ -919,7 +929,7 @@ void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out,
     } else {
       // Collectives count on any host thread (gloo runs them on its own threads while the
       // iteration thread waits); compute is the iteration thread's own work.
-      const double busy = grid_.Sum(iter_track->row_busy, it.start, it.end, true);
+      const double busy = grid_.Sum(row_busy, it.start, it.end, true);
       s.communication_ns = ns(grid_.Sum(row_host_comm_, it.start, it.end, true));
       s.wait_ns = ns(sync);
       s.compute_ns = ns(busy - comm_host - sync - static_cast<double>(s.data_ns));
@@ -1100,7 +1110,16 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     }
     out.functions.push_back(std::move(fs));
   }
-  BuildIterations(out, iter_track);
+  // A trace file that marks no iteration is one iteration: its window (what
+  // median_iteration_ns() already assumes), so that its breakdown (GPU idle while the host
+  // works, ...) is known. Live windows without markers keep no iteration.
+  std::vector<Iteration> spans;
+  if (iter_track != nullptr) {
+    spans = iter_track->iterations;
+  } else if (options_.offline && window_init_) {
+    spans.push_back({window_start_, window_end_});
+  }
+  BuildIterations(out, std::move(spans), critical_track);
   return out;
 }
 

@@ -18,7 +18,8 @@ struct SummarizerOptions {
   // Offline (a trace file, read once): every event is kept (about 40 bytes each) until
   // Finish(), which sorts each track and summarizes all events in start order, whatever
   // order the source delivered them in; no event is ever out of order and the result does
-  // not depend on the arrival order. reorder_window is then unused. Live sources (agent
+  // not depend on the arrival order. reorder_window is then unused. A file that marks no
+  // iteration is summarized as one iteration spanning its window. Live sources (agent
   // rings) leave this off and keep their fixed memory.
   bool offline = false;
 };

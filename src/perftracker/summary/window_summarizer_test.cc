@@ -323,6 +323,22 @@ TEST(WindowSummarizerTest, RangesOnADeviceStreamAreContainersNotActivity) {
   EXPECT_EQ(s.iterations[0].host_only_ns, 800);
 }
 
+TEST(WindowSummarizerTest, ARangesGpuTwinAddsNoCriticalTime) {
+  // Kineto writes a record_function range on the host and its twin on the stream, with the
+  // same name (TraceLens b200: "execute_context..." showed 152 ms/iter critical in an 87 ms
+  // window). Only the host range is host time; the critical time stays within the window.
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.DeviceTrack(kStream);
+  b.Emit(kMain, EventKind::kUserAnnotation, "forward", 0, 1000);
+  b.Emit(kStream, EventKind::kUserAnnotation, "forward", 100, 700);
+  b.Emit(kStream, EventKind::kGpuKernel, "k", 100, 200);
+  WorkerSummary s = b.Finish();
+  ASSERT_FN(f, s, "annotation:forward");
+  EXPECT_EQ(f->count, 2u);
+  EXPECT_EQ(f->critical_ns, 900);  // the host range minus the 100 ns the GPU ran
+}
+
 TEST(WindowSummarizerTest, KernelBeforeItsLaunchIsRootWhenFlushedEarly) {
   StreamBuilder b(SummarizerOptions{1});
   b.DeviceTrack(kStream);
@@ -667,6 +683,30 @@ TEST(WindowSummarizerTest, OfflineNestsWhatTheLivePathCountsOutOfOrder) {
   EXPECT_EQ(add->count, 100u);
   ASSERT_FN(f, s, "python:model.py(3): f");
   EXPECT_EQ(f->self_ns, 100 * 40);
+}
+
+TEST(WindowSummarizerTest, OfflineWithoutMarkersTheWindowIsOneIteration) {
+  // A GPU that runs 200 of 1000 ns while the host works: the breakdown says so even though
+  // the file marks no iteration. Live, no marker means no iteration.
+  for (bool offline : {true, false}) {
+    SCOPED_TRACE(offline ? "offline" : "live");
+    SummarizerOptions options;
+    options.offline = offline;
+    StreamBuilder b(options);
+    b.HostTrack(kMain);
+    b.DeviceTrack(kStream);
+    b.Emit(kMain, EventKind::kPythonCall, "serve.py(1): decode", 0, 1000);
+    b.Emit(kStream, EventKind::kGpuKernel, "gemv", 400, 600);
+    WorkerSummary s = b.Finish();
+    if (!offline) {
+      EXPECT_TRUE(s.iterations.empty());
+      continue;
+    }
+    ASSERT_EQ(s.iterations.size(), 1u);
+    EXPECT_EQ(s.iterations[0].duration_ns, 1000);
+    EXPECT_EQ(s.iterations[0].compute_ns, 200);
+    EXPECT_EQ(s.iterations[0].host_only_ns, 800);
+  }
 }
 
 TEST(WindowSummarizerTest, TimesOutOfRangeAreBadDataNotArithmetic) {
