@@ -18,10 +18,37 @@ rc=0
 ctest --test-dir build-asan --output-on-failure -j "$(nproc)" "$@" \
   | tee build-asan/ctest-summary.log || rc=$?
 
+
+# The Kineto importer + offline summarizer under libFuzzer (ASan + UBSan) for a bounded time,
+# seeded with fuzz_corpus/ (hostile times, durations, nesting). Needs clang; skipped
+# without it or with PERFTRACKER_FUZZ_SECONDS=0.
+fuzz_seconds="${PERFTRACKER_FUZZ_SECONDS:-60}"
+fuzz_result="skipped (no clang++ or PERFTRACKER_FUZZ_SECONDS=0)"
+if [ "$fuzz_seconds" -gt 0 ] && command -v clang++ >/dev/null 2>&1; then
+  fuzz_result="FAILED (see build-fuzz/fuzz.log)"
+  mkdir -p build-fuzz
+  if CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+       -DPERFTRACKER_WERROR=OFF >build-fuzz/build.log 2>&1 &&
+     cmake --build build-fuzz -j "$(nproc)" --target kineto_importer_fuzzer >>build-fuzz/build.log 2>&1; then
+    mkdir -p build-fuzz/corpus
+    if build-fuzz/src/perftracker/sources/kineto/kineto_importer_fuzzer build-fuzz/corpus \
+         src/perftracker/sources/kineto/fuzz_corpus -max_total_time="$fuzz_seconds" \
+         >build-fuzz/fuzz.log 2>&1; then
+      fuzz_result="passed ($fuzz_seconds s)"
+    else
+      rc=1
+    fi
+  else
+    fuzz_result="FAILED to build (see build-fuzz/build.log)"
+    rc=1
+  fi
+fi
+
 echo
 echo "==== perftracker test summary ===="
 grep -E "tests passed|tests failed out of|Total Test time" build-asan/ctest-summary.log || true
 grep -A100 "The following tests FAILED" build-asan/ctest-summary.log || true
+echo "fuzzer (Kineto importer + summarizer): $fuzz_result"
 echo "build (ASan+UBSan): $((built - start)) s, tests: $((SECONDS - built)) s"
 if [ "$rc" -eq 0 ]; then echo "RESULT: all tests passed"; else echo "RESULT: FAILED (ctest exit $rc)"; fi
 exit "$rc"

@@ -63,9 +63,12 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
     const SummaryStats& st = p.stats;
     const double total = static_cast<double>(st.events + st.dropped_events);
     const double lost_share =
-        p.empty ? 1.0
-                : (total > 0 ? static_cast<double>(st.dropped_events + st.malformed_events) / total
-                             : 0);
+        p.empty
+            ? 1.0
+            : (total > 0
+                   ? static_cast<double>(st.dropped_events + st.malformed_events + st.deep_events) /
+                         total
+                   : 0);
     if (noted < kMaxNotesPerKind) {
       std::string note =
           p.empty ? fmt::format("{}: no functions and no iterations in its summary",
@@ -73,6 +76,10 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
                   : fmt::format("{}: {} dropped, {} malformed, {} out-of-order of {} events",
                                 job.WorkerName(p.worker), st.dropped_events, st.malformed_events,
                                 st.out_of_order_events, st.events + st.dropped_events);
+      // Events nested deeper than the summarizer's open-call limit were not summarized.
+      if (!p.empty && st.deep_events > 0) {
+        note += fmt::format("; {} nested too deep to summarize", st.deep_events);
+      }
       if (!st.first_problem.empty()) note += fmt::format(" (first: {})", st.first_problem);
       if (!p.source.empty()) note += fmt::format(" [{}]", p.source);
       d.notes.push_back(std::move(note));

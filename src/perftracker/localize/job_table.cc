@@ -144,7 +144,8 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   }
   const SummaryStats& st = worker.stats;
   const bool empty = worker.functions.empty() && worker.iterations.empty();
-  if (st.dropped_events + st.malformed_events + st.out_of_order_events > 0 || empty) {
+  if (st.dropped_events + st.malformed_events + st.out_of_order_events + st.deep_events > 0 ||
+      empty) {
     problems_.push_back(WorkerProblem{w, st, worker.source, empty});
   }
 

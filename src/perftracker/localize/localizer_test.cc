@@ -886,6 +886,23 @@ TEST(Localizer, IncompleteDataBecomesAFindingAndANote) {
   EXPECT_THAT(d.notes, Contains(HasSubstr("rank 5: 0 dropped, 0 malformed, 3 out-of-order")));
 }
 
+TEST(Localizer, EventsNestedTooDeepAreNotedAndCountAsLost) {
+  // A hostile or broken file nests 10,000 calls: the summarizer keeps the first 256 levels
+  // and counts the rest (SummaryStats::deep_events); the report says so.
+  DpJob job;
+  auto specs = job.Make();
+  specs[2].stats.events = 10000;
+  specs[2].stats.deep_events = 9744;
+  specs[2].stats.first_problem = "nested deeper than 256 open calls (not summarized)";
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("rank 2: 0 dropped, 0 malformed, 0 out-of-order of "
+                                          "10000 events; 9744 nested too deep to summarize")));
+  const Finding* f = FindCode(d, "PT-INCOMPLETE-DATA");
+  ASSERT_NE(f, nullptr);
+  EXPECT_THAT(f->workers, ElementsAre(2));
+}
+
 TEST(Localizer, MalformedSummariesDoNotCrash) {
   Localizer loc;
   EXPECT_THAT(loc.Finish().notes, Contains(HasSubstr("no worker summaries")));

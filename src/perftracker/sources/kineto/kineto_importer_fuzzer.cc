@@ -1,7 +1,12 @@
 // libFuzzer target for the Kineto importer (built only with clang; see CMakeLists.txt).
 // Feeds the input whole and split in two at a point chosen by the first byte, and checks
 // that both give the same events and the same result: the chunk-split invariance the
-// importer promises, on arbitrary bytes.
+// importer promises, on arbitrary bytes. The events then go through the offline
+// WindowSummarizer (what diagnose does), so that hostile times, durations and nesting reach
+// its arithmetic under ASan + UBSan. Seed corpus: fuzz_corpus/ (scripts/test.sh runs it for a
+// bounded time when clang is installed):
+//   build-fuzz/src/perftracker/sources/kineto/kineto_importer_fuzzer WORKDIR \
+//       src/perftracker/sources/kineto/fuzz_corpus -max_total_time=60
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +14,7 @@
 #include <vector>
 
 #include "perftracker/sources/kineto/kineto_importer.h"
+#include "perftracker/summary/window_summarizer.h"
 
 namespace {
 
@@ -39,6 +45,23 @@ std::string Run(const uint8_t* data, size_t size, size_t split) {
          std::to_string(info->events_malformed);
 }
 
+// The whole input through the importer into the offline summarizer; every event it gets is
+// counted exactly once.
+void Summarize(const uint8_t* data, size_t size) {
+  perftracker::FunctionTable functions;
+  perftracker::SummarizerOptions summarizer_options;
+  summarizer_options.offline = true;
+  perftracker::WindowSummarizer summarizer(&functions, summarizer_options);
+  perftracker::KinetoImportOptions options;
+  options.rank = 0;
+  perftracker::KinetoImporter importer("fuzz.json", &functions, &summarizer, options);
+  if (!importer.Parse(reinterpret_cast<const char*>(data), size).ok()) return;
+  auto info = importer.Finish();
+  if (!info.ok()) return;
+  const perftracker::WorkerSummary s = summarizer.Finish();
+  if (s.stats.events != info->events_emitted) std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -49,5 +72,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Errors may be reported at different moments, but successful imports must agree.
   if (whole.ends_with("|error") != parts.ends_with("|error")) std::abort();
   if (!whole.ends_with("|error") && whole != parts) std::abort();
+  Summarize(data, size);
   return 0;
 }
