@@ -732,7 +732,9 @@ TEST(Localizer, ExpectationChecksFindJobWideProblems) {
     w.rank = r;
     w.has_device = true;
     w.compute_ms = 50;
-    w.host_only_ms = 40;  // the GPU idles 40 % of the iteration
+    // The GPU idles 52 % of the iteration: 12 % while data loads (PT-DATA-CRITICAL's), 40 %
+    // while the host does other work (PT-HOST-BOUND's).
+    w.host_only_ms = 52;
     w.fn("python:train_step") = {"python:train_step", 99, 1, 40};
     w.fn("python:train_step > torch_op:aten::item") = {"python:train_step > torch_op:aten::item", 9,
                                                        3, 9};
@@ -777,6 +779,33 @@ TEST(Localizer, ExpectationChecksFindJobWideProblems) {
   EXPECT_EQ(d.findings[0].code, "PT-HOST-BOUND");
   // Nothing differs between workers: no straggler.
   for (const auto& f : d.findings) EXPECT_THAT(f.code, ::testing::Not(HasSubstr("STRAGGLER")));
+}
+
+TEST(Localizer, AGpuIdleWhileDataLoadsIsDataLoadingNotHostBound) {
+  // TraceLens h100/google_owlv2's shape: the GPU idles 53 % of the iteration, 51 % of it while
+  // a single-process DataLoader runs. One finding, data loading; the same time is not also
+  // host / launch-bound.
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 4; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.has_device = true;
+    w.compute_ms = 47;
+    w.host_only_ms = 53;
+    w.data_ms = 51;
+    w.fn("python:train_step") = {"python:train_step", 99, 1, 2};
+    w.fn("python:train_step > data_load:DataLoader.__next__") = {
+        "python:train_step > data_load:DataLoader.__next__", 51, 5, 51};
+    w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 47,
+                                                    100, 47};
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, "PT-DATA-CRITICAL");
+  EXPECT_EQ(FindCode(d, "PT-HOST-BOUND"), nullptr);
+  EXPECT_EQ(FindCode(d, "PT-LAUNCH-BOUND"), nullptr);
 }
 
 TEST(Localizer, CopiesNoKernelOverlapsAreSerializedMemcpy) {
