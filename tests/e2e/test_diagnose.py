@@ -2,7 +2,8 @@
 """End-to-end tests of `perftracker diagnose` on traces written by a real torch job.
 
 train_job.py runs a 4-rank gloo/DDP job three times (healthy, slow_compute on rank 2,
-slow_data on rank 1 written as .json.gz); the traces are cached in the build tree, keyed by
+slow_data on rank 1 written as .json.gz), and jobs where one rank of 4 or two of 8 run code the
+others never run, and a 6-rank job with two roles (two models); the traces are cached in the build tree, keyed by
 a hash of train_job.py and its arguments, so they are generated once. The tests then run the
 perftracker binary as a user would and check what a user relies on: the culprit rank,
 function and category; the text and HTML reports; exit codes; and one clear stderr line for
@@ -42,6 +43,16 @@ SCENARIOS = {
     "healthy": ["--fault", "none"],
     "slow_compute_rank2": ["--fault", "slow_compute", "--fault-rank", "2"],
     "slow_data_rank1": ["--fault", "slow_data", "--fault-rank", "1", "--gzip"],
+    # Code only some ranks run (issue 11 §2): 1 of 4, and 2 of 8 (8 ranks on the machine's
+    # cores: fewer profiled steps keep it short).
+    "extra_annotation_rank3": ["--fault", "extra_annotation", "--fault-rank", "3"],
+    "extra_function_rank3": ["--fault", "extra_function", "--fault-rank", "3"],
+    "extra_annotation_2of8": ["--world-size", "8", "--active", "10", "--fault",
+                              "extra_annotation", "--fault-rank", "2,5"],
+    "extra_function_2of8": ["--world-size", "8", "--active", "10", "--fault", "extra_function",
+                            "--fault-rank", "2,5"],
+    # Two roles: ranks 0-2 train one model, ranks 3-5 another.
+    "two_models": ["--world-size", "6", "--roles", "two_models"],
 }
 
 CONFIG = argparse.Namespace(perftracker=None, cache_dir=None, torch_python="/usr/bin/python3",
@@ -206,6 +217,55 @@ class TracedJobTest(ReportChecks):
         self.assertEqual(top["workers"], [1], json.dumps(top, indent=1))
         self.assertEqual(top["category"], "data_loading", json.dumps(top, indent=1))
         self.assertIn(DATALOADER_NEXT, top["function"], json.dumps(top, indent=1))
+
+    def check_extra_code(self, scenario, ranks, function):
+        """The ranks that run code their peers never run are the finding (not a peer group of
+        their own), named with the code and what it costs per iteration."""
+        r, report = diagnose_json(traces(scenario))
+        self.assertEqual(r.rc, 0, r.describe())
+        self.check_schema(report)
+        top = self.top_finding(report, r)
+        dump = json.dumps(top, indent=1) + "\n" + "\n".join(report["notes"])
+        self.assertEqual(top["code"], "PT-FUNCTION-ONLY-ON-SOME", dump)
+        self.assertEqual(top["workers"], ranks, dump)
+        self.assertEqual(top["function"], function, dump)
+        self.assertTrue(top["material"], dump)
+        # It costs what the code takes (compute_metrics: tens of ms per step, a third of the
+        # iteration or more), and the others wait for it.
+        self.assertGreater(top["lost_share"], 0.2, dump)
+        who = ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+        self.assertIn(f"only {who} run", top["title"], dump)
+        self.assertTrue(top["victims"], dump)
+        self.assertFalse(set(top["victims"]) & set(ranks), dump)
+        for note in report["notes"]:
+            self.assertNotIn("peer groups", note, dump)
+
+    def test_extra_annotation_on_one_of_four_ranks(self):
+        self.check_extra_code("extra_annotation_rank3", [3], "extra_eval")
+
+    def test_extra_annotation_on_two_of_eight_ranks(self):
+        self.check_extra_code("extra_annotation_2of8", [2, 5], "extra_eval")
+
+    # A plain Python function is not in a profiler trace (no with_stack): its operators are,
+    # at the top of the step, where the other ranks run no matrix product.
+    def test_extra_function_on_one_of_four_ranks(self):
+        self.check_extra_code("extra_function_rank3", [3], "aten::matmul")
+
+    def test_extra_function_on_two_of_eight_ranks(self):
+        self.check_extra_code("extra_function_2of8", [2, 5], "aten::matmul")
+
+    def test_ranks_with_different_roles_are_not_compared(self):
+        # Two models in one job: two peer groups, and no material finding. The 10 % bar, as
+        # for the healthy job: 6 ranks share this machine's 2 cores.
+        r, report = diagnose_json("--material-share", "0.10", traces("two_models"))
+        self.assertEqual(r.rc, 0, r.describe())
+        self.check_schema(report)
+        self.assertEqual(report["num_workers"], 6)
+        self.assertTrue(any("2 peer groups" in n and "sizes 3, 3" in n for n in report["notes"]),
+                        report["notes"])
+        self.assertFalse(report["has_material_finding"],
+                         "a job with two roles reported a material finding:\n" +
+                         json.dumps(report["findings"][:3], indent=1))
 
     def test_files_given_one_by_one_equal_the_directory(self):
         d = traces("slow_compute_rank2")

@@ -9,10 +9,21 @@ record_function("sync_gradients")), a real torch.utils.data.DataLoader over a Da
 torch.profiler with a schedule (wait 2, warmup 1, active 15 steps). Each rank exports
 OUTDIR/rank{R}.json (or .json.gz).
 
-Faults (injected on --fault-rank only):
-  slow_compute  block2's forward work repeated --slow-repeats times inside
-                record_function("block2"): that block takes 3-5x as long
-  slow_data     a sleep in the Dataset's __getitem__: the DataLoader's __next__ takes longer
+Faults (injected on the --fault-rank ranks only, one rank or a comma-separated list):
+  slow_compute      block2's forward work repeated --slow-repeats times inside
+                    record_function("block2"): that block takes 3-5x as long
+  slow_data         a sleep in the Dataset's __getitem__: the DataLoader's __next__ takes
+                    longer
+  extra_annotation  code the other ranks never run: compute_metrics() (matrix products
+                    and activations, --extra-repeats rounds) inside
+                    record_function("extra_eval") after the forward pass
+  extra_function    the same compute_metrics() called as a plain Python function, with no
+                    annotation: only its operators are in the trace
+
+--roles two_models: the first half of the ranks trains the three-block model, the second
+half a different model (record_function "encode" / "decode", another width), each half with
+DistributedDataParallel over its own process group; the job's loss is all-reduced over all
+ranks every step. A healthy job whose ranks have genuinely different roles.
 
 Needs Debian's python3-torch (CPU): run it with /usr/bin/python3.
 
@@ -33,7 +44,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-FAULTS = ("none", "slow_compute", "slow_data")
+FAULTS = ("none", "slow_compute", "slow_data", "extra_annotation", "extra_function")
 
 
 class RandomDataset(torch.utils.data.Dataset):
@@ -90,6 +101,32 @@ class Model(nn.Module):
         return x
 
 
+class EncoderDecoder(nn.Module):
+    """The other role's model (--roles two_models): different code, its own annotations."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.encoder = nn.Linear(width, width // 2)
+        self.decoder = nn.Linear(width // 2, width)
+
+    def forward(self, x):
+        with record_function("encode"):
+            h = torch.tanh(self.encoder(x))
+        with record_function("decode"):
+            return self.decoder(h)
+
+
+def compute_metrics(x, weight, repeats):
+    """Work only the fault ranks do (extra_annotation / extra_function): products and
+    activations of the batch, outside autograd."""
+    with torch.no_grad():
+        acc = x
+        for _ in range(repeats):
+            acc = torch.tanh(acc @ weight)
+            acc = acc + x
+        return float(acc.sum())
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -106,13 +143,23 @@ def run_rank(rank, args):
     os.environ["MASTER_PORT"] = str(args.port)
     dist.init_process_group("gloo", init_method="env://", rank=rank,
                             world_size=args.world_size)
-    faulty = rank == args.fault_rank
+    faulty = rank in args.fault_ranks
     slow_block2 = args.slow_repeats if faulty and args.fault == "slow_compute" else 0
     delay_s = args.data_delay_ms / 1000.0 if faulty and args.fault == "slow_data" else 0.0
+    extra = args.fault if faulty and args.fault.startswith("extra_") else None
 
-    model = Model(args.width, slow_block2)
+    role_group = None
+    if args.roles == "two_models":
+        half = args.world_size // 2
+        groups = [dist.new_group(list(range(half))),
+                  dist.new_group(list(range(half, args.world_size)))]
+        role_group = groups[0] if rank < half else groups[1]
+        model = Model(args.width, 0) if rank < half else EncoderDecoder(args.width)
+    else:
+        model = Model(args.width, slow_block2)
     if args.sync == "ddp":
-        model = nn.parallel.DistributedDataParallel(model)
+        model = nn.parallel.DistributedDataParallel(model, process_group=role_group)
+    extra_weight = torch.randn(args.width, args.width) / args.width ** 0.5
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     loss_fn = nn.MSELoss()
     steps = args.wait + args.warmup + args.active
@@ -142,7 +189,16 @@ def run_rank(rank, args):
         for x, y in loader:
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
+            if extra == "extra_annotation":
+                with record_function("extra_eval"):
+                    compute_metrics(x, extra_weight, args.extra_repeats)
+            elif extra == "extra_function":
+                compute_metrics(x, extra_weight, args.extra_repeats)
             loss.backward()
+            if role_group is not None:
+                # One job: the roles agree on the loss every step.
+                total = loss.detach().clone()
+                dist.all_reduce(total)
             if args.sync == "allreduce":
                 with record_function("sync_gradients"):
                     for p in model.parameters():
@@ -158,7 +214,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--outdir", required=True)
     p.add_argument("--fault", choices=FAULTS, default="none")
-    p.add_argument("--fault-rank", type=int, default=2)
+    p.add_argument("--fault-rank", default="2",
+                   help="the rank (or comma-separated ranks) the fault is injected on")
     p.add_argument("--world-size", type=int, default=4)
     p.add_argument("--sync", choices=("ddp", "allreduce"), default="ddp",
                    help="gradient synchronization: DistributedDataParallel (default) or an "
@@ -169,6 +226,9 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--slow-repeats", type=int, default=4,
                    help="extra runs of block2's forward on the faulty rank (slow_compute)")
+    p.add_argument("--extra-repeats", type=int, default=12,
+                   help="rounds of compute_metrics() on the fault ranks (extra_*)")
+    p.add_argument("--roles", choices=("same", "two_models"), default="same")
     p.add_argument("--data-delay-ms", type=float, default=0.2,
                    help="extra delay per sample on the faulty rank (slow_data)")
     p.add_argument("--wait", type=int, default=2)
@@ -176,7 +236,11 @@ def main(argv=None):
     p.add_argument("--active", type=int, default=15,
                    help="profiled steps (enough that CPU time-slicing noise averages out)")
     args = p.parse_args(argv)
-    if not 0 <= args.fault_rank < args.world_size:
+    try:
+        args.fault_ranks = {int(r) for r in args.fault_rank.split(",")}
+    except ValueError:
+        p.error(f"--fault-rank {args.fault_rank!r} is not a rank or a comma-separated list")
+    if not all(0 <= r < args.world_size for r in args.fault_ranks):
         p.error(f"--fault-rank {args.fault_rank} is not in [0, {args.world_size})")
     os.makedirs(args.outdir, exist_ok=True)
     args.port = free_port()

@@ -14,6 +14,9 @@ namespace {
 // An excess not carried by the median call nor by extra calls (a few slow calls) is material
 // only above this multiple of the materiality bar.
 constexpr double kIntermittentFactor = 3.0;
+// Peers whose median time in a function is below this share of the worker's spend almost
+// nothing there: the title says only the worker runs it, not a meaningless ratio.
+constexpr double kAlmostNothingShare = 0.01;
 
 }  // namespace
 
@@ -87,6 +90,9 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     i = j;
     const Anomaly& a = top.named;
     const uint32_t w = a.worker;
+    // Culprits in rank order, in the title as in the list of workers.
+    std::sort(culprits.begin(), culprits.end(),
+              [&](uint32_t x, uint32_t y) { return workers[x].rank < workers[y].rank; });
     const std::string who = job.WorkersPhrase(culprits);
     const bool plural = culprits.size() > 1;
     Finding f;
@@ -95,8 +101,6 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     f.resource = top.resource;
     f.lost_ns_per_iteration = std::min(a.excess(), top.lost_cap);
     f.lost_share = ctx_.iteration_ns > 0 ? f.lost_ns_per_iteration / ctx_.iteration_ns : 0;
-    std::sort(culprits.begin(), culprits.end(),
-              [&](uint32_t x, uint32_t y) { return workers[x].rank < workers[y].rank; });
     for (size_t k = 0; k < culprits.size() && k < kMaxListedWorkers; ++k) {
       f.workers.push_back(workers[culprits[k]].rank);
     }
@@ -144,9 +148,15 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       f.function = fn.name;
       f.function_key = fn.key;
       if (a.only_on_some) {
-        f.title = fmt::format("{} run{} {} ({}/iter), which {} of {} peers do not run ({})", who,
-                              plural ? "" : "s", fn.name, FormatNs(a.value), a.peers - a.present,
-                              a.peers, effect);
+        f.title = fmt::format(
+            "only {} run{} {} ({}/iter); the other {} ranks of {} peer group do not ({})", who,
+            plural ? "" : "s", fn.name, FormatNs(a.value), a.peers - a.present,
+            plural ? "their" : "its", effect);
+      } else if (a.median < kAlmostNothingShare * a.value) {
+        // A ratio to almost nothing ("47697.3x its peers") says nothing.
+        f.title = fmt::format("only {} run{} {} for real: {}/iter against {} peers' median {} ({})",
+                              who, plural ? "" : "s", fn.name, FormatNs(a.value),
+                              plural ? "their" : "its", FormatNs(a.median), effect);
       } else {
         f.title =
             fmt::format("{} spend{} {}/iter in {}, {:.1f}x {} peers ({})", who, plural ? "" : "s",

@@ -328,11 +328,15 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
         throttled.push_back(w);
         continue;
       }
-      // One function explains it: that straggler finding stands.
+      // One function explains it: that straggler finding stands. So does code only this
+      // worker (and a minority of its group) runs: extra work, not a slower device.
       bool explained = false;
       for (size_t i = 0; i < findings.size(); ++i) {
         const Finding& f = *findings[i];
-        if (!drop[i] && f.code == fc::kStragglerCompute && Contains(f.workers, r.rank) &&
+        const bool work =
+            f.code == fc::kStragglerCompute ||
+            (f.code == fc::kFunctionOnlyOnSome && f.category == FindingCategory::kCompute);
+        if (!drop[i] && work && Contains(f.workers, r.rank) &&
             f.lost_ns_per_iteration >= kFunctionExplains * e) {
           explained = true;
         }

@@ -12,8 +12,9 @@
 //    by a robust outlier margin. With clock evidence (SM clock well below its maximum and
 //    the job's median clock, or throttle reasons set where the job's median has none) it
 //    is PT-GPU-THROTTLED; without it, and unless one function explains most of the excess
-//    (then the peer comparison's PT-STRAGGLER-COMPUTE stands), PT-GPU-SLOW. Compute
-//    straggler findings on those workers are absorbed (their function becomes evidence).
+//    (then the peer comparison's PT-STRAGGLER-COMPUTE stands, or its PT-FUNCTION-ONLY-ON-SOME:
+//    extra code, not a slower device), PT-GPU-SLOW. Compute straggler findings on those
+//    workers are absorbed (their function becomes evidence).
 //  - Degraded link: a transfer over a healthy link runs at the link's rate; on a degraded
 //    link it runs continuously at a low rate (flat), and the workers on healthy links burst
 //    and then wait for it. The "burst rate" E[x^2] / E[x] of the throughput samples during

@@ -373,7 +373,8 @@ TEST(Localizer, FunctionOnlyOnOneWorkerIsEvidenceNotANewGroup) {
   EXPECT_EQ(f.category, FindingCategory::kCompute);
   EXPECT_THAT(f.workers, ElementsAre(0));
   EXPECT_EQ(f.function, "trainer.py(88): save_checkpoint");
-  EXPECT_THAT(f.title, HasSubstr("which 7 of 8 peers do not run"));
+  EXPECT_THAT(f.title, HasSubstr("only rank 0 runs trainer.py(88): save_checkpoint"));
+  EXPECT_THAT(f.title, HasSubstr("the other 7 ranks of its peer group do not"));
   EXPECT_EQ(f.victims.size(), 7u);
   for (const auto& n : d.notes) EXPECT_THAT(n, ::testing::Not(HasSubstr("peer groups")));
 }
@@ -627,6 +628,112 @@ TEST(Localizer, TwoPeerGroupsAreComparedSeparately) {
   EXPECT_EQ(material[0]->function, "stage1_layers");
   EXPECT_THAT(material[0]->title, HasSubstr("1.4x its peers"));
   EXPECT_THAT(d.notes, Contains(HasSubstr("2 peer groups")));
+}
+
+// Code only some ranks run (an extra record_function block with its own aten ops) makes them
+// stragglers; it must not move them into a peer group of their own, where nothing compares
+// them (issue 11 §2: "workers form 2 peer groups ... sizes 3, 1" and no finding).
+void AddExtraBlock(WorkerSpec& w, const DpJob& job) {
+  const std::string extra = DpJob::Key("annotation:extra_eval");
+  w.fn(extra) = {extra, 70, 1};
+  w.fn(extra + " > torch_op:aten::mm") = {extra + " > torch_op:aten::mm", 40, 6};
+  w.fn(extra + " > torch_op:aten::add") = {extra + " > torch_op:aten::add", 20, 6};
+  w.fn(extra + " > torch_op:aten::relu") = {extra + " > torch_op:aten::relu", 8, 6};
+  job.Rebalance(w);
+}
+
+TEST(Localizer, ExtraCodeOnOneOfFourRanksIsTheFindingNotAPeerGroup) {
+  DpJob job;
+  job.ranks = 4;
+  job.iteration_ms = 170;  // the others wait ~70 ms for rank 3 in every all-reduce
+  auto specs = job.Make();
+  AddExtraBlock(specs[3], job);
+  // The extra code is device work too: more device compute on rank 3 is its extra code, not
+  // a slow GPU (PT-GPU-SLOW).
+  for (auto& w : specs) {
+    w.has_device = true;
+    w.compute_ms = w.rank == 3 ? 135 : 65;
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  const Finding& f = *material[0];
+  EXPECT_EQ(f.code, "PT-FUNCTION-ONLY-ON-SOME");
+  EXPECT_THAT(f.workers, ElementsAre(3));
+  EXPECT_EQ(f.function, "extra_eval");
+  EXPECT_NEAR(f.lost_ns_per_iteration, 70 * kMs, 1 * kMs);
+  EXPECT_THAT(f.title, HasSubstr("only rank 3 runs extra_eval"));
+  EXPECT_THAT(f.victims, ElementsAre(0, 1, 2));
+  for (const auto& n : d.notes) EXPECT_THAT(n, ::testing::Not(HasSubstr("peer groups")));
+}
+
+TEST(Localizer, ExtraCodeOnTwoOfEightRanksNamesBoth) {
+  DpJob job;
+  job.iteration_ms = 170;
+  auto specs = job.Make();
+  AddExtraBlock(specs[2], job);
+  AddExtraBlock(specs[5], job);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  const Finding& f = *material[0];
+  EXPECT_EQ(f.code, "PT-FUNCTION-ONLY-ON-SOME");
+  EXPECT_THAT(f.workers, ElementsAre(2, 5));
+  EXPECT_EQ(f.function, "extra_eval");
+  EXPECT_THAT(f.title, HasSubstr("only ranks 2, 5 run extra_eval"));
+  EXPECT_EQ(f.victims.size(), 6u);
+  for (const auto& n : d.notes) EXPECT_THAT(n, ::testing::Not(HasSubstr("peer groups")));
+}
+
+TEST(Localizer, RolesThatRunMoreCodeAndOtherCollectivesStayApart) {
+  // A pipeline of two stages: the last (ranks 4-5) runs the same layer code as the first
+  // (ranks 0-3, fewer layers' worth of time there) plus the head and the loss, and receives
+  // where the first sends. More code on fewer ranks, but another role: no finding.
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 6; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.fn("annotation:layers") = {"annotation:layers", r < 4 ? 60.0 : 40.0, 1};
+    w.fn("annotation:layers > torch_op:aten::mm") = {"annotation:layers > torch_op:aten::mm",
+                                                     r < 4 ? 55.0 : 36.0, 8};
+    if (r < 4) {
+      w.fn("collective:nccl:send") = {"collective:nccl:send", 38, 1};
+    } else {
+      w.fn("collective:nccl:recv") = {"collective:nccl:recv", 8, 1};
+      w.fn("annotation:head") = {"annotation:head", 30, 1};
+      w.fn("annotation:head > torch_op:aten::linear") = {"annotation:head > torch_op:aten::linear",
+                                                         28, 1};
+      w.fn("annotation:loss") = {"annotation:loss", 20, 1};
+    }
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  EXPECT_THAT(Material(d), IsEmpty());
+  EXPECT_THAT(d.notes, Contains(HasSubstr("2 peer groups")));
+}
+
+TEST(Localizer, PeersThatSpendAlmostNothingThereAreNotARatio) {
+  // Every rank calls log_metrics, but only rank 1 does real work in it: "only rank 1", not
+  // "30000.0x its peers".
+  DpJob job;
+  job.ranks = 4;
+  auto specs = job.Make();
+  const std::string log = DpJob::Key("annotation:log_metrics");
+  for (auto& w : specs) {
+    w.fn(log) = {log, w.rank == 1 ? 30.0 : 0.001, 1};
+    job.Rebalance(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_THAT(material[0]->workers, ElementsAre(1));
+  EXPECT_EQ(material[0]->function, "log_metrics");
+  EXPECT_THAT(material[0]->title, HasSubstr("only rank 1 runs log_metrics"));
+  EXPECT_THAT(material[0]->title, ::testing::Not(HasSubstr("x its peers")));
 }
 
 TEST(Localizer, ExtraTimeInAFunctionsOwnCodeIsNamed) {

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
 
 #include "perftracker/localize/peer_groups.h"
 #include "perftracker/localize/robust_stats.h"
@@ -20,18 +22,32 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
     significant[fid] = fn.present > 0 && !fn.under_wait && fn.kind != EventKind::kGc &&
                        fn.sum_time_ns / fn.present >= options.signature_share * iteration_ns;
   }
+  // The collectives a worker takes part in, by name (their call paths depend on timing).
+  std::unordered_map<std::string_view, uint32_t> collective_ids;
+  std::vector<uint32_t> collective_of(functions.size(), kNone);
+  for (uint32_t fid = 0; fid < functions.size(); ++fid) {
+    if (functions[fid].kind != EventKind::kCollective) continue;
+    collective_of[fid] =
+        collective_ids
+            .try_emplace(functions[fid].name, static_cast<uint32_t>(collective_ids.size()))
+            .first->second;
+  }
   PeerGroups peer_groups;
-  std::vector<uint32_t> signature;
+  std::vector<uint32_t> signature, collectives;
   std::vector<uint32_t> worker_signature(workers.size());
   for (uint32_t w = 0; w < workers.size(); ++w) {
     const WorkerRecord& wr = workers[w];
     signature.clear();
+    collectives.clear();
     for (uint32_t k = 0; k < wr.num_records; ++k) {
       const FunctionRecord& r = job.records()[wr.first_record + k];
       if (significant[r.fid] && r.time_ns > 0) signature.push_back(r.fid);
+      if (collective_of[r.fid] != kNone) collectives.push_back(collective_of[r.fid]);
     }
     std::sort(signature.begin(), signature.end());
-    worker_signature[w] = peer_groups.AddSignature(signature);
+    std::sort(collectives.begin(), collectives.end());
+    collectives.erase(std::unique(collectives.begin(), collectives.end()), collectives.end());
+    worker_signature[w] = peer_groups.AddSignature(signature, collectives);
   }
   const std::vector<uint32_t> signature_group = peer_groups.Cluster(options.peer_jaccard);
   uint32_t num_groups = 0;

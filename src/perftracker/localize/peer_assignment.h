@@ -4,8 +4,11 @@
 // (mean time over the workers running them >= signature_share of the iteration), leaving
 // out collectives / syncs and what they contain (where DDP issues an all-reduce depends on
 // timing) and GC. Presence, not share, so that a straggler's shifted shares keep it in its
-// group. PeerGroups (peer_groups.h) hashes identical signatures together and merges
-// near-identical ones.
+// group. With it goes the set of collectives the worker takes part in, by name: the shared
+// structure that tells a role from a straggler. PeerGroups (peer_groups.h) hashes identical
+// signatures together, merges near-identical ones, and merges a minority that runs its
+// group's code plus code of its own in the same collectives (that code is then compared as
+// "only on some": the finding, never a group of its own).
 #pragma once
 
 #include <cstdint>

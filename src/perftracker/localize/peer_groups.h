@@ -6,8 +6,8 @@
 // vs dense ranks, a parameter server) get different ones.
 //
 // Algorithm, built for 100,000 workers:
-//  1. AddSignature() hashes the id list and interns it (hash -> candidate ids, then an exact
-//     compare), so identical signatures cost one hash lookup and are stored once.
+//  1. AddSignature() hashes the id lists and interns them (hash -> candidate ids, then an
+//     exact compare), so identical signatures cost one hash lookup and are stored once.
 //  2. Cluster() visits the distinct signatures from the most common to the least common
 //     and puts each into the first existing cluster whose representative (its most common
 //     signature) is near-identical: Jaccard similarity >= the threshold, or a symmetric
@@ -19,6 +19,19 @@
 // with material time on only a few workers (rank 0 writes a checkpoint, one rank has a
 // debugging hook) or a function whose share hovers around the signature threshold must not
 // move a worker out of its peer group: the former is itself a finding, the latter is noise.
+//
+// Extra code on a minority is not a role. A worker that runs everything its peers run plus
+// code of its own (an extra record_function block with its own operators: several functions
+// more, so neither rule above holds) is the straggler its peers wait for, and isolating it in
+// a group of one would hide it. So a signature also joins a cluster when it *covers* the
+// representative (holds at least the threshold share of its functions, of which it has at
+// least two), its workers are fewer than the cluster's so far (a strict minority of the
+// merged group: there the extra functions are compared as "only on some"), and it takes part
+// in the same collectives (by name). The last condition is the shared structure that tells a
+// straggler from a role: a pipeline's last stage may run the same layer code as the others
+// plus the head and the loss on fewer ranks, but it receives where they send; data-parallel
+// replicas, stragglers or not, run the same collectives. Roles that run disjoint code never
+// merge, whatever their sizes.
 #pragma once
 
 #include <cstddef>
@@ -30,9 +43,11 @@ namespace perftracker {
 
 class PeerGroups {
  public:
-  // Interns a signature: `sorted_ids` must be sorted and unique. Returns the signature id;
-  // each call counts one more worker for it.
-  uint32_t AddSignature(const std::vector<uint32_t>& sorted_ids);
+  // Interns a signature: `sorted_ids` (the functions that matter) and `sorted_collectives`
+  // (the collectives it takes part in, by name id) must be sorted and unique. Returns the
+  // signature id; each call counts one more worker for it.
+  uint32_t AddSignature(const std::vector<uint32_t>& sorted_ids,
+                        const std::vector<uint32_t>& sorted_collectives = {});
 
   size_t num_signatures() const { return signatures_.size(); }
   const std::vector<uint32_t>& signature(uint32_t id) const { return signatures_[id]; }
@@ -46,9 +61,13 @@ class PeerGroups {
   // and the size of their symmetric difference through `sym_diff`.
   static double Jaccard(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b,
                         size_t* sym_diff);
+  // Whether `a` holds at least `min_share` of the ids of `b`, and more ids than `b`.
+  static bool Covers(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b,
+                     double min_share);
 
  private:
   std::vector<std::vector<uint32_t>> signatures_;
+  std::vector<std::vector<uint32_t>> collectives_;
   std::vector<uint32_t> counts_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> by_hash_;
 };
