@@ -6,7 +6,8 @@
 // z-score, how it differs: slower calls or more calls, the call path below the named
 // function, where it is called from, its critical time). A material finding whose excess is
 // carried neither by a slower median call nor by extra calls (a few slow calls: preemption,
-// jitter) stays material only above kIntermittentFactor x the bar and says "intermittent"
+// jitter), neither in the named function nor along the path below it that carries the
+// excess, stays material only above kIntermittentFactor x the bar and says "intermittent"
 // in its evidence. Victims of a culprit are the workers of its peer group whose outermost
 // collective + sync time exceeds the culprit's by kVictimShare of its excess (waits of other
 // groups, e.g. other pipeline stages, are not comparable), plus the workers whose wait

@@ -38,6 +38,7 @@ struct FnSpec {
   double critical_ms = 0;
   double bytes = 0;  // per iteration
   uint8_t event_flags = 0;
+  double p50_ms = 0;  // median call duration; 0: ms / calls
 };
 
 struct WorkerSpec {
@@ -111,7 +112,10 @@ WorkerSummary Build(const WorkerSpec& spec) {
     s.bytes = static_cast<uint64_t>(f.bytes * n);
     s.event_flags = f.event_flags;
     if (s.count > 0) {
-      s.durations.Add(static_cast<double>(s.total_ns) / static_cast<double>(s.count), s.count);
+      const double p50_ns = f.p50_ms > 0
+                                ? f.p50_ms * kMs
+                                : static_cast<double>(s.total_ns) / static_cast<double>(s.count);
+      s.durations.Add(p50_ns, s.count);
     }
     index[f.key] = static_cast<uint32_t>(w.functions.size());
     w.functions.push_back(std::move(s));
@@ -736,6 +740,35 @@ TEST(Localizer, PeersThatSpendAlmostNothingThereAreNotARatio) {
   EXPECT_THAT(material[0]->title, ::testing::Not(HasSubstr("x its peers")));
 }
 
+TEST(Localizer, SlowKernelUnderAnAnnotationWhoseHostCallsAreNotSlowerIsMaterial) {
+  // bench/localizer_bench's straggler (issue 11, Proof): one rank's GEMM kernel 4x slower
+  // under the annotation that launches it, +10 ms (10 % of the iteration). Kernels run
+  // asynchronously: the annotation's own calls (host time) are not slower, the kernel's are.
+  // Whether an excess is steady (slower calls, more calls) or a few slow calls is judged on
+  // the path that carries it, not only on the function the finding is named after.
+  DpJob job;
+  auto specs = job.Make();
+  const std::string b1 = DpJob::Key("annotation:block1");
+  const std::string mm = b1 + " > torch_op:aten::mm";
+  const std::string gemm = mm + " > kernel:gemm_kernel";
+  for (auto& w : specs) w.fn(gemm) = {gemm, 3.3 * 4, 4};
+  WorkerSpec& slow = specs[4];
+  slow.fn(gemm).ms += 10;
+  slow.fn(mm).p50_ms = slow.fn(mm).ms / 4;
+  slow.fn(mm).ms += 10;
+  slow.fn(b1).p50_ms = slow.fn(b1).ms;
+  slow.fn(b1).ms += 10;
+  job.Rebalance(slow);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  EXPECT_EQ(material[0]->code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_THAT(material[0]->workers, ElementsAre(4));
+  EXPECT_EQ(material[0]->function, "block1");
+  EXPECT_FALSE(HasEvidence(*material[0], "a few slow calls"));
+}
+
 TEST(Localizer, ExtraTimeInAFunctionsOwnCodeIsNamed) {
   // Rank 7 waits 25 ms less in the all-reduce than everyone else while none of the blocks
   // is longer: the extra work is in train_step's own code.
@@ -966,7 +999,11 @@ TEST(Localizer, ADeviceToDeviceCopyIsNeverHostDeviceTraffic) {
     w.compute_ms = 80;
     w.fn("python:train_step") = {"python:train_step", 99, 1, 5};
     w.fn("python:train_step > memcpy:Memcpy DtoD (Device -> Device)") = {
-        "python:train_step > memcpy:Memcpy DtoD (Device -> Device)", 15, 2, 15, 512e6,
+        "python:train_step > memcpy:Memcpy DtoD (Device -> Device)",
+        15,
+        2,
+        15,
+        512e6,
         kEventFlagDeviceToDevice};
     w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 80, 10,
                                                     80};
