@@ -12,6 +12,9 @@ and the control-socket thread; this module
 * hooks torch as its modules are imported (no import of torch here): DataLoader iterator
   ``__next__`` and ``Optimizer.step`` feed the always-on detector; torch.distributed
   collectives are timed (bytes, group size) only while a profiling window is open;
+* says when the training ended -- torch.distributed.destroy_process_group(), or the
+  interpreter beginning to exit (threading's atexit hooks run before threads and DataLoader
+  workers are joined) -- so that the silence of a job that ends is never called a hang;
 * stops cleanly at exit (atexit) and forgets everything in forked children.
 
 Nothing here may raise into the training program: failures print one line
@@ -81,6 +84,7 @@ def start():
     _install_import_hooks()
     os.register_at_fork(after_in_child=_after_fork_child)
     atexit.register(stop)
+    _register_exit_hook()
     rank = _env_int("RANK")
     if rank is not None and not _is_multiprocessing_child():
         _activate(rank, _env_int("LOCAL_RANK"), _env_int("WORLD_SIZE"))
@@ -94,6 +98,27 @@ def stop():
     except Exception as e:  # pragma: no cover - must never fail the exit
         _say("stop failed: %s" % e)
     _state["active"] = False
+
+
+def _training_ended(detail):
+    try:
+        if _agent.active():
+            _agent.training_ended(detail)
+    except Exception:
+        pass
+
+
+def _register_exit_hook():
+    # threading._shutdown() runs these first, before it joins non-daemon threads (and, in a
+    # multiprocessing child, before the process ends): the earliest sign that the
+    # interpreter is exiting. atexit handlers run only after those joins.
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        return
+    try:
+        register(_training_ended, "interpreter exit")
+    except Exception:  # already shutting down
+        pass
 
 
 def _activate(rank, local_rank, world_size):
@@ -367,6 +392,19 @@ def _patch_c10d(mod):
 
     init_process_group._perftracker = True
     mod.init_process_group = _hide(init_process_group)
+
+    orig_destroy = getattr(mod, "destroy_process_group", None)
+    if callable(orig_destroy) and not getattr(orig_destroy, "_perftracker", False):
+        @functools.wraps(orig_destroy)
+        def destroy_process_group(*args, **kwargs):
+            # The default group's end is the end of training; a subgroup's is not.
+            group = kwargs.get("group", args[0] if args else None)
+            if group is None:
+                _training_ended("destroy_process_group")
+            return orig_destroy(*args, **kwargs)
+
+        destroy_process_group._perftracker = True
+        mod.destroy_process_group = _hide(destroy_process_group)
     for name in _COLLECTIVES:
         fn = getattr(mod, name, None)
         if callable(fn) and not getattr(fn, "_perftracker", False):
@@ -374,7 +412,7 @@ def _patch_c10d(mod):
     # torch.distributed re-exports these names; refresh it when it is already imported.
     dist = sys.modules.get("torch.distributed")
     if dist is not None:
-        for name in ("init_process_group",) + _COLLECTIVES:
+        for name in ("init_process_group", "destroy_process_group") + _COLLECTIVES:
             if hasattr(dist, name) and hasattr(mod, name):
                 setattr(dist, name, getattr(mod, name))
 

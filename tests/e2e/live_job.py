@@ -32,6 +32,15 @@ detector has learned the iteration, so its slowdown trigger fires on the change)
                   no device)
   net_rate_limit  the fault rank's network link sends at most --link-mbit Mbit/s (tc tbf on
                   its interface); needs --launcher netns
+  pause           every --pause-every steps the fault rank calls save_checkpoint(), a plain
+                  Python function that takes --pause-seconds (a sleep, as a blocking write
+                  to slow storage would); the peers wait for it in the next all-reduce. An
+                  intermittent pause, not a hang: the job goes on after each one
+
+--loader-workers N gives the DataLoader N worker processes (they are started at each epoch
+and joined when it ends, as in most real jobs). --teardown-seconds S: after the training
+loop and destroy_process_group(), every rank spends S more seconds before it exits (what
+real jobs do at the end: saving the final model, writing metrics, joining threads).
 
 --launcher netns (as root, with iproute2): every rank in a network namespace of its own,
 its interface eth0 (10.77.0.R+1/24) on a bridge of this job, so that each rank has its own
@@ -68,7 +77,7 @@ from torch import nn
 from torch.nn import functional as F
 
 FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention",
-          "slow_data_all", "net_rate_limit", "host_sync")
+          "slow_data_all", "net_rate_limit", "host_sync", "pause")
 
 
 class RandomDataset(torch.utils.data.Dataset):
@@ -170,6 +179,11 @@ class LeakyCache:
         gc.collect()
 
 
+def save_checkpoint(seconds):
+    """The pause fault: a blocking write to slow storage, here a sleep."""
+    time.sleep(seconds)
+
+
 def sync_gradients(model, world_size):
     """--sync allreduce: the gradient all-reduce as explicit torch.distributed calls after
     the backward pass (instead of DDP's, which overlaps the backward pass in C++)."""
@@ -212,7 +226,7 @@ def run_rank(rank, args):
     sampler = torch.utils.data.distributed.DistributedSampler(
         dataset, num_replicas=args.world_size, rank=rank, shuffle=False)
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, sampler=sampler,
-                                         num_workers=0)
+                                         num_workers=args.loader_workers)
     progress = open(args.progress_file, "a", buffering=1) if (
         args.progress_file and rank == 0) else None
     cache = None
@@ -246,6 +260,8 @@ def run_rank(rank, args):
                 limit_link(args.link_mbit)
             elif args.fault == "host_sync":
                 model.sync_per_block = True
+            elif args.fault == "pause":
+                pass  # below, every --pause-every steps
             print(f"live_job: rank {rank} fault {args.fault} starts at step {step} "
                   f"({time.time():.3f})", file=sys.stderr, flush=True)
         if device.type == "cuda":
@@ -258,12 +274,19 @@ def run_rank(rank, args):
         opt.step()
         if cache is not None:
             cache.collect()
+        if (faulty and args.fault == "pause" and step >= args.fault_after_steps and
+                (step - args.fault_after_steps) % args.pause_every == 0):
+            print(f"live_job: rank {rank} pauses {args.pause_seconds:g} s at step {step} "
+                  f"({time.time():.3f})", file=sys.stderr, flush=True)
+            save_checkpoint(args.pause_seconds)
         if args.step_sleep_ms:
             time.sleep(args.step_sleep_ms / 1000.0)
         if progress is not None:
             progress.write(f"{step} {time.time():.6f}\n")
     dist.barrier()
     dist.destroy_process_group()
+    if args.teardown_seconds:
+        time.sleep(args.teardown_seconds)
     if progress is not None:
         progress.close()
 
@@ -434,6 +457,14 @@ def parse_args(argv):
     p.add_argument("--step-sleep-ms", type=float, default=0.0,
                    help="a sleep at the end of every step (every rank): a longer iteration "
                         "without more CPU work, as host work a bigger model would do")
+    p.add_argument("--pause-seconds", type=float, default=3.0,
+                   help="pause: how long each save_checkpoint() takes")
+    p.add_argument("--pause-every", type=int, default=40,
+                   help="pause: steps between two pauses")
+    p.add_argument("--loader-workers", type=int, default=0,
+                   help="DataLoader worker processes per rank")
+    p.add_argument("--teardown-seconds", type=float, default=0.0,
+                   help="seconds each rank spends after destroy_process_group() before exiting")
     p.add_argument("--progress-file", default=None)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -29,9 +29,8 @@ Options common to the fault tests, and why:
                            should a busy machine still fire a trigger before the fault, the
                            fault gets a window of its own; the tests read the LAST window's
                            report (the fault lasts to the end of the job)
-  --min-hang-seconds 5     no hang before 5 s of silence (the hang test sets its own): with
-                           other work on the 2 cores, ranks stalled for 1-1.5 s (4 x the mean
-                           iteration) and a hang trigger took the slowdown window
+  --min-hang-seconds 5     no hang before 5 s of silence (the default is 30 s; the hang tests
+                           set their own, shorter, to exercise the hang path quickly)
 """
 
 import argparse
@@ -72,6 +71,13 @@ FAULT_AFTER_STEPS = 40
 # this many steps.
 HANG_STEP_SLEEP_MS = 250
 HANG_AFTER_STEPS = 30
+# The hang tests' minimum silence (the default, 30 s, would make each of them half a minute
+# longer; what they check does not depend on it).
+HANG_MIN_SECONDS = 3
+# How much later than max(5 x the mean iteration, the minimum silence) a hang report may
+# come: the second stack sample that confirms it (1 s after the first), the stacks, the
+# summaries of the short window and the report, on a loaded 2-core machine.
+HANG_REPORT_SLACK_S = 5
 
 
 def log(msg):
@@ -433,6 +439,17 @@ class LiveChecks(unittest.TestCase):
                         f"\n{run.describe()}")
         return report["findings"][0]
 
+    def check_no_hang_diagnosed(self, run):
+        """No hang is what the user sees: the final diagnosis names none, and a hang report
+        that was written is retracted (the hang is a note in it, not a finding)."""
+        self.assertNotIn("PT-HANG", run.stdout(), run.describe())
+        for path in glob.glob(os.path.join(run.report_dir, "window-*-hang.json")):
+            with open(path, encoding="utf-8") as f:
+                report = json.load(f)
+            codes = [f["code"] for f in report["findings"]]
+            self.assertNotIn("PT-HANG", codes, f"{path}\n{run.describe()}")
+            self.assertTrue(any("retracted" in n for n in report["notes"]), report["notes"])
+
     def check_final_text(self, run, *words):
         """The diagnosis printed at the end names the culprit; the report paths follow."""
         out = run.stdout()
@@ -669,8 +686,9 @@ class LiveFaultTest(LiveChecks):
         # Iterations of ~300 ms (--step-sleep-ms: every rank sleeps at the end of a step),
         # so that 5 x the mean iteration leaves room for the stacks on a loaded 2-core
         # machine (see docs/live-mode.md, "Hangs").
-        # The detector's defaults for hangs (--hang-factor 4, --min-hang-seconds 0.5).
-        options = [o if o != "0.15" else "1" for o in FAULT_RUN_OPTIONS[:-2]]
+        # The detector's default hang factor (4), a 3 s minimum silence (default 30 s).
+        options = ([o if o != "0.15" else "1" for o in FAULT_RUN_OPTIONS[:-2]] +
+                   ["--min-hang-seconds", str(HANG_MIN_SECONDS)])
         run = self.new_run("hang", options,
                            ["--fault", "hang", "--fault-rank", "3", "--step-sleep-ms",
                             str(HANG_STEP_SLEEP_MS), "--fault-after-steps",
@@ -692,10 +710,13 @@ class LiveFaultTest(LiveChecks):
             "iteration)")
         TIMINGS.append(("hang: detection", detect_s))
         TIMINGS.append(("hang: report", report_s))
-        # The detector calls a hang after 4 x the mean iteration (--hang-factor); the report
-        # follows once every rank's stacks are in: within 5 x the mean iteration.
-        self.assertLess(report_s, 5 * mean_iteration, run.describe())
-        self.assertGreater(detect_s, 3 * mean_iteration, "a hang called too early")
+        # The detector calls a hang after max(4 x the mean iteration, the minimum silence);
+        # the report follows once a second stack sample confirmed it: within
+        # max(5 x the mean iteration, the minimum silence) and a few seconds.
+        bound = max(5 * mean_iteration, HANG_MIN_SECONDS) + HANG_REPORT_SLACK_S
+        self.assertLess(report_s, bound, run.describe())
+        self.assertGreater(detect_s, HANG_MIN_SECONDS, "a hang called before the minimum silence")
+        self.assertIn("hang confirmed", run.stderr(), run.describe())
 
         # The job never ends by itself: stop it as a user would (Ctrl-C / SIGTERM to
         # perftracker run, which forwards it to the job) and get the final diagnosis.
@@ -728,6 +749,54 @@ class LiveFaultTest(LiveChecks):
             self.assertIn(f"rank {rank}", text)
         self.assertIn(f'live_job.py", line {sleep_line}, in forward', text)
         self.check_final_text(run, "rank 3", "hang")
+
+
+class NoFalseHangTest(LiveChecks):
+    """Jobs that pause or end are never called hung (docs/live-mode.md, "Hangs")."""
+
+    def test_normal_end_with_loader_workers_is_not_a_hang(self):
+        # DataLoader worker processes (joined at the end of the epoch), then barrier,
+        # destroy_process_group() and 6 s of work before exiting: a silence three times the
+        # (shortened) minimum. The agent says the training ended; no hang is diagnosed.
+        run = self.new_run("normal_end", FAULT_RUN_OPTIONS[:-2] + [
+            "--min-hang-seconds", "2"], ["--loader-workers", "2", "--teardown-seconds", "6"],
+            steps=120)
+        run.start()
+        self.assertEqual(run.wait(300), 0, run.describe())
+        self.assertEqual(len(run.steps()), 120, run.describe())
+        self.check_no_hang_diagnosed(run)
+        self.assertEqual(glob.glob(os.path.join(run.report_dir, "window-*-hang.json")), [],
+                         run.describe())
+
+    def test_intermittent_pause_shorter_than_the_minimum_silence_is_not_a_hang(self):
+        # Rank 1 calls save_checkpoint() (3 s) every 40 steps; the others wait for it in the
+        # all-reduce. With the default minimum silence (30 s) no hang trigger fires; the
+        # slowdown it causes may be diagnosed, a hang must not be.
+        run = self.new_run("pause", FAULT_RUN_OPTIONS[:-2],
+                           ["--fault", "pause", "--fault-rank", "1", "--pause-seconds", "3",
+                            "--pause-every", "40", "--fault-after-steps", str(FAULT_AFTER_STEPS)],
+                           steps=200)
+        run.start()
+        self.assertEqual(run.wait(300), 0, run.describe())
+        self.assertGreaterEqual(run.stderr().count("live_job: rank 1 pauses 3 s"), 3,
+                                run.describe())
+        self.check_no_hang_diagnosed(run)
+        self.assertNotIn("(hang) opens", run.stderr(), run.describe())
+
+    def test_a_pause_longer_than_the_minimum_silence_is_retracted(self):
+        # The same pause (4 s) against a 1.5 s minimum silence: the detector fires during
+        # it; the second stack sample, or the progress after it, retracts the hang, and the
+        # final diagnosis is not a hang.
+        run = self.new_run("long_pause", FAULT_RUN_OPTIONS[:-2] + ["--min-hang-seconds", "1.5"],
+                           ["--fault", "pause", "--fault-rank", "1", "--pause-seconds", "4",
+                            "--pause-every", "60", "--fault-after-steps", str(FAULT_AFTER_STEPS)],
+                           steps=160)
+        run.start()
+        self.assertEqual(run.wait(300), 0, run.describe())
+        self.assertIn("(hang) opens", run.stderr(), "the pause never triggered the detector:\n"
+                      + run.describe())
+        self.assertIn("not a hang", run.stderr() + run.stdout(), run.describe())
+        self.check_no_hang_diagnosed(run)
 
 
 class PerftrackerFaultTest(LiveChecks):

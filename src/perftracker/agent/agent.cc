@@ -156,6 +156,20 @@ void Agent::PushTrigger(const Trigger& trigger) {
   Push(m);
 }
 
+void Agent::TrainingEnded(std::string_view detail) {
+  if (stopping_.load(std::memory_order_relaxed) ||
+      training_ended_.exchange(true, std::memory_order_relaxed)) {
+    return;
+  }
+  OutMessage m;
+  m.type = OutMessage::Type::kEnded;
+  const size_t n = std::min(detail.size(), sizeof(m.text) - 1);
+  std::memcpy(m.text, detail.data(), n);
+  m.text[n] = '\0';
+  Push(m);
+  Wake();
+}
+
 void Agent::OnMarker(Marker marker, std::string_view name, int64_t start_ns, int64_t end_ns) {
   if (stopping_.load(std::memory_order_relaxed)) return;
   markers_.fetch_add(1, std::memory_order_relaxed);
@@ -164,6 +178,10 @@ void Agent::OnMarker(Marker marker, std::string_view name, int64_t start_ns, int
     profiler_->Record(
         marker == Marker::kDataLoaderNext ? EventKind::kDataLoad : EventKind::kOptimizerStep, name,
         true, start_ns, end_ns, 0);
+  }
+  // A marker after the training ended: it trains again (a second process group, a new loop).
+  if (training_ended_.load(std::memory_order_relaxed)) {
+    training_ended_.store(false, std::memory_order_relaxed);
   }
   if (marker_busy_.test_and_set(std::memory_order_acquire)) {
     markers_skipped_.fetch_add(1, std::memory_order_relaxed);
@@ -366,6 +384,9 @@ void Agent::DrainOutbox() {
              {"rank", rank},
              {"reason", ReasonName(m.reason)},
              {"detail", std::string(m.text)}};
+        break;
+      case OutMessage::Type::kEnded:
+        j = {{"type", "ended"}, {"rank", rank}, {"detail", std::string(m.text)}};
         break;
       case OutMessage::Type::kWindowDone:
         j = {{"type", "window_done"},
@@ -586,14 +607,20 @@ void Agent::ControlLoop() {
     HandleWindowTimers(now);
     // The detector says when the current silence becomes a hang: checked then, not up to
     // a check interval later (the interval is the fallback, e.g. after a clock step).
-    if (now >= next_hang_check_ns_ || now >= detector_.HangDueNs()) {
+    if (now >= next_hang_check_ns_ ||
+        (!training_ended_.load(std::memory_order_relaxed) && now >= detector_.HangDueNs())) {
       next_hang_check_ns_ = now + config_.options.hang_check_interval_ns;
-      if (std::optional<Trigger> trigger = detector_.CheckHang(now)) PushTrigger(*trigger);
+      // A job whose training ended is silent, not hung.
+      if (!training_ended_.load(std::memory_order_relaxed)) {
+        if (std::optional<Trigger> trigger = detector_.CheckHang(now)) PushTrigger(*trigger);
+      }
       DrainOutbox();
     }
     if (channel_.has_pending_output()) channel_.Flush();
 
-    int64_t deadline = std::min({now + kTickNs, next_hang_check_ns_, detector_.HangDueNs()});
+    const int64_t hang_due =
+        training_ended_.load(std::memory_order_relaxed) ? INT64_MAX : detector_.HangDueNs();
+    int64_t deadline = std::min({now + kTickNs, next_hang_check_ns_, hang_due});
     {
       std::lock_guard<std::mutex> lock(window_mu_);
       if (window_ && window_->state == Window::State::kScheduled) {

@@ -24,6 +24,12 @@
 // one line on stderr the first time; the training job is never slowed, blocked or killed
 // (MSG_NOSIGNAL, non-blocking socket).
 //
+// The end of training: a job that ends is silent (DataLoader workers join, the process
+// group is destroyed, the interpreter shuts down), and that silence is not a hang. The Python
+// half calls TrainingEnded() from destroy_process_group() and as the interpreter begins to
+// exit (threading's atexit, before it joins threads); the hang check then stops until the
+// next marker, and the collector hears `ended`.
+//
 // Lifetime: Create() and Stop() with the GIL held (Stop releases it while joining the
 // threads); Stop is called from atexit, before the interpreter finalizes; nothing happens
 // at static destruction. In a forked child the agent is abandoned (AbandonAfterFork): its
@@ -106,6 +112,10 @@ class Agent {
   void RecordCollective(std::string_view name, int64_t start_ns, int64_t end_ns, uint64_t bytes,
                         bool nest = true);
   void SetRank(int rank, int local_rank, int world_size);
+  // Any thread. The training ended (`detail`: destroy_process_group, interpreter exit): the
+  // hang check stops until the next marker (a job that ends is silent, not hung) and the
+  // collector hears `ended` once per end.
+  void TrainingEnded(std::string_view detail);
   bool recording() const { return recording_.load(std::memory_order_relaxed); }
 
   // Schedules a window exactly like the collector's `window` message (tests, manual use).
@@ -127,7 +137,7 @@ class Agent {
 
  private:
   struct OutMessage {
-    enum class Type : uint8_t { kIteration, kTrigger, kWindowDone };
+    enum class Type : uint8_t { kIteration, kTrigger, kWindowDone, kEnded };
     Type type = Type::kIteration;
     uint8_t reason = 0;  // TriggerReason
     int64_t a = 0;
@@ -188,6 +198,8 @@ class Agent {
   std::atomic<bool> rearm_pending_{false};
   std::atomic_flag marker_busy_ = ATOMIC_FLAG_INIT;
   std::atomic<bool> stopping_{false};
+  // The training ended (TrainingEnded) and no marker came since: no hang check.
+  std::atomic<bool> training_ended_{false};
   std::atomic<bool> stop_requested_{false};
   bool stopped_ = false;
   bool abandoned_ = false;

@@ -168,6 +168,13 @@ PYBIND11_MODULE(_agent, m) {
       py::arg("name"), py::arg("start_ns"), py::arg("bytes"), py::arg("nest") = true,
       "collective(name, start_ns, bytes, nest=True): a collective that ends now; nest=False "
       "records it at the root of its thread's call paths (e.g. completed on another thread).");
+  m.def(
+      "training_ended",
+      [](const std::string& detail) {
+        if (g_agent != nullptr) g_agent->TrainingEnded(detail);
+      },
+      "The job's training ended (destroy_process_group, interpreter exit): the hang check "
+      "stops until the next marker, and the collector is told.");
   m.def("set_rank", [](int rank, int local_rank, int world_size) {
     if (g_agent != nullptr) g_agent->SetRank(rank, local_rank, world_size);
   });

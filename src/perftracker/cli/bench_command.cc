@@ -64,7 +64,21 @@ std::string DescribeExpected(const ExpectedFinding& e) {
   return fmt::format("{}[{}]", what, ranks);
 }
 
-void Judge(Outcome& o) {
+// The findings that must not be there (material ones only), e.g. a hang in a job that
+// only pauses. Any of them fails the scenario.
+void JudgeAbsent(Outcome& o) {
+  for (const auto& e : o.scenario->absent) {
+    for (const auto& f : o.run.findings) {
+      if (!Matches(e, f)) continue;
+      o.pass = false;
+      o.detail += fmt::format("{}{} must not be diagnosed, got {}", o.detail.empty() ? "" : "; ",
+                              DescribeExpected(e), Describe(f));
+      break;
+    }
+  }
+}
+
+void JudgeExpected(Outcome& o) {
   const Scenario& s = *o.scenario;
   const auto& fs = o.run.findings;
   std::vector<bool> used(fs.size(), false);
@@ -97,6 +111,11 @@ void Judge(Outcome& o) {
       if (!expected) o.unexpected.push_back(Describe(fs[i]));
     }
   }
+}
+
+void Judge(Outcome& o) {
+  JudgeExpected(o);
+  JudgeAbsent(o);
 }
 
 StatusOr<std::vector<std::string>> ExpandScenarioPaths(const std::vector<std::string>& paths) {

@@ -6,6 +6,9 @@
 // report written after the fault had a window's worth of time to show. Time to diagnosis:
 // that report's modification time minus the fault onset. The run is ended (SIGTERM to
 // perftracker, which forwards it to the job) as soon as that report exists.
+// A scenario with "judge": "final" instead runs the job to its end and judges what the user
+// sees then: the diagnosis `perftracker run` prints ("perftracker: final diagnosis: PATH"),
+// or none when no window was taken.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -140,6 +143,12 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
       case FaultKind::kHang:
         kind = "hang";
         break;
+      case FaultKind::kPause:
+        // One pause of `magnitude` seconds in a plain function every 100 steps.
+        kind = "pause";
+        job_args = {"--pause-seconds", fmt::format("{}", fault->magnitude), "--pause-every",
+                    "100"};
+        break;
       case FaultKind::kCpuContention:
         kind = "cpu_contention";
         job_args = {"--pin", "isolate"};
@@ -178,6 +187,14 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
                     {"--fault", kind, "--fault-rank",
                      fmt::format("{}", fault->ranks.empty() ? 0 : fault->ranks[0]),
                      "--fault-after-steps", fmt::format("{}", fault->start)});
+  }
+  if (s.job.loader_workers > 0) {
+    job_args.insert(job_args.end(),
+                    {"--loader-workers", fmt::format("{}", s.job.loader_workers)});
+  }
+  if (s.job.teardown_seconds > 0) {
+    job_args.insert(job_args.end(),
+                    {"--teardown-seconds", fmt::format("{}", s.job.teardown_seconds)});
   }
   std::error_code ec;
   fs::path dir;
@@ -260,7 +277,7 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
       }
     }
     // The first report the fault had a whole window to show in (healthy: the first one).
-    if (fs::exists(reports, ec) && (s.healthy || onset > 0)) {
+    if (!s.judge_final && fs::exists(reports, ec) && (s.healthy || onset > 0)) {
       std::vector<fs::path> files;
       for (const auto& e : fs::directory_iterator(reports, ec)) {
         const std::string n = e.path().filename().string();
@@ -288,6 +305,22 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
   if (!exited) EndGroup(pid, 10);
   run.run_seconds = Now() - t0;
   run.note = dir.string();
+  if (s.judge_final) {
+    if (!exited) {
+      return Status::Internal(fmt::format("the job did not end within {:.0f} s (run directory {})",
+                                          o.timeout_seconds, dir.string()));
+    }
+    // What `perftracker run` printed last: its final diagnosis, or that none was taken.
+    const std::string out = ReadFile(dir / "stdout.txt");
+    const std::string tag = "perftracker: final diagnosis: ";
+    const size_t at = out.rfind(tag);
+    if (at == std::string::npos) {
+      if (o.keep_dir.empty()) fs::remove_all(dir, ec);
+      return run;  // no window: nothing diagnosed
+    }
+    const size_t from = at + tag.size();
+    judged = out.substr(from, out.find_first_of(" \n", from) - from);
+  }
   if (judged.empty()) {
     if (s.healthy && exited) return run;  // no window at all: nothing material
     return Status::Internal(fmt::format(
@@ -295,7 +328,7 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
         exited ? "before the job ended" : fmt::format("within {:.0f} s", o.timeout_seconds),
         dir.string(), onset < 0 && fault ? "the fault never started" : "see stderr.txt"));
   }
-  if (fault != nullptr) run.diagnosis_seconds = judged_time - onset;
+  if (fault != nullptr && !s.judge_final) run.diagnosis_seconds = judged_time - onset;
   const auto j = nlohmann::json::parse(ReadFile(judged), nullptr, false);
   if (j.is_discarded() || !j.contains("findings")) {
     return Status::DataLoss(fmt::format("{}: not a report", judged.string()));

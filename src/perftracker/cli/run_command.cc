@@ -329,9 +329,11 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
       ->check(CLI::Range(1.0, 10000.0))
       ->default_val(4.0);
   cmd->add_option("--min-hang-seconds", o->min_hang_seconds,
-                  "Detector: never call a hang before this much silence")
+                  "Detector: never call a hang before this much silence. Real jobs pause for "
+                  "seconds (checkpoints, evaluation, recompilation) and NCCL's watchdog waits "
+                  "minutes; every hang is also confirmed by a second stack sample")
       ->check(CLI::Range(0.0, 100000.0))
-      ->default_val(0.5);
+      ->default_val(30.0);
   cmd->add_option("--ring-events", o->ring_events,
                   "Agent: events per thread ring (a power of two; 40 bytes each); a full ring "
                   "drops and counts")
@@ -612,11 +614,22 @@ int RunJob(const RunOptions& options) {
     std::fflush(stdout);
   } else if (live) {
     const std::vector<WindowReport> reports = coordinator.reports();
+    const std::vector<std::string> retracted = coordinator.retracted_hangs();
+    for (const std::string& line : retracted) fmt::print("perftracker: note: {}\n", line);
     if (reports.empty()) {
       fmt::print(
-          "perftracker: no window was taken: the job ran without a slowdown or hang trigger\n");
+          "perftracker: no window was taken: the job ran without a {}\n",
+          retracted.empty() ? "slowdown or hang trigger" : "slowdown trigger or a confirmed hang");
     } else {
-      fmt::print("\n{}", reports.back().text);
+      // The most important window's diagnosis (a hang, else the costliest finding), not
+      // merely the last one's: a job that ends well after a fault is still diagnosed by it.
+      const int final_report = MostImportantReport(reports);
+      const WindowReport& shown = reports[static_cast<size_t>(final_report)];
+      fmt::print("\n{}", shown.text);
+      fmt::print("perftracker: final diagnosis: {} (window {}{})\n",
+                 shown.json_path.empty() ? "(not written)" : shown.json_path, shown.id,
+                 reports.size() > 1 ? fmt::format(", the most important of {}", reports.size())
+                                    : std::string());
       fmt::print("perftracker: {} window{} diagnosed; reports in {}:\n", reports.size(),
                  reports.size() == 1 ? "" : "s", options.report_dir);
       for (const auto& r : reports) {

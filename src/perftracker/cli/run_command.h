@@ -37,7 +37,7 @@ struct RunOptions {
   int relearn_after = 200;
   int window_iterations = 50;
   double hang_factor = 4.0;
-  double min_hang_seconds = 0.5;
+  double min_hang_seconds = 30;  // DetectorOptions::min_hang_ns: why 30 s is said there
   // Agent memory.
   uint32_t ring_events = 1u << 16;
   uint32_t rings = 16;

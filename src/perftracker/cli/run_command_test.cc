@@ -89,6 +89,18 @@ Result RunPerftracker(std::vector<std::string> args, const std::vector<std::stri
   return Finish(Spawn(std::move(args), extra_env));
 }
 
+// Waits for `path` to exist: a job says it reached a point by creating a file. The deadline
+// is generous (a machine busy with other work can take seconds to start a process); the
+// tests never depend on how fast it gets there.
+bool WaitForFile(const fs::path& path, int timeout_ms = 60000) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!fs::exists(path)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 size_t Lines(const std::string& text) {
   size_t n = 0;
   for (char c : text) n += c == '\n';
@@ -172,7 +184,7 @@ TEST_F(RunCommandTest, TheJobSeesTheAgentEnvironment) {
   EXPECT_NE(r.out.find("R="), std::string::npos);
   EXPECT_EQ(r.out.find("R=\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("O=rings=4,ring_events=1024,learn_repeats=10,relearn_after=200,"
-                       "window_iterations=50,slowdown_ratio=0.1,hang_factor=4,min_hang_ms=500,"
+                       "window_iterations=50,slowdown_ratio=0.1,hang_factor=4,min_hang_ms=30000,"
                        "gpu_tracing=1\n"),
             std::string::npos)
       << r.out;
@@ -224,25 +236,27 @@ TEST_F(RunCommandTest, AMissingTokenFileIsABadOption) {
 }
 
 TEST_F(RunCommandTest, SigtermIsForwardedToTheJob) {
+  // The job says when its trap is set and its child runs (the signal goes to the job's
+  // whole process group: a child forked after it would outlive the test's pipes).
+  const fs::path ready = dir_ / "trap-set";
   Spawned s = Spawn({"run", "--report-dir", ReportDir(), "--", "/bin/sh", "-c",
-                     "trap 'exit 7' TERM; sleep 30 & wait"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                     "trap 'exit 7' TERM; sleep 30 & touch " + ready.string() + "; wait"});
+  ASSERT_TRUE(WaitForFile(ready)) << "the job did not start";
   kill(s.pid, SIGTERM);
   const Result r = Finish(s);
   EXPECT_EQ(r.code, 7);
 }
 
 TEST_F(RunCommandTest, KillingPerftrackerLeavesTheJobRunning) {
-  const std::string marker = (dir_ / "job-finished").string();
+  // perftracker is killed once the job runs; the job must go on to its end.
+  const fs::path started = dir_ / "job-started";
+  const fs::path marker = dir_ / "job-finished";
   Spawned s = Spawn({"run", "--report-dir", ReportDir(), "--", "/bin/sh", "-c",
-                     "sleep 1.5; touch " + marker});
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+                     "touch " + started.string() + "; sleep 1; touch " + marker.string()});
+  ASSERT_TRUE(WaitForFile(started)) << "the job did not start";
   kill(s.pid, SIGKILL);
   Finish(s);
-  for (int i = 0; i < 50 && !fs::exists(marker); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_TRUE(fs::exists(marker)) << "the job died with perftracker";
+  EXPECT_TRUE(WaitForFile(marker)) << "the job died with perftracker";
 }
 
 TEST(AgentOptionsStringTest, CarriesEveryThresholdAndRingSize) {

@@ -134,6 +134,10 @@ ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message,
     if (auto it = j.find("available"); it != j.end() && it->is_boolean()) {
       m.available = it->get<bool>();
     }
+  } else if (type == "ended") {
+    m.type = AgentMessageType::kEnded;
+    if (!GetRank(j, &m.rank)) return Missing(error, type, "rank");
+    GetString(j, "detail", &m.detail, kMaxMessageStringField);
   } else if (type == "bye") {
     m.type = AgentMessageType::kBye;
     if (!GetRank(j, &m.rank)) m.rank = -1;

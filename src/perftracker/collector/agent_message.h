@@ -22,6 +22,7 @@ enum class AgentMessageType : uint8_t {
   kWindowDone,
   kStacks,
   kBye,
+  kEnded,  // the job's training ended (destroy_process_group, interpreter exit)
 };
 
 struct AgentMessage {
@@ -34,7 +35,7 @@ struct AgentMessage {
   // iteration
   int64_t end_ns = 0;
   int64_t duration_ns = 0;
-  // trigger
+  // trigger; ended (detail only)
   WindowReason reason = WindowReason::kManual;
   std::string detail;
   // window_done, stacks

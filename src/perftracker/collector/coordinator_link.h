@@ -56,6 +56,10 @@ class CoordinatorLink {
   virtual void OnWorkerJoined(const WorkerInfo& worker) = 0;
   // An agent left. `clean` when it said `bye` first (the process exited normally).
   virtual void OnWorkerLeft(int32_t rank, bool clean) = 0;
+  // An agent said its training ended (destroy_process_group, or the interpreter exiting):
+  // from now on its silence is the end of the job, never a hang. `detail` says what ended it.
+  // An iteration that arrives later means it trains again.
+  virtual void OnTrainingEnded(int32_t rank, const std::string& detail) = 0;
   // An agent's always-on detector closed an iteration.
   virtual void OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) = 0;
   // An agent's detector fired (or a `manual` request).

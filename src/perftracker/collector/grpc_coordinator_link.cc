@@ -139,6 +139,10 @@ void GrpcCoordinatorLink::OnWorkerLeft(int32_t rank, bool clean) {
   Push(ControlWorkerLeft{rank, clean}, sizeof(ControlWorkerLeft));
 }
 
+void GrpcCoordinatorLink::OnTrainingEnded(int32_t rank, const std::string& detail) {
+  Push(ControlTrainingEnded{rank, detail}, detail.size() + 64);
+}
+
 void GrpcCoordinatorLink::OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) {
   bool full = false;
   {

@@ -84,6 +84,7 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   // CoordinatorLink (collector threads; never block).
   void OnWorkerJoined(const WorkerInfo& worker) override;
   void OnWorkerLeft(int32_t rank, bool clean) override;
+  void OnTrainingEnded(int32_t rank, const std::string& detail) override;
   void OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) override;
   void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) override;
   void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) override;

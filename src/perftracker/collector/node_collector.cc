@@ -455,6 +455,9 @@ void NodeCollector::HandleLine(const std::shared_ptr<Session>& s, const std::str
     case AgentMessageType::kStacks:
       coordinator_->OnStacks(m.window, rank, m.available, m.text);
       break;
+    case AgentMessageType::kEnded:
+      coordinator_->OnTrainingEnded(rank, m.detail);
+      break;
     default:
       break;
   }

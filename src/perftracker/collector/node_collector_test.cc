@@ -46,6 +46,11 @@ class FakeCoordinator : public CoordinatorLink {
     left[rank] = clean;
     cv_.notify_all();
   }
+  void OnTrainingEnded(int32_t rank, const std::string& detail) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended[rank] = detail;
+    cv_.notify_all();
+  }
   void OnIteration(int32_t rank, int64_t, int64_t duration_ns) override {
     std::lock_guard<std::mutex> lock(mu_);
     iterations[rank].push_back(duration_ns);
@@ -69,7 +74,7 @@ class FakeCoordinator : public CoordinatorLink {
 
   // Waits until `pred` holds (state mutex held while it is evaluated).
   template <typename Pred>
-  bool WaitUntil(Pred pred, int timeout_ms = 5000) {
+  bool WaitUntil(Pred pred, int timeout_ms = 20000) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), pred);
   }
@@ -82,6 +87,7 @@ class FakeCoordinator : public CoordinatorLink {
   };
   std::vector<WorkerInfo> joined;
   std::map<int32_t, bool> left;
+  std::map<int32_t, std::string> ended;
   std::map<int32_t, std::vector<int64_t>> iterations;
   std::vector<TriggerCall> triggers;
   std::map<int32_t, std::string> stacks;
@@ -131,7 +137,7 @@ class NodeCollectorTest : public ::testing::Test {
     }
     return false;
   }
-  bool WaitForLog(const std::string& part, int timeout_ms = 3000) {
+  bool WaitForLog(const std::string& part, int timeout_ms = 20000) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (std::chrono::steady_clock::now() < deadline) {
       if (LogContains(part)) return true;
@@ -218,6 +224,16 @@ TEST_F(NodeCollectorTest, RelaysHelloIterationsAndTriggers) {
   EXPECT_EQ(coordinator_.triggers[0].rank, 2);
   EXPECT_EQ(coordinator_.triggers[0].reason, WindowReason::kSlowdown);
   EXPECT_EQ(coordinator_.triggers[0].detail, "12% slower");
+}
+
+TEST_F(NodeCollectorTest, RelaysThatARanksTrainingEnded) {
+  StartCollector();
+  FakeAgent agent(1, 2, "ended");
+  Join(agent);
+  agent.SendJson({{"type", "ended"}, {"rank", 1}, {"detail", "destroy_process_group"}});
+  ASSERT_TRUE(coordinator_.WaitUntil([&] { return coordinator_.ended.count(1) != 0; }));
+  std::lock_guard<std::mutex> lock(coordinator_.mu());
+  EXPECT_EQ(coordinator_.ended[1], "destroy_process_group");
 }
 
 TEST_F(NodeCollectorTest, SummarizesAWindowOfEveryAgentUnderItsCallPaths) {

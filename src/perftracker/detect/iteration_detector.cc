@@ -44,8 +44,10 @@
 // loading are legitimately long, and are not in the mean); any marker ends a silence
 // (gradient accumulation's data-loader nexts count); the longest-iteration term gives a
 // job whose iterations already vary a lot (a loaded machine) proportionally more time; and
-// the absolute floor covers scheduler hiccups of short iterations. A pause longer than all
-// of these (a checkpoint save) is reported: its stacks say what it was.
+// the absolute floor (30 s by default) lets the pauses of real jobs pass. A pause longer
+// than all of these (a long checkpoint save) fires: the server then confirms the hang with
+// a second stack sample and retracts it when the job moves again
+// (server/window_coordinator.h).
 //
 // Invariants: OnMarker and CheckSlowdown run on one thread and never allocate (all buffers
 // are sized in the constructor); the cross-thread state is only atomics with relaxed order

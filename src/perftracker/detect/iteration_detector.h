@@ -25,8 +25,14 @@ struct DetectorOptions {
   // longest of the last N iterations, min_hang_ns). 4 (not 5) so that the report, with every
   // rank's stacks, is written within 5 x the mean iteration.
   double hang_factor = 4.0;
-  double hang_longest_factor = 1.5;   // a job whose iterations vary a lot is given more time
-  int64_t min_hang_ns = 500'000'000;  // never call a hang before this much silence
+  double hang_longest_factor = 1.5;  // a job whose iterations vary a lot is given more time
+  // Never call a hang before this much silence. Real jobs pause for seconds without a
+  // marker (a checkpoint save, an evaluation without a DataLoader, torch.compile
+  // recompiling, a slow shared filesystem), and NCCL's own watchdog waits 10 minutes
+  // (TORCH_NCCL heartbeat: 8). 30 s lets such pauses pass and still reports a real hang 20x
+  // sooner than NCCL; a pause that is longer is retracted once the job moves again. (It was
+  // 0.5 s: on a loaded machine a scheduler stall of 4 ranks on 2 cores was called a hang.)
+  int64_t min_hang_ns = 30'000'000'000;
 };
 
 enum class Marker : uint8_t { kDataLoaderNext = 0, kOptimizerStep = 1 };

@@ -275,19 +275,32 @@ TEST(IterationDetectorTest, HangAtFiveTimesTheMean) {
 }
 
 TEST(IterationDetectorTest, DefaultHangIsFourTimesTheMeanAndDueThen) {
-  // The default leaves one mean iteration for the stacks and the report (within 5x).
+  // The default leaves one mean iteration for the second stack sample and the report
+  // (within 5x), for iterations long enough that 4x is above the 30 s minimum silence.
   Driver d(Options(5, 200, 10));
-  d.Repeat("NS", 300 * kMs, 10);
-  EXPECT_EQ(d.detector().HangLimitNs(), 1'200 * kMs);
+  d.Repeat("NS", 10'000 * kMs, 10);
+  EXPECT_EQ(d.detector().HangLimitNs(), 40'000 * kMs);
   const int64_t last = d.detector().last_marker_ns();
-  EXPECT_EQ(d.detector().HangDueNs(), last + 1'200 * kMs + 1);
-  EXPECT_FALSE(d.detector().CheckHang(last + 1'200 * kMs).has_value());
+  EXPECT_EQ(d.detector().HangDueNs(), last + 40'000 * kMs + 1);
+  EXPECT_FALSE(d.detector().CheckHang(last + 40'000 * kMs).has_value());
   EXPECT_TRUE(d.detector().CheckHang(d.detector().HangDueNs()).has_value());
   EXPECT_EQ(d.detector().HangDueNs(), INT64_MAX);  // reported: nothing due until progress
   int64_t s = 0, e = 0;
-  d.detector().OnMarker(Marker::kDataLoaderNext, last + 2'000 * kMs, &s, &e);
-  // Progress re-arms it (the closed 2 s iteration raises the limit itself).
-  EXPECT_EQ(d.detector().HangDueNs(), last + 2'000 * kMs + d.detector().HangLimitNs() + 1);
+  d.detector().OnMarker(Marker::kDataLoaderNext, last + 50'000 * kMs, &s, &e);
+  // Progress re-arms it (the closed 50 s iteration raises the limit itself).
+  EXPECT_EQ(d.detector().HangDueNs(), last + 50'000 * kMs + d.detector().HangLimitNs() + 1);
+}
+
+TEST(IterationDetectorTest, DefaultMinimumSilenceIsThirtySeconds) {
+  // Short iterations: 4x the mean is far below what real jobs pause for (a checkpoint,
+  // evaluation, recompilation): no hang before 30 s of silence.
+  Driver d(Options(5, 200, 10));
+  d.Repeat("NS", 300 * kMs, 10);
+  EXPECT_EQ(d.detector().HangLimitNs(), 30'000 * kMs);
+  const int64_t last = d.detector().last_marker_ns();
+  EXPECT_FALSE(d.detector().CheckHang(last + 5'000 * kMs).has_value());
+  EXPECT_FALSE(d.detector().CheckHang(last + 30'000 * kMs).has_value());
+  EXPECT_TRUE(d.detector().CheckHang(last + 30'001 * kMs).has_value());
 }
 
 TEST(IterationDetectorTest, NoisyIterationsGetMoreTimeBeforeAHang) {

@@ -145,6 +145,11 @@ class ControlService::Session : public ControlSession {
       job_->coordinator_->OnWorkerLeft(l->rank, l->clean);
       return Status::Ok();
     }
+    if (auto* e = std::get_if<ControlTrainingEnded>(&message)) {
+      PERFTRACKER_RETURN_IF_ERROR(Known(e->rank, "training_ended"));
+      job_->coordinator_->OnTrainingEnded(e->rank, e->detail);
+      return Status::Ok();
+    }
     if (auto* its = std::get_if<ControlIterations>(&message)) {
       std::vector<IterationPoint> points;
       points.reserve(its->points.size());

@@ -104,6 +104,10 @@ void StoreRecorder::OnWorkerJoined(const WorkerInfo& worker) {
 
 void StoreRecorder::OnWorkerLeft(int32_t rank, bool clean) { next_->OnWorkerLeft(rank, clean); }
 
+void StoreRecorder::OnTrainingEnded(int32_t rank, const std::string& detail) {
+  next_->OnTrainingEnded(rank, detail);
+}
+
 void StoreRecorder::OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) {
   {
     std::lock_guard<std::mutex> lock(mu_);

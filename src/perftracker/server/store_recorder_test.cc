@@ -25,6 +25,9 @@ struct RecordingLink : CoordinatorLink {
   void OnWorkerLeft(int32_t rank, bool) override {
     calls.push_back("left " + std::to_string(rank));
   }
+  void OnTrainingEnded(int32_t rank, const std::string&) override {
+    calls.push_back("ended " + std::to_string(rank));
+  }
   void OnIteration(int32_t, int64_t, int64_t) override { calls.push_back("iteration"); }
   void OnTrigger(int32_t rank, WindowReason, const std::string&) override {
     calls.push_back("trigger " + std::to_string(rank));

@@ -61,7 +61,46 @@ std::string InnermostFrames(const std::string& text) {
   return out.empty() ? "(no frames)" : out;
 }
 
+// "train.py:main > model.py:forward": the main thread's frames without line numbers (a
+// loop inside one function is not progress; a call into other code is).
+std::string MainThreadCode(const std::string& text) {
+  const std::vector<ThreadStack> threads = ParsePythonStacks(text);
+  if (threads.empty()) return "";
+  const ThreadStack* main = &threads.front();
+  for (const auto& t : threads) {
+    if (t.is_main || t.name == "MainThread") main = &t;
+  }
+  std::string out;
+  for (const StackFrame& f : main->frames) {
+    out += fmt::format("{}{}:{}", out.empty() ? "" : " > ", f.file, f.function);
+  }
+  return out;
+}
+
 }  // namespace
+
+int MostImportantReport(const std::vector<WindowReport>& reports) {
+  // Tier 2: a hang; 1: a material finding (ranked by the largest lost share); 0: nothing
+  // material. Ties go to the later window.
+  int best = -1;
+  int best_tier = -1;
+  double best_share = -1;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    int tier = 0;
+    double share = 0;
+    for (const Finding& f : reports[i].diagnosis.findings) {
+      if (!f.material) continue;
+      tier = std::max(tier, f.code == "PT-HANG" ? 2 : 1);
+      share = std::max(share, f.lost_share);
+    }
+    if (tier > best_tier || (tier == best_tier && share >= best_share)) {
+      best = static_cast<int>(i);
+      best_tier = tier;
+      best_share = share;
+    }
+  }
+  return best;
+}
 
 WindowCoordinator::WindowCoordinator(CoordinatorOptions options) : options_(std::move(options)) {
   if (options_.max_windows < 0) options_.max_windows = 0;
@@ -120,6 +159,11 @@ uint64_t WindowCoordinator::windows_opened() const {
   return windows_opened_;
 }
 
+std::vector<std::string> WindowCoordinator::retracted_hangs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retracted_;
+}
+
 std::vector<std::pair<int64_t, int64_t>> WindowCoordinator::IterationHistory(int32_t rank) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(rank);
@@ -154,19 +198,35 @@ void WindowCoordinator::OnWorkerLeft(int32_t rank, bool clean) {
   if (it == workers_.end()) return;
   it->second.left = true;
   it->second.left_clean = clean;
+  it->second.left_ns = RealtimeNs();
+  cv_.notify_all();
+}
+
+void WindowCoordinator::OnTrainingEnded(int32_t rank, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(rank);
+  if (it == workers_.end()) return;
+  it->second.ended_ns = RealtimeNs();
+  it->second.ended_detail = detail.empty() ? "its training ended" : detail;
   cv_.notify_all();
 }
 
 void WindowCoordinator::OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   if (hang_report_window_ != 0 && end_ns > hang_report_ns_) {
-    Log(fmt::format(
-        "rank {} made progress again {:.1f} s after the hang report of window {}: "
-        "it was a long pause, not a hang (its stacks show what the job was doing)",
-        rank, static_cast<double>(end_ns - hang_report_ns_) / 1e9, hang_report_window_));
+    const std::string why = fmt::format(
+        "rank {} made progress again {:.1f} s after the hang report of window {}: it was a "
+        "long pause, not a hang (its stacks show what the job was doing)",
+        rank, static_cast<double>(end_ns - hang_report_ns_) / 1e9, hang_report_window_);
+    Log(why);
+    pending_report_retraction_ = why;
+    retract_report_window_ = hang_report_window_;
     hang_report_window_ = 0;
+    cv_.notify_all();
   }
-  auto& iterations = workers_[rank].iterations;
+  Worker& worker = workers_[rank];
+  if (worker.ended_ns != 0 && end_ns > worker.ended_ns) worker.ended_ns = 0;  // trains again
+  auto& iterations = worker.iterations;
   iterations.emplace_back(end_ns, duration_ns);
   if (iterations.size() > kIterationHistory) iterations.pop_front();
 }
@@ -180,11 +240,22 @@ void WindowCoordinator::OnTrigger(int32_t rank, WindowReason reason, const std::
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = RealtimeNs();
+    if (reason == WindowReason::kHang) {
+      auto it = workers_.find(rank);
+      if (it != workers_.end() && it->second.ended_ns != 0) {
+        Log(fmt::format("{}: ignored, its training ended ({}): a job that ends is silent", what,
+                        it->second.ended_detail));
+        return;
+      }
+    }
     if (window_) {
       if (window_->triggers.size() < 64) window_->triggers.push_back(what);
       if (reason == WindowReason::kHang && !window_->stacks_requested) {
-        // The window becomes a hang window: stacks, PT-HANG, named window-<id>-hang.
+        // The window becomes a hang window: stacks, PT-HANG, named window-<id>-hang (once
+        // confirmed).
         window_->stacks_requested = true;
+        window_->hang_phase = OpenWindow::HangPhase::kFirstSample;
+        window_->hang_trigger_ns = now;
         window_->spec.reason = WindowReason::kHang;
         hang_window_taken_ = true;
         stacks = collectors_;
@@ -241,7 +312,8 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
     }
     return false;
   }
-  if (!first_hang && windows_opened_ >= static_cast<uint64_t>(options_.max_windows)) {
+  if (!first_hang &&
+      windows_opened_ - windows_dropped_ >= static_cast<uint64_t>(options_.max_windows)) {
     if (!logged_max_) {
       logged_max_ = true;
       Log(fmt::format("trigger ignored ({}): {} windows taken already (--max-windows)", trigger,
@@ -259,7 +331,12 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
                            ? std::min(options_.window_ns, options_.hang_window_ns)
                            : options_.window_ns;
   w.stacks_requested = reason == WindowReason::kHang;
-  if (reason == WindowReason::kHang) hang_window_taken_ = true;
+  w.opened_for = reason;
+  if (reason == WindowReason::kHang) {
+    hang_window_taken_ = true;
+    w.hang_phase = OpenWindow::HangPhase::kFirstSample;
+    w.hang_trigger_ns = now_ns;
+  }
   w.deadline_ns = w.spec.end_ns() + options_.wait_summaries_ns;
   for (int32_t r = 0; r < world_size_; ++r) {
     auto it = workers_.find(r);
@@ -283,6 +360,8 @@ bool WindowCoordinator::ReadyLocked(int64_t now_ns) const {
   const int64_t end = w.spec.end_ns();
   if (!w.ending && now_ns < end) return false;
   if (now_ns >= w.deadline_ns) return true;
+  // A hang not confirmed (or retracted) yet: its report waits.
+  if (w.stacks_requested && w.hang_phase != OpenWindow::HangPhase::kConfirmed) return false;
   for (int32_t rank : w.expected) {
     auto it = workers_.find(rank);
     // An agent that left without bye sends nothing more: do not wait for it.
@@ -307,6 +386,136 @@ bool WindowCoordinator::StacksInLocked() const {
     return false;
   }
   return true;
+}
+
+int64_t WindowCoordinator::ConfirmDelayLocked() const {
+  // The median over the window's ranks of their mean recent iteration.
+  std::vector<double> means;
+  for (int32_t rank : window_->expected) {
+    auto it = workers_.find(rank);
+    if (it == workers_.end() || it->second.iterations.empty()) continue;
+    double sum = 0;
+    size_t n = 0;
+    for (auto i = it->second.iterations.rbegin();
+         i != it->second.iterations.rend() && n < kIterationsForNote; ++i, ++n) {
+      sum += static_cast<double>(i->second);
+    }
+    means.push_back(sum / static_cast<double>(n));
+  }
+  int64_t mean = 0;
+  if (!means.empty()) {
+    std::nth_element(means.begin(), means.begin() + static_cast<std::ptrdiff_t>(means.size() / 2),
+                     means.end());
+    mean = static_cast<int64_t>(means[means.size() / 2]);
+  }
+  return std::max(options_.hang_confirm_ns, mean);
+}
+
+std::string WindowCoordinator::ProgressSinceTriggerLocked() const {
+  const OpenWindow& w = *window_;
+  size_t gone = 0;
+  for (int32_t rank : w.expected) {
+    auto it = workers_.find(rank);
+    if (it == workers_.end()) continue;
+    const Worker& worker = it->second;
+    const double after =
+        static_cast<double>((worker.iterations.empty() ? 0 : worker.iterations.back().first) -
+                            w.hang_trigger_ns) /
+        1e9;
+    if (!worker.iterations.empty() && worker.iterations.back().first > w.hang_trigger_ns) {
+      return fmt::format("rank {} finished an iteration {:.1f} s after the trigger", rank, after);
+    }
+    if (worker.ended_ns > w.hang_trigger_ns) {
+      return fmt::format("rank {}'s training ended ({})", rank, worker.ended_detail);
+    }
+    if (worker.left && worker.left_clean && worker.left_ns > w.hang_trigger_ns) {
+      return fmt::format("rank {} exited normally", rank);
+    }
+    if (worker.ended_ns != 0 || (worker.left && worker.left_clean)) ++gone;
+  }
+  if (gone == w.expected.size()) return "every rank's training ended";
+  return "";
+}
+
+std::string WindowCoordinator::StacksMovedLocked() const {
+  const OpenWindow& w = *window_;
+  for (const auto& [rank, first] : w.first_stacks) {
+    auto second = w.stacks.find(rank);
+    if (second == w.stacks.end()) continue;  // no second sample: no sign of progress
+    if (MainThreadCode(first) != MainThreadCode(second->second)) {
+      return fmt::format("rank {}'s main thread moved on between two stack samples ({} -> {})",
+                         rank, InnermostFrames(first), InnermostFrames(second->second));
+    }
+  }
+  return "";
+}
+
+std::optional<WindowCoordinator::HangStep> WindowCoordinator::RetractHangLocked(
+    const std::string& why) {
+  OpenWindow& w = *window_;
+  const std::string line =
+      fmt::format("hang trigger of window {} retracted: {}: a pause, not a hang ({})", w.spec.id,
+                  why, w.triggers.empty() ? "" : w.triggers.front());
+  Log(line);
+  if (retracted_.size() < 64) retracted_.push_back(line);
+  hang_window_taken_ = false;  // a later hang is still never refused
+  if (w.opened_for == WindowReason::kHang) {
+    HangStep step{collectors_, w.spec.id, false};
+    window_.reset();
+    ++windows_dropped_;
+    cv_.notify_all();
+    return step;
+  }
+  // The hang joined a window opened for another reason: it goes on as that window.
+  w.spec.reason = w.opened_for;
+  w.stacks_requested = false;
+  w.hang_phase = OpenWindow::HangPhase::kNone;
+  w.stacks.clear();
+  w.no_stacks.clear();
+  w.first_stacks.clear();
+  return std::nullopt;
+}
+
+std::optional<WindowCoordinator::HangStep> WindowCoordinator::ConfirmHangLocked(int64_t now_ns) {
+  OpenWindow& w = *window_;
+  using Phase = OpenWindow::HangPhase;
+  if (const std::string why = ProgressSinceTriggerLocked(); !why.empty()) {
+    return RetractHangLocked(why);
+  }
+  switch (w.hang_phase) {
+    case Phase::kFirstSample:
+      if (!StacksInLocked()) {
+        // Ranks that never answer (native code holding the GIL) do not hold the report up.
+        if (now_ns >= w.deadline_ns) w.hang_phase = Phase::kConfirmed;
+        return std::nullopt;
+      }
+      w.first_stacks = w.stacks;
+      w.stacks.clear();
+      w.no_stacks.clear();
+      w.hang_phase = Phase::kWaiting;
+      w.second_sample_ns = now_ns + ConfirmDelayLocked();
+      return std::nullopt;
+    case Phase::kWaiting:
+      if (now_ns < w.second_sample_ns) return std::nullopt;
+      w.hang_phase = Phase::kSecondSample;
+      return HangStep{collectors_, w.spec.id, true};
+    case Phase::kSecondSample: {
+      if (!StacksInLocked() && now_ns < w.deadline_ns) return std::nullopt;
+      if (const std::string moved = StacksMovedLocked(); !moved.empty()) {
+        return RetractHangLocked(moved);
+      }
+      w.hang_phase = Phase::kConfirmed;
+      Log(
+          fmt::format("window {}: hang confirmed: no progress on any rank in the {:.1f} s since "
+                      "the trigger, and the same code in two stack samples",
+                      w.spec.id, static_cast<double>(now_ns - w.hang_trigger_ns) / 1e9));
+      return std::nullopt;
+    }
+    case Phase::kNone:
+    case Phase::kConfirmed:
+      return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 void WindowCoordinator::Loop() {
@@ -347,9 +556,33 @@ void WindowCoordinator::Loop() {
       pending_trigger_.reset();
       if (open_and_announce(reason, what, now)) continue;
     }
-    if (window_ && !window_->ending && StacksInLocked()) {
-      // A hang: every rank's stacks are in, they are the evidence. End the window now; the
-      // collectors send the summaries of what it caught at their next drain round.
+    if (window_ && window_->stacks_requested &&
+        window_->hang_phase != OpenWindow::HangPhase::kConfirmed) {
+      if (std::optional<HangStep> step = ConfirmHangLocked(now)) {
+        lock.unlock();
+        for (CollectorControl* c : step->collectors) {
+          if (step->dump_stacks) {
+            c->DumpStacks(step->window);
+          } else {
+            c->EndWindowNow(step->window);
+          }
+        }
+        lock.lock();
+        continue;
+      }
+    }
+    if (pending_report_retraction_) {
+      const std::string why = *pending_report_retraction_;
+      pending_report_retraction_.reset();
+      lock.unlock();
+      RetractHangReport(why);
+      lock.lock();
+      continue;
+    }
+    if (window_ && !window_->ending && window_->stacks_requested &&
+        window_->hang_phase == OpenWindow::HangPhase::kConfirmed) {
+      // A confirmed hang: the stacks are the evidence. End the window now; the collectors
+      // send the summaries of what it caught at their next drain round.
       OpenWindow& w = *window_;
       w.ending = true;
       w.ended_for_hang = true;
@@ -382,6 +615,15 @@ void WindowCoordinator::Flush(int64_t timeout_ns) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     manual_done_ = true;  // no new manual window once the job is over
+    if (window_ && window_->stacks_requested &&
+        window_->hang_phase != OpenWindow::HangPhase::kConfirmed) {
+      // The job ended before its hang was confirmed: it was not hung.
+      if (std::optional<HangStep> step = RetractHangLocked("the job ended")) {
+        lock.unlock();
+        for (CollectorControl* c : step->collectors) c->EndWindowNow(step->window);
+        lock.lock();
+      }
+    }
     if (!window_) {
       // A report being written now is waited for.
       cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), [&] { return !finalizing_; });
@@ -568,8 +810,62 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   if (w.stacks_requested) {
     hang_report_window_ = w.spec.id;
     hang_report_ns_ = RealtimeNs();
+    hang_report_title_ = input.title;
+    hang_report_summaries_ = summaries;
+    hang_report_stacks_ = StacksFile(w);
   }
   reports_.push_back(std::move(report));
+}
+
+void WindowCoordinator::RetractHangReport(const std::string& why) {
+  uint64_t id = 0;
+  Diagnosis diagnosis;
+  std::vector<WorkerSummary> summaries;
+  std::map<int32_t, std::string> stacks;
+  std::string title;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = retract_report_window_;
+    auto it = std::find_if(reports_.begin(), reports_.end(),
+                           [&](const WindowReport& r) { return r.id == id; });
+    if (it == reports_.end()) return;
+    diagnosis = it->diagnosis;
+    summaries = hang_report_summaries_;
+    stacks = hang_report_stacks_;
+    title = hang_report_title_;
+  }
+  // The PT-HANG finding becomes a note: the job was not hung.
+  std::vector<std::string> notes;
+  std::vector<Finding> kept;
+  for (Finding& f : diagnosis.findings) {
+    if (f.code == "PT-HANG") {
+      notes.push_back(fmt::format("retracted: \"{}\" — {}", f.title, why));
+    } else {
+      kept.push_back(std::move(f));
+    }
+  }
+  diagnosis.findings = std::move(kept);
+  diagnosis.notes.insert(diagnosis.notes.begin(), notes.begin(), notes.end());
+  ReportInput input;
+  input.diagnosis = &diagnosis;
+  input.workers = &summaries;
+  input.title = title + " — hang retracted: the job made progress again";
+  const std::string text = RenderText(input, options_.text);
+  StatusOr<WrittenReport> written =
+      WriteWindowReport(options_.report_dir, id, WindowReason::kHang, input, stacks);
+  Log(written.ok() ? fmt::format("window {}: hang report retracted and rewritten: {}", id,
+                                 written->json_path)
+                   : fmt::format("window {}: the retracted report could not be rewritten: {}", id,
+                                 written.status().message()));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (WindowReport& r : reports_) {
+    if (r.id != id) continue;
+    r.diagnosis = std::move(diagnosis);
+    r.text = text;
+    r.retracted = true;
+    break;
+  }
+  if (retracted_.size() < 64) retracted_.push_back(why);
 }
 
 }  // namespace perftracker

@@ -11,11 +11,20 @@
 // say why.
 // A hang trigger also asks every worker for its Python stacks at once (and so does one that
 // arrives during an open window). A window a hang opens starts at once (no delay: nothing
-// runs that the window could miss) and lasts at most hang_window; but as soon as every
-// expected rank's stacks are in, the window is ended (EndWindowNow) and the report is
-// written from the stacks and the summaries of that short span: a hung job shows little in
-// a window, its stacks are the evidence, and the report must come quickly. If the job makes
-// progress again after a hang report, that is logged: it was a long pause, not a hang.
+// runs that the window could miss) and lasts at most hang_window.
+//
+// Hangs are confirmed before they are reported (a detector that cries wolf gets switched
+// off): once every rank's first stacks are in, a second sample is taken hang_confirm (or one
+// mean iteration, whichever is longer) later. The hang stands only when, by then, no rank
+// finished an iteration since the trigger, no silent rank said its training ended or exited
+// cleanly, and no rank's main thread moved to other code between the two samples. Otherwise
+// the trigger is retracted: logged (and listed at the end of `perftracker run`), a window it
+// opened is dropped, a window it joined goes on as what it was. A confirmed hang ends the
+// window (EndWindowNow) and the report is written from the second stacks and the summaries
+// of that short span: a hung job shows little in a window, its stacks are the evidence, and
+// the report must come quickly. Hang triggers of ranks whose training ended are ignored.
+// If the job makes progress again after a hang report, the report is retracted: rewritten
+// with the PT-HANG finding turned into a note (it was a long pause, not a hang).
 // The HangAnalyzer (localize/) turns the stacks and each rank's last progress (its last
 // `iteration`) into the PT-HANG finding that leads the diagnosis; each rank's innermost
 // main-thread frames are notes, and the full stacks go to window-<id>-stacks.txt.
@@ -59,6 +68,9 @@ struct CoordinatorOptions {
   std::string report_dir = "perftracker-reports";
   int64_t window_ns = 20'000'000'000;
   int64_t hang_window_ns = 2'000'000'000;  // windows opened by a hang last at most this long
+  // The second stack sample that confirms a hang is taken this long (or one mean iteration,
+  // whichever is longer) after the first one is in.
+  int64_t hang_confirm_ns = 1'000'000'000;
   int64_t delay_ns = 300'000'000;
   int64_t wait_summaries_ns = 10'000'000'000;
   std::optional<int64_t> trigger_at_ns;  // one manual window this long after the first hello
@@ -86,7 +98,13 @@ struct WindowReport {
   std::string text;         // RenderText of the diagnosis
   Diagnosis diagnosis;
   std::vector<int32_t> missing_ranks;
+  bool retracted = false;  // a hang report the job's progress proved wrong (rewritten)
 };
+
+// The report that a run's final summary shows: the most important window's, not merely the
+// last one's. A hang (a PT-HANG finding) first, then the window whose material findings cost
+// the largest share of the iteration, then the latest. -1 when `reports` is empty.
+int MostImportantReport(const std::vector<WindowReport>& reports);
 
 class WindowCoordinator : public CoordinatorLink {
  public:
@@ -110,10 +128,13 @@ class WindowCoordinator : public CoordinatorLink {
   // The always-on iteration times a rank reported (end_ns, duration_ns), oldest first.
   std::vector<std::pair<int64_t, int64_t>> IterationHistory(int32_t rank) const;
   uint64_t windows_opened() const;
+  // One line per hang trigger that was retracted (a pause the job resumed from, or its end).
+  std::vector<std::string> retracted_hangs() const;
 
   // CoordinatorLink
   void OnWorkerJoined(const WorkerInfo& worker) override;
   void OnWorkerLeft(int32_t rank, bool clean) override;
+  void OnTrainingEnded(int32_t rank, const std::string& detail) override;
   void OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) override;
   void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) override;
   void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) override;
@@ -124,6 +145,9 @@ class WindowCoordinator : public CoordinatorLink {
     WorkerInfo info;
     bool left = false;
     bool left_clean = false;
+    int64_t left_ns = 0;
+    int64_t ended_ns = 0;  // when it said its training ended (0: it did not, or trains again)
+    std::string ended_detail;
     std::deque<std::pair<int64_t, int64_t>> iterations;
   };
   struct OpenWindow {
@@ -137,6 +161,14 @@ class WindowCoordinator : public CoordinatorLink {
     std::map<int32_t, std::string> stacks;
     std::map<int32_t, std::string> no_stacks;  // rank -> the agent's explanation
     std::vector<std::string> triggers;         // "rank 2: slowdown (detail)"
+    // Hang confirmation (see the header comment). opened_for: the reason the window was
+    // opened with (a hang may join a slowdown window and be retracted again).
+    WindowReason opened_for = WindowReason::kManual;
+    enum class HangPhase : uint8_t { kNone, kFirstSample, kWaiting, kSecondSample, kConfirmed };
+    HangPhase hang_phase = HangPhase::kNone;
+    int64_t hang_trigger_ns = 0;
+    int64_t second_sample_ns = 0;
+    std::map<int32_t, std::string> first_stacks;
   };
 
   void Loop();
@@ -145,6 +177,22 @@ class WindowCoordinator : public CoordinatorLink {
   bool ReadyLocked(int64_t now_ns) const;
   // A hang window whose every expected rank has answered dump_stacks (or is gone).
   bool StacksInLocked() const;
+  // Hang confirmation steps (state mutex held). Each returns the collectors to call (with
+  // the mutex released) and what to ask of them.
+  struct HangStep {
+    std::vector<CollectorControl*> collectors;
+    uint64_t window = 0;
+    bool dump_stacks = false;  // else EndWindowNow
+  };
+  std::optional<HangStep> ConfirmHangLocked(int64_t now_ns);
+  // Why the open hang window's trigger was wrong ("" = no sign of progress yet).
+  std::string ProgressSinceTriggerLocked() const;
+  std::string StacksMovedLocked() const;
+  int64_t ConfirmDelayLocked() const;
+  // Retracts the open window's hang; returns the collectors to end a dropped window on.
+  std::optional<HangStep> RetractHangLocked(const std::string& why);
+  // Rewrites the last hang report without its PT-HANG finding (coordinator thread).
+  void RetractHangReport(const std::string& why);
   void Finalize(OpenWindow window);
   static std::map<int32_t, std::string> StacksFile(const OpenWindow& w);
   void Log(const std::string& line) const;
@@ -163,6 +211,7 @@ class WindowCoordinator : public CoordinatorLink {
   bool manual_done_ = false;
   std::optional<OpenWindow> window_;
   uint64_t windows_opened_ = 0;
+  uint64_t windows_dropped_ = 0;  // retracted hang windows: not counted by --max-windows
   int64_t cooldown_until_ns_ = 0;
   bool logged_cooldown_ = false;
   bool logged_max_ = false;
@@ -171,9 +220,16 @@ class WindowCoordinator : public CoordinatorLink {
   // A trigger deferred until every rank has joined (see join_grace_ns).
   std::optional<std::pair<WindowReason, std::string>> pending_trigger_;
   bool JoiningLocked(int64_t now_ns) const;
-  // The last hang report: when progress resumes after it, the hang was a pause (logged).
+  // The last hang report: when progress resumes after it, the hang was a pause: the report
+  // is rewritten (what it needs for that is kept here).
   uint64_t hang_report_window_ = 0;
   int64_t hang_report_ns_ = 0;
+  std::string hang_report_title_;
+  std::vector<WorkerSummary> hang_report_summaries_;
+  std::map<int32_t, std::string> hang_report_stacks_;
+  std::optional<std::string> pending_report_retraction_;
+  uint64_t retract_report_window_ = 0;
+  std::vector<std::string> retracted_;
   std::vector<WindowReport> reports_;
 };
 

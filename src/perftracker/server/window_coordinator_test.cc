@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -54,6 +55,14 @@ class FakeCollector : public CollectorControl {
   std::vector<WindowSpec> Started() {
     std::lock_guard<std::mutex> lock(mu);
     return started;
+  }
+  std::vector<uint64_t> StacksAsked() {
+    std::lock_guard<std::mutex> lock(mu);
+    return stacks_asked;
+  }
+  std::vector<uint64_t> Ended() {
+    std::lock_guard<std::mutex> lock(mu);
+    return ended;
   }
 
   std::mutex mu;
@@ -117,6 +126,7 @@ class WindowCoordinatorTest : public ::testing::Test {
     o.delay_ns = 50 * kMs;
     o.wait_summaries_ns = 400 * kMs;
     o.cooldown_ns = 60'000 * kMs;
+    o.hang_confirm_ns = 50 * kMs;
     o.title = "test job";
     o.log = [this](std::string_view line) {
       std::lock_guard<std::mutex> lock(log_mu_);
@@ -142,13 +152,31 @@ class WindowCoordinatorTest : public ::testing::Test {
     coordinator_->OnWorkerJoined(w);
   }
 
-  bool WaitForReports(size_t n, int timeout_ms = 5000) {
+  bool WaitForReports(size_t n, int timeout_ms = 20000) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (std::chrono::steady_clock::now() < deadline) {
       if (coordinator_->reports().size() >= n) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return false;
+  }
+
+  // Waits until the coordinator has asked for `n` stack samples in all.
+  bool WaitForStackRequests(size_t n, int timeout_ms = 20000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (c1_.StacksAsked().size() >= n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  // Answers the first stack sample and, once it is asked for, the second one (a hang is
+  // confirmed by two samples that show no progress).
+  void AnswerBothSamples(uint64_t window, const std::map<int32_t, std::string>& stacks) {
+    for (const auto& [rank, text] : stacks) coordinator_->OnStacks(window, rank, true, text);
+    ASSERT_TRUE(WaitForStackRequests(2)) << "no second stack sample";
+    for (const auto& [rank, text] : stacks) coordinator_->OnStacks(window, rank, true, text);
   }
 
   bool LogContains(const std::string& part) {
@@ -302,9 +330,7 @@ TEST_F(WindowCoordinatorTest, AHangAsksForStacksAndLeadsWithPtHang) {
       "    batch = load()\n"
       "  File \"/job/data.py\", line 12, in load\n"
       "    time.sleep(3600)\n";
-  coordinator_->OnStacks(1, 0, true, waiting);
-  coordinator_->OnStacks(1, 1, true, stuck);
-  coordinator_->OnStacks(1, 2, true, waiting);
+  AnswerBothSamples(1, {{0, waiting}, {1, stuck}, {2, waiting}});
   for (int r = 0; r < 3; ++r) coordinator_->OnSummary(1, MakeSummary(r, w.start_ns, 10, 1));
   ASSERT_TRUE(WaitForReports(1));
   const WindowReport report = *coordinator_->last_report();
@@ -348,10 +374,10 @@ TEST_F(WindowCoordinatorTest, AHangReportIsWrittenOnceTheStacksAreInNotAtTheWind
       "Thread 1 (MainThread) (most recent call last):\n"
       "  File \"/job/train.py\", line 44, in main\n"
       "    time.sleep(3600)\n";
-  for (int r = 0; r < 3; ++r) coordinator_->OnStacks(1, r, true, stack);
-  ASSERT_TRUE(WaitForReports(1, 3000)) << "the report waited for the window's end";
+  AnswerBothSamples(1, {{0, stack}, {1, stack}, {2, stack}});
+  ASSERT_TRUE(WaitForReports(1, 8000)) << "the report waited for the window's end";
   const int64_t written = NowNs();
-  EXPECT_LT(written - trigger, 3'000 * kMs);
+  EXPECT_LT(written - trigger, 8'000 * kMs);
   EXPECT_EQ(c1_.ended, std::vector<uint64_t>{1});
   EXPECT_EQ(c2_.ended, std::vector<uint64_t>{1});
   const WindowReport report = *coordinator_->last_report();
@@ -360,9 +386,22 @@ TEST_F(WindowCoordinatorTest, AHangReportIsWrittenOnceTheStacksAreInNotAtTheWind
   const nlohmann::json j = ReadJson(report.json_path);
   EXPECT_EQ(j["findings"][0]["code"], "PT-HANG");
   EXPECT_TRUE(HasNote(j, "ended once every rank's stacks were in"));
-  // Progress afterwards: it was a pause, and the log says so.
+  // Progress afterwards: it was a pause. The log says so, and the report is rewritten with
+  // the hang as a note, not a finding.
   coordinator_->OnIteration(0, NowNs(), 100 * kMs);
   EXPECT_TRUE(LogContains("made progress again"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!coordinator_->last_report()->retracted && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const WindowReport retracted = *coordinator_->last_report();
+  ASSERT_TRUE(retracted.retracted);
+  for (const Finding& f : retracted.diagnosis.findings) EXPECT_NE(f.code, "PT-HANG");
+  const nlohmann::json rewritten = ReadJson(retracted.json_path);
+  for (const auto& f : rewritten["findings"]) EXPECT_NE(f["code"], "PT-HANG");
+  EXPECT_TRUE(HasNote(rewritten, "retracted: "));
+  EXPECT_TRUE(HasNote(rewritten, "made progress again"));
+  EXPECT_EQ(retracted.text.find("PT-HANG"), std::string::npos) << retracted.text;
 }
 
 TEST_F(WindowCoordinatorTest, StacksThatAreNotAvailableCountAsNoStacks) {
@@ -371,11 +410,14 @@ TEST_F(WindowCoordinatorTest, StacksThatAreNotAvailableCountAsNoStacks) {
   Join(1, 2);
   coordinator_->OnTrigger(0, WindowReason::kHang, "no progress");
   const WindowSpec w = c1_.Started().at(0);
-  coordinator_->OnStacks(
-      1, 0, true,
+  const std::string waiting =
       "Thread 1 (MainThread) (most recent call last):\n"
       "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", "
-      "line 1536, in all_reduce\n    work.wait()\n");
+      "line 1536, in all_reduce\n    work.wait()\n";
+  coordinator_->OnStacks(1, 0, true, waiting);
+  coordinator_->OnStacks(1, 1, false, "no thread released the GIL within 2000 ms");
+  ASSERT_TRUE(WaitForStackRequests(2));
+  coordinator_->OnStacks(1, 0, true, waiting);
   coordinator_->OnStacks(1, 1, false, "no thread released the GIL within 2000 ms");
   for (int r = 0; r < 2; ++r) coordinator_->OnSummary(1, MakeSummary(r, w.start_ns, 10, 1));
   ASSERT_TRUE(WaitForReports(1));  // both answered: no wait for the timeout
@@ -414,7 +456,7 @@ TEST_F(WindowCoordinatorTest, AHangDuringAnOpenWindowMakesItAHangWindow) {
   coordinator_->OnTrigger(0, WindowReason::kHang, "no progress");
   EXPECT_EQ(c1_.Started().size(), 1u);
   EXPECT_EQ(c1_.stacks_asked, std::vector<uint64_t>{1});
-  coordinator_->OnStacks(1, 0, true, "Thread 1 (MainThread) (most recent call last):\n");
+  AnswerBothSamples(1, {{0, "Thread 1 (MainThread) (most recent call last):\n"}});
   coordinator_->OnSummary(1, MakeSummary(0, c1_.Started().back().start_ns, 10));
   ASSERT_TRUE(WaitForReports(1));
   EXPECT_EQ(coordinator_->last_report()->json_path, (dir_ / "window-1-hang.json").string());
@@ -522,6 +564,180 @@ TEST_F(WindowCoordinatorTest, ATriggerWaitsForMissingRanksAtMostTheJoinGrace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(c1_.Started().size(), 1u) << "ranks that never join must not block windows forever";
+}
+
+}  // namespace
+}  // namespace perftracker
+
+namespace perftracker {
+namespace {
+
+const char kSleeping[] =
+    "Thread 1 (MainThread) (most recent call last):\n"
+    "  File \"/job/train.py\", line 44, in main\n"
+    "    save_checkpoint()\n"
+    "  File \"/job/train.py\", line 12, in save_checkpoint\n"
+    "    time.sleep(3)\n";
+const char kTraining[] =
+    "Thread 1 (MainThread) (most recent call last):\n"
+    "  File \"/job/train.py\", line 50, in main\n"
+    "    loss.backward()\n";
+
+TEST_F(WindowCoordinatorTest, ProgressBeforeTheSecondSampleRetractsTheHangAndDropsItsWindow) {
+  // A pause: the ranks are silent long enough for the detector, the first stacks come in,
+  // then an iteration ends before the second sample. No report; the log and
+  // retracted_hangs() say it was a pause.
+  CoordinatorOptions o = Options();
+  o.hang_confirm_ns = 2'000 * kMs;  // the iteration arrives while the second sample waits
+  Start(o);
+  for (int r = 0; r < 2; ++r) Join(r, 2);
+  coordinator_->OnTrigger(1, WindowReason::kHang, "no progress for 31 s");
+  for (int r = 0; r < 2; ++r) coordinator_->OnStacks(1, r, true, kSleeping);
+  coordinator_->OnIteration(0, NowNs() + 1, 100 * kMs);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (coordinator_->retracted_hangs().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(coordinator_->retracted_hangs().size(), 1u);
+  EXPECT_NE(coordinator_->retracted_hangs()[0].find("rank 0 finished an iteration"),
+            std::string::npos)
+      << coordinator_->retracted_hangs()[0];
+  EXPECT_TRUE(LogContains("a pause, not a hang"));
+  EXPECT_EQ(c1_.Ended(), std::vector<uint64_t>{1}) << "the dropped window is ended everywhere";
+  EXPECT_EQ(c1_.StacksAsked().size(), 1u) << "no second sample after the retraction";
+  coordinator_->OnSummary(1, MakeSummary(0, NowNs(), 10, 1));  // late: ignored
+  coordinator_->Flush(200 * kMs);
+  EXPECT_TRUE(coordinator_->reports().empty());
+  EXPECT_FALSE(fs::exists(dir_ / "window-1-hang.json"));
+  // A later hang is still taken (and not refused as a second hang).
+  coordinator_->OnTrigger(1, WindowReason::kHang, "no progress for 40 s");
+  EXPECT_EQ(c1_.Started().size(), 2u);
+}
+
+TEST_F(WindowCoordinatorTest, AMainThreadThatMovesOnBetweenTwoSamplesIsNotAHang) {
+  Start(Options());
+  Join(0, 1);
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
+  coordinator_->OnStacks(1, 0, true, kSleeping);
+  ASSERT_TRUE(WaitForStackRequests(2));
+  coordinator_->OnStacks(1, 0, true, kTraining);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (coordinator_->retracted_hangs().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(coordinator_->retracted_hangs().size(), 1u);
+  EXPECT_NE(coordinator_->retracted_hangs()[0].find("rank 0's main thread moved on"),
+            std::string::npos)
+      << coordinator_->retracted_hangs()[0];
+  coordinator_->Flush(200 * kMs);
+  EXPECT_TRUE(coordinator_->reports().empty());
+}
+
+TEST_F(WindowCoordinatorTest, TheSameCodeOnALaterLineIsStillNoProgress) {
+  // A loop inside one function (a polling wait) shows other line numbers: still hung.
+  Start(Options());
+  Join(0, 1);
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
+  const std::string later =
+      "Thread 1 (MainThread) (most recent call last):\n"
+      "  File \"/job/train.py\", line 45, in main\n"
+      "    save_checkpoint()\n"
+      "  File \"/job/train.py\", line 14, in save_checkpoint\n"
+      "    time.sleep(3)\n";
+  coordinator_->OnStacks(1, 0, true, kSleeping);
+  ASSERT_TRUE(WaitForStackRequests(2));
+  coordinator_->OnStacks(1, 0, true, later);
+  coordinator_->OnSummary(1, MakeSummary(0, c1_.Started().back().start_ns, 10, 1));
+  ASSERT_TRUE(WaitForReports(1));
+  EXPECT_EQ(coordinator_->last_report()->diagnosis.findings.at(0).code, "PT-HANG");
+  EXPECT_TRUE(coordinator_->retracted_hangs().empty());
+}
+
+TEST_F(WindowCoordinatorTest, ARankWhoseTrainingEndedIsNeverCalledHung) {
+  Start(Options());
+  for (int r = 0; r < 2; ++r) Join(r, 2);
+  coordinator_->OnTrainingEnded(1, "destroy_process_group");
+  coordinator_->OnTrigger(1, WindowReason::kHang, "no progress for 31 s");
+  EXPECT_TRUE(c1_.Started().empty());
+  EXPECT_TRUE(LogContains("ignored, its training ended (destroy_process_group)"));
+  // An iteration after the end: it trains again, and its hangs count again.
+  coordinator_->OnIteration(1, NowNs(), 100 * kMs);
+  coordinator_->OnTrigger(1, WindowReason::kHang, "no progress for 31 s");
+  EXPECT_EQ(c1_.Started().size(), 1u);
+}
+
+TEST_F(WindowCoordinatorTest, TheEndOfTrainingDuringTheConfirmationRetractsTheHang) {
+  // The job's teardown (DataLoader workers joining, a barrier) is silent: a trigger during it
+  // is retracted as soon as a rank says its training ended.
+  CoordinatorOptions o = Options();
+  o.hang_confirm_ns = 2'000 * kMs;
+  Start(o);
+  for (int r = 0; r < 2; ++r) Join(r, 2);
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
+  for (int r = 0; r < 2; ++r) coordinator_->OnStacks(1, r, true, kSleeping);
+  coordinator_->OnTrainingEnded(0, "interpreter exit");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (coordinator_->retracted_hangs().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(coordinator_->retracted_hangs().size(), 1u);
+  EXPECT_NE(coordinator_->retracted_hangs()[0].find("rank 0's training ended (interpreter exit)"),
+            std::string::npos)
+      << coordinator_->retracted_hangs()[0];
+  coordinator_->Flush(200 * kMs);
+  EXPECT_TRUE(coordinator_->reports().empty());
+}
+
+TEST_F(WindowCoordinatorTest, TheJobEndingBeforeAHangIsConfirmedDropsIt) {
+  CoordinatorOptions o = Options();
+  o.hang_confirm_ns = 10'000 * kMs;
+  Start(o);
+  Join(0, 1);
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
+  coordinator_->OnStacks(1, 0, true, kSleeping);
+  coordinator_->Flush(500 * kMs);
+  EXPECT_TRUE(coordinator_->reports().empty());
+  ASSERT_EQ(coordinator_->retracted_hangs().size(), 1u);
+  EXPECT_NE(coordinator_->retracted_hangs()[0].find("the job ended"), std::string::npos);
+}
+
+TEST_F(WindowCoordinatorTest, ARetractedHangLeavesTheSlowdownWindowItJoined) {
+  CoordinatorOptions o = Options();
+  o.hang_confirm_ns = 10'000 * kMs;
+  Start(o);
+  Join(0, 1);
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "12% slower");
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
+  coordinator_->OnStacks(1, 0, true, kSleeping);
+  coordinator_->OnIteration(0, NowNs() + 1, 100 * kMs);
+  coordinator_->OnSummary(1, MakeSummary(0, c1_.Started().back().start_ns, 10));
+  ASSERT_TRUE(WaitForReports(1));
+  const WindowReport r = *coordinator_->last_report();
+  EXPECT_EQ(r.reason, WindowReason::kSlowdown);
+  EXPECT_EQ(r.json_path, (dir_ / "window-1-slowdown.json").string());
+  for (const Finding& f : r.diagnosis.findings) EXPECT_NE(f.code, "PT-HANG");
+}
+
+TEST(MostImportantReportTest, AHangThenTheCostliestFindingThenTheLatest) {
+  auto report = [](uint64_t id, std::vector<std::pair<std::string, double>> findings) {
+    WindowReport r;
+    r.id = id;
+    for (const auto& [code, share] : findings) {
+      Finding f;
+      f.code = code;
+      f.lost_share = share;
+      f.material = share >= 0.05;
+      r.diagnosis.findings.push_back(f);
+    }
+    return r;
+  };
+  EXPECT_EQ(MostImportantReport({}), -1);
+  EXPECT_EQ(MostImportantReport({report(1, {}), report(2, {{"PT-X", 0.01}})}), 1);
+  EXPECT_EQ(MostImportantReport({report(1, {{"PT-STRAGGLER-GC", 0.3}}), report(2, {})}), 0);
+  EXPECT_EQ(MostImportantReport({report(1, {{"PT-STRAGGLER-GC", 0.3}}),
+                                 report(2, {{"PT-STRAGGLER-DATA", 0.6}}), report(3, {})}),
+            1);
+  EXPECT_EQ(MostImportantReport({report(1, {{"PT-HANG", 1.0}}), report(2, {{"PT-X", 2.0}})}), 0);
 }
 
 }  // namespace

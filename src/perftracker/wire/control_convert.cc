@@ -88,6 +88,10 @@ void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
                    out->mutable_worker_left()->set_rank(m.rank);
                    out->mutable_worker_left()->set_clean(m.clean);
                  },
+                 [&](const ControlTrainingEnded& m) {
+                   out->mutable_training_ended()->set_rank(m.rank);
+                   out->mutable_training_ended()->set_detail(m.detail);
+                 },
                  [&](const ControlIterations& m) {
                    pb::Iterations* it = out->mutable_iterations();
                    for (const ControlIteration& p : m.points) {
@@ -170,6 +174,12 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
       }
       return CollectorMessage(
           ControlWorkerLeft{message.worker_left().rank(), message.worker_left().clean()});
+    case pb::CollectorMessage::kTrainingEnded:
+      if (message.training_ended().rank() < 0) {
+        return Status::InvalidArgument("training_ended: rank is negative");
+      }
+      return CollectorMessage(
+          ControlTrainingEnded{message.training_ended().rank(), message.training_ended().detail()});
     case pb::CollectorMessage::kIterations: {
       const pb::Iterations& it = message.iterations();
       const int n = it.ranks_size();

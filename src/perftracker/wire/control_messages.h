@@ -53,6 +53,11 @@ struct ControlWorkerLeft {
   bool clean = false;
 };
 
+struct ControlTrainingEnded {
+  int32_t rank = -1;
+  std::string detail;
+};
+
 struct ControlIteration {
   int32_t rank = -1;
   int64_t end_ns = 0;
@@ -86,7 +91,7 @@ struct ControlSummary {
 using CollectorMessage =
     std::variant<ControlRegistration, ControlHeartbeat, ControlRank /* worker joined */,
                  ControlWorkerLeft, ControlIterations, ControlTrigger, ControlStacks,
-                 ControlSummary>;
+                 ControlSummary, ControlTrainingEnded>;
 
 struct ControlRegistered {
   std::string collector_id;

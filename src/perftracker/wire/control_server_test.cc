@@ -62,7 +62,7 @@ class RecordingHandler : public ControlHandler {
   }
 
   template <typename Pred>
-  bool WaitUntil(Pred pred, int timeout_ms = 5000) {
+  bool WaitUntil(Pred pred, int timeout_ms = 20000) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return pred(); });
   }

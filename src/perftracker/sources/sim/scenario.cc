@@ -33,6 +33,7 @@ constexpr std::array<std::pair<FaultKind, std::string_view>, 17> kFaultNames = {
     {FaultKind::kGcAll, "gc_all"},
     {FaultKind::kHang, "hang"},
     {FaultKind::kNetRateLimit, "net_rate_limit"},
+    {FaultKind::kPause, "pause"},
 }};
 
 constexpr std::array<std::string_view, 11> kCategories = {
@@ -47,7 +48,9 @@ bool SimOnly(FaultKind k) {
          k == FaultKind::kNicDegraded || k == FaultKind::kNicFlapping ||
          k == FaultKind::kLaunchBound || k == FaultKind::kUntracedPause;
 }
-bool RealOnly(FaultKind k) { return k == FaultKind::kHang || k == FaultKind::kNetRateLimit; }
+bool RealOnly(FaultKind k) {
+  return k == FaultKind::kHang || k == FaultKind::kNetRateLimit || k == FaultKind::kPause;
+}
 // Faults that hit every rank (no targets).
 bool JobWide(FaultKind k) {
   return k == FaultKind::kLaunchBound || k == FaultKind::kHostSync ||
@@ -163,7 +166,8 @@ class Parser {
     PERFTRACKER_RETURN_IF_ERROR(
         CheckKeys(job, "job",
                   {"ranks", "dp", "tp", "pp", "gpus_per_host", "model_params_b", "iterations",
-                   "steps", "microbatches", "layers_per_stage", "noise", "seed", "host_trace"}));
+                   "steps", "microbatches", "layers_per_stage", "noise", "seed", "host_trace",
+                   "loader_workers", "teardown_seconds"}));
     ScenarioJob& j = s.job;
     j.ranks = 0;
     constexpr int64_t kMaxRanks = 1 << 20;
@@ -176,6 +180,12 @@ class Parser {
         Double(job, "job", "model_params_b", &j.model_params_b, 0.01, 10000));
     PERFTRACKER_RETURN_IF_ERROR(Int(job, "job", "iterations", &j.iterations, 3, 1000));
     PERFTRACKER_RETURN_IF_ERROR(Int(job, "job", "steps", &j.steps, 20, 100000));
+    PERFTRACKER_RETURN_IF_ERROR(Int(job, "job", "loader_workers", &j.loader_workers, 0, 16));
+    PERFTRACKER_RETURN_IF_ERROR(
+        Double(job, "job", "teardown_seconds", &j.teardown_seconds, 0, 600));
+    if (sim && (j.loader_workers != 0 || j.teardown_seconds != 0)) {
+      return Error("job", "loader_workers and teardown_seconds are for real jobs only");
+    }
     PERFTRACKER_RETURN_IF_ERROR(Int(job, "job", "microbatches", &j.microbatches, 1, 64));
     PERFTRACKER_RETURN_IF_ERROR(Int(job, "job", "layers_per_stage", &j.layers_per_stage, 1, 256));
     PERFTRACKER_RETURN_IF_ERROR(Double(job, "job", "noise", &j.noise, 0, 0.5));
@@ -283,16 +293,47 @@ class Parser {
       return Error("expect", "missing ({\"healthy\": true} or {\"findings\": [...]})");
     }
     const Json& ex = root["expect"];
-    PERFTRACKER_RETURN_IF_ERROR(CheckKeys(ex, "expect", {"healthy", "findings"}));
+    PERFTRACKER_RETURN_IF_ERROR(
+        CheckKeys(ex, "expect", {"healthy", "findings", "absent", "judge"}));
     if (ex.contains("healthy")) {
       if (!ex["healthy"].is_boolean()) return Error("expect.healthy", "must be true or false");
       s.healthy = ex["healthy"].get<bool>();
     }
-    if (ex.contains("findings")) {
-      const Json& list = ex["findings"];
-      if (!list.is_array()) return Error("expect.findings", "must be a list");
+    if (ex.contains("judge")) {
+      if (!ex["judge"].is_string() || (ex["judge"].get<std::string>() != "final" &&
+                                       ex["judge"].get<std::string>() != "first")) {
+        return Error("expect.judge",
+                     "must be \"first\" (the first report after the onset) or \"final\" (the "
+                     "diagnosis printed when the job has ended)");
+      }
+      s.judge_final = ex["judge"].get<std::string>() == "final";
+      if (s.judge_final && sim) return Error("expect.judge", "\"final\" is for real jobs only");
+    }
+    PERFTRACKER_RETURN_IF_ERROR(Findings(ex, "findings", j, &s.expected));
+    PERFTRACKER_RETURN_IF_ERROR(Findings(ex, "absent", j, &s.absent));
+    if (s.healthy && !s.expected.empty()) {
+      return Error("expect", "healthy: true and findings exclude each other");
+    }
+    if (!s.healthy && s.expected.empty() && s.absent.empty()) {
+      return Error("expect",
+                   "give {\"healthy\": true}, at least one finding, or findings that "
+                   "must be absent");
+    }
+    if (s.healthy && !s.faults.empty()) {
+      return Error("expect.healthy", "a scenario with faults is not healthy");
+    }
+    return s;
+  }
+
+ private:
+  // expect.<key>: a list of findings (code and/or category, culprit workers or hosts).
+  Status Findings(const Json& ex, const char* key, const ScenarioJob& j,
+                  std::vector<ExpectedFinding>* out) const {
+    if (ex.contains(key)) {
+      const Json& list = ex[key];
+      if (!list.is_array()) return Error(fmt::format("expect.{}", key), "must be a list");
       for (size_t i = 0; i < list.size(); ++i) {
-        const std::string where = fmt::format("expect.findings[{}]", i);
+        const std::string where = fmt::format("expect.{}[{}]", key, i);
         PERFTRACKER_RETURN_IF_ERROR(
             CheckKeys(list[i], where, {"code", "category", "workers", "hosts", "material"}));
         ExpectedFinding e;
@@ -331,20 +372,12 @@ class Parser {
         }
         std::sort(e.workers.begin(), e.workers.end());
         e.workers.erase(std::unique(e.workers.begin(), e.workers.end()), e.workers.end());
-        s.expected.push_back(std::move(e));
+        out->push_back(std::move(e));
       }
     }
-    if (s.healthy == !s.expected.empty()) {
-      return Error("expect", s.healthy ? "healthy: true and findings exclude each other"
-                                       : "give {\"healthy\": true} or at least one finding");
-    }
-    if (s.healthy && !s.faults.empty()) {
-      return Error("expect.healthy", "a scenario with faults is not healthy");
-    }
-    return s;
+    return Status::Ok();
   }
 
- private:
   std::string path_;
 };
 

@@ -40,6 +40,7 @@ enum class FaultKind : uint8_t {
   kGcAll,          // garbage-collector pauses on every rank
   kHang,           // real only: one rank stops
   kNetRateLimit,   // real only: one rank behind a rate-limited link (netns + tc tbf)
+  kPause,          // real only: one rank pauses `magnitude` s in a plain function, now and then
 };
 
 std::string_view FaultKindName(FaultKind kind);
@@ -58,9 +59,11 @@ struct ScenarioJob {
   int32_t ranks = 8;
   int32_t dp = 0, tp = 1, pp = 1;  // dp = ranks / (tp * pp) when left out
   int32_t gpus_per_host = 8;
-  double model_params_b = 7;  // billions of parameters (sets bytes and compute)
-  int32_t iterations = 12;    // sim: iterations in the diagnosed window
-  int32_t steps = 300;        // real: training steps
+  double model_params_b = 7;    // billions of parameters (sets bytes and compute)
+  int32_t iterations = 12;      // sim: iterations in the diagnosed window
+  int32_t steps = 300;          // real: training steps
+  int32_t loader_workers = 0;   // real: DataLoader worker processes per rank
+  double teardown_seconds = 0;  // real: work after destroy_process_group() before exiting
   int32_t microbatches = 2;
   int32_t layers_per_stage = 4;
   double noise = 0.03;  // sim: relative jitter of durations
@@ -97,6 +100,11 @@ struct Scenario {
   // as listed) must be these, in any order, each material or minor as it says.
   bool healthy = false;
   std::vector<ExpectedFinding> expected;
+  // Findings that must not be material (e.g. PT-HANG for a job that only pauses).
+  std::vector<ExpectedFinding> absent;
+  // Real: judge the diagnosis `perftracker run` prints when the job has ended (the most
+  // important window's), instead of the first report after the fault's onset.
+  bool judge_final = false;
 
   // Every rank a fault targets (its ranks and the ranks of its hosts), sorted.
   std::vector<int32_t> TargetRanks(const ScenarioFault& fault) const;

@@ -54,6 +54,24 @@ TEST(ScenarioTest, HealthyScenario) {
   EXPECT_EQ(s->job.ranks, 16);
 }
 
+TEST(ScenarioTest, ARealJobThatMustNotBeCalledHungJudgedAtItsEnd) {
+  auto s = ParseScenario(
+      R"({"name": "p", "executor": "real", "job": {"ranks": 4, "steps": 150, "loader_workers": 2,
+          "teardown_seconds": 35}, "faults": [{"kind": "pause", "ranks": [1], "start": 40,
+          "magnitude": 3}], "expect": {"absent": [{"code": "PT-HANG"}], "judge": "final"}})",
+      "p.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->job.loader_workers, 2);
+  EXPECT_DOUBLE_EQ(s->job.teardown_seconds, 35);
+  ASSERT_EQ(s->faults.size(), 1u);
+  EXPECT_EQ(s->faults[0].kind, FaultKind::kPause);
+  EXPECT_TRUE(s->judge_final);
+  EXPECT_FALSE(s->healthy);
+  EXPECT_TRUE(s->expected.empty());
+  ASSERT_EQ(s->absent.size(), 1u);
+  EXPECT_EQ(s->absent[0].code, "PT-HANG");
+}
+
 TEST(ScenarioTest, ErrorsNameTheFileAndTheField) {
   const std::string job = R"("job": {"ranks": 8, "gpus_per_host": 8})";
   const std::string ok_expect = R"("expect": {"healthy": true})";
@@ -73,7 +91,18 @@ TEST(ScenarioTest, ErrorsNameTheFileAndTheField) {
   EXPECT_EQ(ErrorOf(R"({"name": "a", "job": {"ranks": 8, "tp": 3}, )" + ok_expect + "}"),
             "scenarios/x.json: job.ranks: 8 ranks are not a multiple of tp x pp = 3");
   EXPECT_EQ(ErrorOf(R"({"name": "a", )" + job + R"(, "expect": {}})"),
-            "scenarios/x.json: expect: give {\"healthy\": true} or at least one finding");
+            "scenarios/x.json: expect: give {\"healthy\": true}, at least one finding, or "
+            "findings that must be absent");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", )" + job +
+                    R"(, "expect": {"absent": [{"code": "PT-HANG"}], "judge": "final"}})"),
+            "scenarios/x.json: expect.judge: \"final\" is for real jobs only");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", "executor": "real", "job": {"ranks": 4}, )"
+                    R"("expect": {"absent": [{"code": "PT-HANG"}], "judge": "last"}})")
+                .substr(0, 47),
+            "scenarios/x.json: expect.judge: must be \"first\"");
+  EXPECT_EQ(
+      ErrorOf(R"({"name": "a", "job": {"ranks": 8, "loader_workers": 2}, )" + ok_expect + "}"),
+      "scenarios/x.json: job: loader_workers and teardown_seconds are for real jobs only");
   EXPECT_EQ(ErrorOf(R"({"name": "a", )" + job + R"(, "expect": {"findings": [{"code": "GPU"}]}})"),
             "scenarios/x.json: expect.findings[0].code: 'GPU' is not a finding code (PT-..., "
             "docs/findings.md)");
