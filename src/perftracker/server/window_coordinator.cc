@@ -256,6 +256,7 @@ void WindowCoordinator::OnTrigger(int32_t rank, WindowReason reason, const std::
         window_->stacks_requested = true;
         window_->hang_phase = OpenWindow::HangPhase::kFirstSample;
         window_->hang_trigger_ns = now;
+        window_->hang_trigger = what;
         window_->spec.reason = WindowReason::kHang;
         hang_window_taken_ = true;
         stacks = collectors_;
@@ -336,6 +337,7 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
     hang_window_taken_ = true;
     w.hang_phase = OpenWindow::HangPhase::kFirstSample;
     w.hang_trigger_ns = now_ns;
+    w.hang_trigger = trigger;
   }
   w.deadline_ns = w.spec.end_ns() + options_.wait_summaries_ns;
   for (int32_t r = 0; r < world_size_; ++r) {
@@ -455,7 +457,7 @@ std::optional<WindowCoordinator::HangStep> WindowCoordinator::RetractHangLocked(
   OpenWindow& w = *window_;
   const std::string line =
       fmt::format("hang trigger of window {} retracted: {}: a pause, not a hang ({})", w.spec.id,
-                  why, w.triggers.empty() ? "" : w.triggers.front());
+                  why, w.hang_trigger);
   Log(line);
   if (retracted_.size() < 64) retracted_.push_back(line);
   hang_window_taken_ = false;  // a later hang is still never refused

@@ -167,6 +167,7 @@ class WindowCoordinator : public CoordinatorLink {
     enum class HangPhase : uint8_t { kNone, kFirstSample, kWaiting, kSecondSample, kConfirmed };
     HangPhase hang_phase = HangPhase::kNone;
     int64_t hang_trigger_ns = 0;
+    std::string hang_trigger;  // "rank 3: hang — no progress for 31.0 s ..."
     int64_t second_sample_ns = 0;
     std::map<int32_t, std::string> first_stacks;
   };
