@@ -1,5 +1,6 @@
 #include "perftracker/server/store_recorder.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -184,6 +185,11 @@ void StoreRecorder::StoreReports(const std::vector<WindowReport>& reports) {
     Check(st);
   }
   reports_stored_ = reports.size();
+  for (const auto& [id, spec] : windows_) {
+    const bool reported = std::any_of(reports.begin(), reports.end(),
+                                      [id = id](const WindowReport& r) { return r.id == id; });
+    if (!reported) Check(store_->PutWindow(Record(spec, WindowState::kAbandoned)));
+  }
 }
 
 }  // namespace perftracker

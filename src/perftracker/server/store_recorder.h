@@ -49,7 +49,9 @@ class StoreRecorder : public CoordinatorLink, public CollectorControl {
   // Writes the job's row; an error here means the store cannot be used at all.
   Status Begin();
   // The windows' diagnoses (call with the coordinator's reports once it has stopped; reports
-  // already stored are skipped), then the iterations still buffered.
+  // already stored are skipped), then the iterations still buffered. A window that opened
+  // and has no report (a hang trigger retracted before its report: the coordinator dropped
+  // the window) is marked abandoned.
   void StoreReports(const std::vector<WindowReport>& reports);
   uint64_t failures() const;
 

@@ -88,11 +88,14 @@ TEST(StoreRecorderTest, TheRunsJobWindowsSummariesAndDiagnosesReachTheStore) {
   report.reason = WindowReason::kSlowdown;
   report.json_path = json_path;
   report.text = "perftracker: no material finding";
+  // Window 2 opened for a hang that was retracted before its report: no report.
+  rec.StartWindow({2, 9'000'000'000, 2'000'000'000, WindowReason::kHang});
   rec.StoreReports({report});
   rec.StoreReports({report});  // already stored: nothing happens twice
   std::filesystem::remove(json_path);
 
   EXPECT_EQ(store->GetWindow("run-1", 1)->state, WindowState::kDiagnosed);
+  EXPECT_EQ(store->GetWindow("run-1", 2)->state, WindowState::kAbandoned);
   auto diagnosis = store->GetDiagnosis("run-1", 1);
   ASSERT_TRUE(diagnosis.ok()) << diagnosis.status().message();
   EXPECT_NE(diagnosis->json.find("schema_version"), std::string::npos);

@@ -15,7 +15,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr std::array<std::pair<FaultKind, std::string_view>, 17> kFaultNames = {{
+constexpr std::array<std::pair<FaultKind, std::string_view>, 18> kFaultNames = {{
     {FaultKind::kGpuThrottle, "gpu_throttle"},
     {FaultKind::kGpuSlow, "gpu_slow"},
     {FaultKind::kNvlinkDegraded, "nvlink_degraded"},
