@@ -36,12 +36,16 @@ constexpr std::array kCatalogue = {
                    "One worker's memory copies are slower than its peers'.",
                    "Check that worker's PCIe link (width / speed), NUMA placement and pinned "
                    "memory use."},
-    CatalogueEntry{fc::kStragglerUntraced, FindingCategory::kCpuContention, false,
+    CatalogueEntry{fc::kStragglerUntraced, FindingCategory::kHostOverhead, false,
                    "Every peer waits for this worker, yet none of its traced functions is "
-                   "longer: the time goes outside traced code (scheduling delays, untraced "
-                   "work, a stalled thread).",
-                   "Look at that host's CPU contention (run-queue delay, other processes, "
-                   "core pinning) and at work not covered by the trace."},
+                   "longer: the time goes outside traced code (a sleep, Python the profiler "
+                   "did not record, a stalled thread). The finding says where in the "
+                   "iteration the time sits; without run-queue evidence it is not called CPU "
+                   "contention.",
+                   "Look at that rank's code just before the function named (time.sleep, "
+                   "logging, checkpoint or metric code outside record_function), trace it with "
+                   "with_stack / Python function events, and check its host's run-queue "
+                   "delay."},
     CatalogueEntry{fc::kFunctionOnlyOnSome, FindingCategory::kCompute, true,
                    "A function with material time runs only on a minority of a peer group's "
                    "workers; the others wait for them.",

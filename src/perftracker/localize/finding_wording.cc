@@ -100,12 +100,21 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     f.category = top.category;
     f.resource = top.resource;
     f.lost_ns_per_iteration = std::min(a.excess(), top.lost_cap);
+    // A job loses at most its whole iteration: an excess summed over threads or streams that
+    // run at once can be longer.
+    const bool over_iteration =
+        ctx_.iteration_ns > 0 && f.lost_ns_per_iteration > ctx_.iteration_ns;
+    if (over_iteration) f.lost_ns_per_iteration = ctx_.iteration_ns;
     f.lost_share = ctx_.iteration_ns > 0 ? f.lost_ns_per_iteration / ctx_.iteration_ns : 0;
     for (size_t k = 0; k < culprits.size() && k < kMaxListedWorkers; ++k) {
       f.workers.push_back(workers[culprits[k]].rank);
     }
     const std::string effect =
-        f.lost_ns_per_iteration < a.excess()
+        over_iteration ? fmt::format(
+                             "+{} summed over threads or streams that run at once: at most the "
+                             "whole iteration",
+                             FormatNs(a.excess()))
+        : f.lost_ns_per_iteration < a.excess()
             ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatNs(a.excess()),
                           FormatNs(f.lost_ns_per_iteration), FormatShare(f.lost_share))
             : fmt::format("+{}, {} of the iteration", FormatNs(a.excess()),
@@ -125,10 +134,24 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     } else if (a.fid == kNone) {
       // PT-STRAGGLER-UNTRACED.
       const WorkerRecord& wr = workers[w];
-      f.title = fmt::format(
-          "{} is the worker its peers wait for ({}), but none of its traced functions is "
-          "longer: the time goes outside traced code",
-          who, effect);
+      if (top.untraced_before != UINT32_MAX) {
+        const std::string& before = functions[top.untraced_before].name;
+        f.title = fmt::format(
+            "{} has {}/iter of untraced time before {}: no traced function covers it, and its "
+            "peers wait for it ({} of the iteration)",
+            who, FormatNs(f.lost_ns_per_iteration), before, FormatShare(f.lost_share));
+        f.evidence.push_back(
+            {"where in the iteration",
+             fmt::format("its thread idles {}/iter before {} (peers' median {}): a sleep, "
+                         "Python the profiler did not record, or a stalled thread",
+                         FormatNs(top.untraced_gap_ns), before,
+                         FormatNs(top.untraced_peer_gap_ns))});
+      } else {
+        f.title = fmt::format(
+            "{} is the worker its peers wait for ({}), but none of its traced functions is "
+            "longer: the time is untraced, spread over the step",
+            who, effect);
+      }
       f.evidence.push_back({"collective + sync wait per iteration",
                             fmt::format("{} on {}", FormatNs(wr.wait_fn_ns), who)});
       f.evidence.push_back({fmt::format("peer median ({} workers)", a.peers), FormatNs(a.value)});

@@ -26,6 +26,12 @@ constexpr double kMinRelativeEffect = 0.1;
 constexpr double kFunctionExplains = 0.5;
 // A link whose burst rate is below this share of the job's median is degraded.
 constexpr double kDegradedRateShare = 0.5;
+// A link below this share of the median is degraded too when it is a clear outlier of the
+// others' rates (robust z >= kOutlierZ): a PCIe link at x8, an NVLink or a NIC with a lane
+// down runs at 1/1.5-1/2 of its peers, flat.
+constexpr double kMildlyDegradedShare = 0.8;
+// The spread of link rates is at least this share of the median (sampling jitter).
+constexpr double kRateScaleFloor = 0.02;
 // A function carries traffic over a link when the link's mean throughput during it is at
 // least this share of the function's own achieved bytes/s (a collective within a host
 // shows only background traffic on the NIC).
@@ -212,6 +218,42 @@ std::string HardwareFindings::HostPhrase(const std::vector<uint32_t>& culprits) 
   }
   if (whole_hosts > 4) whole += fmt::format(", ... ({} hosts)", whole_hosts);
   return whole;
+}
+
+// A NIC or an NVLink fabric belongs to its host: all of the host's ranks that move data over
+// it see the same link. A host is named as a whole when at least half of those ranks measured
+// the link degraded (the others' samples missed the slow transfers), and not at all
+// otherwise (one rank's slow samples are its own noise). Workers without a host name stand
+// alone.
+void HardwareFindings::WholeHosts(const Pool Record::*pool, std::vector<uint32_t>& culprits,
+                                  std::vector<float>& lost) const {
+  std::vector<uint32_t> slow(hosts_.size(), 0), users(hosts_.size(), 0);
+  for (const Record& r : records_) {
+    if ((r.*pool).time_ns > 0) ++users[r.host];
+  }
+  std::vector<bool> is_culprit(records_.size(), false);
+  for (uint32_t w : culprits) {
+    ++slow[records_[w].host];
+    is_culprit[w] = true;
+  }
+  auto whole = [&](uint32_t h) { return !hosts_[h].empty() && 2 * slow[h] >= users[h]; };
+  std::vector<uint32_t> kept;
+  std::vector<float> kept_lost;
+  for (size_t i = 0; i < culprits.size(); ++i) {
+    const uint32_t h = records_[culprits[i]].host;
+    if (hosts_[h].empty() || whole(h)) {
+      kept.push_back(culprits[i]);
+      kept_lost.push_back(lost[i]);
+    }
+  }
+  for (uint32_t w = 0; w < records_.size(); ++w) {
+    const Record& r = records_[w];
+    if (is_culprit[w] || (r.*pool).time_ns <= 0 || slow[r.host] == 0 || !whole(r.host)) continue;
+    kept.push_back(w);
+    kept_lost.push_back(0);  // its samples missed the slow transfers: no estimate of its own
+  }
+  culprits = std::move(kept);
+  lost = std::move(kept_lost);
 }
 
 Finding HardwareFindings::LinkFinding(const Context& ctx, const char* link,
@@ -403,13 +445,15 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
   // --- Links: NIC (flapping, degraded), NVLink, PCIe.
   auto link_rule = [&](const Pool Record::*pool, const char* link, std::string_view code,
                        FindingCategory category, std::initializer_list<std::string_view> absorbs,
-                       bool skip_flapping) {
+                       bool skip_flapping, bool host_link) {
     std::vector<float> rates;
     for (const Record& r : records_) {
       if ((r.*pool).time_ns > 0) rates.push_back((r.*pool).BurstRate());
     }
     if (rates.size() < 3) return;
-    const auto median_rate = static_cast<float>(Median(rates));
+    const RobustCenter center = MedianAndMadInPlace(rates);
+    const auto median_rate = static_cast<float>(center.median);
+    const double rate_scale = RobustScale(center, kRateScaleFloor, 0);
     std::vector<uint32_t> culprits;
     std::vector<float> lost;
     for (uint32_t w = 0; w < n; ++w) {
@@ -419,7 +463,9 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
         continue;
       }
       const double rate = p.BurstRate();
-      if (rate >= kDegradedRateShare * median_rate) continue;
+      const bool clear_outlier =
+          rate < kMildlyDegradedShare * median_rate && median_rate - rate >= kOutlierZ * rate_scale;
+      if (rate >= kDegradedRateShare * median_rate && !clear_outlier) continue;
       if (rate <= 0 || p.bytes / rate * 1e9 > kConsistentShare * p.time_ns) continue;
       // How much longer its bytes take at its rate than at the median rate.
       const double l = p.bytes / rate * 1e9 - p.bytes / median_rate * 1e9;
@@ -427,6 +473,7 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       culprits.push_back(w);
       lost.push_back(static_cast<float>(l));
     }
+    if (host_link) WholeHosts(pool, culprits, lost);
     if (culprits.empty()) return;
     Added a;
     a.finding = LinkFinding(ctx, link, culprits, lost, median_rate, pool);
@@ -559,11 +606,11 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
     }
   }
   link_rule(&Record::nic, "NIC", fc::kNicDegraded, FindingCategory::kCommunication,
-            {fc::kStragglerComm, fc::kStragglerUntraced}, true);
+            {fc::kStragglerComm, fc::kStragglerUntraced}, true, true);
   link_rule(&Record::nvlink, "NVLink", fc::kLinkDegraded, FindingCategory::kCommunication,
-            {fc::kStragglerComm}, false);
+            {fc::kStragglerComm}, false, true);
   link_rule(&Record::pcie, "PCIe", fc::kLinkDegraded, FindingCategory::kMemory,
-            {fc::kStragglerMemcpy}, false);
+            {fc::kStragglerMemcpy}, false, false);
 
   // --- Launch-bound.
   {

@@ -86,15 +86,19 @@ class HardwareFindings {
     float compute_ns = 0;
     float clock = -1, clock_max = -1, throttle = -1, temperature = -1, power = -1;
     float link_up = -1;
-    float tcp_rate = -1;      // delivery rate of its busiest TCP connection, bytes/s (mean)
-    float tcp_send = -1;      // bytes/s its TCP connections delivered (mean)
-    float comm_ns = 0;        // communication per iteration
-    float iteration_ns = 0;   // mean iteration
+    float tcp_rate = -1;     // delivery rate of its busiest TCP connection, bytes/s (mean)
+    float tcp_send = -1;     // bytes/s its TCP connections delivered (mean)
+    float comm_ns = 0;       // communication per iteration
+    float iteration_ns = 0;  // mean iteration
     float tiny_kernel_share = -1;
     Pool nic, nvlink, pcie;
   };
 
   std::string HostPhrase(const std::vector<uint32_t>& culprits) const;
+  // Keeps the culprits of a host-wide link (NIC, NVLink) only where their host is named as
+  // a whole, and adds the host's other ranks that use the link.
+  void WholeHosts(const Pool Record::*pool, std::vector<uint32_t>& culprits,
+                  std::vector<float>& lost) const;
   Finding LinkFinding(const Context& ctx, const char* link, const std::vector<uint32_t>& culprits,
                       const std::vector<float>& lost, float median_rate,
                       const Pool Record::*pool) const;

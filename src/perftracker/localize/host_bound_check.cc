@@ -27,12 +27,16 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out) {
   std::vector<float> values;
   std::vector<float> idle_ns;
   std::vector<float> data_idle_ns;
+  // The device idle time that host work explains: the host's own events (not its waits:
+  // a stage blocked in a pipeline recv or a sync idles the GPU without being host-bound)
+  // keeping the launching thread busy while the device ran nothing. A trace without host
+  // events has none, and is never host-bound.
   for (const auto& wr : workers) {
     if (!wr.has_device || wr.mean_iteration_ns <= 0) continue;
     // The GPU idling while the host loads data is data loading's time (PT-DATA-CRITICAL
     // names it), not host overhead: counted once, there.
     const float data_idle = std::min(wr.host_only_ns, std::max(0.0f, wr.data_critical_ns));
-    const float idle = wr.host_only_ns - data_idle;
+    const float idle = std::min(wr.host_only_ns - data_idle, wr.host_work_critical_ns);
     values.push_back(idle / wr.mean_iteration_ns);
     idle_ns.push_back(idle);
     data_idle_ns.push_back(data_idle);
@@ -58,7 +62,7 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out) {
                                    : std::string("all workers"));
   f.evidence.push_back(
       {"device idle, host busy", fmt::format("{} ({} of the iteration, median of {} workers with a "
-                                             "device)",
+                                             "device; host events that are not waits)",
                                              FormatNs(lost), FormatShare(share), device_workers)});
   values.clear();
   for (const auto& wr : workers) values.push_back(wr.compute_ns);

@@ -51,6 +51,7 @@ uint32_t JobTable::InternFunction(const FunctionSummary& f) {
                                                      f.name.find("pageable") != std::string::npos);
     // DtoD / PtoP copies are GPU work (the importers and CUPTI flag them), never host-device
     // or PCIe traffic.
+    info.on_device = (f.event_flags & kEventFlagOnDevice) != 0;
     info.device_to_device =
         f.kind == EventKind::kMemcpy && (f.event_flags & kEventFlagDeviceToDevice) != 0;
     functions_.push_back(std::move(info));
@@ -249,6 +250,18 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     if (info.parent == kNone && !IsWaitKind(info.kind) && info.kind != EventKind::kIteration) {
       wr.work_ns += r.time_ns;
     }
+    if (info.parent == kNone && IsHostWorkKind(info.kind)) {
+      wr.host_work_critical_ns += r.critical_ns;
+    }
+    if (info.outermost_wait && !info.on_device && info.parent != kNone) {
+      uint32_t root = info.parent;
+      for (int depth = 0; functions_[root].parent != kNone && depth < kMaxDepth; ++depth) {
+        root = functions_[root].parent;
+      }
+      // A host-side wait inside host work (a .item() in a block, a blocking recv) is not
+      // work; a device collective's time is device time, not host time.
+      if (IsHostWorkKind(functions_[root].kind)) wr.host_work_critical_ns -= r.critical_ns;
+    }
     if (info.outermost_kind) {
       if (info.kind == EventKind::kSync) wr.sync_critical_ns += r.critical_ns;
       if (info.kind == EventKind::kDataLoad) wr.data_critical_ns += r.critical_ns;
@@ -260,6 +273,7 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     }
     wr.idle_gap_ns += r.idle_gap_ns;
   }
+  wr.host_work_critical_ns = std::max(wr.host_work_critical_ns, 0.0f);
   wr.num_records = count;
   // Host metrics: the window-wide level when the summary has it, else the time-weighted
   // level over the root functions that carry one.

@@ -63,6 +63,10 @@ struct WorkerRecord {
   float pageable_ns = 0;
   float exposed_copy_ns = 0;  // critical time of the other copies: no kernel overlaps them
   float idle_gap_ns = 0;
+  // Per iteration: critical time of the host's own work (root Python / torch / annotation /
+  // launch / runtime / optimizer calls, less the waits nested in them): how long host events
+  // kept the launching thread busy while the device ran nothing. 0 without host events.
+  float host_work_critical_ns = 0;
   // Host metrics over the window (live mode), -1 when not sampled.
   float run_queue = -1;  // run-queue delay / wall time
   float cpu_util = -1;   // cores busy
@@ -77,6 +81,7 @@ struct FunctionInfo {
   bool under_wait = false;        // a collective / sync or nested in one
   bool outermost_kind = false;    // no ancestor of the same kind
   bool pageable = false;          // a pageable memcpy
+  bool on_device = false;         // runs on a device stream (a kernel, a device collective)
   bool device_to_device = false;  // a copy between device memories (kEventFlagDeviceToDevice)
   uint32_t present = 0;           // workers that ran it
   double sum_time_ns = 0;         // over workers, per iteration

@@ -895,7 +895,10 @@ TEST(Localizer, ExpectationChecksFindJobWideProblems) {
   ASSERT_NE(host, nullptr);
   EXPECT_TRUE(host->material);
   EXPECT_THAT(host->workers, IsEmpty());
-  EXPECT_NEAR(host->lost_share, 0.4, 0.001);
+  // Of the 40 ms the GPU idles outside data loading, the host's own work covers 32 ms:
+  // train_step is 40 ms on the critical path, of which it waits 8 ms in the nested sync
+  // (PT-SYNC-CRITICAL's, not host work).
+  EXPECT_NEAR(host->lost_share, 0.32, 0.001);
   EXPECT_EQ(host->category, FindingCategory::kHostOverhead);
   const Finding* sync = FindCode(d, "PT-SYNC-CRITICAL");
   ASSERT_NE(sync, nullptr);

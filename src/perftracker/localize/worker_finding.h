@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,11 @@ struct WorkerFinding {
   bool run_queue_only = false;
   // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).
   float gc_peer_ns = -1;
+  // PT-STRAGGLER-UNTRACED: the function before which the worker's thread idles longest
+  // beyond its peers (UINT32_MAX = no such place), that idle gap and the peers' median.
+  uint32_t untraced_before = UINT32_MAX;
+  float untraced_gap_ns = 0;
+  float untraced_peer_gap_ns = 0;
   bool wait_type() const {
     return category == FindingCategory::kCommunication ||
            category == FindingCategory::kSynchronization;

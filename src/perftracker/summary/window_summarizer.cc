@@ -135,8 +135,10 @@ constexpr uint32_t kCorrelationSlots = 1u << 20;
 // beyond it, and leaves from that far back get a root parent.
 constexpr size_t kMaxContextPoints = 1u << 18;
 constexpr uint32_t kNone = UINT32_MAX;
-// Event flags a function's summary keeps (FunctionSummary::event_flags).
-constexpr uint8_t kSummaryFlags = kEventFlagPageable | kEventFlagDeviceToDevice;
+// Event flags a function's summary keeps (FunctionSummary::event_flags); kEventFlagOnDevice
+// is also set for calls on a device track.
+constexpr uint8_t kSummaryFlags =
+    kEventFlagPageable | kEventFlagDeviceToDevice | kEventFlagOnDevice;
 // A function reports a metric only when at least this many samples' worth of weight fell
 // inside its executions.
 constexpr double kMinMetricSampleWeight = 1.0;
@@ -734,10 +736,10 @@ class WindowSummarizer::Impl {
     AddSat(acc.total_ns, dur);
     acc.durations.Add(static_cast<double>(dur));
     if (MovesBytes(ev.kind)) acc.bytes += ev.payload;
-    acc.flags |= ev.flags & kSummaryFlags;
+    const bool on_device = t.device || (ev.flags & kEventFlagOnDevice);
+    acc.flags |= (ev.flags & kSummaryFlags) | (on_device ? kEventFlagOnDevice : 0);
 
     grid_.Cover(ev.start_ns, ev.end_ns);
-    const bool on_device = t.device || (ev.flags & kEventFlagOnDevice);
     // A range on a stream (gpu_user_annotation) is time only: no bins, so it adds nothing to
     // the critical time of the host range of the same name (Kineto writes both) and never
     // makes a function's critical time exceed the iteration.

@@ -28,16 +28,17 @@ struct FunctionSummary {
   uint32_t parent = kNoParent;  // index of the enclosing function in WorkerSummary::functions
 
   uint64_t count = 0;
-  int64_t total_ns = 0;     // inclusive time of all calls in the window
-  int64_t self_ns = 0;      // total_ns minus time in nested calls on the same track
+  int64_t total_ns = 0;  // inclusive time of all calls in the window
+  int64_t self_ns = 0;   // total_ns minus time in nested calls on the same track
   // Time of the calls on the critical path: host calls while no device work ran (on a
   // host-only job: all of their time on the main thread), device calls: all of it.
   int64_t critical_ns = 0;
   int64_t idle_gap_before_ns = 0;  // idle time of the track just before each call, summed
   uint64_t bytes = 0;              // bytes moved (memcpy, memset, collectives)
-  // kEventFlagPageable / kEventFlagDeviceToDevice when any of its calls carried it.
+  // kEventFlagPageable / kEventFlagDeviceToDevice when any of its calls carried it;
+  // kEventFlagOnDevice when its calls ran on a device stream.
   uint8_t event_flags = 0;
-  QuantileSketch durations;        // per-call duration, ns
+  QuantileSketch durations;  // per-call duration, ns
   std::vector<FunctionMetric> metrics;
 
   double achieved_bytes_per_s() const {

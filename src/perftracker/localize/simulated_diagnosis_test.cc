@@ -1,0 +1,124 @@
+// The localizer on whole simulated clusters (sources/sim): diagnoses whose ground truth is the
+// injected fault, for the rules of issue 11 section 3 ("say what is known, and no more").
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "perftracker/localize/localizer.h"
+#include "perftracker/sources/sim/cluster_simulator.h"
+#include "perftracker/summary/window_summarizer.h"
+
+namespace perftracker {
+namespace {
+
+using ::testing::HasSubstr;
+
+Diagnosis Simulate(const std::string& json) {
+  auto s = ParseScenario(json, "t.json");
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  ClusterSimulator sim(*s);
+  sim.Run();
+  Localizer localizer;
+  for (int32_t r = 0; r < sim.num_ranks(); ++r) {
+    WindowSummarizer summarizer(&sim.functions());
+    sim.Emit(r, summarizer);
+    WorkerSummary w = summarizer.Finish();
+    w.rank = r;
+    w.host = sim.HostName(r);
+    w.source = "sim";
+    localizer.Add(w);
+  }
+  return localizer.Finish();
+}
+
+std::string Describe(const Diagnosis& d) {
+  std::string out;
+  for (const Finding& f : d.findings) {
+    out += f.code + (f.material ? " (material) " : " ") + f.title + "\n";
+  }
+  return out;
+}
+
+const Finding* FindCode(const Diagnosis& d, const std::string& code) {
+  for (const Finding& f : d.findings) {
+    if (f.code == code) return &f;
+  }
+  return nullptr;
+}
+
+TEST(SimulatedDiagnosis, UntracedPauseIsUntracedTimeWhereItSitsNotCpuContention) {
+  // Rank 5 sleeps 8 ms per step between data loading and forward; its run-queue delay is
+  // normal. The finding names untraced time before forward, in no CPU-contention category.
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 16, "tp": 4, "pp": 1,
+      "gpus_per_host": 8, "model_params_b": 13, "iterations": 5, "seed": 3},
+      "faults": [{"kind": "untraced_pause", "ranks": [5], "magnitude": 8}],
+      "expect": {"findings": [{"code": "PT-STRAGGLER-UNTRACED"}]}})");
+  SCOPED_TRACE(Describe(d));
+  const Finding* f = FindCode(d, "PT-STRAGGLER-UNTRACED");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->workers, std::vector<int32_t>{5});
+  EXPECT_EQ(f->category, FindingCategory::kHostOverhead);
+  EXPECT_THAT(f->title, HasSubstr("untraced time before forward"));
+  EXPECT_EQ(FindCode(d, "PT-CPU-CONTENTION"), nullptr);
+}
+
+TEST(SimulatedDiagnosis, ATraceWithoutHostEventsIsNeverHostBound) {
+  // A launch-bound job (tiny kernels, Python between launches): with its host events it is
+  // launch-bound; exported with device activity only, nothing shows the host's work, so no
+  // host- or launch-bound finding.
+  const std::string job = R"({"name": "t", "job": {"ranks": 8, "tp": 1, "pp": 1,
+      "gpus_per_host": 8, "iterations": 4, "seed": 4, "host_trace": %s},
+      "faults": [{"kind": "launch_bound"}],
+      "expect": {"findings": [{"code": "PT-LAUNCH-BOUND"}]}})";
+  auto with = [&](const char* host_trace) {
+    std::string j = job;
+    j.replace(j.find("%s"), 2, host_trace);
+    return Simulate(j);
+  };
+  const Diagnosis traced = with("true");
+  EXPECT_NE(FindCode(traced, "PT-LAUNCH-BOUND"), nullptr) << Describe(traced);
+  const Diagnosis device_only = with("false");
+  SCOPED_TRACE(Describe(device_only));
+  EXPECT_EQ(FindCode(device_only, "PT-LAUNCH-BOUND"), nullptr);
+  EXPECT_EQ(FindCode(device_only, "PT-HOST-BOUND"), nullptr);
+}
+
+TEST(SimulatedDiagnosis, PipelineBubblesAreNotHostBound) {
+  // pp8 (dp2), 2 microbatches: every stage's GPU idles most of the step waiting for its recv; the
+  // host runs no work meanwhile.
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 16, "tp": 1, "pp": 8,
+      "gpus_per_host": 8, "iterations": 4, "seed": 5}, "expect": {"healthy": true}})");
+  SCOPED_TRACE(Describe(d));
+  EXPECT_EQ(FindCode(d, "PT-HOST-BOUND"), nullptr);
+  EXPECT_FALSE(d.has_material_finding());
+}
+
+TEST(SimulatedDiagnosis, ADegradedHostLinkIsNamedForTheWholeHost) {
+  // Host 1's NVLink at 1/8: its four tp2 groups all run on it.
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 32, "tp": 2, "pp": 2,
+      "gpus_per_host": 8, "model_params_b": 13, "iterations": 5, "seed": 6},
+      "faults": [{"kind": "nvlink_degraded", "hosts": [1], "magnitude": 8}],
+      "expect": {"findings": [{"code": "PT-LINK-DEGRADED", "hosts": [1]}]}})");
+  SCOPED_TRACE(Describe(d));
+  const Finding* f = FindCode(d, "PT-LINK-DEGRADED");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->workers, (std::vector<int32_t>{8, 9, 10, 11, 12, 13, 14, 15}));
+}
+
+TEST(SimulatedDiagnosis, NoFindingLosesMoreThanTheIteration) {
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 16, "tp": 4, "pp": 2,
+      "gpus_per_host": 8, "iterations": 4, "seed": 7},
+      "faults": [{"kind": "gc", "ranks": [2], "magnitude": 30},
+                 {"kind": "nic_flapping", "hosts": [1], "magnitude": 4}],
+      "expect": {"findings": [{"code": "PT-STRAGGLER-GC"}]}})");
+  SCOPED_TRACE(Describe(d));
+  for (const Finding& f : d.findings) {
+    EXPECT_LE(f.lost_share, 1.0) << f.title;
+    EXPECT_THAT(f.title, ::testing::Not(::testing::ContainsRegex("[0-9]{3,}% of the iter")));
+  }
+}
+
+}  // namespace
+}  // namespace perftracker
