@@ -414,6 +414,37 @@ class BadInputTest(unittest.TestCase):
         path = os.path.join(self.tmp, "no-such-dir", "rank0.json")
         self.expect_one_error(path, path)
 
+    def test_fifo_without_writer_is_refused_not_waited_on(self):
+        # Opening a FIFO nobody writes to blocks forever: refuse it before reading.
+        path = os.path.join(self.tmp, "rank0.json")
+        os.mkfifo(path)
+        line = self.expect_one_error(path, path)
+        self.assertIn("FIFO", line)
+
+    def test_socket_is_refused(self):
+        import socket
+        path = os.path.join(self.tmp, "rank0.json")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.bind(path)
+            line = self.expect_one_error(path, path)
+            self.assertIn("socket", line)
+        finally:
+            s.close()
+
+    def test_device_is_refused(self):
+        line = self.expect_one_error("/dev/zero", "/dev/zero")
+        self.assertIn("device", line)
+
+    def test_symlink_loop_says_so(self):
+        a = os.path.join(self.tmp, "a.json")
+        b = os.path.join(self.tmp, "b.json")
+        os.symlink(b, a)
+        os.symlink(a, b)
+        line = self.expect_one_error(a, a)
+        self.assertIn("symlink loop", line)
+        self.assertNotIn("no such file", line)
+
     def test_directory_without_traces(self):
         self.write("notes.txt", b"nothing here")
         self.expect_one_error(self.tmp, self.tmp)

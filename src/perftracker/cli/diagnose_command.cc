@@ -1,9 +1,11 @@
 #include "perftracker/cli/diagnose_command.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "perftracker/core/input_file.h"
 #include "perftracker/localize/localizer.h"
 #include "perftracker/report/report.h"
 #include "perftracker/summary/window_summarizer.h"
@@ -38,12 +41,10 @@ bool IsTraceFileName(const fs::path& p) {
 StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& paths) {
   std::vector<std::string> files;
   for (const auto& path : paths) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return InputPathError(path, errno);
     std::error_code ec;
-    const fs::file_status st = fs::status(path, ec);
-    if (ec || !fs::exists(st)) {
-      return Status::NotFound(fmt::format("{}: no such file or directory", path));
-    }
-    if (fs::is_directory(st)) {
+    if (S_ISDIR(st.st_mode)) {
       std::vector<std::string> found;
       for (auto it = fs::recursive_directory_iterator(
                path, fs::directory_options::skip_permission_denied, ec);

@@ -375,6 +375,13 @@ int RunJob(const RunOptions& options) {
                "<command...> (see perftracker run --help)\n");
     return 2;
   }
+  if (!options.remote.server.empty() && options.trigger_at_seconds) {
+    // The server coordinates the windows of every host; a local trigger time would do nothing.
+    fmt::print(stderr,
+               "perftracker run: --trigger-at-seconds works only without --server; with a "
+               "server, take a window from its web UI or POST /api/v1/jobs/{{job}}/trigger\n");
+    return 2;
+  }
   {
     const Status st = EnsureReportDir(options.report_dir);
     if (!st.ok()) {

@@ -235,6 +235,18 @@ TEST_F(RunCommandTest, AMissingTokenFileIsABadOption) {
   EXPECT_NE(r.err.find("perftracker run: --token-file: "), std::string::npos) << r.err;
 }
 
+TEST_F(RunCommandTest, TriggerAtSecondsWithAServerIsRefusedNotIgnored) {
+  // The server coordinates the windows: a local trigger time would silently do nothing.
+  const Result r =
+      RunPerftracker({"run", "--server", "127.0.0.1:1", "--trigger-at-seconds", "2", "--report-dir",
+                      ReportDir(), "--", "/bin/sh", "-c", "echo job-ran"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(Lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("--trigger-at-seconds"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--server"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("job-ran"), std::string::npos) << "refused before the job starts";
+}
+
 TEST_F(RunCommandTest, SigtermIsForwardedToTheJob) {
   // The job says when its trap is set and its child runs (the signal goes to the job's
   // whole process group: a child forked after it would outlive the test's pipes).

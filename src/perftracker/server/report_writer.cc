@@ -1,5 +1,7 @@
 #include "perftracker/server/report_writer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,22 +17,32 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Reports name hosts, paths and code: files are readable by their owner only (0600).
 Status WriteAtomically(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.close();
-    if (!out) {
-      const std::string err = std::strerror(errno);
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return Status::Internal(fmt::format("{}: cannot write: {}", tmp, err));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return Status::Internal(fmt::format("{}: cannot write: {}", tmp, std::strerror(errno)));
+  int err = ::fchmod(fd, 0600) == 0 ? 0 : errno;  // a leftover .tmp keeps its mode otherwise
+  for (size_t done = 0; err == 0 && done < content.size();) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      err = errno;
+      break;
     }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    return Status::Internal(fmt::format("{}: cannot write: {}", tmp, std::strerror(err)));
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) return Status::Internal(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
+  if (ec)
+    return Status::Internal(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
   return Status::Ok();
 }
 
@@ -38,8 +50,15 @@ Status WriteAtomically(const std::string& path, const std::string& content) {
 
 Status EnsureReportDir(const std::string& dir) {
   if (dir.empty()) return Status::InvalidArgument("the report directory is empty");
+  // Each directory created here is the owner's only (0700); existing ones are left as they are.
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  fs::path partial;
+  for (const fs::path& part : fs::path(dir)) {
+    partial /= part;
+    if (::mkdir(partial.c_str(), 0700) == 0 || errno == EEXIST) continue;
+    ec = std::error_code(errno, std::generic_category());
+    break;
+  }
   if (ec) {
     return Status::InvalidArgument(
         fmt::format("{}: cannot create the report directory: {}", dir, ec.message()));

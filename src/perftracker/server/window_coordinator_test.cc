@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "perftracker/core/function_table.h"
+#include "perftracker/server/report_writer.h"
 #include "perftracker/summary/window_summarizer.h"
 
 namespace perftracker {
@@ -235,6 +236,10 @@ TEST_F(WindowCoordinatorTest, AnyTriggerOpensOneWindowOnEveryCollectorAndWritesT
   EXPECT_TRUE(report.missing_ranks.empty());
   EXPECT_EQ(report.json_path, (dir_ / "window-1-slowdown.json").string());
   EXPECT_TRUE(fs::exists(report.html_path));
+  // Reports name hosts, paths and code: readable by their owner only.
+  const fs::perms owner_rw = fs::perms::owner_read | fs::perms::owner_write;
+  EXPECT_EQ(fs::status(report.json_path).permissions() & fs::perms::all, owner_rw);
+  EXPECT_EQ(fs::status(report.html_path).permissions() & fs::perms::all, owner_rw);
   const nlohmann::json j = ReadJson(report.json_path);
   // The schema of `perftracker diagnose --format json`.
   EXPECT_EQ(j["schema_version"], 1);
@@ -249,6 +254,19 @@ TEST_F(WindowCoordinatorTest, AnyTriggerOpensOneWindowOnEveryCollectorAndWritesT
   EXPECT_TRUE(HasNote(j, "trigger: rank 2: slowdown — mean 130 ms is 12% above 116 ms"));
   EXPECT_TRUE(HasNote(j, "1 more trigger(s) during the window: rank 1: slowdown — also slower"));
   EXPECT_NE(report.text.find("rank 2"), std::string::npos) << report.text;
+}
+
+TEST_F(WindowCoordinatorTest, ReportDirectoriesItCreatesAreOwnerOnly) {
+  const fs::path parent = dir_ / "new";
+  const fs::path dir = parent / "reports";
+  ASSERT_TRUE(EnsureReportDir(dir.string()).ok());
+  EXPECT_EQ(fs::status(parent).permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all, fs::perms::owner_all);
+  // A directory the user made is left as it is.
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  ASSERT_TRUE(EnsureReportDir(dir.string()).ok());
+  EXPECT_EQ(fs::status(dir).permissions() & fs::perms::all,
+            fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
 }
 
 TEST_F(WindowCoordinatorTest, CooldownAndMaxWindowsRefuseTriggers) {

@@ -180,10 +180,13 @@ Status HttpServer::Start() {
   server_->set_read_timeout(5, 0);
   server_->set_write_timeout(5, 0);
   server_->set_keep_alive_max_count(100);
-  server_->set_default_headers({{"X-Content-Type-Options", "nosniff"},
-                                {"X-Frame-Options", "DENY"},
-                                {"Referrer-Policy", "no-referrer"},
-                                {"Content-Security-Policy", kContentSecurityPolicy}});
+  httplib::Headers headers = {{"X-Content-Type-Options", "nosniff"},
+                              {"X-Frame-Options", "DENY"},
+                              {"Referrer-Policy", "no-referrer"},
+                              {"Content-Security-Policy", kContentSecurityPolicy}};
+  // HSTS: a browser that reached this server over HTTPS never sends it the token in clear.
+  if (tls()) headers.emplace("Strict-Transport-Security", "max-age=31536000");
+  server_->set_default_headers(std::move(headers));
   Routes();
 
   if (options_.port == 0) {

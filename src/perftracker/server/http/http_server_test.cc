@@ -207,6 +207,7 @@ TEST_F(HttpServerTest, BearerTokenServesTheApi) {
   ASSERT_TRUE(jobs);
   ASSERT_EQ(jobs->status, 200);
   EXPECT_EQ(jobs->get_header_value("Content-Type"), "application/json");
+  EXPECT_FALSE(jobs->has_header("Strict-Transport-Security")) << "HSTS only over HTTPS";
   EXPECT_EQ(json::parse(jobs->body)["jobs"][0]["job_id"], "job-17");
   auto d = cli.Get("/api/v1/jobs/job-17/windows/1/diagnosis");
   ASSERT_EQ(d->status, 200);
@@ -338,6 +339,14 @@ TEST_F(HttpServerTest, ServesHttpsWithTheGivenCertificate) {
   auto r = tls.Get("/api/v1/jobs");
   ASSERT_TRUE(r) << httplib::to_string(r.error());
   EXPECT_EQ(r->status, 200);
+  // HSTS: a browser that saw the HTTPS server never falls back to plain HTTP for it.
+  EXPECT_NE(r->get_header_value("Strict-Transport-Security").find("max-age="), std::string::npos);
+  auto denied = httplib::SSLClient("127.0.0.1", server_->port());
+  denied.enable_server_certificate_verification(false);
+  auto d = denied.Get("/api/v1/jobs");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->status, 401);
+  EXPECT_TRUE(d->has_header("Strict-Transport-Security"));
   auto login = httplib::SSLClient("127.0.0.1", server_->port());
   login.enable_server_certificate_verification(false);
   auto l = login.Get("/?token=" + std::string(kToken));

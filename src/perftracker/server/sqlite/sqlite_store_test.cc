@@ -290,6 +290,20 @@ TEST(SqliteStoreTest, InMemory) {
   EXPECT_EQ(store->GetJob("m")->world_size, 4);
 }
 
+TEST(SqliteStoreTest, ANewStoreIsReadableByItsOwnerOnly) {
+  // The store names hosts, paths and code, like the reports.
+  TempDir dir;
+  const std::string path = dir.File("store.db");
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->UpsertJob(Job("j")).ok());
+  const fs::perms owner_rw = fs::perms::owner_read | fs::perms::owner_write;
+  for (const std::string& f : {path, path + "-wal", path + "-shm"}) {
+    if (!fs::exists(f)) continue;
+    EXPECT_EQ(fs::status(f).permissions() & fs::perms::all, owner_rw) << f;
+  }
+}
+
 TEST(SqliteStoreTest, ReopenAfterClose) {
   TempDir dir;
   const std::string path = dir.File("store.db");

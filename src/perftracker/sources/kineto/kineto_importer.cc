@@ -82,6 +82,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "perftracker/core/input_file.h"
 #include "perftracker/sources/kineto/kineto_event_classifier.h"
 #include "perftracker/sources/kineto/kineto_event_parser.h"
 
@@ -1152,17 +1153,10 @@ Status InflateInto(const std::string& path, FileReader* file, char* in, size_t i
 
 StatusOr<KinetoTraceInfo> ImportKinetoFile(const std::string& path, FunctionTable* functions,
                                            EventSink* sink, KinetoImportOptions options) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    const std::string msg = path + ": cannot open the trace: " + std::strerror(err);
-    return err == ENOENT ? Status::NotFound(msg) : Status::InvalidArgument(msg);
-  }
-  FileReader file(fd);
-  struct stat st{};
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument(path + ": is a directory, not a trace file");
-  }
+  // Refuses FIFOs, devices, sockets and directories without blocking on them.
+  StatusOr<int> fd = OpenInputFile(path);
+  if (!fd.ok()) return fd.status();
+  FileReader file(*fd);
   KinetoImporter importer(path, functions, sink, options);
   std::vector<char> buf(kReadChunkBytes);
   ssize_t n = file.Read(buf.data(), buf.size());

@@ -443,7 +443,8 @@ void ExpectError(const ImportResult& r, const std::string& file, const std::stri
 
 TEST(KinetoImporterTest, BadFilesGiveOneClearLine) {
   TempDir dir;
-  ExpectError(*ImportPath("/nonexistent/rank0.json"), "/nonexistent/rank0.json", "No such file");
+  ExpectError(*ImportPath("/nonexistent/rank0.json"), "/nonexistent/rank0.json",
+              "no such file or directory");
   const std::string empty = dir.Write("rank0.json", "");
   ExpectError(*ImportPath(empty), empty, "empty (0 bytes)");
   const std::string spaces = dir.Write("rank1.json", "  \n ");
