@@ -36,11 +36,21 @@ detector has learned the iteration, so its slowdown trigger fires on the change)
                   Python function that takes --pause-seconds (a sleep, as a blocking write
                   to slow storage would); the peers wait for it in the next all-reduce. An
                   intermittent pause, not a hang: the job goes on after each one
+  extra_annotation  code the other ranks never run: evaluate_on_rank() (matrix products in
+                  record_function("extra_eval"), --extra-repeats rounds) after the forward
+  extra_function  the same work in a plain Python function, compute_metrics(), that the
+                  other ranks never call
+--fault-rank takes one rank or a comma-separated list (the extra_* faults on several ranks).
 
 --loader-workers N gives the DataLoader N worker processes (they are started at each epoch
 and joined when it ends, as in most real jobs). --teardown-seconds S: after the training
 loop and destroy_process_group(), every rank spends S more seconds before it exits (what
 real jobs do at the end: saving the final model, writing metrics, joining threads).
+
+--roles two_models: the first half of the ranks trains the three-block model, the second half
+a different model (EncoderDecoder), each half with DistributedDataParallel over its own
+process group, and the loss is all-reduced over all ranks every step: a healthy job whose
+ranks have genuinely different roles.
 
 --launcher netns (as root, with iproute2): every rank in a network namespace of its own,
 its interface eth0 (10.77.0.R+1/24) on a bridge of this job, so that each rank has its own
@@ -77,7 +87,8 @@ from torch import nn
 from torch.nn import functional as F
 
 FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention",
-          "slow_data_all", "net_rate_limit", "host_sync", "pause")
+          "slow_data_all", "net_rate_limit", "host_sync", "pause", "extra_annotation",
+          "extra_function")
 
 
 class RandomDataset(torch.utils.data.Dataset):
@@ -163,6 +174,33 @@ class Model(nn.Module):
         return x
 
 
+class EncoderDecoder(nn.Module):
+    """The other role's model (--roles two_models): different code."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.encoder = nn.Linear(width, width // 2)
+        self.decoder = nn.Linear(width // 2, width)
+
+    def forward(self, x):
+        return self.decoder(torch.tanh(self.encoder(x)))
+
+
+def compute_metrics(x, weight, repeats):
+    """extra_function (and inside evaluate_on_rank): work only the fault ranks do."""
+    with torch.no_grad():
+        acc = x
+        for _ in range(repeats):
+            acc = torch.tanh(acc @ weight) + x
+        return float(acc.sum())
+
+
+def evaluate_on_rank(x, weight, repeats):
+    """extra_annotation: the extra work in an annotated block, as users mark evaluation."""
+    with torch.profiler.record_function("extra_eval"):
+        return compute_metrics(x, weight, repeats)
+
+
 class LeakyCache:
     """The gc fault: a big graph of small containers that stays alive (a cache that only
     grows), and a full collection of it in every step, as code calling gc.collect() per
@@ -199,7 +237,7 @@ def pin(rank, args):
     if args.pin == "round_robin":
         cpu = cpus[rank % len(cpus)]
     else:  # isolate: the fault rank alone on the last CPU, the others on the first one
-        cpu = cpus[-1] if rank == args.fault_rank else cpus[0]
+        cpu = cpus[-1] if rank in args.fault_ranks else cpus[0]
     os.sched_setaffinity(0, {cpu})
 
 
@@ -214,12 +252,22 @@ def run_rank(rank, args):
         device = torch.device("cpu")
     dist.init_process_group(args.backend, init_method="env://", rank=rank,
                             world_size=args.world_size)
-    faulty = args.fault != "none" and (rank == args.fault_rank or
+    faulty = args.fault != "none" and (rank in args.fault_ranks or
                                        args.fault in ("slow_data_all", "host_sync"))
-    model = Model(args.width).to(device)
+    role_group = None
+    if args.roles == "two_models":
+        half = args.world_size // 2
+        groups = [dist.new_group(list(range(half))),
+                  dist.new_group(list(range(half, args.world_size)))]
+        role_group = groups[0] if rank < half else groups[1]
+    model = (Model(args.width) if role_group is None or rank < args.world_size // 2
+             else EncoderDecoder(args.width)).to(device)
     ddp_devices = [device] if device.type == "cuda" else None
-    net = (nn.parallel.DistributedDataParallel(model, device_ids=ddp_devices)
+    net = (nn.parallel.DistributedDataParallel(model, device_ids=ddp_devices,
+                                               process_group=role_group)
            if args.sync == "ddp" else model)
+    extra = None
+    extra_weight = torch.randn(args.width, args.width, device=device) / args.width ** 0.5
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     loss_fn = nn.MSELoss()
     dataset = RandomDataset(args.steps * args.batch * args.world_size, args.width, seed=1234)
@@ -262,13 +310,21 @@ def run_rank(rank, args):
                 model.sync_per_block = True
             elif args.fault == "pause":
                 pass  # below, every --pause-every steps
+            elif args.fault in ("extra_annotation", "extra_function"):
+                extra = args.fault
             print(f"live_job: rank {rank} fault {args.fault} starts at step {step} "
                   f"({time.time():.3f})", file=sys.stderr, flush=True)
         if device.type == "cuda":
             x, y = x.to(device), y.to(device)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(net(x), y)
+        if extra == "extra_annotation":
+            evaluate_on_rank(x, extra_weight, args.extra_repeats)
+        elif extra == "extra_function":
+            compute_metrics(x, extra_weight, args.extra_repeats)
         loss.backward()
+        if role_group is not None:  # one job: the roles agree on the loss every step
+            dist.all_reduce(loss.detach().clone())
         if args.sync == "allreduce":
             sync_gradients(model, args.world_size)
         opt.step()
@@ -424,7 +480,11 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--fault", choices=FAULTS, default="none")
-    p.add_argument("--fault-rank", type=int, default=2)
+    p.add_argument("--fault-rank", default="2",
+                   help="the rank (or comma-separated ranks) the fault is injected on")
+    p.add_argument("--extra-repeats", type=int, default=12,
+                   help="extra_annotation / extra_function: rounds of compute_metrics()")
+    p.add_argument("--roles", choices=("same", "two_models"), default="same")
     p.add_argument("--fault-after-steps", type=int, default=80,
                    help="steps before the fault starts (the detector learns the iteration "
                         "first)")
@@ -468,7 +528,11 @@ def parse_args(argv):
     p.add_argument("--progress-file", default=None)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if not 0 <= args.fault_rank < args.world_size:
+    try:
+        args.fault_ranks = {int(r) for r in args.fault_rank.split(",")}
+    except ValueError:
+        p.error(f"--fault-rank {args.fault_rank!r} is not a rank or a comma-separated list")
+    if not all(0 <= r < args.world_size for r in args.fault_ranks):
         p.error(f"--fault-rank {args.fault_rank} is not in [0, {args.world_size})")
     if args.fault == "host_sync" and args.device != "cuda":
         p.error("--fault host_sync needs --device cuda (on the CPU .item() waits for no device)")

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "perftracker/cli/scenario_executor.h"
@@ -177,16 +178,23 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
         job_args = {"--launcher", "netns", "--link-mbit", fmt::format("{}", fault->magnitude)};
         break;
       }
+      case FaultKind::kExtraAnnotation:
+      case FaultKind::kExtraFunction:
+        // magnitude: rounds of live_job's compute_metrics() on the fault ranks per step.
+        kind = std::string(FaultKindName(fault->kind));
+        job_args = {"--extra-repeats", fmt::format("{}", std::lround(fault->magnitude))};
+        break;
       default:
         run.skipped = true;
         run.note =
             fmt::format("the real executor cannot inject '{}' yet", FaultKindName(fault->kind));
         return run;
     }
-    job_args.insert(job_args.begin(),
-                    {"--fault", kind, "--fault-rank",
-                     fmt::format("{}", fault->ranks.empty() ? 0 : fault->ranks[0]),
-                     "--fault-after-steps", fmt::format("{}", fault->start)});
+    job_args.insert(
+        job_args.begin(),
+        {"--fault", kind, "--fault-rank",
+         fault->ranks.empty() ? std::string("0") : fmt::format("{}", fmt::join(fault->ranks, ",")),
+         "--fault-after-steps", fmt::format("{}", fault->start)});
   }
   if (s.job.loader_workers > 0) {
     job_args.insert(job_args.end(),
@@ -225,6 +233,7 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
               {"--", o.python, o.job, "--world-size", fmt::format("{}", s.job.ranks), "--steps",
                fmt::format("{}", s.job.steps), "--progress-file", progress.string()});
   argv.insert(argv.end(), job_args.begin(), job_args.end());
+  if (!s.job.roles.empty()) argv.insert(argv.end(), {"--roles", s.job.roles});
   const pid_t pid = Spawn(argv, dir / "stdout.txt", dir / "stderr.txt", dir);
   if (pid < 0) return Status::Internal("fork failed");
 

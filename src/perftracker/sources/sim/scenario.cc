@@ -15,7 +15,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr std::array<std::pair<FaultKind, std::string_view>, 18> kFaultNames = {{
+constexpr std::array<std::pair<FaultKind, std::string_view>, 20> kFaultNames = {{
     {FaultKind::kGpuThrottle, "gpu_throttle"},
     {FaultKind::kGpuSlow, "gpu_slow"},
     {FaultKind::kNvlinkDegraded, "nvlink_degraded"},
@@ -34,6 +34,8 @@ constexpr std::array<std::pair<FaultKind, std::string_view>, 18> kFaultNames = {
     {FaultKind::kHang, "hang"},
     {FaultKind::kNetRateLimit, "net_rate_limit"},
     {FaultKind::kPause, "pause"},
+    {FaultKind::kExtraAnnotation, "extra_annotation"},
+    {FaultKind::kExtraFunction, "extra_function"},
 }};
 
 constexpr std::array<std::string_view, 11> kCategories = {
@@ -49,7 +51,14 @@ bool SimOnly(FaultKind k) {
          k == FaultKind::kLaunchBound || k == FaultKind::kUntracedPause;
 }
 bool RealOnly(FaultKind k) {
-  return k == FaultKind::kHang || k == FaultKind::kNetRateLimit || k == FaultKind::kPause;
+  return k == FaultKind::kHang || k == FaultKind::kNetRateLimit || k == FaultKind::kPause ||
+         k == FaultKind::kExtraAnnotation || k == FaultKind::kExtraFunction;
+}
+// Real faults injected inside the job that may target several ranks (the others are tied to
+// one rank: its CPU, its link, the one rank that stops).
+bool RealMultiRank(FaultKind k) {
+  return k == FaultKind::kExtraAnnotation || k == FaultKind::kExtraFunction ||
+         k == FaultKind::kSlowCompute || k == FaultKind::kSlowData || k == FaultKind::kGc;
 }
 // Faults that hit every rank (no targets).
 bool JobWide(FaultKind k) {
@@ -167,7 +176,7 @@ class Parser {
         CheckKeys(job, "job",
                   {"ranks", "dp", "tp", "pp", "gpus_per_host", "model_params_b", "iterations",
                    "steps", "microbatches", "layers_per_stage", "noise", "seed", "host_trace",
-                   "loader_workers", "teardown_seconds"}));
+                   "loader_workers", "teardown_seconds", "roles"}));
     ScenarioJob& j = s.job;
     j.ranks = 0;
     constexpr int64_t kMaxRanks = 1 << 20;
@@ -194,6 +203,11 @@ class Parser {
       if (!job["host_trace"].is_boolean()) return Error("job.host_trace", "must be true or false");
       j.host_trace = job["host_trace"].get<bool>();
       if (!sim && !j.host_trace) return Error("job.host_trace", "only with executor sim");
+    }
+    PERFTRACKER_RETURN_IF_ERROR(String(job, "job", "roles", &j.roles));
+    if (!j.roles.empty() && sim) return Error("job.roles", "only with executor real");
+    if (!j.roles.empty() && j.roles != "two_models") {
+      return Error("job.roles", fmt::format("unknown roles '{}' (known: two_models)", j.roles));
     }
     const int32_t mp = j.tp * j.pp;
     if (j.ranks == 0 && j.dp == 0) j.dp = 1;
@@ -275,8 +289,9 @@ class Parser {
         if (!sim && !fault.hosts.empty()) {
           return Error(Join(where, "hosts"), "a real job runs on one host: target ranks");
         }
-        if (!sim && fault.ranks.size() > 1) {
-          return Error(Join(where, "ranks"), "a real job takes one fault rank");
+        if (!sim && fault.ranks.size() > 1 && !RealMultiRank(fault.kind)) {
+          return Error(Join(where, "ranks"),
+                       fmt::format("a real job takes one fault rank for '{}'", kind));
         }
         if (sim && fault.start >= j.iterations) {
           return Error(Join(where, "start"),

@@ -41,6 +41,10 @@ enum class FaultKind : uint8_t {
   kHang,           // real only: one rank stops
   kNetRateLimit,   // real only: one rank behind a rate-limited link (netns + tc tbf)
   kPause,          // real only: one rank pauses `magnitude` s in a plain function, now and then
+
+  // Real only: code only the fault ranks run (magnitude: rounds of it per step).
+  kExtraAnnotation,  // in a record_function block
+  kExtraFunction,    // in a plain Python function
 };
 
 std::string_view FaultKindName(FaultKind kind);
@@ -70,6 +74,9 @@ struct ScenarioJob {
   // sim: false = the trace holds device activity only (no host thread events; the
   // iteration markers are the GPU-side twins), as a GPU-only Kineto export.
   bool host_trace = true;
+  // real: "" (every rank runs the same model) or "two_models" (the first half of the ranks
+  // trains one model, the second half another: two roles in one job).
+  std::string roles;
   uint64_t seed = 1;
   int32_t hosts() const { return (ranks + gpus_per_host - 1) / gpus_per_host; }
   int32_t HostOf(int32_t rank) const { return rank / gpus_per_host; }

@@ -136,6 +136,32 @@ TEST(ScenarioTest, ErrorsNameTheFileAndTheField) {
             "scenarios/x.json: job.ranks: must be an integer");
 }
 
+TEST(ScenarioTest, RealExtraCodeOnSeveralRanksAndRoles) {
+  auto s = ParseScenario(
+      R"({"name": "a", "executor": "real", "job": {"ranks": 8},
+          "faults": [{"kind": "extra_function", "ranks": [2, 5], "start": 40, "magnitude": 12}],
+          "expect": {"findings": [{"code": "PT-FUNCTION-ONLY-ON-SOME", "workers": [2, 5]}]}})",
+      "scenarios/x.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ(s->faults.size(), 1u);
+  EXPECT_EQ(s->faults[0].kind, FaultKind::kExtraFunction);
+  EXPECT_EQ(s->faults[0].ranks, (std::vector<int32_t>{2, 5}));
+  auto roles = ParseScenario(
+      R"({"name": "a", "executor": "real", "job": {"ranks": 6, "roles": "two_models"},
+          "expect": {"healthy": true}})",
+      "scenarios/x.json");
+  ASSERT_TRUE(roles.ok()) << roles.status().message();
+  EXPECT_EQ(roles->job.roles, "two_models");
+  EXPECT_EQ(ErrorOf(R"({"name": "a", "job": {"ranks": 8, "roles": "two_models"},
+                        "expect": {"healthy": true}})"),
+            "scenarios/x.json: job.roles: only with executor real");
+  EXPECT_EQ(
+      ErrorOf(R"({"name": "a", "executor": "real", "job": {"ranks": 4},
+                  "faults": [{"kind": "cpu_contention", "ranks": [1, 2]}],
+                  "expect": {"findings": [{"code": "PT-CPU-CONTENTION"}]}})"),
+      "scenarios/x.json: faults[0].ranks: a real job takes one fault rank for 'cpu_contention'");
+}
+
 TEST(ScenarioTest, MissingFileIsNotFound) {
   auto s = LoadScenario("/nonexistent/s.json");
   ASSERT_FALSE(s.ok());
