@@ -10,7 +10,8 @@
 //  2. Data quality (data_quality.h): missing / duplicate ranks and lost events are notes;
 //     a badly incomplete worker is PT-INCOMPLETE-DATA.
 //  3. Peer groups (peer_assignment.h, peer_groups.h): workers running the same significant
-//     functions are compared with each other.
+//     functions are compared with each other; a minority that runs its group's code plus
+//     code of its own, in the same collectives, stays in the group (that code is a finding).
 //  4. Peer comparison (peer_comparison.h): per group and function, the robust outliers and
 //     the functions only a minority of the group runs.
 //  5. Call-path collapse (call_path_collapse.h): per worker, the anomalies along one call
