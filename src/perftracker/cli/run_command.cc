@@ -606,6 +606,7 @@ int RunJob(const RunOptions& options) {
     remote_link->Stop(static_cast<int>(kFlushSeconds * 1000));
   } else if (live) {
     coordinator.Flush(Seconds(std::min(kFlushSeconds, options.wait_summaries_seconds)));
+    coordinator.JobExited(exit_code);
     collector.Stop();
     coordinator.Stop();
     if (recorder) recorder->StoreReports(coordinator.reports());

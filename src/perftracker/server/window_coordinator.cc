@@ -93,7 +93,11 @@ int MostImportantReport(const std::vector<WindowReport>& reports) {
       tier = std::max(tier, f.code == "PT-HANG" ? 2 : 1);
       share = std::max(share, f.lost_share);
     }
-    if (tier > best_tier || (tier == best_tier && share >= best_share)) {
+    // A retracted hang report (the job was not hung) loses ties.
+    const bool later_wins =
+        !reports[i].retracted || best < 0 || reports[static_cast<size_t>(best)].retracted;
+    if (tier > best_tier || (tier == best_tier && share > best_share) ||
+        (tier == best_tier && share == best_share && later_wins)) {
       best = static_cast<int>(i);
       best_tier = tier;
       best_share = share;
@@ -611,6 +615,27 @@ void WindowCoordinator::Loop() {
   }
 }
 
+void WindowCoordinator::JobExited(int exit_code) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (exit_code != 0 || hang_report_window_ == 0 || workers_.empty()) return;
+    for (const auto& [rank, w] : workers_) {
+      const bool finished = w.ended_ns > hang_report_trigger_ns_ ||
+                            (w.left && w.left_clean && w.left_ns > hang_report_trigger_ns_);
+      if (!finished) return;
+    }
+    why = fmt::format(
+        "every rank finished its training after the hang trigger of window {} and the job "
+        "exited 0: its end was slow, it did not hang",
+        hang_report_window_);
+    Log(why);
+    retract_report_window_ = hang_report_window_;
+    hang_report_window_ = 0;
+  }
+  RetractHangReport(why);
+}
+
 void WindowCoordinator::Flush(int64_t timeout_ns) {
   std::vector<CollectorControl*> collectors;
   uint64_t id = 0;
@@ -812,6 +837,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   if (w.stacks_requested) {
     hang_report_window_ = w.spec.id;
     hang_report_ns_ = RealtimeNs();
+    hang_report_trigger_ns_ = w.hang_trigger_ns;
     hang_report_title_ = input.title;
     hang_report_summaries_ = summaries;
     hang_report_stacks_ = StacksFile(w);

@@ -103,7 +103,8 @@ struct WindowReport {
 
 // The report that a run's final summary shows: the most important window's, not merely the
 // last one's. A hang (a PT-HANG finding) first, then the window whose material findings cost
-// the largest share of the iteration, then the latest. -1 when `reports` is empty.
+// the largest share of the iteration, then the latest that is not a retracted hang report.
+// -1 when `reports` is empty.
 int MostImportantReport(const std::vector<WindowReport>& reports);
 
 class WindowCoordinator : public CoordinatorLink {
@@ -122,6 +123,11 @@ class WindowCoordinator : public CoordinatorLink {
   // The job ended: a window in progress is ended now, and its report is written once the
   // summaries are in or after at most `timeout_ns`. A window not yet begun is dropped.
   void Flush(int64_t timeout_ns);
+  // The job's process exited with `exit_code` (perftracker run; call after Flush). A job
+  // that exits 0 after every rank said its training ended since the last hang's trigger was
+  // not hung (its end was slow: DataLoader workers joining on a loaded machine): that
+  // report is retracted. A job stopped by the user (Ctrl-C) exits non-zero: kept.
+  void JobExited(int exit_code);
 
   std::optional<WindowReport> last_report() const;
   std::vector<WindowReport> reports() const;
@@ -225,6 +231,7 @@ class WindowCoordinator : public CoordinatorLink {
   // is rewritten (what it needs for that is kept here).
   uint64_t hang_report_window_ = 0;
   int64_t hang_report_ns_ = 0;
+  int64_t hang_report_trigger_ns_ = 0;
   std::string hang_report_title_;
   std::vector<WorkerSummary> hang_report_summaries_;
   std::map<int32_t, std::string> hang_report_stacks_;

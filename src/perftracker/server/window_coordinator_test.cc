@@ -756,6 +756,43 @@ TEST(MostImportantReportTest, AHangThenTheCostliestFindingThenTheLatest) {
                                  report(2, {{"PT-STRAGGLER-DATA", 0.6}}), report(3, {})}),
             1);
   EXPECT_EQ(MostImportantReport({report(1, {{"PT-HANG", 1.0}}), report(2, {{"PT-X", 2.0}})}), 0);
+  WindowReport retracted = report(2, {});
+  retracted.retracted = true;
+  EXPECT_EQ(MostImportantReport({report(1, {}), retracted}), 0);
+  EXPECT_EQ(MostImportantReport({retracted, report(3, {})}), 1);
+}
+
+}  // namespace
+}  // namespace perftracker
+
+namespace perftracker {
+namespace {
+
+TEST_F(WindowCoordinatorTest, AJobThatFinishesItsTrainingAndExitsZeroWasNotHung) {
+  // DataLoader workers joining at the end of a loaded machine's job: the hang is confirmed
+  // (same stacks, no progress), then every rank finishes its training and the job exits 0.
+  Start(Options());
+  for (int r = 0; r < 2; ++r) Join(r, 2);
+  const char join[] =
+      "Thread 1 (MainThread) (most recent call last):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py\", line 1479, in "
+      "_shutdown_workers\n    w.join(timeout=_utils.MP_STATUS_CHECK_INTERVAL)\n";
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
+  AnswerBothSamples(1, {{0, join}, {1, join}});
+  for (int r = 0; r < 2; ++r) coordinator_->OnSummary(1, MakeSummary(r, NowNs(), 10, 1));
+  ASSERT_TRUE(WaitForReports(1));
+  ASSERT_EQ(coordinator_->last_report()->diagnosis.findings.at(0).code, "PT-HANG");
+  // Exit non-zero (a user's Ctrl-C of a hung job): the hang stands.
+  coordinator_->OnTrainingEnded(0, "destroy_process_group");
+  coordinator_->JobExited(130);
+  EXPECT_FALSE(coordinator_->last_report()->retracted);
+  // Every rank finished its training and the job exited 0: retracted.
+  coordinator_->OnTrainingEnded(1, "interpreter exit");
+  coordinator_->JobExited(0);
+  const WindowReport r = *coordinator_->last_report();
+  EXPECT_TRUE(r.retracted);
+  for (const Finding& f : r.diagnosis.findings) EXPECT_NE(f.code, "PT-HANG");
+  EXPECT_TRUE(HasNote(ReadJson(r.json_path), "exited 0: its end was slow, it did not hang"));
 }
 
 }  // namespace
