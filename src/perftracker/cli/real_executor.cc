@@ -319,6 +319,14 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
       return Status::Internal(fmt::format("the job did not end within {:.0f} s (run directory {})",
                                           o.timeout_seconds, dir.string()));
     }
+    // A job that failed ran nothing worth judging (a missing module, a crash).
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return Status::Internal(fmt::format("the job failed ({}; see stderr.txt in {})",
+                                          WIFEXITED(status)
+                                              ? fmt::format("exit {}", WEXITSTATUS(status))
+                                              : fmt::format("signal {}", WTERMSIG(status)),
+                                          dir.string()));
+    }
     // What `perftracker run` printed last: its final diagnosis, or that none was taken.
     const std::string out = ReadFile(dir / "stdout.txt");
     const std::string tag = "perftracker: final diagnosis: ";
