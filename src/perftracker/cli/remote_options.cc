@@ -5,9 +5,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include "perftracker/core/input_file.h"
 #include "perftracker/server/http/api_token.h"
 
 namespace perftracker {
+namespace {
+
+// A certificate chain is a few KiB; a file far larger than that is the wrong file.
+constexpr size_t kMaxTlsCaBytes = 1 << 20;
+
+}  // namespace
 
 void AddRemoteOptions(CLI::App* cmd, RemoteOptions* o) {
   cmd->add_option("--token-file", o->token_file,
@@ -36,13 +43,13 @@ StatusOr<GrpcLinkOptions> MakeLinkOptions(const RemoteOptions& o, const std::str
     l.client.token = *token;
   }
   if (!o.tls_ca.empty()) {
-    std::ifstream in(o.tls_ca, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (!in || ss.str().find("-----BEGIN CERTIFICATE") == std::string::npos) {
+    // Refuses a FIFO, device or socket instead of blocking on it.
+    StatusOr<std::string> pem = ReadInputFile(o.tls_ca, kMaxTlsCaBytes);
+    if (!pem.ok()) return Status::InvalidArgument("--tls-ca " + pem.status().message());
+    if (pem->find("-----BEGIN CERTIFICATE") == std::string::npos) {
       return Status::InvalidArgument("--tls-ca " + o.tls_ca + ": not a readable PEM certificate");
     }
-    l.client.tls_ca_pem = ss.str();
+    l.client.tls_ca_pem = std::move(*pem);
     l.client.tls_server_name = o.tls_server_name;
   }
   return l;

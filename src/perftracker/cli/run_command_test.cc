@@ -1,5 +1,6 @@
 // `perftracker run` as a user runs it: the real binary, its exit code, its output lines.
 #include "perftracker/cli/run_command.h"
+#include "perftracker/cli/remote_options.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -245,6 +246,25 @@ TEST_F(RunCommandTest, TriggerAtSecondsWithAServerIsRefusedNotIgnored) {
   EXPECT_NE(r.err.find("--trigger-at-seconds"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--server"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("job-ran"), std::string::npos) << "refused before the job starts";
+}
+
+TEST_F(RunCommandTest, AFifoAsTokenFileOrTlsCaIsRefusedNotWaitedOn) {
+  // Opening a FIFO nobody writes to would block forever.
+  const std::string fifo = (dir_ / "fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  RemoteOptions o;
+  o.server = "127.0.0.1:1";
+  o.tls_ca = fifo;
+  StatusOr<GrpcLinkOptions> link = MakeLinkOptions(o, "t");
+  ASSERT_FALSE(link.ok());
+  EXPECT_NE(link.status().message().find("--tls-ca " + fifo + ": is a FIFO"), std::string::npos)
+      << link.status().message();
+  o.tls_ca.clear();
+  o.token_file = fifo;
+  link = MakeLinkOptions(o, "t");
+  ASSERT_FALSE(link.ok());
+  EXPECT_NE(link.status().message().find(fifo + ": is a FIFO"), std::string::npos)
+      << link.status().message();
 }
 
 TEST_F(RunCommandTest, SigtermIsForwardedToTheJob) {

@@ -6,7 +6,15 @@
 #include <cstring>
 #include <fstream>
 
+#include "perftracker/core/input_file.h"
+
 namespace perftracker {
+namespace {
+
+// A token is one line; a token file far larger than that is the wrong file.
+constexpr size_t kMaxTokenFileBytes = 64 * 1024;
+
+}  // namespace
 
 bool ConstantTimeEquals(std::string_view presented, std::string_view expected) {
   // Accumulate differences over the expected length without branching on the data; the
@@ -44,12 +52,15 @@ StatusOr<std::string> GenerateApiToken() {
 }
 
 StatusOr<std::string> ReadApiTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return Status::NotFound("token file " + path + ": cannot open: " + std::strerror(errno));
+  // Refuses a FIFO, device or socket instead of blocking on it.
+  StatusOr<std::string> text = ReadInputFile(path, kMaxTokenFileBytes);
+  if (!text.ok()) {
+    const Status& st = text.status();
+    return st.code() == StatusCode::kNotFound
+               ? Status::NotFound("token file " + st.message())
+               : Status::InvalidArgument("token file " + st.message());
   }
-  std::string line;
-  std::getline(in, line);
+  const std::string line = text->substr(0, text->find('\n'));
   const size_t begin = line.find_first_not_of(" \t\r\n");
   const size_t end = line.find_last_not_of(" \t\r\n");
   const std::string token = begin == std::string::npos ? "" : line.substr(begin, end - begin + 1);

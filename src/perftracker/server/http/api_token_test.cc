@@ -1,6 +1,7 @@
 #include "perftracker/server/http/api_token.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -66,6 +67,18 @@ TEST(ApiTokenTest, ReadTokenFile) {
   token = ReadApiTokenFile(path);
   EXPECT_EQ(token.status().code(), StatusCode::kNotFound);
   EXPECT_NE(token.status().message().find(path), std::string::npos);
+}
+
+TEST(ApiTokenTest, AFifoIsRefusedNotWaitedOn) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("api_token_fifo." + std::to_string(getpid())))
+          .string();
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  StatusOr<std::string> token = ReadApiTokenFile(path);
+  std::remove(path.c_str());
+  ASSERT_FALSE(token.ok());
+  EXPECT_NE(token.status().message().find("token file " + path + ": is a FIFO"), std::string::npos)
+      << token.status().message();
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <utility>
 
+#include "perftracker/core/input_file.h"
+
 namespace perftracker {
 namespace {
 
@@ -422,12 +424,20 @@ StatusOr<Scenario> ParseScenario(std::string_view json_text, const std::string& 
   return Parser(path).Parse(json_text);
 }
 
+// A scenario is a few KiB of JSON; a file far larger than that is the wrong file.
+constexpr size_t kMaxScenarioFileBytes = 64 << 20;
+
 StatusOr<Scenario> LoadScenario(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("{}: cannot open the scenario file", path));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return ParseScenario(buf.str(), path);
+  // Refuses a FIFO, device or socket instead of blocking on it.
+  StatusOr<std::string> text = ReadInputFile(path, kMaxScenarioFileBytes);
+  if (!text.ok()) {
+    const Status& st = text.status();
+    std::string why = st.message().substr(std::min(st.message().size(), path.size() + 2));
+    std::string msg = fmt::format("{}: cannot open the scenario file: {}", path, why);
+    return st.code() == StatusCode::kNotFound ? Status::NotFound(std::move(msg))
+                                              : Status::InvalidArgument(std::move(msg));
+  }
+  return ParseScenario(*text, path);
 }
 
 }  // namespace perftracker

@@ -1,6 +1,8 @@
 #include "perftracker/sources/sim/scenario.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -165,7 +167,20 @@ TEST(ScenarioTest, RealExtraCodeOnSeveralRanksAndRoles) {
 TEST(ScenarioTest, MissingFileIsNotFound) {
   auto s = LoadScenario("/nonexistent/s.json");
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().message(), "/nonexistent/s.json: cannot open the scenario file");
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.status().message(),
+            "/nonexistent/s.json: cannot open the scenario file: no such file or directory");
+}
+
+TEST(ScenarioTest, AFifoIsRefusedNotWaitedOn) {
+  const std::string path = "/tmp/perftracker-scenario-test-fifo-" + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  auto s = LoadScenario(path);
+  unlink(path.c_str());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(path + ": cannot open the scenario file: is a FIFO"),
+            std::string::npos)
+      << s.status().message();
 }
 
 }  // namespace
