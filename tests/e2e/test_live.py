@@ -941,9 +941,14 @@ class GpuSourcesTest(LiveChecks):
             self.assertTrue(w["has_device"], json.dumps(w))
             self.assertGreater(w["breakdown"]["compute"], 0, json.dumps(w))
         # The localizer sees the device: the fake's kernels keep the GPU busy half of the
-        # time (0.5 x their spacing) while the host runs Python: a launch-bound job.
-        codes = [f["code"] for f in report["findings"]]
-        self.assertIn("PT-HOST-BOUND", codes, json.dumps(report["findings"][:3], indent=1))
+        # window (each 0.5 x their spacing), so every rank's device compute is ~50 % of its
+        # iteration. (Whether that makes the job host-bound is not asserted here: the fake
+        # spreads its kernels evenly, unrelated to what the host does, and since host-bound
+        # needs host evidence (issue 11 §3: only the idle time that the host's own work, not
+        # its all-reduce waits, covers) this job sits at the rule's 30 % bar. Host-bound is
+        # tested on real GPU traces in test_diagnose.py and on simulated jobs.)
+        for w in report["workers"]:
+            self.assertAlmostEqual(w["breakdown"]["compute"], 0.5, delta=0.1, msg=json.dumps(w))
         with open(run.report_paths()[0][:-len(".json")] + ".html") as f:
             html = f.read()
         self.assertIn("fake_gemm_kernel", html)  # the kernel's name, from its CUPTI record
