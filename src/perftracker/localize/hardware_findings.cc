@@ -117,7 +117,9 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
       duration += static_cast<double>(i.duration_ns);
     }
     const auto k = static_cast<double>(worker.iterations.size());
-    r.compute_ns = static_cast<float>(compute / k);
+    // Device compute: on a worker without a device track the iterations' compute is the
+    // host's, and there is no GPU to call slow.
+    r.compute_ns = worker.has_device ? static_cast<float>(compute / k) : 0.0f;
     r.comm_ns = static_cast<float>(comm / k);
     r.iteration_ns = static_cast<float>(duration / k);
   }

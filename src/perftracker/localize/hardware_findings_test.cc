@@ -119,6 +119,19 @@ TEST(HardwareFindingsTest, SlowGpuWithoutClockEvidence) {
   EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{9});
 }
 
+// A CPU-only job (no device track: its iterations' compute is the host's) has no GPU to
+// blame: a slower compute on one rank is never PT-GPU-SLOW (seen on a real 2-role CPU job
+// on a loaded machine: "rank 0: the GPU is slow").
+TEST(HardwareFindingsTest, NoGpuFindingWithoutADevice) {
+  auto ws = Job(16, 4);
+  ws[9] = Worker(9, "node2", {85, 1975, 1980, 0, 1});
+  for (auto& w : ws) w.has_device = false;
+  const Diagnosis d = Localize(ws);
+  for (const auto& f : d.findings) {
+    EXPECT_NE(f.category, FindingCategory::kGpuHardware) << f.title;
+  }
+}
+
 TEST(HardwareFindingsTest, FlappingNicGroupedByHost) {
   auto ws = Job(16, 4);
   for (int r = 8; r < 12; ++r)
