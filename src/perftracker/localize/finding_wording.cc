@@ -18,6 +18,12 @@ constexpr double kIntermittentFactor = 3.0;
 // nothing there: the title says only the worker runs it, not a meaningless ratio.
 constexpr double kAlmostNothingShare = 0.01;
 
+// "sm90_xmma_gemm_bf16_dgrad 4.0x", or "only here" when the peers spend almost nothing there.
+std::string RatioPhrase(const Anomaly& a, const std::string& name) {
+  if (a.median < kAlmostNothingShare * a.value) return fmt::format("{} (only here)", name);
+  return fmt::format("{} {:.1f}x", name, a.value / a.median);
+}
+
 }  // namespace
 
 FindingWording::FindingWording(const RuleContext& ctx)
@@ -99,7 +105,9 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     f.code = top.code;
     f.category = top.category;
     f.resource = top.resource;
-    f.lost_ns_per_iteration = std::min(a.excess(), top.lost_cap);
+    // The named function's excess, and its parts' (MergeLayerParts).
+    const double excess = top.excess();
+    f.lost_ns_per_iteration = std::min(excess, top.lost_cap);
     // A job loses at most its whole iteration: an excess summed over threads or streams that
     // run at once can be longer.
     const bool over_iteration =
@@ -113,12 +121,11 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
         over_iteration ? fmt::format(
                              "+{} summed over threads or streams that run at once: at most the "
                              "whole iteration",
-                             FormatNs(a.excess()))
-        : f.lost_ns_per_iteration < a.excess()
-            ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatNs(a.excess()),
+                             FormatNs(excess))
+        : f.lost_ns_per_iteration < excess
+            ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatNs(excess),
                           FormatNs(f.lost_ns_per_iteration), FormatShare(f.lost_share))
-            : fmt::format("+{}, {} of the iteration", FormatNs(a.excess()),
-                          FormatShare(f.lost_share));
+            : fmt::format("+{}, {} of the iteration", FormatNs(excess), FormatShare(f.lost_share));
     if (top.run_queue_only) {
       // Run-queue evidence alone (see MarkCpuContention).
       f.title = fmt::format(
@@ -170,7 +177,16 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       const FunctionInfo& fn = functions[a.fid];
       f.function = fn.name;
       f.function_key = fn.key;
-      if (a.only_on_some) {
+      if (!top.parts.empty()) {
+        // One layer slower in several places (its forward and backward, ...).
+        std::string where = RatioPhrase(a, fn.name);
+        for (const Anomaly& p : top.parts) {
+          where += ", " + RatioPhrase(p, functions[p.fid].name);
+        }
+        f.title = fmt::format("{} run{} {} slower than {} peers in {} places: {} ({})", who,
+                              plural ? "" : "s", functions[top.layer].name,
+                              plural ? "their" : "its", top.parts.size() + 1, where, effect);
+      } else if (a.only_on_some) {
         f.title = fmt::format(
             "only {} run{} {} ({}/iter); the other {} ranks of {} peer group do not ({})", who,
             plural ? "" : "s", fn.name, FormatNs(a.value), a.peers - a.present,
@@ -221,6 +237,12 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
             {"time goes into",
              fmt::format("{}: {} -> {} per iteration (+{})", functions[b.fid].name,
                          FormatNs(b.median), FormatNs(b.value), FormatNs(b.excess()))});
+      }
+      for (const Anomaly& p : top.parts) {
+        f.evidence.push_back(
+            {"same layer, also in",
+             fmt::format("{}: {} -> {} per iteration (+{})", job.PathName(p.fid),
+                         FormatNs(p.median), FormatNs(p.value), FormatNs(p.excess()))});
       }
       for (size_t k = 0; k < top.children.size() && k < 3; ++k) {
         const Anomaly& c = top.children[k];
@@ -309,6 +331,7 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       };
       double consistent = steady(a);
       for (const Anomaly& b : top.below) consistent = std::max(consistent, steady(b));
+      for (const Anomaly& p : top.parts) consistent += steady(p);
       if (consistent < 0.5 * ctx_.material_ns &&
           f.lost_ns_per_iteration < kIntermittentFactor * ctx_.material_ns) {
         f.material = false;

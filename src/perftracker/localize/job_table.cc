@@ -298,6 +298,20 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   workers_.push_back(wr);
 }
 
+std::string JobTable::PathName(uint32_t fid) const {
+  std::vector<const std::string*> names;
+  for (uint32_t f = fid; f != kNone && f < functions_.size() && names.size() < kMaxDepth;
+       f = functions_[f].parent) {
+    names.push_back(&functions_[f].name);
+  }
+  std::string out;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    if (!out.empty()) out += " > ";
+    out += **it;
+  }
+  return out;
+}
+
 std::string JobTable::WorkerName(uint32_t w) const {
   const WorkerRecord& wr = workers_[w];
   if (wr.rank >= 0) return fmt::format("rank {}", wr.rank);

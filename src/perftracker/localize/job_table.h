@@ -120,6 +120,8 @@ class JobTable {
   // "rank 3" or "ranks 1, 4, 6, 7 and 2 more".
   std::string WorkersPhrase(const std::vector<uint32_t>& ws) const;
   bool IsAncestor(uint32_t ancestor, uint32_t fid) const;
+  // The names along fid's call path, outermost first: "backward > layer2 > dgrad".
+  std::string PathName(uint32_t fid) const;
 
  private:
   uint32_t InternFunction(const FunctionSummary& f);

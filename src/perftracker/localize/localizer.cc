@@ -18,7 +18,8 @@
 //     path become one finding naming what the user wrote.
 //  6. Culprit rules, each rewriting the per-worker findings: culprits vs victims
 //     (victim_rule.h), untraced stragglers (untraced_straggler_rule.h), GC stragglers
-//     (gc_straggler_rule.h), CPU contention (cpu_contention_rule.h).
+//     (gc_straggler_rule.h), CPU contention (cpu_contention_rule.h); then one worker's
+//     findings of one cause in one layer merge (layer_merge.h).
 //  7. Wording (finding_wording.h): findings naming the same function with the same code
 //     merge across workers and are worded.
 //  8. Expectation checks on the job median: host-bound (host_bound_check.h), then a table
@@ -46,6 +47,7 @@
 #include "perftracker/localize/hardware_findings.h"
 #include "perftracker/localize/host_bound_check.h"
 #include "perftracker/localize/job_table.h"
+#include "perftracker/localize/layer_merge.h"
 #include "perftracker/localize/peer_assignment.h"
 #include "perftracker/localize/peer_comparison.h"
 #include "perftracker/localize/robust_stats.h"
@@ -117,6 +119,7 @@ Diagnosis Localizer::Impl::Finish() {
   FindUntracedStragglers(ctx, wfs);
   MarkGcStragglers(ctx, wfs);
   MarkCpuContention(ctx, wfs);
+  MergeLayerParts(ctx, wfs);
   const FindingWording wording(ctx);
   std::vector<RenderedFinding> all = wording.Render(wfs);
   CheckHostBound(ctx, all);

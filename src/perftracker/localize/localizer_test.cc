@@ -822,6 +822,83 @@ TEST(Localizer, TwoStragglersOnTheSameFunctionMerge) {
   EXPECT_EQ(material[0]->victims.size(), 14u);
 }
 
+// A job whose layers run forward and backward kernels (asynchronously: the annotations'
+// host time does not change when a kernel is slower); `slow` maps a kernel key to the extra
+// ms it takes on rank 2, whose all-reduce wait shrinks by as much.
+std::vector<WorkerSpec> LayeredJob(const std::map<std::string, double>& slow) {
+  DpJob job;
+  job.iteration_ms = 200;
+  auto specs = job.Make();
+  for (auto& w : specs) {
+    // The host's train_step would hold the device's time only if it waited for it (as the
+    // all-reduce on the device stream does here): left out.
+    std::erase_if(w.fns, [](const FnSpec& f) { return f.key == DpJob::kStep; });
+    for (const char* pass : {"forward", "backward"}) {
+      const std::string p = DpJob::Key(fmt::format("annotation:{}", pass));
+      w.fn(p) = {p, 2, 1};
+      for (const char* layer : {"layer2", "layer3"}) {
+        const std::string l = fmt::format("{} > annotation:{}", p, layer);
+        w.fn(l) = {l, 0.8, 1};
+        const std::string k = fmt::format("{} > kernel:gemm_{}", l,
+                                          pass == std::string("forward") ? "fprop" : "dgrad");
+        w.fn(k) = {k, pass == std::string("forward") ? 6.0 : 12.0, 1};
+      }
+    }
+    job.Rebalance(w);
+  }
+  const std::string ar = DpJob::Key("collective:nccl:all_reduce");
+  for (const auto& [key, ms] : slow) {
+    specs[2].fn(key).ms += ms;
+    specs[2].fn(ar).ms -= ms;
+  }
+  return specs;
+}
+
+TEST(Localizer, OneSlowLayerIsOneFindingWithItsForwardAndBackward) {
+  // sim-slow-compute-and-pcie-256: rank 2's layer2 runs 4x slower, forward kernel and
+  // backward kernel: two anomalies under two call paths, one cause. They are one finding (the
+  // parts listed as evidence, their excesses summed), so a second fault (rank 5's slow data
+  // loading) is the second finding, not the third.
+  const std::string fwd = DpJob::Key("annotation:forward > annotation:layer2 > kernel:gemm_fprop");
+  const std::string bwd = DpJob::Key("annotation:backward > annotation:layer2 > kernel:gemm_dgrad");
+  auto specs = LayeredJob({{fwd, 18}, {bwd, 36}});
+  specs[5].fn(DpJob::Key("data_load:DataLoader.__next__")).ms += 6;
+  specs[5].fn(DpJob::Key("collective:nccl:all_reduce")).ms -= 6;
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  ASSERT_GE(d.findings.size(), 2u);
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_THAT(f.workers, ElementsAre(2));
+  EXPECT_TRUE(f.material);
+  EXPECT_NEAR(f.lost_ns_per_iteration, 54 * kMs, 0.5 * kMs);
+  EXPECT_NEAR(f.lost_share, 0.27, 0.01);
+  EXPECT_EQ(f.function, "gemm_dgrad");
+  EXPECT_THAT(f.title, HasSubstr("rank 2 runs layer2 slower than its peers in 2 places"));
+  EXPECT_THAT(f.title, HasSubstr("gemm_dgrad 4.0x, gemm_fprop 4.0x"));
+  EXPECT_TRUE(HasEvidence(f,
+                          "same layer, also in: forward > layer2 > gemm_fprop: 6.0 ms -> "
+                          "24.0 ms per iteration (+18.0 ms)"));
+  for (size_t i = 1; i < d.findings.size(); ++i) {
+    EXPECT_FALSE(d.findings[i].workers == std::vector<int32_t>{2}) << "a second finding for rank 2";
+  }
+  EXPECT_EQ(d.findings[1].code, "PT-STRAGGLER-DATA");
+  EXPECT_THAT(d.findings[1].workers, ElementsAre(5));
+}
+
+TEST(Localizer, SlowKernelsInTwoLayersStayTwoFindings) {
+  // Two different layers slower on the same rank are two places to look: not merged.
+  const std::string l2 = DpJob::Key("annotation:forward > annotation:layer2 > kernel:gemm_fprop");
+  const std::string l3 = DpJob::Key("annotation:backward > annotation:layer3 > kernel:gemm_dgrad");
+  const Diagnosis d = Diagnose(LayeredJob({{l2, 18}, {l3, 36}}));
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 2u);
+  EXPECT_EQ(material[0]->function, "gemm_dgrad");
+  EXPECT_EQ(material[1]->function, "gemm_fprop");
+  for (const Finding* f : material) EXPECT_FALSE(HasEvidence(*f, "same layer"));
+}
+
 TEST(Localizer, KeyOrderDoesNotMatter) {
   // The summarizer may list functions in any order (parents not first, an extra function in
   // the middle); ingest interns keys and resolves parents regardless.
@@ -939,8 +1016,8 @@ TEST(Localizer, AGpuIdleWhileDataLoadsIsDataLoadingNotHostBound) {
     w.fn("python:train_step") = {"python:train_step", 99, 1, 2};
     w.fn("python:train_step > data_load:DataLoader.__next__") = {
         "python:train_step > data_load:DataLoader.__next__", 51, 5, 51};
-    w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 47,
-                                                    100, 47};
+    w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 47, 100,
+                                                    47};
     specs.push_back(w);
   }
   const Diagnosis d = Diagnose(specs);

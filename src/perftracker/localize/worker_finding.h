@@ -20,6 +20,10 @@ struct WorkerFinding {
   Anomaly named;
   std::vector<Anomaly> below;     // the explaining path under the named function
   std::vector<Anomaly> children;  // other anomalous descendants, largest first
+  // Other anomalies of the same cause on this worker (MergeLayerParts): the same layer's
+  // functions under other call paths (its backward pass, ...), and that layer's fid.
+  std::vector<Anomaly> parts;
+  uint32_t layer = UINT32_MAX;
   std::vector<uint32_t> extra_victims;
   bool dropped = false;
   // For communication / sync findings: the worker's extra total wait, when smaller than the
@@ -36,6 +40,12 @@ struct WorkerFinding {
   uint32_t untraced_before = UINT32_MAX;
   float untraced_gap_ns = 0;
   float untraced_peer_gap_ns = 0;
+  // The excess of the named function and of its parts.
+  double excess() const {
+    double sum = named.excess();
+    for (const Anomaly& p : parts) sum += p.excess();
+    return sum;
+  }
   bool wait_type() const {
     return category == FindingCategory::kCommunication ||
            category == FindingCategory::kSynchronization;
