@@ -25,7 +25,9 @@
 //  8. Expectation checks on the job median: host-bound (host_bound_check.h), then a table
 //     of rules (expectation_checks.h).
 //  9. Hardware evidence (hardware_findings.h) relabels, absorbs and adds findings.
-// 10. Ranking: material first, then time lost per iteration; at most max_findings, whose
+// 10. Pipeline slack (pipeline_slack.h): a finding whose culprits' extra time fell where
+//     their stage waits for another stage anyway is judged on its cost to the job.
+// 11. Ranking: material first, then time lost per iteration; at most max_findings, whose
 //     victims are then named.
 //
 // Nothing in the input can crash the localizer.
@@ -50,6 +52,7 @@
 #include "perftracker/localize/layer_merge.h"
 #include "perftracker/localize/peer_assignment.h"
 #include "perftracker/localize/peer_comparison.h"
+#include "perftracker/localize/pipeline_slack.h"
 #include "perftracker/localize/robust_stats.h"
 #include "perftracker/localize/rule_context.h"
 #include "perftracker/localize/untraced_straggler_rule.h"
@@ -125,6 +128,7 @@ Diagnosis Localizer::Impl::Finish() {
   CheckHostBound(ctx, all);
   RunExpectationChecks(ctx, all);
   ApplyHardwareFindings(ctx, all);
+  DiscountPipelineSlack(ctx, all);
   // The data-quality finding ranks with the others.
   for (auto& f : d.findings) {
     RenderedFinding r;

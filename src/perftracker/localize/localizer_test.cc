@@ -16,6 +16,7 @@
 
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/peer_groups.h"
+#include "perftracker/localize/pipeline_slack.h"
 #include "perftracker/localize/robust_stats.h"
 
 namespace perftracker {
@@ -1191,6 +1192,147 @@ TEST(Localizer, MalformedSummariesDoNotCrash) {
   EXPECT_THAT(d.notes, Contains(HasSubstr("skipped rank7.json")));
   EXPECT_THAT(d.notes, Contains(HasSubstr("missing ranks: 0")));
   EXPECT_NE(FindCode(d, "PT-INCOMPLETE-DATA"), nullptr);
+}
+
+// A two- or three-stage pipeline: ranks 0-7 are the first stage (they send their
+// activations on), every later stage waits for its predecessor in a receive (the bubble:
+// `bubble_ms` per stage, more for each later stage) and then computes; each stage ends
+// with its own data-parallel all-reduce, which absorbs what the iteration has left.
+struct PpJob {
+  int stages = 2;
+  int stage_size = 8;
+  double bubble_ms = 30;
+
+  static std::string Key(const std::string& tail) { return DpJob::Key(tail); }
+  std::vector<WorkerSpec> Make() const {
+    std::vector<WorkerSpec> out;
+    for (int r = 0; r < stages * stage_size; ++r) {
+      DpJob dp;
+      dp.block1_ms = 20;
+      dp.block2_ms = 14;
+      WorkerSpec w = dp.Make(r);
+      const int stage = r / stage_size;
+      if (stage + 1 < stages) w.fn(Key("collective:nccl:send")) = {Key("collective:nccl:send"), 1};
+      if (stage > 0) {
+        w.fn(Key("collective:nccl:recv")) = {Key("collective:nccl:recv"), bubble_ms * stage};
+      }
+      Rebalance(w);
+      out.push_back(w);
+    }
+    return out;
+  }
+  // The all-reduce takes what the iteration has left after work and the receive.
+  static void Rebalance(WorkerSpec& w) {
+    double rest = 99;
+    for (const auto& f : w.fns) {
+      const bool top = f.key.find(" > ") != std::string::npos &&
+                       f.key.find(" > ", f.key.find(" > ") + 3) == std::string::npos;
+      if (top && f.key.find("all_reduce") == std::string::npos) rest -= f.ms;
+    }
+    const std::string ar = Key("collective:nccl:all_reduce");
+    w.fn(ar) = {ar, std::max(0.5, rest), 1};
+    w.communication_ms = w.fn(ar).ms;
+    w.wait_ms = w.fn(ar).ms;
+  }
+};
+
+// Rank `r`'s block2 takes `extra_ms` longer; `absorbed_ms` of it falls in its receive.
+void SlowBlockInStage(std::vector<WorkerSpec>& specs, int r, double extra_ms, double absorbed_ms) {
+  WorkerSpec& w = specs[static_cast<size_t>(r)];
+  w.fn(PpJob::Key("annotation:block2")).ms += extra_ms;
+  w.fn(PpJob::Key("annotation:block2 > torch_op:aten::mm")).ms += extra_ms;
+  const double all_reduce = w.fn(PpJob::Key("collective:nccl:all_reduce")).ms;
+  w.fn(PpJob::Key("collective:nccl:recv")).ms -= absorbed_ms;
+  PpJob::Rebalance(w);
+  // What the receive did not absorb delays everyone: the others wait for it in the
+  // all-reduce, it does not.
+  const double delay = extra_ms - absorbed_ms;
+  for (auto& o : specs) {
+    if (o.rank == r) {
+      o.fn(PpJob::Key("collective:nccl:all_reduce")).ms = all_reduce;
+    } else {
+      o.fn(PpJob::Key("collective:nccl:all_reduce")).ms += delay;
+    }
+    o.iteration_ms = 100 + delay;
+  }
+}
+
+TEST(PipelineSlack, ReceivesAreToldFromSendsAndCollectives) {
+  using localize::IsPointToPointReceive;
+  EXPECT_TRUE(IsPointToPointReceive("nccl:recv"));
+  EXPECT_TRUE(IsPointToPointReceive("c10d::irecv_"));
+  EXPECT_TRUE(IsPointToPointReceive("ncclDevKernel_SendRecv recv (pp)"));
+  // NCCL's SendRecv kernel serves sends too: only its name says which.
+  EXPECT_FALSE(IsPointToPointReceive("ncclDevKernel_SendRecv send (pp)"));
+  EXPECT_FALSE(IsPointToPointReceive("ncclDevKernel_SendRecv(ncclDevComm*, unsigned long)"));
+  EXPECT_FALSE(IsPointToPointReceive("nccl:all_reduce"));
+}
+
+TEST(PipelineSlack, AStragglerWhoseExtraTimeTheBubbleAbsorbsIsMinor) {
+  PpJob job;
+  auto specs = job.Make();
+  // Rank 12 (stage 1) computes 12 ms longer, and waits 12 ms less for stage 0: the job keeps
+  // its pace.
+  SlowBlockInStage(specs, 12, 12, 12);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  EXPECT_THAT(Material(d), IsEmpty());
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_THAT(f.workers, ElementsAre(12));
+  EXPECT_FALSE(f.material);
+  EXPECT_THAT(f.victims, IsEmpty());
+  EXPECT_THAT(f.title, HasSubstr("absorbed by the pipeline: rank 12 waits 12.0 ms/iter less"));
+  EXPECT_TRUE(HasEvidence(f, "cost to the job per iteration: 0 ns"));
+}
+
+TEST(PipelineSlack, WhatTheBubbleDoesNotAbsorbStaysMaterial) {
+  PpJob job;
+  auto specs = job.Make();
+  // 20 ms longer, 8 ms of it in the receive: the job loses 12 ms.
+  SlowBlockInStage(specs, 12, 20, 8);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  const Finding& f = *material[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_THAT(f.workers, ElementsAre(12));
+  EXPECT_TRUE(HasEvidence(f, "cost to the job per iteration: 12.0 ms"));
+  // Not absorbed at all (its receive waits as long as its peers'): material, no discount.
+  specs = job.Make();
+  SlowBlockInStage(specs, 12, 12, 0);
+  const Diagnosis d2 = Diagnose(specs);
+  SCOPED_TRACE(Describe(d2));
+  ASSERT_EQ(Material(d2).size(), 1u);
+  EXPECT_THAT(Material(d2)[0]->workers, ElementsAre(12));
+  EXPECT_FALSE(HasEvidence(*Material(d2)[0], "absorbed by the pipeline"));
+}
+
+TEST(PipelineSlack, EachStageIsComparedWithItsOwnWaitInASharedReceive) {
+  // Three stages whose receives share a call path: stage 1 waits 30 ms, stage 2 60 ms.
+  PpJob job;
+  job.stages = 3;
+  auto specs = job.Make();
+  // A stage-1 straggler that absorbs nothing: against the mixed median of both stages (45 ms)
+  // its 30 ms would look like 15 ms of slack.
+  SlowBlockInStage(specs, 12, 12, 0);
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  ASSERT_EQ(Material(d).size(), 1u);
+  EXPECT_THAT(Material(d)[0]->workers, ElementsAre(12));
+  EXPECT_FALSE(HasEvidence(*Material(d)[0], "absorbed by the pipeline"));
+  // A stage-2 straggler that absorbs all of it, although its receive is still longer than
+  // stage 1's.
+  specs = job.Make();
+  SlowBlockInStage(specs, 20, 12, 12);
+  const Diagnosis d2 = Diagnose(specs);
+  SCOPED_TRACE(Describe(d2));
+  EXPECT_THAT(Material(d2), IsEmpty());
+  ASSERT_FALSE(d2.findings.empty());
+  EXPECT_THAT(d2.findings[0].workers, ElementsAre(20));
+  EXPECT_TRUE(HasEvidence(d2.findings[0], "rank 20 waits 12.0 ms/iter less"));
 }
 
 TEST(Localizer, MaxFindingsCapsAndRanksMaterialFirst) {
