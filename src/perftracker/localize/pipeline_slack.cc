@@ -121,9 +121,17 @@ std::vector<float> ConsumedPipelineSlack(const RuleContext& ctx) {
 
 void DiscountPipelineSlack(const RuleContext& ctx, std::vector<RenderedFinding>& all) {
   std::vector<float> slack;
-  for (RenderedFinding& r : all) {
+  // A culprit's slack absorbs its excess once: its findings use it up largest first.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].culprits.empty()) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return all[a].finding.lost_ns_per_iteration > all[b].finding.lost_ns_per_iteration;
+  });
+  for (size_t i : order) {
+    RenderedFinding& r = all[i];
     Finding& f = r.finding;
-    if (r.culprits.empty() || !f.material) continue;
     if (slack.empty()) slack = ConsumedPipelineSlack(ctx);
     float absorbed = INFINITY;
     uint32_t least = r.culprits.front();
@@ -133,8 +141,10 @@ void DiscountPipelineSlack(const RuleContext& ctx, std::vector<RenderedFinding>&
         least = c;
       }
     }
-    if (absorbed < ctx.report_ns) continue;
-    const double cost = std::max(0.0, f.lost_ns_per_iteration - absorbed);
+    absorbed = std::min(absorbed, static_cast<float>(f.lost_ns_per_iteration));
+    for (uint32_t c : r.culprits) slack[c] -= absorbed;
+    if (!f.material || absorbed < ctx.report_ns) continue;
+    const double cost = f.lost_ns_per_iteration - absorbed;
     const std::string who = ctx.job->WorkerName(least);
     f.evidence.push_back(
         {"absorbed by the pipeline",

@@ -11,7 +11,8 @@
 // peers, where the others wait for it), summed over its receive functions per track kind
 // (host-side and device-side records of the same receive are not added twice). A finding's
 // cost to the job is its loss minus the least slack any of its culprits consumed (a culprit
-// that absorbed less delays the job by more); when that cost is below the materiality bar
+// that absorbed less delays the job by more; a culprit's slack is used once, by its largest
+// findings first); when that cost is below the materiality bar
 // the finding becomes minor: still reported, ranked by the time its culprits lose, with the
 // absorbed wait and the cost to the job as evidence, and without victims (nobody waited).
 #pragma once
