@@ -54,6 +54,23 @@
 // array (slot = id mod size; CUDA correlation ids are sequential, so this evicts the
 // oldest) — an unknown or evicted launch gives a root key.
 //
+// Iterations only. A function's figures (count, total, self, critical, idle gap, bytes, its
+// grid bins and so its metric levels) count the part of its calls inside the span of the
+// window's iterations, from the first marker's start to the last one's end: the localizer
+// divides them by the number of iterations, and time before the first marker or after the
+// last (setup, a DataLoader's worker join at the job's end, the partial iterations at a live
+// window's edges) belongs to none of them. A call that straddles the span counts its inside
+// part (a copy: that share of its bytes); a call wholly outside it is not counted. Host calls
+// are clipped to the span of the host's markers, device calls to that of the device streams'
+// markers (a trace's GPU-side ProfilerStep twins), and not at all when the device marks no
+// iteration: a GPU runs behind its host, so the last iteration's kernels end after the
+// host's last marker. The end of the span is final only in Finish() (a live marker arrives
+// when its iteration ends); before it, calls are clipped at the start only. So a live call
+// processed early (its track's reorder buffer overflowed) before any marker arrived, or one
+// after the last marker processed before Finish(), is counted whole, as without markers.
+// The grid rows (device busy, host threads' busy / communication / sync / data rows) keep
+// every call: iterations sum them over their own spans.
+//
 // Time grid. Quantities that depend on what *other* tracks did at the same time (critical
 // path on device workers, iteration breakdown, metric levels during a function) cannot be
 // computed exactly in bounded memory when tracks arrive in any order. They are accumulated
@@ -432,13 +449,28 @@ struct Frame {
   uint32_t function = kNone;         // kNone for iteration frames
   uint32_t identity_parent = kNone;  // parent for the keys of calls nested in this frame
   int64_t child_ns = 0;
-  uint8_t categories = 0;  // categories open in this frame or its ancestors
-  bool busy = false;       // a call that makes its track busy (idle gaps, top level)
+  int64_t child_inside_ns = 0;  // the part of child_ns inside the iterations (see Inside)
+  uint8_t categories = 0;       // categories open in this frame or its ancestors
+  bool busy = false;            // a call that makes its track busy (idle gaps, top level)
 };
 
 struct Iteration {
   int64_t start = 0;
   int64_t end = 0;
+};
+
+// The span from the first iteration marker's start to the last one's end, of the host's or
+// the device's markers.
+struct IterationHull {
+  bool known = false;
+  int64_t lo = 0;
+  int64_t hi = 0;
+};
+
+// The time range a function's figures count: [lo, hi).
+struct Clip {
+  int64_t lo = INT64_MIN;
+  int64_t hi = INT64_MAX;
 };
 
 struct TrackState {
@@ -522,7 +554,13 @@ class WindowSummarizer::Impl {
       t.device = true;
     }
     if (t.device || (ev.flags & kEventFlagOnDevice)) has_device_ = true;
-    if (ev.kind == EventKind::kIteration) t.iterations.push_back({ev.start_ns, ev.end_ns});
+    if (ev.kind == EventKind::kIteration) {
+      t.iterations.push_back({ev.start_ns, ev.end_ns});
+      IterationHull& hull = t.device || (ev.flags & kEventFlagOnDevice) ? device_hull_ : host_hull_;
+      hull.lo = hull.known ? std::min(hull.lo, ev.start_ns) : ev.start_ns;
+      hull.hi = hull.known ? std::max(hull.hi, ev.end_ns) : ev.end_ns;
+      hull.known = true;
+    }
 
     if (options_.offline) {
       std::deque<Event>& lane = !t.device && IsLeafKind(ev.kind) ? t.all_leaves : t.all_main;
@@ -594,6 +632,23 @@ class WindowSummarizer::Impl {
     return t;
   }
   static uint32_t TrackIndex(const TrackState& t) { return t.index; }
+
+  // What a track's calls count towards per-iteration figures (see "Iterations only" in the
+  // file comment): host calls the host markers' span, device calls the device markers' span;
+  // the end is known only once every marker has arrived (Finish).
+  Clip ClipOf(bool device) const {
+    const IterationHull& hull = device ? device_hull_ : host_hull_;
+    Clip clip;
+    if (!hull.known) return clip;
+    clip.lo = hull.lo;
+    if (finishing_) clip.hi = hull.hi;
+    return clip;
+  }
+  // The length of [start, end) inside the track's clip.
+  int64_t Inside(const TrackState& t, int64_t start, int64_t end) const {
+    const Clip clip = ClipOf(t.device);
+    return std::max<int64_t>(0, std::min(end, clip.hi) - std::max(start, clip.lo));
+  }
 
   void Problem(uint64_t& counter, const Event& ev, std::string_view what) {
     ++counter;
@@ -676,7 +731,8 @@ class WindowSummarizer::Impl {
     RecordContext(t, f.end, t.stack.empty() ? kNone : t.stack.back().identity_parent);
     if (f.busy) --t.busy_frames;
     if (f.function == kNone) return;
-    AddSat(functions_acc_[f.function].self_ns, std::max<int64_t>(0, f.end - f.start - f.child_ns));
+    AddSat(functions_acc_[f.function].self_ns,
+           std::max<int64_t>(0, Inside(t, f.start, f.end) - f.child_inside_ns));
   }
 
   uint32_t MapChain(uint32_t source_id) {
@@ -732,12 +788,28 @@ class WindowSummarizer::Impl {
                uint8_t open_categories) {
     FunctionAcc& acc = functions_acc_[fn];
     const int64_t dur = ev.duration_ns();
-    ++acc.count;
-    AddSat(acc.total_ns, dur);
-    acc.durations.Add(static_cast<double>(dur));
-    if (MovesBytes(ev.kind)) acc.bytes += ev.payload;
     const bool on_device = t.device || (ev.flags & kEventFlagOnDevice);
-    acc.flags |= (ev.flags & kSummaryFlags) | (on_device ? kEventFlagOnDevice : 0);
+    const Clip clip = ClipOf(on_device);
+    // The function's own figures count the part of the call inside the iterations (a call
+    // wholly outside them is not counted); the grid rows below keep all of it (they are
+    // summed over each iteration's span, and give the device-busy fraction of a time).
+    const int64_t lo = std::max(ev.start_ns, clip.lo);
+    const int64_t hi = std::min(ev.end_ns, clip.hi);
+    const bool counted = lo < hi || (lo == hi && dur == 0);
+    const int64_t inside = counted ? hi - lo : 0;
+    if (counted) {
+      ++acc.count;
+      AddSat(acc.total_ns, inside);
+      acc.durations.Add(static_cast<double>(dur));
+      if (MovesBytes(ev.kind)) {
+        // A transfer that straddles an iteration boundary counts its inside share.
+        acc.bytes += inside == dur ? ev.payload
+                                   : static_cast<uint64_t>(static_cast<double>(ev.payload) *
+                                                           static_cast<double>(inside) /
+                                                           static_cast<double>(dur));
+      }
+      acc.flags |= (ev.flags & kSummaryFlags) | (on_device ? kEventFlagOnDevice : 0);
+    }
 
     grid_.Cover(ev.start_ns, ev.end_ns);
     // A range on a stream (gpu_user_annotation) is time only: no bins, so it adds nothing to
@@ -745,12 +817,14 @@ class WindowSummarizer::Impl {
     // makes a function's critical time exceed the iteration.
     if (on_device && !IsDeviceActivity(ev.kind)) return;
     const int shift = grid_.shift();
-    grid_.ForEachOverlap(ev.start_ns, ev.end_ns, [&](int64_t bin, int64_t ns) {
-      acc.bins.Add(shift, bin, static_cast<double>(ns));
-    });
+    if (counted) {
+      grid_.ForEachOverlap(lo, hi, [&](int64_t bin, int64_t ns) {
+        acc.bins.Add(shift, bin, static_cast<double>(ns));
+      });
+    }
 
     if (on_device) {
-      AddSat(acc.device_ns, dur);
+      AddSat(acc.device_ns, inside);
       // Device busy/compute/comm only for top-level device calls: nested device ranges
       // would count the same time twice.
       if (toplevel) {
@@ -763,7 +837,7 @@ class WindowSummarizer::Impl {
       }
       return;
     }
-    acc.AddHost(TrackIndex(t), dur);
+    if (counted) acc.AddHost(TrackIndex(t), inside);
     if (toplevel) AddSat(t.toplevel_busy_ns, dur);
     if (CategoryOf(ev.kind) == kCatComm && (open_categories & kCatComm) == 0) {
       grid_.AddSpan(row_host_comm_, ev.start_ns, ev.end_ns);
@@ -780,7 +854,7 @@ class WindowSummarizer::Impl {
 
   void ProcessFlat(TrackState& t, const Event& ev) {
     const uint32_t fn = Resolve(ev, kNone);
-    AddSat(functions_acc_[fn].self_ns, ev.duration_ns());
+    AddSat(functions_acc_[fn].self_ns, Inside(t, ev.start_ns, ev.end_ns));
     Account(t, ev, fn, /*toplevel=*/false, /*open_categories=*/0);
   }
 
@@ -789,7 +863,7 @@ class WindowSummarizer::Impl {
   void ProcessLeaf(TrackState& t, const Event& ev) {
     const uint32_t parent = ContextAt(t, ev.start_ns);
     const uint32_t fn = Resolve(ev, parent);
-    AddSat(functions_acc_[fn].self_ns, ev.duration_ns());
+    AddSat(functions_acc_[fn].self_ns, Inside(t, ev.start_ns, ev.end_ns));
     Account(t, ev, fn, /*toplevel=*/false, /*open_categories=*/0);
     if (ev.correlation != 0) RememberLaunch(ev.correlation, parent);
   }
@@ -809,7 +883,10 @@ class WindowSummarizer::Impl {
     Frame frame;
     frame.start = ev.start_ns;
     frame.end = top ? std::min(ev.end_ns, top->end) : ev.end_ns;
-    if (top) AddSat(top->child_ns, frame.end - frame.start);
+    if (top) {
+      AddSat(top->child_ns, frame.end - frame.start);
+      AddSat(top->child_inside_ns, Inside(t, frame.start, frame.end));
+    }
     uint32_t parent = top ? top->identity_parent : kNone;
     const uint8_t open = top ? top->categories : 0;
     frame.categories = open | CategoryOf(ev.kind);
@@ -829,7 +906,7 @@ class WindowSummarizer::Impl {
     const bool toplevel = frame.busy && t.busy_frames == 0;
     if (toplevel) {
       if (t.has_toplevel && ev.start_ns > t.last_toplevel_end) {
-        AddSat(functions_acc_[fn].idle_gap_ns, ev.start_ns - t.last_toplevel_end);
+        AddSat(functions_acc_[fn].idle_gap_ns, Inside(t, t.last_toplevel_end, ev.start_ns));
       }
       t.last_toplevel_end = t.has_toplevel ? std::max(t.last_toplevel_end, ev.end_ns) : ev.end_ns;
       t.has_toplevel = true;
@@ -871,6 +948,9 @@ class WindowSummarizer::Impl {
   }();
   std::array<std::array<double, 3>, kNumMetrics> metric_totals_{};  // count, sum, sum of squares
   bool has_device_ = false;
+  IterationHull host_hull_;
+  IterationHull device_hull_;
+  bool finishing_ = false;  // every event has arrived: the iterations' span is final
   bool window_init_ = false;
   int64_t window_start_ = 0;
   int64_t window_end_ = 0;
@@ -1020,6 +1100,7 @@ void WindowSummarizer::Impl::SummarizeInStartOrder() {
 }
 
 WorkerSummary WindowSummarizer::Impl::Finish() {
+  finishing_ = true;
   if (options_.offline) {
     SummarizeInStartOrder();
   } else {

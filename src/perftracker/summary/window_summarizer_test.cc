@@ -519,7 +519,7 @@ TEST(WindowSummarizerTest, MemoryIsBoundedByTheReorderWindow) {
     const int64_t t = int64_t{i} * 1000;
     Event e = step;
     e.start_ns = t;
-    e.end_ns = t + 1000;
+    e.end_ns = t + 100 * 1000;  // an iteration of 100 blocks
     if (i % 100 == 0) b.summarizer().OnEvent(e);
     e = block;
     e.start_ns = t;
@@ -707,6 +707,79 @@ TEST(WindowSummarizerTest, OfflineWithoutMarkersTheWindowIsOneIteration) {
     EXPECT_EQ(s.iterations[0].compute_ns, 200);
     EXPECT_EQ(s.iterations[0].host_only_ns, 800);
   }
+}
+
+TEST(WindowSummarizerTest, TimeOutsideTheIterationsIsNotChargedToThem) {
+  // A job's normal end: three 1000 ns iterations, then the DataLoader iterator's __next__
+  // joins its worker processes for 4000 ns after the last marker; a setup call ran before
+  // the first. Per-iteration figures (total / iterations) must cover the iterations only:
+  // the join would otherwise read as 1333 ns of data loading per 1000 ns iteration.
+  for (bool offline : {false, true}) {
+    SCOPED_TRACE(offline ? "offline" : "live");
+    SummarizerOptions options;
+    options.offline = offline;
+    StreamBuilder b(options);
+    b.HostTrack(kMain);
+    constexpr const char* kNext = "_MultiProcessingDataLoaderIter.__next__";
+    b.Emit(kMain, EventKind::kPythonCall, "train.py(3): setup", -600, -100);
+    for (int i = 0; i < 3; ++i) {
+      const int64_t t = i * 1000;
+      b.Emit(kMain, EventKind::kDataLoad, kNext, t, t + 100);
+      b.Emit(kMain, EventKind::kTorchOp, "aten::mm", t + 100, t + 900);
+      // The agent writes the marker when the iteration ends: after its content.
+      b.Emit(kMain, EventKind::kIteration, "iteration", t, t + 1000);
+    }
+    // Straddles the last marker: 100 ns inside, 200 ns after.
+    b.Emit(kMain, EventKind::kPythonCall, "train.py(9): log", 2900, 3200);
+    b.Emit(kMain, EventKind::kTorchOp, "aten::add", 2950, 3150);
+    b.Emit(kMain, EventKind::kDataLoad, kNext, 3200, 7200);
+    WorkerSummary s = b.Finish();
+
+    ASSERT_EQ(s.iterations.size(), 3u);
+    ASSERT_FN(next, s, std::string("data_load:") + kNext);
+    EXPECT_EQ(next->count, 3u);
+    EXPECT_EQ(next->total_ns, 300);
+    EXPECT_EQ(next->self_ns, 300);
+    EXPECT_EQ(next->critical_ns, 300);
+    EXPECT_LE(next->total_ns / static_cast<int64_t>(s.iteration_count()), s.median_iteration_ns());
+    ASSERT_FN(log, s, "python:train.py(9): log");
+    EXPECT_EQ(log->count, 1u);
+    EXPECT_EQ(log->total_ns, 100);
+    EXPECT_EQ(log->self_ns, 100 - 50);  // aten::add's inside part ran in it
+    EXPECT_EQ(log->critical_ns, 100);
+    ASSERT_FN(add, s, "python:train.py(9): log > torch_op:aten::add");
+    EXPECT_EQ(add->total_ns, 50);
+    const FunctionSummary* setup = Find(s, "python:train.py(3): setup");
+    if (setup != nullptr) {
+      EXPECT_EQ(setup->count, 0u);
+      EXPECT_EQ(setup->total_ns, 0);
+      EXPECT_EQ(setup->critical_ns, 0);
+    }
+    ASSERT_FN(mm, s, "torch_op:aten::mm");
+    EXPECT_EQ(mm->total_ns, 3 * 800);
+    EXPECT_EQ(mm->critical_ns, 3 * 800);
+  }
+}
+
+TEST(WindowSummarizerTest, DeviceWorkAfterTheLastHostMarkerStillCounts) {
+  // A GPU runs behind its host: the last iteration's kernels end after the host's last
+  // marker. Without device-side markers they are charged to the iterations that launched them.
+  SummarizerOptions options;
+  options.offline = true;
+  StreamBuilder b(options);
+  b.HostTrack(kMain);
+  b.DeviceTrack(kStream);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t t = i * 1000;
+    b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", t, t + 1000);
+    b.Emit(kMain, EventKind::kKernelLaunch, "cudaLaunchKernel", t + 100, t + 110, 1 + i);
+    b.Emit(kStream, EventKind::kGpuKernel, "sgemm", t + 600, t + 1500, 1 + i);
+  }
+  WorkerSummary s = b.Finish();
+  ASSERT_FN(k, s, "kernel:sgemm");
+  EXPECT_EQ(k->count, 2u);
+  EXPECT_EQ(k->total_ns, 2 * 900);
+  EXPECT_EQ(k->critical_ns, 2 * 900);
 }
 
 TEST(WindowSummarizerTest, TimesOutOfRangeAreBadDataNotArithmetic) {
