@@ -47,8 +47,9 @@ Row Measure(const std::string& name, const WorkerSummary& s) {
   r.iterations = s.iterations.size();
   const std::string bytes = EncodeWorkerSummary(s);
   r.encoded = bytes.size();
-  for (const auto& f : s.functions) {
-    r.key_bytes += f.key.size();
+  for (size_t i = 0; i < s.functions.size(); ++i) {
+    const FunctionSummary& f = s.functions[i];
+    r.key_bytes += s.KeySize(i);
     r.metrics += f.metrics.size();
     r.buckets += f.durations.buckets().size();
   }

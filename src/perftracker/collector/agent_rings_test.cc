@@ -47,8 +47,8 @@ class AgentRingsTest : public ::testing::Test {
   }
 
   static const FunctionSummary* Find(const WorkerSummary& s, const std::string& key) {
-    for (const auto& f : s.functions) {
-      if (f.key == key) return &f;
+    for (size_t i = 0; i < s.functions.size(); ++i) {
+      if (s.KeyIs(i, key)) return &s.functions[i];
     }
     return nullptr;
   }

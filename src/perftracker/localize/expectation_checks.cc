@@ -87,7 +87,7 @@ Finding JobFinding(const RuleContext& ctx, std::string_view code, FindingCategor
   f.material = lost_ns >= ctx.material_ns;
   if (fid != kNone) {
     f.function = ctx.job->functions()[fid].name;
-    f.function_key = ctx.job->functions()[fid].key;
+    f.function_key = ctx.job->Key(fid);
   }
   return f;
 }

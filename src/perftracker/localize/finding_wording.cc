@@ -176,7 +176,7 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     } else {
       const FunctionInfo& fn = functions[a.fid];
       f.function = fn.name;
-      f.function_key = fn.key;
+      f.function_key = job.Key(a.fid);
       if (!top.parts.empty()) {
         // One layer slower in several places (its forward and backward, ...).
         std::string where = RatioPhrase(a, fn.name);

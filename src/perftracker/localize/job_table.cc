@@ -23,42 +23,178 @@ bool IsHostWorkKind(EventKind kind) {
          kind == EventKind::kRuntimeCall || kind == EventKind::kOptimizerStep;
 }
 
-uint32_t JobTable::InternFunction(const FunctionSummary& f) {
-  auto [it, inserted] =
-      function_index_.try_emplace(f.key, static_cast<uint32_t>(functions_.size()));
-  if (inserted) {
-    FunctionInfo info;
-    info.key = f.key;
-    info.name = f.name;
-    if (info.name.empty()) {
-      // The leaf frame of the key, without its "kind:" prefix.
-      const size_t sep = f.key.rfind(" > ");
-      std::string_view leaf = f.key;
-      if (sep != std::string::npos) leaf.remove_prefix(sep + 3);
-      const size_t colon = leaf.find(':');
-      if (colon != std::string_view::npos) leaf.remove_prefix(colon + 1);
-      info.name = leaf.empty() ? f.key : std::string(leaf);
+namespace {
+
+constexpr std::string_view kSeparator = " > ";
+
+// "kind:name" -> (kind, name); false when the text before the first ':' names no kind.
+bool ParseFrame(std::string_view frame, EventKind& kind, std::string_view& name) {
+  const size_t colon = frame.find(':');
+  if (colon == std::string_view::npos) return false;
+  const std::string_view kind_name = frame.substr(0, colon);
+  for (int k = 0; k < kNumEventKinds; ++k) {
+    if (EventKindName(static_cast<EventKind>(k)) == kind_name) {
+      kind = static_cast<EventKind>(k);
+      name = frame.substr(colon + 1);
+      return true;
     }
-    info.kind = f.kind;
-    // Communication issued through torch operators (c10d::allreduce_, record_param_comms)
-    // waits like a collective: DDP runs them inside AccumulateGrad hooks, under whichever
-    // gradient completes a bucket, so they must not read as compute.
-    if (f.kind == EventKind::kTorchOp &&
-        (info.name.starts_with("c10d::") || info.name == "record_param_comms")) {
-      info.kind = EventKind::kCollective;
-    }
-    info.pageable = f.kind == EventKind::kMemcpy && (f.name.find("Pageable") != std::string::npos ||
-                                                     f.name.find("pageable") != std::string::npos);
-    // DtoD / PtoP copies are GPU work (the importers and CUPTI flag them), never host-device
-    // or PCIe traffic.
-    info.on_device = (f.event_flags & kEventFlagOnDevice) != 0;
-    info.device_to_device =
-        f.kind == EventKind::kMemcpy && (f.event_flags & kEventFlagDeviceToDevice) != 0;
-    functions_.push_back(std::move(info));
-    stamp_.push_back(0);
-    stamp_pos_.push_back(0);
   }
-  return it->second;
+  return false;
+}
+
+}  // namespace
+
+uint32_t JobTable::NameId(std::string_view name) const {
+  auto it = name_index_.find(name);
+  return it == name_index_.end() ? kNone : it->second;
+}
+
+bool JobTable::KeyDerives(const WorkerSummary& worker, size_t i) {
+  const FunctionSummary& f = worker.functions[i];
+  if (f.key.empty()) return true;
+  const std::string_view key = f.key;
+  const std::string_view kind = EventKindName(f.kind);
+  const size_t leaf = kind.size() + 1 + f.name.size();
+  const bool ends_with_leaf = key.size() >= leaf &&
+                              key.substr(key.size() - leaf, kind.size()) == kind &&
+                              key[key.size() - leaf + kind.size()] == ':' && key.ends_with(f.name);
+  if (!ends_with_leaf) return false;
+  if (f.parent >= i) return key.size() == leaf;  // a root (or a parent that does not precede it)
+  if (key.size() < leaf + kSeparator.size()) return false;
+  const size_t split = key.size() - leaf - kSeparator.size();
+  return key.substr(split, kSeparator.size()) == kSeparator &&
+         worker.KeyIs(f.parent, key.substr(0, split));
+}
+
+uint32_t JobTable::FindKey(std::string_view key) const {
+  if (!explicit_index_.empty()) {
+    auto it = explicit_index_.find(std::string(key));
+    if (it != explicit_index_.end()) return it->second;
+  }
+  // Walk the frames from the root: each is a node under the previous one.
+  uint32_t fid = kNone;
+  for (size_t pos = 0;;) {
+    const size_t sep = key.find(kSeparator, pos);
+    const std::string_view frame =
+        key.substr(pos, sep == std::string_view::npos ? std::string_view::npos : sep - pos);
+    EventKind kind;
+    std::string_view name;
+    if (!ParseFrame(frame, kind, name)) return kNone;
+    const uint32_t name_id = NameId(name);
+    if (name_id == kNone) return kNone;
+    auto it = node_index_.find(NodeKey{fid, name_id, kind});
+    if (it == node_index_.end()) return kNone;
+    fid = it->second;
+    if (sep == std::string_view::npos) return fid;
+    pos = sep + kSeparator.size();
+  }
+}
+
+uint32_t JobTable::NewFunction(const FunctionSummary& f, std::string_view name_source) {
+  FunctionInfo info;
+  info.name = f.name;
+  if (info.name.empty()) {
+    // The leaf frame of the key, without its "kind:" prefix.
+    const size_t sep = name_source.rfind(kSeparator);
+    std::string_view leaf = name_source;
+    if (sep != std::string::npos) leaf.remove_prefix(sep + kSeparator.size());
+    const size_t colon = leaf.find(':');
+    if (colon != std::string_view::npos) leaf.remove_prefix(colon + 1);
+    info.name = leaf.empty() ? std::string(name_source) : std::string(leaf);
+  }
+  info.kind = f.kind;
+  info.key_kind = f.kind;
+  // Communication issued through torch operators (c10d::allreduce_, record_param_comms)
+  // waits like a collective: DDP runs them inside AccumulateGrad hooks, under whichever
+  // gradient completes a bucket, so they must not read as compute.
+  if (f.kind == EventKind::kTorchOp &&
+      (info.name.starts_with("c10d::") || info.name == "record_param_comms")) {
+    info.kind = EventKind::kCollective;
+  }
+  info.pageable = f.kind == EventKind::kMemcpy && (f.name.find("Pageable") != std::string::npos ||
+                                                   f.name.find("pageable") != std::string::npos);
+  // DtoD / PtoP copies are GPU work (the importers and CUPTI flag them), never host-device
+  // or PCIe traffic.
+  info.on_device = (f.event_flags & kEventFlagOnDevice) != 0;
+  info.device_to_device =
+      f.kind == EventKind::kMemcpy && (f.event_flags & kEventFlagDeviceToDevice) != 0;
+  functions_.push_back(std::move(info));
+  stamp_.push_back(0);
+  stamp_pos_.push_back(0);
+  return static_cast<uint32_t>(functions_.size() - 1);
+}
+
+uint32_t JobTable::InternFunction(const WorkerSummary& worker, size_t i) {
+  const FunctionSummary& f = worker.functions[i];
+  if (!KeyDerives(worker, i)) {
+    auto it = explicit_index_.find(f.key);
+    if (it != explicit_index_.end()) return it->second;
+    // The same path may already be interned from a summary that derives it.
+    const uint32_t found = FindKey(f.key);
+    if (found != kNone) return found;
+    const uint32_t fid = NewFunction(f, f.key);
+    functions_[fid].explicit_key = f.key;
+    explicit_index_.emplace(f.key, fid);
+    return fid;
+  }
+  const uint32_t parent = f.parent < i ? fids_[f.parent] : kNone;
+  uint32_t name_id = NameId(f.name);
+  if (name_id != kNone) {
+    auto it = node_index_.find(NodeKey{parent, name_id, f.kind});
+    if (it != node_index_.end()) return it->second;
+  }
+  if (!explicit_index_.empty()) {
+    // A summary that gave this path as an explicit key interned it first.
+    std::string key = parent == kNone ? std::string() : Key(parent) + std::string(kSeparator);
+    key += EventKindName(f.kind);
+    key += ':';
+    key += f.name;
+    auto it = explicit_index_.find(key);
+    if (it != explicit_index_.end()) return it->second;
+  }
+  if (name_id == kNone) {
+    name_id = static_cast<uint32_t>(names_.size());
+    names_.emplace_back(f.name);
+    name_index_.emplace(names_.back(), name_id);
+  }
+  std::string name_source;
+  if (f.name.empty()) name_source = worker.Key(i);
+  const uint32_t fid = NewFunction(f, name_source);
+  FunctionInfo& info = functions_[fid];
+  info.key_parent = parent;
+  info.key_name = name_id;
+  node_index_.emplace(NodeKey{parent, name_id, f.kind}, fid);
+  return fid;
+}
+
+bool JobTable::SameFunction(const WorkerSummary& worker, size_t i, uint32_t fid) const {
+  const FunctionSummary& f = worker.functions[i];
+  const FunctionInfo& info = functions_[fid];
+  if (!info.explicit_key.empty()) return f.key == info.explicit_key;
+  if (info.key_kind != f.kind || names_[info.key_name] != f.name) return false;
+  const uint32_t parent = f.parent < i ? fids_[f.parent] : kNone;
+  return info.key_parent == parent && KeyDerives(worker, i);
+}
+
+std::string JobTable::Key(uint32_t fid) const {
+  std::vector<uint32_t> chain;
+  for (uint32_t cur = fid; cur != kNone; cur = functions_[cur].key_parent) {
+    chain.push_back(cur);
+    if (!functions_[cur].explicit_key.empty()) break;
+  }
+  std::string key;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const FunctionInfo& f = functions_[*it];
+    if (!key.empty()) key += kSeparator;
+    if (!f.explicit_key.empty()) {
+      key += f.explicit_key;
+      continue;
+    }
+    key += EventKindName(f.key_kind);
+    key += ':';
+    key += names_[f.key_name];
+  }
+  return key;
 }
 
 // Parents and outermost flags of the functions first interned by this worker.
@@ -68,19 +204,21 @@ void JobTable::ResolveNewFunctions(const WorkerSummary& worker, const std::vecto
     const uint32_t fid = fids[i];
     if (fid < first_new_fid) continue;
     FunctionInfo& info = functions_[fid];
+    if (info.parent == kNone) info.parent = info.key_parent;
     if (info.parent != kNone) continue;
     const uint32_t p = worker.functions[i].parent;
     if (p < fids.size() && fids[p] != fid) {
       info.parent = fids[p];
     } else {
       // No (valid) parent index: the key's prefix names the caller, if it was summarized.
-      std::string_view prefix = info.key;
-      for (size_t sep = prefix.rfind(" > "); sep != std::string_view::npos;
-           sep = prefix.rfind(" > ")) {
+      // (A derived key has no prefix here: its parent is its key's, set when interned.)
+      std::string_view prefix = info.explicit_key;
+      for (size_t sep = prefix.rfind(kSeparator); sep != std::string_view::npos;
+           sep = prefix.rfind(kSeparator)) {
         prefix = prefix.substr(0, sep);
-        auto it = function_index_.find(std::string(prefix));
-        if (it != function_index_.end() && it->second != fid) {
-          info.parent = it->second;
+        const uint32_t found = FindKey(prefix);
+        if (found != kNone && found != fid) {
+          info.parent = found;
           break;
         }
       }
@@ -160,11 +298,10 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   fids_.resize(n);
   size_t cursor = 0;
   for (size_t i = 0; i < n; ++i) {
-    const FunctionSummary& f = worker.functions[i];
-    if (cursor < prev_fids_.size() && functions_[prev_fids_[cursor]].key == f.key) {
+    if (cursor < prev_fids_.size() && SameFunction(worker, i, prev_fids_[cursor])) {
       fids_[i] = prev_fids_[cursor++];
     } else {
-      fids_[i] = InternFunction(f);
+      fids_[i] = InternFunction(worker, i);
       const uint32_t fid = fids_[i];
       if (fid < prev_position_.size() && prev_position_worker_[fid] == w) {
         cursor = prev_position_[fid] + 1;

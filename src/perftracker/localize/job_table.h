@@ -20,7 +20,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -73,9 +75,15 @@ struct WorkerRecord {
 };
 
 struct FunctionInfo {
-  std::string key;
+  // Identity: the call path (key_parent, key_kind, name), its key JobTable::Key(fid); or,
+  // when a summary gave a key that does not derive from its parent, that key. No key is
+  // stored: with Python stacks each would repeat every ancestor's frames.
+  std::string explicit_key;
   std::string name;
   EventKind kind = EventKind::kTorchOp;
+  EventKind key_kind = EventKind::kTorchOp;  // the summary's kind (`kind` may be reclassified)
+  uint32_t key_parent = kNone;  // the enclosing function in the key (kNone: a root, or explicit)
+  uint32_t key_name = kNone;    // the leaf name's id in the JobTable's name table
   uint32_t parent = kNone;
   bool outermost_wait = false;    // collective / sync without a collective / sync ancestor
   bool under_wait = false;        // a collective / sync or nested in one
@@ -122,15 +130,43 @@ class JobTable {
   bool IsAncestor(uint32_t ancestor, uint32_t fid) const;
   // The names along fid's call path, outermost first: "backward > layer2 > dgrad".
   std::string PathName(uint32_t fid) const;
+  // The function's key ("kind:name" frames from the root, joined by " > "), built on demand.
+  std::string Key(uint32_t fid) const;
 
  private:
-  uint32_t InternFunction(const FunctionSummary& f);
+  // A call path node: (enclosing function, leaf name id, kind).
+  struct NodeKey {
+    uint32_t parent = kNone;
+    uint32_t name = kNone;
+    EventKind kind = EventKind::kTorchOp;
+    bool operator==(const NodeKey&) const = default;
+  };
+  struct NodeKeyHash {
+    size_t operator()(const NodeKey& k) const {
+      uint64_t h = (uint64_t{k.parent} << 32 | k.name) * 0x9E3779B97F4A7C15ull;
+      return static_cast<size_t>(h ^ (h >> 29) ^ static_cast<uint64_t>(k.kind));
+    }
+  };
+  // Function i of `worker`: its fid, interned from its parent's fid (fids_[p]), kind and
+  // name when its key derives from them, else from its explicit key.
+  uint32_t InternFunction(const WorkerSummary& worker, size_t i);
+  // Whether function i's key is its parent's key + its leaf (or, for a root, its leaf).
+  static bool KeyDerives(const WorkerSummary& worker, size_t i);
+  // Whether function i of `worker` is fid (fids_ of its parent already set).
+  bool SameFunction(const WorkerSummary& worker, size_t i, uint32_t fid) const;
+  // The fid whose key is `key`, or kNone.
+  uint32_t FindKey(std::string_view key) const;
+  uint32_t NameId(std::string_view name) const;
+  uint32_t NewFunction(const FunctionSummary& f, std::string_view name_source);
   void ResolveNewFunctions(const WorkerSummary& worker, const std::vector<uint32_t>& fids,
                            size_t first_new_fid);
 
   // Job-wide function table.
   std::vector<FunctionInfo> functions_;
-  std::unordered_map<std::string, uint32_t> function_index_;
+  std::unordered_map<NodeKey, uint32_t, NodeKeyHash> node_index_;
+  std::unordered_map<std::string, uint32_t> explicit_index_;   // explicit key -> fid
+  std::deque<std::string> names_;                              // name id -> leaf name
+  std::unordered_map<std::string_view, uint32_t> name_index_;  // views into names_
   std::vector<uint32_t> prev_fids_;  // the previous worker's fids by position (cache)
   // Per fid: its position in the list of worker prev_position_worker_[fid] - 1.
   std::vector<uint32_t> prev_position_;

@@ -940,6 +940,43 @@ TEST(Localizer, KeyOrderDoesNotMatter) {
   EXPECT_TRUE(HasEvidence(*Material(rotated)[0], "time goes into: aten::mm"));
 }
 
+TEST(Localizer, KeysGivenOrDerivedNameTheSameFunction) {
+  // The summarizer leaves keys implicit (parent + kind + name); hand-built or decoded
+  // summaries may spell them out, some as a root whose key holds the whole path. Either way
+  // one path is one function.
+  DpJob job;
+  job.ranks = 6;
+  job.jitter = 0.02;
+  auto specs = job.Make();
+  specs[4].fn(DpJob::Key("annotation:block2")).ms = 50;
+  specs[4].fn(DpJob::Key("annotation:block2 > torch_op:aten::mm")).ms = 47;
+  job.Rebalance(specs[4]);
+  const Diagnosis given = Diagnose(specs);
+  Localizer loc;
+  for (const auto& spec : specs) {
+    WorkerSummary w = Build(spec);
+    for (size_t i = 0; i < w.functions.size(); ++i) {
+      FunctionSummary& f = w.functions[i];
+      if (spec.rank % 3 == 0) {
+        f.key.clear();  // derived
+      } else if (spec.rank % 3 == 1 && f.parent != FunctionSummary::kNoParent) {
+        f.key = w.Key(i);  // spelled out, with no parent to derive it from
+        f.parent = FunctionSummary::kNoParent;
+      }
+    }
+    loc.Add(w);
+  }
+  const Diagnosis mixed = loc.Finish();
+  SCOPED_TRACE(Describe(mixed));
+  ASSERT_EQ(mixed.findings.size(), given.findings.size());
+  for (size_t i = 0; i < mixed.findings.size(); ++i) {
+    EXPECT_EQ(mixed.findings[i].title, given.findings[i].title);
+    EXPECT_EQ(mixed.findings[i].function_key, given.findings[i].function_key);
+  }
+  ASSERT_EQ(Material(mixed).size(), 1u);
+  EXPECT_EQ(Material(mixed)[0]->function_key, DpJob::Key("annotation:block2"));
+}
+
 // ---------------------------------------------------------------------------------------
 // Expectations: problems every worker shares.
 

@@ -576,11 +576,13 @@ class HtmlWriter {
     for (size_t s = 0; s < sample.size(); ++s) {
       const WorkerSummary& w = *rows[sample[s]].summary;
       const double iters = static_cast<double>(w.iteration_count());
-      for (const FunctionSummary& f : w.functions) {
+      for (size_t i = 0; i < w.functions.size(); ++i) {
+        const FunctionSummary& f = w.functions[i];
         if (f.kind == EventKind::kIteration) continue;
-        auto [it, inserted] = index.emplace(f.key, all.size());
+        std::string key = w.Key(i);
+        auto [it, inserted] = index.emplace(key, all.size());
         if (inserted) {
-          all.push_back({f.key, f.name.empty() ? f.key : f.name, 0, 0, false, ""});
+          all.push_back({key, f.name.empty() ? key : f.name, 0, 0, false, ""});
           values.emplace_back(sample.size(), 0.0);
         }
         values[it->second][s] += static_cast<double>(f.total_ns) / iters;

@@ -236,9 +236,10 @@ std::vector<size_t> ReportModel::SelectWorkers(size_t max_rows) const {
 }
 
 double ReportModel::PerIterationNs(const WorkerSummary& worker, const std::string& key) {
-  for (const FunctionSummary& f : worker.functions) {
-    if (f.key == key) {
-      return static_cast<double>(f.total_ns) / static_cast<double>(worker.iteration_count());
+  for (size_t i = 0; i < worker.functions.size(); ++i) {
+    if (worker.KeyIs(i, key)) {
+      return static_cast<double>(worker.functions[i].total_ns) /
+             static_cast<double>(worker.iteration_count());
     }
   }
   return -1;
@@ -259,9 +260,10 @@ std::string ReportModel::VictimWait(const Finding& finding) const {
       if (it == row_of_rank_.end()) continue;
       const WorkerSummary& w = *workers_[it->second].summary;
       ++n;
-      for (const FunctionSummary& f : w.functions) {
+      for (size_t i = 0; i < w.functions.size(); ++i) {
+        const FunctionSummary& f = w.functions[i];
         if (f.kind != EventKind::kCollective && f.kind != EventKind::kSync) continue;
-        Acc& a = acc[f.key];
+        Acc& a = acc[w.Key(i)];
         if (a.name.empty()) a.name = f.name;
         const double per_iter =
             static_cast<double>(f.total_ns) / static_cast<double>(w.iteration_count());

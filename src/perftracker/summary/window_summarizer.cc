@@ -1158,7 +1158,7 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     if (acc.bins.shift != shift) acc.bins.Rescale(shift);
     const auto& e = table_.Get(id);
     FunctionSummary fs;
-    fs.key = table_.Key(id);
+    // fs.key stays empty: the key derives from the parent chain (WorkerSummary::Key).
     fs.name = std::string(e.name);
     fs.kind = e.kind;
     fs.parent = e.parent == FunctionTable::kNoParent ? FunctionSummary::kNoParent : e.parent;

@@ -62,15 +62,15 @@ class StreamBuilder {
 };
 
 const FunctionSummary* Find(const WorkerSummary& s, const std::string& key) {
-  for (const auto& f : s.functions) {
-    if (f.key == key) return &f;
+  for (size_t i = 0; i < s.functions.size(); ++i) {
+    if (s.KeyIs(i, key)) return &s.functions[i];
   }
   return nullptr;
 }
 
 std::string Keys(const WorkerSummary& s) {
   std::string all;
-  for (const auto& f : s.functions) all += "  " + f.key + "\n";
+  for (size_t i = 0; i < s.functions.size(); ++i) all += "  " + s.Key(i) + "\n";
   return all;
 }
 
@@ -137,8 +137,9 @@ TEST(WindowSummarizerTest, PythonFramesAndIterationMarkersShapeIdentity) {
                  "torch_op:aten::add_"),
             nullptr)
       << Keys(s);
-  for (const auto& f : s.functions) {
-    EXPECT_EQ(f.key.find("ProfilerStep"), std::string::npos) << f.key;
+  for (size_t i = 0; i < s.functions.size(); ++i) {
+    const FunctionSummary& f = s.functions[i];
+    EXPECT_EQ(s.Key(i).find("ProfilerStep"), std::string::npos) << s.Key(i);
     EXPECT_NE(f.kind, EventKind::kIteration);
   }
   ASSERT_EQ(s.iterations.size(), 1u);
@@ -163,7 +164,7 @@ TEST(WindowSummarizerTest, SourceParentChainIsRespected) {
   ASSERT_FN(f, s, "python:train > python:helper > torch_op:aten::relu");
   EXPECT_EQ(f->count, 1u);
   ASSERT_NE(f->parent, FunctionSummary::kNoParent);
-  EXPECT_EQ(s.functions[f->parent].key, "python:train > python:helper");
+  EXPECT_EQ(s.Key(f->parent), "python:train > python:helper");
   EXPECT_EQ(s.functions[f->parent].count, 0u);  // on the path, not called in this window
 }
 
@@ -556,8 +557,9 @@ std::string Fingerprint(const WorkerSummary& s) {
   o << "window " << s.window_start_ns << ".." << s.window_end_ns << " device " << s.has_device
     << " events " << s.stats.events << " ooo " << s.stats.out_of_order_events << " malformed "
     << s.stats.malformed_events << "\n";
-  for (const auto& f : s.functions) {
-    o << f.key << " parent=" << f.parent << " n=" << f.count << " total=" << f.total_ns
+  for (size_t i = 0; i < s.functions.size(); ++i) {
+    const FunctionSummary& f = s.functions[i];
+    o << s.Key(i) << " parent=" << f.parent << " n=" << f.count << " total=" << f.total_ns
       << " self=" << f.self_ns << " crit=" << f.critical_ns << " gap=" << f.idle_gap_before_ns
       << " bytes=" << f.bytes << " p50=" << f.durations.Quantile(0.5) << "\n";
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "perftracker/core/event.h"
@@ -22,7 +23,12 @@ struct FunctionMetric {
 struct FunctionSummary {
   static constexpr uint32_t kNoParent = UINT32_MAX;
 
-  std::string key;   // portable identity: FunctionTable::Key of the call path
+  // The portable identity is the call path, WorkerSummary::Key(): "kind:name" of every frame
+  // from the root down, joined by " > ". It derives from parent, kind and name, so `key`
+  // holds it only where it does not (a summary written by hand, a decoded explicit key) and
+  // is empty otherwise: with Python stacks (50 frames deep) a stored path per function
+  // repeats every ancestor's frames, hundreds of MB for a 60k-event trace.
+  std::string key;
   std::string name;  // the leaf name, for display
   EventKind kind = EventKind::kTorchOp;
   uint32_t parent = kNoParent;  // index of the enclosing function in WorkerSummary::functions
@@ -90,6 +96,13 @@ struct WorkerSummary {
   SummaryStats stats;
 
   int64_t window_ns() const { return window_end_ns - window_start_ns; }
+  // Function i's key: its explicit `key`, else its parent's key (when the parent precedes
+  // it) + " > " + "kind:name".
+  std::string Key(size_t i) const;
+  // Key(i) == key, without building Key(i).
+  bool KeyIs(size_t i, std::string_view key) const;
+  // Key(i).size(), without building it.
+  size_t KeySize(size_t i) const;
   // Median iteration duration; the window length when no iteration markers were seen.
   int64_t median_iteration_ns() const;
   // Number of iterations the totals cover (at least 1).

@@ -15,8 +15,8 @@
 namespace perftracker {
 namespace {
 
-// Keys are rebuilt from parent + leaf; a hostile message (a long parent chain) could make
-// them quadratic. Reject messages whose keys add up to more than this.
+// Keys derive from parent + leaf; a hostile message (a long parent chain) could make the
+// keys a reader builds quadratic. Reject messages whose keys add up to more than this.
 constexpr size_t kMaxKeyBytesPerMessageByte = 512;
 constexpr size_t kMinKeyBudget = 16u << 20;
 
@@ -165,19 +165,24 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
     if (inserted) name_list.push_back(f.name);
     o->set_name(it->second);
     o->set_kind(static_cast<uint32_t>(f.kind));
-    std::string derived;
-    bool derivable = true;
-    if (f.parent != FunctionSummary::kNoParent) {
-      o->set_parent(f.parent + 1);
-      if (f.parent < i) {
-        derived = s.functions[f.parent].key + " > " + LeafKey(f.kind, f.name);
+    // The decoder derives the key from a preceding parent, or a root's leaf: it is sent
+    // only where that derivation would give another key.
+    const bool parent_precedes = f.parent != FunctionSummary::kNoParent && f.parent < i;
+    if (f.parent != FunctionSummary::kNoParent) o->set_parent(f.parent + 1);
+    bool derivable = f.parent == FunctionSummary::kNoParent || parent_precedes;
+    if (!f.key.empty()) {
+      const std::string leaf = LeafKey(f.kind, f.name);
+      if (!parent_precedes) {
+        derivable = derivable && f.key == leaf;
       } else {
-        derivable = false;
+        const std::string_view key = f.key;
+        const size_t tail = leaf.size() + 3;
+        derivable = key.size() > tail && key.ends_with(leaf) &&
+                    key.substr(key.size() - tail, 3) == " > " &&
+                    s.KeyIs(f.parent, key.substr(0, key.size() - tail));
       }
-    } else {
-      derived = LeafKey(f.kind, f.name);
     }
-    if (!derivable || derived != f.key) o->set_key(f.key);
+    if (!derivable) o->set_key(s.Key(i));
     o->set_count(f.count);
     o->set_total_ns(f.total_ns);
     o->set_self_ns(f.self_ns);
@@ -274,6 +279,8 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   const size_t num_functions = static_cast<size_t>(m.functions_size());
   const size_t key_budget = std::max(kMinKeyBudget, kMaxKeyBytesPerMessageByte * bytes.size());
   size_t key_bytes = 0;
+  std::vector<size_t> key_sizes;  // per function: its key's size
+  key_sizes.reserve(num_functions);
   s.functions.reserve(num_functions);
   for (size_t i = 0; i < num_functions; ++i) {
     const v1::FunctionSummary& f = m.functions(static_cast<int>(i));
@@ -298,17 +305,22 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
                                   std::to_string(num_functions) + " functions)");
       }
     }
+    // A derived key stays implicit (WorkerSummary::Key); its size is still budgeted.
+    size_t key_size = 0;
+    const size_t leaf_size = EventKindName(o.kind).size() + 1 + o.name.size();
     if (f.has_key()) {
       o.key = f.key();
+      key_size = o.key.size();
     } else if (o.parent == FunctionSummary::kNoParent) {
-      o.key = LeafKey(o.kind, o.name);
+      key_size = leaf_size;
     } else if (o.parent < i) {
-      o.key = s.functions[o.parent].key + " > " + LeafKey(o.kind, o.name);
+      key_size = key_sizes[o.parent] + 3 + leaf_size;
     } else {
       return Corrupt(kWhat, where + " (" + o.name + "): its key derives from parent " +
                                 std::to_string(o.parent) + ", which does not precede it");
     }
-    key_bytes += o.key.size();
+    key_sizes.push_back(key_size);
+    key_bytes += key_size;
     if (key_bytes > key_budget) {
       return Corrupt(kWhat, where + ": function keys add up to more than " +
                                 std::to_string(key_budget) + " bytes");

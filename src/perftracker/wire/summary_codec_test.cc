@@ -123,7 +123,7 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
     SCOPED_TRACE("function " + std::to_string(i));
     const auto& x = a.functions[i];
     const auto& y = b.functions[i];
-    EXPECT_EQ(x.key, y.key);
+    EXPECT_EQ(a.Key(i), b.Key(i));
     EXPECT_EQ(x.name, y.name);
     EXPECT_EQ(x.kind, y.kind);
     EXPECT_EQ(x.parent, y.parent);
@@ -167,15 +167,36 @@ TEST(SummaryCodecTest, WorkerSummaryRoundTripsEveryField) {
   EXPECT_NE(bytes.find("custom key that is not derivable"), std::string::npos);
 }
 
+TEST(SummaryCodecTest, ImplicitKeysTravelAsParentAndLeafAndStayImplicit) {
+  // What the summarizer writes: no key where it derives from parent, kind and name.
+  const WorkerSummary given = SampleSummary();
+  WorkerSummary s = given;
+  for (size_t i = 0; i < 4; ++i) s.functions[i].key.clear();
+  for (size_t i = 0; i < s.functions.size(); ++i) {
+    EXPECT_EQ(s.Key(i), given.Key(i));
+    EXPECT_TRUE(s.KeyIs(i, given.functions[i].key));
+    EXPECT_FALSE(s.KeyIs(i, given.functions[i].key + "x"));
+    EXPECT_EQ(s.KeySize(i), given.functions[i].key.size());
+  }
+  const std::string bytes = EncodeWorkerSummary(s);
+  EXPECT_EQ(bytes, EncodeWorkerSummary(given));
+  auto decoded = DecodeWorkerSummary(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  ExpectSummaryEq(given, *decoded);
+  EXPECT_TRUE(decoded->functions[1].key.empty());  // not rebuilt: derived on demand
+  EXPECT_EQ(decoded->functions[4].key, "custom key that is not derivable");
+}
+
 TEST(SummaryCodecTest, LongKernelNamesTravelDeflated) {
   WorkerSummary s;
   s.rank = 3;
   for (int i = 0; i < 60; ++i) {
     FunctionSummary k;
-    k.name = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, "
-             "float, float, at::native::binary_internal::MulFunctor<float> >, at::detail::Array"
-             "<char*, 3> >(int, at::native::BinaryFunctor<float>, at::detail::Array<char*, 3>)#" +
-             std::to_string(i);
+    k.name =
+        "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, "
+        "float, float, at::native::binary_internal::MulFunctor<float> >, at::detail::Array"
+        "<char*, 3> >(int, at::native::BinaryFunctor<float>, at::detail::Array<char*, 3>)#" +
+        std::to_string(i);
     k.kind = EventKind::kGpuKernel;
     k.key = "kernel:" + k.name;
     k.count = static_cast<uint64_t>(i);

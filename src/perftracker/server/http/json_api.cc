@@ -256,9 +256,11 @@ ApiResponse JsonApi::GetSummaries(const std::string& job_id, std::string_view wi
   std::unordered_map<std::string, double> total_by_key;
   std::unordered_map<std::string, const FunctionSummary*> first_by_key;
   for (const WorkerSummary& s : *summaries) {
-    for (const FunctionSummary& f : s.functions) {
-      total_by_key[f.key] += static_cast<double>(f.total_ns);
-      first_by_key.emplace(f.key, &f);
+    for (size_t i = 0; i < s.functions.size(); ++i) {
+      const FunctionSummary& f = s.functions[i];
+      std::string key = s.Key(i);
+      total_by_key[key] += static_cast<double>(f.total_ns);
+      first_by_key.emplace(std::move(key), &f);
     }
   }
   std::vector<std::string> keys;
@@ -288,8 +290,9 @@ ApiResponse JsonApi::GetSummaries(const std::string& job_id, std::string_view wi
   json workers = json::array();
   for (const WorkerSummary& s : *summaries) {
     json rows = json::array();
-    for (const FunctionSummary& f : s.functions) {
-      auto it = index.find(f.key);
+    for (size_t i = 0; i < s.functions.size(); ++i) {
+      const FunctionSummary& f = s.functions[i];
+      auto it = index.find(s.Key(i));
       if (it == index.end()) continue;
       rows.push_back({it->second, f.count, RoundMs(Ms(f.total_ns)),
                       RoundMs(f.durations.Quantile(0.5) / 1e6),

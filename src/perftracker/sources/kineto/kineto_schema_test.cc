@@ -30,14 +30,14 @@ WorkerSummary Summarize(std::string_view text) {
 }
 
 const FunctionSummary* Find(const WorkerSummary& s, std::string_view key) {
-  for (const auto& f : s.functions)
-    if (f.key == key) return &f;
+  for (size_t i = 0; i < s.functions.size(); ++i)
+    if (s.KeyIs(i, key)) return &s.functions[i];
   return nullptr;
 }
 
 std::string Keys(const WorkerSummary& s) {
   std::string all;
-  for (const auto& f : s.functions) all += "  " + f.key + "\n";
+  for (size_t i = 0; i < s.functions.size(); ++i) all += "  " + s.Key(i) + "\n";
   return all;
 }
 
@@ -110,8 +110,9 @@ constexpr std::string_view kBeginEndTrace = R"JSON({"traceEvents": [
 
 std::string Describe(const WorkerSummary& s) {
   std::string out;
-  for (const auto& f : s.functions) {
-    out += f.key + " n=" + std::to_string(f.count) + " total=" + std::to_string(f.total_ns) +
+  for (size_t i = 0; i < s.functions.size(); ++i) {
+    const FunctionSummary& f = s.functions[i];
+    out += s.Key(i) + " n=" + std::to_string(f.count) + " total=" + std::to_string(f.total_ns) +
            " self=" + std::to_string(f.self_ns) + "\n";
   }
   for (const auto& it : s.iterations) {

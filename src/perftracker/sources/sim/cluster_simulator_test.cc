@@ -130,8 +130,9 @@ TEST(ClusterSimulatorTest, StreamsSummarizeIntoIterations) {
   EXPECT_EQ(w.stats.malformed_events, 0u);
   EXPECT_EQ(w.stats.out_of_order_events, 0u);
   bool nested = false;
-  for (const auto& f : w.functions) {
-    nested |= f.key == "annotation:forward > annotation:layer0 > kernel:sm90_xmma_gemm_bf16_fprop";
+  for (size_t i = 0; i < w.functions.size(); ++i) {
+    nested |=
+        w.KeyIs(i, "annotation:forward > annotation:layer0 > kernel:sm90_xmma_gemm_bf16_fprop");
   }
   EXPECT_TRUE(nested) << "kernels take the annotation of their launch";
 }
