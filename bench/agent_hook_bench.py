@@ -13,10 +13,14 @@ interleaved in shuffled order in every repetition, medians reported:
                 the floor of the agent's default hook
   noop_profile  a C profile function that does nothing: the floor any PyEval_SetProfile
                 hook pays in CPython 3.11 (frame objects, de-specialized "tracing" dispatch)
+  noop_monitor  (3.12+) do-nothing C callbacks registered with sys.monitoring for the six
+                events the agent's sys.monitoring hook uses: the floor of that hook
   cprofile      cProfile.Profile() enabled around the run (builtins=True, its default: it
                 also records every C function call, e.g. abs())
   cprofile_py   cProfile.Profile(builtins=False): Python calls only, like perftracker
-  perftracker   inside a perftracker window with the default (frame-evaluation) hook: one
+  perftracker   inside a perftracker window with the default (fastest) hook: the
+                frame-evaluation hook on 3.11, sys.monitoring on 3.12+, the profile function
+                on 3.10 (where pt_profile is the same hook): one
                 40-byte event per Python call (start, end, id of the function + its whole
                 call stack) written into the shared-memory ring; the ring holds a whole run
                 and is drained after each run, outside the timed region, like a collector
@@ -90,6 +94,13 @@ def run_mode(mode, fn):
         dt = time.perf_counter() - t0
         _agent.noop_eval(False)
         return dt
+    if mode == "noop_monitor":
+        _agent.noop_monitor(True)
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        _agent.noop_monitor(False)
+        return dt
     if mode == "noop_profile":
         _agent.noop_profile(True)
         t0 = time.perf_counter()
@@ -98,7 +109,7 @@ def run_mode(mode, fn):
         _agent.noop_profile(False)
         return dt
     if mode in ("perftracker", "pt_profile"):
-        _agent.profile_start(600.0, "eval" if mode == "perftracker" else "profile")
+        _agent.profile_start(600.0, _agent.hooks()[0] if mode == "perftracker" else "profile")
         t0 = time.perf_counter()
         fn()
         dt = time.perf_counter() - t0
@@ -119,8 +130,9 @@ run_mode.events = 0
 run_mode.drained = 0
 
 
-MODES = ["none", "noop_eval", "noop_profile", "cprofile", "cprofile_py", "perftracker",
-         "pt_profile"]
+MODES = (["none"] + (["noop_eval"] if "eval" in _agent.hooks() else []) +
+         (["noop_monitor"] if "monitor" in _agent.hooks() else []) +
+         ["noop_profile", "cprofile", "cprofile_py", "perftracker", "pt_profile"])
 
 
 def bench_calls(name, fn, calls, reps):
@@ -153,10 +165,12 @@ def bench_calls(name, fn, calls, reps):
           "repetition %.2f..%.2f (quartiles %.2f..%.2f); target <= 0.5: %s"
           % (ratio, ratio_py, per_rep[0], per_rep[-1], per_rep[len(per_rep) // 4],
              per_rep[(3 * len(per_rep)) // 4], verdict))
+    floor = "noop_eval" if "noop_eval" in over else "noop_monitor" if "noop_monitor" in over \
+        else None
     print("  profile-function hook: %.2f of cProfile's overhead (its do-nothing floor alone: "
-          "%.2f); frame-evaluation floor alone: %.2f"
-          % (over["pt_profile"] / over["cprofile"], over["noop_profile"] / over["cprofile"],
-             over["noop_eval"] / over["cprofile"]))
+          "%.2f)%s" % (over["pt_profile"] / over["cprofile"], over["noop_profile"] /
+                       over["cprofile"], "; %s floor alone: %.2f" % (
+                           floor, over[floor] / over["cprofile"]) if floor else ""))
     return med
 
 

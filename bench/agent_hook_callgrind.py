@@ -8,9 +8,13 @@ in every mode; a window's start and stop add a few thousand instructions, < 0.1 
 
     PYTHONPATH=<build>/python /usr/bin/python3 bench/agent_hook_callgrind.py [--n 20]
 
-Modes: none, noop_eval, noop_profile, cprofile (builtins=True), cprofile_py (builtins=False),
-perftracker (frame-evaluation hook), pt_profile (profile-function hook). See
-agent_hook_bench.py for what each records. Needs valgrind (Debian: valgrind).
+Modes: none, noop_eval (3.11) / noop_monitor (3.12+), noop_profile, cprofile (builtins=True),
+cprofile_py (builtins=False), perftracker (the default hook: frame evaluation on 3.11,
+sys.monitoring on 3.12+, the profile function on 3.10), pt_profile (profile-function hook),
+after_window (the workload run right after a window on the default hook closed: its cost
+must be 0; also run at a second, larger size so that what a window leaves behind is split
+into a one-time part and a per-call part: the latter is the cost after a window). See agent_hook_bench.py for what each records. Needs valgrind (Debian: valgrind).
+Any CPython the agent was built for: run it with that interpreter and its build's python/.
 """
 
 import argparse
@@ -49,18 +53,33 @@ def small(k):
 
 work = (lambda: fib(n)) if sys.argv[3] == "fib" else (lambda: small(n))
 prof = None
+# Every mode first runs fib(10) (177 calls, the same in every mode, so it cancels out): the
+# workload's code is then warm (specialised), and after a window any one-time work the
+# interpreter does on code the window touched (3.12+ removes sys.monitoring's
+# instrumentation from a code object at its next call) is paid before the counted run.
+if mode != "after_window":
+    fib(10)
+if mode == "after_window":
+    _agent.profile_start(600, _agent.hooks()[0])
+    fib(3)
+    _agent.profile_stop()
+    fib(10)
 if mode == "noop_eval":
     _agent.noop_eval(True)
+elif mode == "noop_monitor":
+    _agent.noop_monitor(True)
 elif mode == "noop_profile":
     _agent.noop_profile(True)
 elif mode in ("cprofile", "cprofile_py"):
     prof = cProfile.Profile(builtins=(mode == "cprofile"))
     prof.enable()
 elif mode in ("perftracker", "pt_profile"):
-    _agent.profile_start(600, "eval" if mode == "perftracker" else "profile")
+    _agent.profile_start(600, _agent.hooks()[0] if mode == "perftracker" else "profile")
 work()
 if mode == "noop_eval":
     _agent.noop_eval(False)
+elif mode == "noop_monitor":
+    _agent.noop_monitor(False)
 elif mode == "noop_profile":
     _agent.noop_profile(False)
 elif prof is not None:
@@ -71,8 +90,8 @@ elif mode in ("perftracker", "pt_profile"):
 agent.stop()
 """
 
-MODES = ["none", "noop_eval", "noop_profile", "cprofile", "cprofile_py", "perftracker",
-         "pt_profile"]
+MODES = ["none", "noop", "noop_profile", "cprofile", "cprofile_py", "perftracker",
+         "pt_profile", "after_window"]
 
 
 def fib_calls(n):
@@ -103,22 +122,39 @@ def main():
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("agent_hook_callgrind: valgrind not found (Debian: apt-get install valgrind)")
+    version = subprocess.run([sys.executable, "-c", "import sys; print(sys.version_info >= (3, "
+                              "12), sys.version_info >= (3, 11))"], capture_output=True,
+                             text=True).stdout.split()
+    noop = "noop_monitor" if version[0] == "True" else "noop_eval" if version[1] == "True" \
+        else None
+    modes = [noop if m == "noop" else m for m in MODES if m != "noop" or noop]
     calls = fib_calls(args.n)
     with tempfile.TemporaryDirectory(prefix="perftracker-callgrind-") as d:
         script = os.path.join(d, "workload.py")
         with open(script, "w") as f:
             f.write(WORKLOAD)
         for work, n, python_calls in (("fib", args.n, calls), ("small", calls, calls + 1)):
-            ir = {m: instructions(d, script, m, n, work) for m in MODES}
+            ir = {m: instructions(d, script, m, n, work) for m in modes}
             print("%s: %d Python calls; instructions per call above `none`:"
                   % ("fib(%d)" % n if work == "fib" else "small method calls", python_calls))
-            per = {m: (ir[m] - ir["none"]) / python_calls for m in MODES}
-            for m in MODES[1:]:
+            per = {m: (ir[m] - ir["none"]) / python_calls for m in modes}
+            for m in modes[1:]:
                 print("  %-13s %8.1f" % (m, per[m]))
             print("  perftracker / cProfile = %.2f (builtins=False: %.2f); pt_profile / "
                   "cProfile = %.2f" % (per["perftracker"] / per["cprofile"],
                                        per["perftracker"] / per["cprofile_py"],
                                        per["pt_profile"] / per["cprofile"]))
+            # after_window at n and at a larger n2: extra(n) = once + per_call * calls(n).
+            n2 = n + 4 if work == "fib" else fib_calls(args.n + 4)
+            calls2 = fib_calls(n2) if work == "fib" else n2 + 1
+            extra2 = (instructions(d, script, "after_window", n2, work) -
+                      instructions(d, script, "none", n2, work))
+            extra1 = ir["after_window"] - ir["none"]
+            slope = (extra2 - extra1) / (calls2 - python_calls)
+            print("  after a window: %.1f instructions per call (+ %.0f once: the window's own "
+                  "start / stop, code the interpreter re-prepares)"
+                  % (slope, extra1 - slope * python_calls))
+    print("(%s)" % sys.version.split()[0])
 
 
 if __name__ == "__main__":

@@ -331,8 +331,9 @@ class CollectorFaultTest(AgentTestBase):
         rc, out, err = self.finish(p)
         self.assertEqual(rc, 0, err)
         report = json.loads(out.strip().splitlines()[-1])
-        self.assertGreater(report["iterations"], 100)
-        self.assertGreater(report["stats"]["iterations"], 50)  # the detector ran anyway
+        # ~190 iterations of 5 ms on an idle machine, 80-90 under a load of 13 on 2 cores.
+        self.assertGreater(report["iterations"], 20)
+        self.assertGreater(report["stats"]["iterations"], 10)  # the detector ran anyway
         lines = self.agent_lines(err)
         self.assertEqual(len(lines), 1, err)
         self.assertIn("unreachable", lines[0])
@@ -350,7 +351,7 @@ class CollectorFaultTest(AgentTestBase):
         self.assertEqual(rc, 0, err)
         self.assertLess(time.time() - t_kill, 10)
         report = json.loads(out.strip().splitlines()[-1])
-        self.assertGreater(report["iterations"], 200)
+        self.assertGreater(report["iterations"], 50)  # ~480 idle, ~200 under heavy load
         # A stalled agent would block for seconds (reconnect back-off, socket timeouts).
         self.assertLess(report["max_gap"], 0.5, "the training loop never stalled")
         self.assertGreater(report["stats"]["messages_dropped"], 0)

@@ -1,11 +1,12 @@
-"""The agent's Python call recorder on the real interpreter, with both hooks (the default
-frame-evaluation hook and the profile-function hook): every call's identity is the function
-plus its whole Python stack, whatever the control flow (recursion, generators, coroutines,
-exceptions, threads, frames the interpreter enters inline, a window opened mid-call).
+"""The agent's Python call recorder on the real interpreter, with each hook this CPython
+has (the fast hook: frame evaluation on 3.11, sys.monitoring on 3.12+; and the profile-function
+hook, the only one on 3.10): every call's identity is the function plus its whole Python
+stack, whatever the control flow (recursion, generators, coroutines, exceptions, threads,
+frames the interpreter enters inline, a window opened mid-call).
 
-Each test runs a job in a fresh /usr/bin/python3 with the agent standalone (no collector) and
-reads the job's own shared memory back like the collector does. Run with PYTHONPATH=<build>/python
-(CTest does).
+Each test runs a job in a fresh interpreter (this one) with the agent standalone (no
+collector) and reads the job's own shared memory back like the collector does. Run with
+PYTHONPATH=<build>/python (CTest does, for every CPython it found).
 """
 
 import collections
@@ -18,6 +19,10 @@ import textwrap
 import unittest
 
 import perftracker
+from perftracker import _agent
+
+HOOKS = _agent.hooks()  # the default (fastest) first
+FAST_HOOK = HOOKS[0] if len(HOOKS) > 1 else None
 
 BUILD_PYTHON = os.path.dirname(os.path.dirname(os.path.abspath(perftracker.__file__)))
 
@@ -56,15 +61,17 @@ def record(fn):
 def report(**kw):
     kw["hooked_after"] = _agent.hooked_threads()
     kw["profile_after"] = repr(sys.getprofile())
+    mon = getattr(sys, "monitoring", None)
+    kw["tools_after"] = [mon.get_tool(i) for i in range(6)] if mon else []
     print(json.dumps(kw))
     agent.stop()
 """
 
 
-class ProfilerTestBase(unittest.TestCase):
+class ProfilerJob(unittest.TestCase):
     hook = None  # set by subclasses
 
-    def run_job(self, body, timeout=120):
+    def run_job(self, body, timeout=120, hook=None):
         with tempfile.TemporaryDirectory(prefix="perftracker-profiler-test-") as d:
             path = os.path.join(d, "job.py")
             with open(path, "w") as f:
@@ -73,16 +80,21 @@ class ProfilerTestBase(unittest.TestCase):
             env["PYTHONPATH"] = BUILD_PYTHON
             r = subprocess.run([sys.executable, path, self.hook], env=env, cwd=d,
                                capture_output=True, text=True, timeout=timeout)
+        self.stderr = r.stderr
         self.assertEqual(r.returncode, 0, "job failed (rc %d):\n%s" % (r.returncode, r.stderr))
         out = json.loads(r.stdout.strip().splitlines()[-1])
         self.assertEqual(out["hooked_after"], 0, "a hook outlived its window")
         self.assertEqual(out["profile_after"], "None")
-        self.assertEqual(out["counts"]["hook"], self.hook)
+        self.assertNotIn("perftracker", out["tools_after"], "the sys.monitoring id outlived it")
+        self.assertEqual(out["counts"]["hook"], hook or self.hook)
         self.assertEqual(out["counts"]["dropped"], 0)
         return out
 
     def count(self, paths, suffix):
         return sum(len(v) for p, v in paths.items() if p.endswith(suffix))
+
+
+class ProfilerTestBase(ProfilerJob):
 
     def test_recursion_each_depth_is_its_own_path(self):
         out = self.run_job("""
@@ -101,14 +113,16 @@ class ProfilerTestBase(unittest.TestCase):
 
     def test_deeper_than_the_bound_is_counted_and_deep_c_recursion_is_safe(self):
         # 1,500 levels: beyond the shadow stack's 1,024 (counted, not recorded). 30,000
-        # levels with a raised recursion limit: plain CPython 3.11 runs it (calls inline); the
-        # eval hook must hand evaluation back before the C stack runs out (no crash).
+        # levels with a raised recursion limit: plain CPython 3.11+ runs it (calls inline); the
+        # eval hook must hand evaluation back before the C stack runs out (no crash). CPython
+        # 3.10 nests a C call per Python call itself and crashes there without any hook: 10,000.
         out = self.run_job("""
             sys.setrecursionlimit(100000)
             def rec(n):
                 return 0 if n == 0 else 1 + rec(n - 1)
+            deep = 30000 if sys.version_info >= (3, 11) else 10000
             counts, paths = record(lambda: rec(1500))
-            deep_counts, _ = record(lambda: rec(30000))
+            deep_counts, _ = record(lambda: rec(deep))
             after, after_paths = record(lambda: rec(10))
             report(counts=counts, deepest=max(p.split(">").count("rec") for p in paths),
                    rec_events=sum(len(v) for p, v in paths.items() if p.endswith(">rec")),
@@ -262,14 +276,49 @@ class ProfilerTestBase(unittest.TestCase):
         self.assertFalse(any("wrapper" in p for p in paths), paths)
         self.assertFalse(any(p.startswith("<module>>loop>opener>") for p in paths), paths)
         # __getitem__ stays in its callees' paths even when the interpreter entered it inline.
-        self.assertEqual(
-            paths.get("<module>>loop>fetch>fetch.<locals>.<listcomp>>Dataset.__getitem__>helper"),
-            100, paths)
+        # (CPython 3.12 runs a list comprehension in its function's frame: PEP 709.)
+        comp = "fetch.<locals>.<listcomp>>" if sys.version_info < (3, 12) else ""
+        self.assertEqual(paths.get("<module>>loop>fetch>" + comp + "Dataset.__getitem__>helper"),
+                         100, paths)
         self.assertFalse(any(p.endswith("<listcomp>>helper") for p in paths), paths)
+        self.assertFalse(any(p.endswith("fetch>helper") for p in paths), paths)
+
+    def test_functions_are_named_by_their_qualified_name(self):
+        # CPython 3.10's code objects have no qualified name: the agent finds it from the
+        # running frame (module function, method of self / cls, local of its caller). Its
+        # blind spot, shown here: a local function called outside the function that defined
+        # it is named by its bare name there.
+        out = self.run_job("""
+            class Box:
+                def get(self):
+                    return 1
+                @classmethod
+                def make(cls):
+                    return cls()
+            def outer():
+                def local():
+                    return 2
+                local()
+                return local
+            def main():
+                Box.make().get()
+                f = outer()
+                f()
+            counts, paths = record(main)
+            report(counts=counts, paths={k: len(v) for k, v in paths.items()})
+        """)
+        paths = out["paths"]
+        base = "<module>>record>main>"
+        self.assertEqual(paths.get(base + "Box.make"), 1, paths)
+        self.assertEqual(paths.get(base + "Box.get"), 1, paths)
+        self.assertEqual(paths.get(base + "outer>outer.<locals>.local"), 1, paths)
+        elsewhere = "outer.<locals>.local" if sys.version_info >= (3, 11) else "local"
+        self.assertEqual(paths.get(base + elsewhere), 1, paths)
 
 
-class EvalHookTest(ProfilerTestBase):
-    hook = "eval"
+@unittest.skipIf(FAST_HOOK is None, "this CPython has only the profile hook")
+class FastHookTest(ProfilerTestBase):
+    hook = FAST_HOOK
 
     def test_the_eval_hook_option_selects_the_profile_hook(self):
         env = dict(os.environ, PYTHONPATH=BUILD_PYTHON)
@@ -286,6 +335,30 @@ class EvalHookTest(ProfilerTestBase):
         out = json.loads(r.stdout.strip().splitlines()[-1])
         self.assertEqual(out["counts"]["hook"], "profile")
         self.assertEqual(out["hooked_after"], 0)
+
+
+@unittest.skipIf(FAST_HOOK != "monitor", "sys.monitoring: CPython 3.12+")
+class MonitoringToolTest(ProfilerJob):
+    hook = "monitor"
+
+    def test_another_tool_holding_the_profiler_id_makes_the_window_back_off(self):
+        out = self.run_job("""
+            sys.monitoring.use_tool_id(sys.monitoring.PROFILER_ID, "other-profiler")
+            def leaf():
+                return 1
+            def main():
+                for _ in range(3):
+                    leaf()
+            counts, paths = record(main)
+            counts2, _ = record(main)
+            report(counts=counts, counts2=counts2, paths={k: len(v) for k, v in paths.items()})
+        """, hook="profile")
+        self.assertEqual(out["paths"].get("<module>>record>main>leaf"), 3, out["paths"])
+        self.assertEqual(out["counts2"]["hook"], "profile")
+        self.assertEqual(out["tools_after"][2], "other-profiler", "never take another's id")
+        said = [line for line in self.stderr.splitlines() if "other-profiler" in line]
+        self.assertEqual(len(said), 1, self.stderr)  # one line, not one per window
+        self.assertIn("profile function", said[0])
 
 
 class ProfileHookTest(ProfilerTestBase):

@@ -32,9 +32,7 @@ py::dict CountsDict(const ProfilerCounts& c) {
   d["skipped_threads"] = c.skipped_threads;
   d["too_deep"] = c.too_deep;
   d["deep_pauses"] = c.deep_pauses;
-  d["hook"] = c.hook == PythonHook::kEval      ? "eval"
-              : c.hook == PythonHook::kProfile ? "profile"
-                                               : "";
+  d["hook"] = PythonHookName(c.hook);
   return d;
 }
 
@@ -49,6 +47,12 @@ PyObject* NoopEval(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int
   return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
 }
 #endif
+
+// Benchmark floor of the sys.monitoring hook: a C callback that does nothing.
+PyObject* NoopMonitor(PyObject*, PyObject* const*, Py_ssize_t) { Py_RETURN_NONE; }
+PyMethodDef kNoopMonitorDef = {
+    "noop_monitor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&NoopMonitor)),
+    METH_FASTCALL, nullptr};
 
 size_t DrainAll(AgentShm& s) {
   std::vector<Event> buf(4096);
@@ -211,17 +215,29 @@ PYBIND11_MODULE(_agent, m) {
       "profile_start",
       [](double duration_s, std::string_view hook) {
         if (g_agent == nullptr) return;
-        if (hook == "eval" || hook == "profile") {
-          g_agent->profiler()->set_prefer_eval_hook(hook == "eval");
+        const std::string_view fast = PythonHookName(PythonProfiler::FastHook());
+        if (hook == "profile" || (hook == fast && !hook.empty())) {
+          g_agent->profiler()->set_prefer_eval_hook(hook == fast);
         } else if (!hook.empty()) {
-          throw py::value_error("profile_start: hook must be 'eval' or 'profile', not '" +
-                                std::string(hook) + "'");
+          throw py::value_error("profile_start: hook must be 'profile' or '" + std::string(fast) +
+                                "' on this Python, not '" + std::string(hook) + "'");
         }
         g_agent->ProfileNow(static_cast<int64_t>(duration_s * 1e9));
       },
       py::arg("duration_s"), py::arg("hook") = "",
-      "Starts a local window now (tests, benchmarks). hook: 'eval' (frame-evaluation hook, "
-      "where available) or 'profile' (C profile function); sticks for later windows.");
+      "Starts a local window now (tests, benchmarks). hook: the fast hook ('eval': "
+      "frame-evaluation hook on 3.11, 'monitor': sys.monitoring on 3.12+) or 'profile' (C "
+      "profile function); sticks for later windows.");
+  m.def(
+      "hooks",
+      [] {
+        py::list l;
+        if (PythonProfiler::FastHook() != PythonHook::kProfile)
+          l.append(PythonHookName(PythonProfiler::FastHook()));
+        l.append("profile");
+        return l;
+      },
+      "The hooks this build can record Python calls with, the default (fastest) first.");
   m.def("profile_stop",
         [] { return CountsDict(g_agent != nullptr ? g_agent->ProfileStop() : ProfilerCounts{}); });
   m.def("hooked_threads",
@@ -315,6 +331,35 @@ PYBIND11_MODULE(_agent, m) {
       },
       "Benchmark helper: installs (True) or removes (False) a do-nothing frame-evaluation "
       "function (all threads). False where unsupported.");
+  m.def(
+      "noop_monitor",
+      [](bool on) {
+        if (PY_VERSION_HEX < 0x030C0000) return false;
+        py::object mon = py::module_::import("sys").attr("monitoring");
+        py::object events = mon.attr("events");
+        constexpr int kTool = 3;  // not PROFILER_ID: a window may hold that one
+        py::object cb = py::none();
+        if (on) {
+          mon.attr("use_tool_id")(kTool, "perftracker-noop");
+          cb = py::reinterpret_steal<py::object>(PyCFunction_New(&kNoopMonitorDef, nullptr));
+        } else {
+          mon.attr("set_events")(kTool, 0);
+        }
+        int mask = 0;
+        for (const char* e :
+             {"PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND"}) {
+          mon.attr("register_callback")(kTool, events.attr(e), cb);
+          mask |= events.attr(e).cast<int>();
+        }
+        if (on) {
+          mon.attr("set_events")(kTool, mask);
+        } else {
+          mon.attr("free_tool_id")(kTool);
+        }
+        return true;
+      },
+      "Benchmark helper: registers (True) or removes (False) do-nothing C callbacks for the "
+      "events the sys.monitoring hook uses (tool id 3). False before CPython 3.12.");
   m.def(
       "drain_now",
       [](const std::string& path) {

@@ -4,7 +4,9 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 #include "perftracker/core/realtime_clock.h"
@@ -19,6 +21,23 @@
 #undef Py_BUILD_CORE
 #else
 #define PERFTRACKER_EVAL_HOOK 0
+#endif
+
+// The sys.monitoring hook (PEP 669) identifies frames by the interpreter's frame, whose
+// layout the internal header describes (3.12 and 3.13; 3.14 changed it again).
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030E0000 && !defined(Py_LIMITED_API)
+#define PERFTRACKER_MONITOR_HOOK 1
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#else
+#define PERFTRACKER_MONITOR_HOOK 0
+#endif
+
+#if PY_VERSION_HEX >= 0x030D0000
+// Exported by CPython 3.13 but declared only in its internal headers: the per-thread
+// profile function setter (PyEval_SetProfile sets the calling thread's only).
+extern "C" int _PyEval_SetProfile(PyThreadState* tstate, Py_tracefunc func, PyObject* arg);
 #endif
 
 namespace perftracker {
@@ -73,6 +92,84 @@ bool g_in_forked_child = false;
 // Marks the agent's own threads (eval hook: every thread runs the hook).
 thread_local bool t_ignored_thread = false;
 
+#if PY_VERSION_HEX < 0x030B0000
+// CPython 3.10's code objects have no qualified name: the profile hook names a function on
+// its first call from the frame running it (t_naming_frame): the function object found in
+// the frame's globals, else on the class of its first argument (self / cls), else nested
+// in its caller's code (a comprehension, a local function called where it is defined);
+// else the bare name (a local function called from elsewhere, docs/live-mode.md).
+thread_local PyFrameObject* t_naming_frame = nullptr;
+
+std::string Utf8(PyObject* s) {
+  const char* c = s != nullptr && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : nullptr;
+  if (c == nullptr) {
+    PyErr_Clear();
+    return "?";
+  }
+  return c;
+}
+
+// `f`'s qualified name when it is a function (or a classmethod / staticmethod) of `code`.
+bool FunctionQualName(PyObject* f, PyCodeObject* code, std::string* out) {
+  if (f == nullptr) return false;
+  if (!PyFunction_Check(f)) {
+    if (Py_TYPE(f) != &PyClassMethod_Type && Py_TYPE(f) != &PyStaticMethod_Type) return false;
+    PyObject* inner = PyObject_GetAttrString(f, "__func__");
+    if (inner == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    const bool ok = PyFunction_Check(inner) && FunctionQualName(inner, code, out);
+    Py_DECREF(inner);
+    return ok;
+  }
+  if (PyFunction_GET_CODE(f) != reinterpret_cast<PyObject*>(code)) return false;
+  *out = Utf8(reinterpret_cast<PyFunctionObject*>(f)->func_qualname);
+  return true;
+}
+
+std::string QualName310(PyCodeObject* code) {
+  PyFrameObject* frame = t_naming_frame;
+  std::string out;
+  if (frame == nullptr || frame->f_code != code) return Utf8(code->co_name);
+  if (PyDict_Check(frame->f_globals) &&
+      FunctionQualName(PyDict_GetItem(frame->f_globals, code->co_name), code, &out)) {
+    return out;
+  }
+  if (code->co_argcount > 0 && frame->f_localsplus[0] != nullptr) {
+    PyObject* self = frame->f_localsplus[0];
+    PyObject* type = PyType_Check(self) ? self : reinterpret_cast<PyObject*>(Py_TYPE(self));
+    PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
+    for (Py_ssize_t i = 0; mro != nullptr && PyTuple_Check(mro) && i < PyTuple_GET_SIZE(mro); ++i) {
+      PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+      if (dict != nullptr && FunctionQualName(PyDict_GetItem(dict, code->co_name), code, &out)) {
+        return out;
+      }
+    }
+  }
+  PyFrameObject* back = frame->f_back;
+  if (back != nullptr && PyTuple_Check(back->f_code->co_consts)) {
+    PyObject* consts = back->f_code->co_consts;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i) {
+      if (PyTuple_GET_ITEM(consts, i) != reinterpret_cast<PyObject*>(code)) continue;
+      t_naming_frame = back;
+      std::string parent = QualName310(back->f_code);
+      t_naming_frame = frame;
+      if (parent == "<module>") break;
+      return parent + ".<locals>." + Utf8(code->co_name);
+    }
+  }
+  return Utf8(code->co_name);
+}
+#endif
+
+// The frame a profile hook is about to push (3.10 names functions from it).
+inline void SetNamingFrame([[maybe_unused]] PyFrameObject* frame) {
+#if PY_VERSION_HEX < 0x030B0000
+  t_naming_frame = frame;
+#endif
+}
+
 // "qualname (file.py:line)". Keeps a reference to the code object: a published path's code
 // is never freed, so its address can never be reused by another function (bounded by the
 // function table's capacity).
@@ -80,12 +177,16 @@ std::string CodeName(const void* key) {
   auto* code = static_cast<PyCodeObject*>(const_cast<void*>(key));
   Py_INCREF(code);
   std::string name;
+#if PY_VERSION_HEX >= 0x030B0000
   const char* qual = PyUnicode_AsUTF8(code->co_qualname);
   if (qual == nullptr) {
     PyErr_Clear();
     qual = "?";
   }
   name = qual;
+#else
+  name = QualName310(code);
+#endif
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (file == nullptr) {
     PyErr_Clear();
@@ -145,6 +246,7 @@ void Prime(PythonProfiler::ThreadState* ts, PyFrameObject* first) {
   for (size_t i = n; i-- > 0;) {
     PyCodeObject* code = PyFrame_GetCode(chain[i]);
     // A running frame keeps its frame object (and code) alive: the pointers stay valid.
+    SetNamingFrame(chain[i]);
     ts->stack.Push(chain[i], code, ts->start_ns);
     Py_DECREF(code);
     Py_DECREF(chain[i]);
@@ -167,6 +269,7 @@ int Hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* /*arg*/) {
     }
     PyCodeObject* code = PyFrame_GetCode(frame);
     Py_DECREF(code);  // the running frame keeps it alive
+    SetNamingFrame(frame);
     ts->stack.Push(frame, code, now);
   } else {
     if (!ts->primed) [[unlikely]]
@@ -337,8 +440,221 @@ uintptr_t StackGuard() {
 
 #endif  // PERFTRACKER_EVAL_HOOK
 
+// ---------------------------------------------------------------- the sys.monitoring hook
+
+#if PERFTRACKER_MONITOR_HOOK
+
+struct MonitorGlobals {
+  PythonProfiler* profiler = nullptr;  // recording with sys.monitoring; nullptr: no-op
+  uint64_t window = 1;                 // bumped at every start and stop (thread caches)
+  int64_t end_ns = INT64_MIN;
+  TscClock::Anchor clock;
+  bool enabled = false;  // our events are enabled and callbacks registered (tool id held)
+};
+MonitorGlobals g_mon;
+
+// The calling thread's state in the current window (a cache in front of EvalThreadState).
+thread_local uint64_t t_mon_window [[gnu::tls_model("initial-exec")]] = 0;
+thread_local PythonProfiler::ThreadState* t_mon_state [[gnu::tls_model("initial-exec")]] = nullptr;
+
+inline _PyInterpreterFrame* CurrentFrame(PyThreadState* tstate) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return tstate->current_frame;
+#else
+  return tstate->cframe->current_frame;
+#endif
+}
+
+inline PyCodeObject* FrameCode(_PyInterpreterFrame* f) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return _PyFrame_GetCode(f);
+#else
+  return f->f_code;
+#endif
+}
+
+PythonProfiler::ThreadState* MonitorThread(PyThreadState* tstate) {
+  if (t_mon_window == g_mon.window) [[likely]]
+    return t_mon_state;
+  PythonProfiler::ThreadState* ts = nullptr;
+  if (g_mon.profiler != nullptr && !g_in_forked_child) {
+    ts = g_mon.profiler->EvalThreadState(tstate);
+    if (ts->ignored) ts = nullptr;
+  }
+  t_mon_window = g_mon.window;
+  t_mon_state = ts;
+  return ts;
+}
+
+// First event of a thread in this window: push the frames that were running, root first,
+// started at the window's start. `first` is the innermost of them.
+void MonitorPrime(PythonProfiler::ThreadState* ts, _PyInterpreterFrame* first) {
+  ts->primed = true;
+  _PyInterpreterFrame* chain[kMaxPrimeDepth];
+  size_t n = 0;
+  for (_PyInterpreterFrame* f = first; f != nullptr && n < kMaxPrimeDepth; f = f->previous) {
+    if (f->owner == FRAME_OWNED_BY_CSTACK || _PyFrame_IsIncomplete(f)) continue;
+    chain[n++] = f;
+  }
+  for (size_t i = n; i-- > 0;) ts->stack.Push(chain[i], FrameCode(chain[i]), ts->start_ns);
+}
+
+// PY_START, PY_RESUME, PY_THROW (code, instruction offset[, exception]): a frame starts or
+// resumes running.
+PyObject* MonitorEnter(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
+  PyThreadState* tstate = PyThreadState_Get();
+  PythonProfiler::ThreadState* ts = MonitorThread(tstate);
+  if (ts == nullptr || nargs < 1) [[unlikely]]
+    Py_RETURN_NONE;
+  const int64_t now = TscClock::Now(g_mon.clock);
+  if (now >= g_mon.end_ns) [[unlikely]]
+    Py_RETURN_NONE;
+  _PyInterpreterFrame* frame = CurrentFrame(tstate);
+  if (frame == nullptr) [[unlikely]]
+    Py_RETURN_NONE;
+  if (!ts->primed) [[unlikely]]
+    MonitorPrime(ts, frame->previous);
+  ts->stack.Push(frame, args[0], now);
+  Py_RETURN_NONE;
+}
+
+// PY_RETURN, PY_YIELD, PY_UNWIND: a frame returns, yields or exits with an exception.
+PyObject* MonitorLeave(PyObject* /*self*/, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) {
+  PyThreadState* tstate = PyThreadState_Get();
+  PythonProfiler::ThreadState* ts = MonitorThread(tstate);
+  if (ts == nullptr) [[unlikely]]
+    Py_RETURN_NONE;
+  const int64_t now = TscClock::Now(g_mon.clock);
+  if (now >= g_mon.end_ns) [[unlikely]]
+    Py_RETURN_NONE;
+  _PyInterpreterFrame* frame = CurrentFrame(tstate);
+  if (frame == nullptr) [[unlikely]]
+    Py_RETURN_NONE;
+  if (!ts->primed) [[unlikely]]
+    MonitorPrime(ts, frame);
+  ts->stack.Pop(frame, [ts, now](const ShadowStack::Frame& f) { EmitCall(ts, f, now); });
+  Py_RETURN_NONE;
+}
+
+PyMethodDef kMonitorEnterDef = {
+    "_perftracker_monitor_enter",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&MonitorEnter)), METH_FASTCALL,
+    nullptr};
+PyMethodDef kMonitorLeaveDef = {
+    "_perftracker_monitor_leave",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&MonitorLeave)), METH_FASTCALL,
+    nullptr};
+
+using EventNames = std::array<const char*, 3>;
+constexpr EventNames kEnterEvents = {"PY_START", "PY_RESUME", "PY_THROW"};
+constexpr EventNames kLeaveEvents = {"PY_RETURN", "PY_YIELD", "PY_UNWIND"};
+
+// sys.monitoring.<fn>(args...): the result (new reference), or nullptr with the error cleared.
+template <typename... A>
+PyObject* CallMonitoring(const char* fn, const char* format, A... args) {
+  PyObject* mon = PySys_GetObject("monitoring");  // borrowed
+  PyObject* r = mon != nullptr ? PyObject_CallMethod(mon, fn, format, args...) : nullptr;
+  if (r == nullptr) PyErr_Clear();
+  return r;
+}
+
+long EventBit(const char* name) {
+  PyObject* mon = PySys_GetObject("monitoring");
+  PyObject* events = mon != nullptr ? PyObject_GetAttrString(mon, "events") : nullptr;
+  PyObject* bit = events != nullptr ? PyObject_GetAttrString(events, name) : nullptr;
+  const long v = bit != nullptr ? PyLong_AsLong(bit) : -1;
+  Py_XDECREF(bit);
+  Py_XDECREF(events);
+  if (PyErr_Occurred()) PyErr_Clear();
+  return v;
+}
+
+// Claims sys.monitoring's profiler tool id; when another tool holds it, says so once (one
+// line) and returns false: the window records with the profile function.
+bool MonitorClaim() {
+  const int tool = PythonProfiler::kMonitorToolId;
+  if (PyObject* r = CallMonitoring("use_tool_id", "is", tool, "perftracker")) {
+    Py_DECREF(r);
+    return true;
+  }
+  static bool said = false;
+  if (!said) {
+    said = true;
+    PyObject* holder = CallMonitoring("get_tool", "i", tool);
+    const char* name =
+        holder != nullptr && PyUnicode_Check(holder) ? PyUnicode_AsUTF8(holder) : nullptr;
+    if (name == nullptr) PyErr_Clear();
+    std::fprintf(stderr,
+                 "perftracker agent: sys.monitoring tool id %d (PROFILER_ID) is held by '%s': "
+                 "recording Python calls with the slower profile function instead\n",
+                 tool, name != nullptr ? name : "?");
+    Py_XDECREF(holder);
+  }
+  return false;
+}
+
+void MonitorRelease();
+
+// Registers our callbacks and enables their events (the tool id is claimed).
+bool MonitorEnable() {
+  const int tool = PythonProfiler::kMonitorToolId;
+  g_mon.enabled = true;  // from here MonitorRelease undoes everything
+  static PyObject* enter = PyCFunction_New(&kMonitorEnterDef, nullptr);
+  static PyObject* leave = PyCFunction_New(&kMonitorLeaveDef, nullptr);
+  if (enter == nullptr || leave == nullptr) {
+    PyErr_Clear();
+    MonitorRelease();
+    return false;
+  }
+  long mask = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const char* name : pass == 0 ? kEnterEvents : kLeaveEvents) {
+      const long bit = EventBit(name);
+      PyObject* r =
+          bit > 0 ? CallMonitoring("register_callback", "ilO", tool, bit, pass == 0 ? enter : leave)
+                  : nullptr;
+      if (r == nullptr) {
+        MonitorRelease();
+        return false;
+      }
+      Py_DECREF(r);
+      mask |= bit;
+    }
+  }
+  PyObject* r = CallMonitoring("set_events", "il", tool, mask);
+  if (r == nullptr) {
+    MonitorRelease();
+    return false;
+  }
+  Py_DECREF(r);
+  return true;
+}
+
+// Disables our events, unregisters our callbacks and frees the tool id.
+void MonitorRelease() {
+  if (!g_mon.enabled) return;
+  g_mon.enabled = false;
+  const int tool = PythonProfiler::kMonitorToolId;
+  Py_XDECREF(CallMonitoring("set_events", "ii", tool, 0));
+  for (const char* name : kEnterEvents) {
+    Py_XDECREF(CallMonitoring("register_callback", "ilO", tool, EventBit(name), Py_None));
+  }
+  for (const char* name : kLeaveEvents) {
+    Py_XDECREF(CallMonitoring("register_callback", "ilO", tool, EventBit(name), Py_None));
+  }
+  Py_XDECREF(CallMonitoring("free_tool_id", "i", tool));
+}
+
+#endif  // PERFTRACKER_MONITOR_HOOK
+
 void OnForkChild() {
   g_in_forked_child = true;
+#if PERFTRACKER_MONITOR_HOOK
+  // No Python here (pthread_atfork): the callbacks see g_in_forked_child and do nothing;
+  // AbandonAfterFork (the agent's Python after-fork handler) releases the tool id.
+  g_mon.profiler = nullptr;
+  ++g_mon.window;
+#endif
 #if PERFTRACKER_EVAL_HOOK
   // The child's only thread holds the GIL here: nothing runs Python concurrently.
   if (g_eval.installed && g_eval.pauses == 0) SetEvalFunction(false);
@@ -410,27 +726,52 @@ PythonProfiler::~PythonProfiler() {
   // bootstrap in its sys.setprofile trampoline; both are tiny.
 }
 
-bool PythonProfiler::EvalHookSupported() { return PERFTRACKER_EVAL_HOOK != 0; }
+PythonHook PythonProfiler::FastHook() {
+  if (PERFTRACKER_EVAL_HOOK != 0) return PythonHook::kEval;
+  if (PERFTRACKER_MONITOR_HOOK != 0) return PythonHook::kMonitor;
+  return PythonHook::kProfile;
+}
+
+const char* PythonHookName(PythonHook hook) {
+  switch (hook) {
+    case PythonHook::kEval:
+      return "eval";
+    case PythonHook::kProfile:
+      return "profile";
+    case PythonHook::kMonitor:
+      return "monitor";
+    case PythonHook::kNone:
+      break;
+  }
+  return "";
+}
 
 void PythonProfiler::IgnoreCurrentThread() { t_ignored_thread = true; }
 
 void PythonProfiler::Start(int64_t end_ns) {
   if (recording_) return;
-  PyThreadState* self = PyThreadState_Get();
-  bool eval = false;
+  PythonHook hook = PythonHook::kProfile;
 #if PERFTRACKER_EVAL_HOOK
+  PyThreadState* self = PyThreadState_Get();
   // Only where nobody else evaluates frames (a debugger, torch.compile): we would have to
   // call their function and could not know what it does with ours.
-  eval = prefer_eval_hook_ && !g_in_forked_child && !g_eval.installed &&
-         _PyInterpreterState_GetEvalFrameFunc(self->interp) == &_PyEval_EvalFrameDefault;
+  if (prefer_eval_hook_ && !g_in_forked_child && !g_eval.installed &&
+      _PyInterpreterState_GetEvalFrameFunc(self->interp) == &_PyEval_EvalFrameDefault) {
+    hook = PythonHook::kEval;
+  }
+#endif
+#if PERFTRACKER_MONITOR_HOOK
+  if (prefer_eval_hook_ && !g_in_forked_child && !g_mon.enabled && MonitorClaim()) {
+    hook = PythonHook::kMonitor;
+  }
 #endif
   // Modules first (an import runs Python code: it must not be recorded).
-  PyObject* threading = eval ? nullptr : PyImport_ImportModule("threading");
-  if (!eval && threading == nullptr) PyErr_Clear();
+  PyObject* threading = hook != PythonHook::kProfile ? nullptr : PyImport_ImportModule("threading");
+  if (hook == PythonHook::kProfile && threading == nullptr) PyErr_Clear();
   PyObject* gc = PyImport_ImportModule("gc");
   if (gc == nullptr) PyErr_Clear();
   recording_ = true;
-  hook_ = eval ? PythonHook::kEval : PythonHook::kProfile;
+  hook_ = hook;
   clock_ = TscClock::MakeAnchor();
   start_ns_ = RealtimeNs();
   end_ns_ = end_ns;
@@ -456,7 +797,7 @@ void PythonProfiler::Start(int64_t end_ns) {
     Py_DECREF(gc);
   }
 #if PERFTRACKER_EVAL_HOOK
-  if (eval) {
+  if (hook == PythonHook::kEval) {
     g_eval.profiler = this;
     ++g_eval.window;
     g_eval.end_ns = end_ns_;
@@ -466,6 +807,19 @@ void PythonProfiler::Start(int64_t end_ns) {
     g_eval.interp = self->interp;
     g_eval.installed = true;
     if (g_eval.pauses == 0) SetEvalFunction(true);  // else: the paused deep call does it
+    return;
+  }
+#endif
+#if PERFTRACKER_MONITOR_HOOK
+  if (hook == PythonHook::kMonitor) {
+    g_mon.profiler = this;
+    ++g_mon.window;
+    g_mon.end_ns = end_ns_;
+    g_mon.clock = clock_;
+    if (!MonitorEnable()) {  // the window records nothing (said nowhere: never seen)
+      g_mon.profiler = nullptr;
+      ++g_mon.window;
+    }
     return;
   }
 #endif
@@ -479,7 +833,7 @@ void PythonProfiler::Start(int64_t end_ns) {
 }
 
 PythonProfiler::ThreadState* PythonProfiler::EvalThreadState(PyThreadState* tstate) {
-#if PERFTRACKER_EVAL_HOOK
+#if PERFTRACKER_EVAL_HOOK || PERFTRACKER_MONITOR_HOOK
   // By OS thread: a C++ thread that calls into Python (a torch autograd or gloo callback)
   // may get a new PyThreadState for every call (PyGILState_Ensure / Release).
   auto it = eval_threads_.find(tstate->native_thread_id);
@@ -490,8 +844,10 @@ PythonProfiler::ThreadState* PythonProfiler::EvalThreadState(PyThreadState* tsta
   auto ts = std::make_unique<ThreadState>(this, &interner_, &CodeName, start_ns_, end_ns_, clock_);
   ts->tstate_id = tstate->id;
   ts->ignored = t_ignored_thread;
+#if PERFTRACKER_EVAL_HOOK
   // An ignored thread takes EvalUnrecorded's path at once (no address is above this guard).
   ts->stack_guard = ts->ignored ? UINTPTR_MAX : StackGuard();
+#endif
   if (!ts->ignored) {
     ts->ring = rings_.RingForCurrentThread();
     ts->track = ts->ring >= 0 ? static_cast<uint32_t>(ts->ring) : 0;
@@ -604,6 +960,14 @@ ProfilerCounts PythonProfiler::Stop() {
     g_eval.cached = nullptr;
   }
 #endif
+#if PERFTRACKER_MONITOR_HOOK
+  if (hook_ == PythonHook::kMonitor) {
+    MonitorRelease();
+    g_mon.profiler = nullptr;
+    ++g_mon.window;
+    g_mon.end_ns = INT64_MIN;
+  }
+#endif
   ForEachThread([](PyThreadState* t) {
     if (t->c_profilefunc == &Hook) RemoveHook(t);
   });
@@ -679,6 +1043,11 @@ void PythonProfiler::Record(EventKind kind, std::string_view name, bool nest, in
       }
     }
 #endif
+  } else if (hook_ == PythonHook::kMonitor) {
+#if PERFTRACKER_MONITOR_HOOK
+    ts = MonitorThread(tstate);
+    if (ts != nullptr && !ts->primed) MonitorPrime(ts, CurrentFrame(tstate));
+#endif
   } else if (tstate->c_profilefunc == &Hook) {
     ts = reinterpret_cast<HookObject*>(tstate->c_profileobj)->state;
     if (!ts->primed) ts = nullptr;
@@ -722,6 +1091,9 @@ void PythonProfiler::OnGc(PyObject* phase, PyObject* info) {
 int PythonProfiler::HookedThreadCount() const {
   int n = 0;
   ForEachThread([&n](PyThreadState* t) { n += t->c_profilefunc == &Hook ? 1 : 0; });
+#if PERFTRACKER_MONITOR_HOOK
+  if (g_mon.enabled) ForEachThread([&n](PyThreadState*) { ++n; });
+#endif
 #if PERFTRACKER_EVAL_HOOK
   if (g_eval.interp != nullptr &&
       _PyInterpreterState_GetEvalFrameFunc(g_eval.interp) == &EvalHook) {
@@ -736,6 +1108,11 @@ void PythonProfiler::AbandonAfterFork() {
   if (tstate->c_profilefunc == &Hook) RemoveHook(tstate);
 #if PERFTRACKER_EVAL_HOOK
   if (hook_ == PythonHook::kEval) OnForkChild();  // idempotent: the hook is off
+#endif
+#if PERFTRACKER_MONITOR_HOOK
+  MonitorRelease();  // the child inherited our events: it must not pay for them
+  g_mon.profiler = nullptr;
+  ++g_mon.window;
 #endif
   for (auto& ts : threads_) ts.release();  // other threads are gone; their states stay leaked
   threads_.clear();

@@ -1,5 +1,8 @@
 // PythonProfiler: the agent's fine-grained Python recorder, on only inside a profiling
-// window. Two ways to see every Python call, chosen at each window start:
+// window. Three ways to see every Python call, chosen at each window start: the fastest
+// correct one this CPython has (the "fast hook": the frame-evaluation hook on 3.11,
+// sys.monitoring on 3.12 and 3.13), else the profile function (3.10, and any version with the
+// agent option eval_hook=0 or when the fast hook is taken by another tool):
 //
 //  - The frame-evaluation hook (default on CPython 3.11; PEP 523,
 //    _PyInterpreterState_SetEvalFrameFunc): the interpreter calls our function to run every
@@ -11,6 +14,17 @@
 //    for a do-nothing profile function (docs/performance.md). Used only when no other
 //    frame-evaluation function is installed (a debugger's, torch.compile's): then, or with
 //    the agent option eval_hook=0, the window uses the profile hook below.
+//  - PEP 669 callbacks (CPython 3.12, 3.13; sys.monitoring): C functions registered from C
+//    through sys.monitoring.register_callback for PY_START / PY_RESUME / PY_THROW (push) and
+//    PY_RETURN / PY_YIELD / PY_UNWIND (pop), global events, every thread. The interpreter
+//    fires them for every Python frame, inlined or specialised calls included, and stays on
+//    its specialised dispatch. The window claims the tool id sys.monitoring.PROFILER_ID;
+//    when another tool holds it (cProfile on 3.12+, a profiler of the user's), the window
+//    says so in one line on stderr and records with the profile function instead. Stop()
+//    disables the events, unregisters the callbacks and frees the id: after a window the
+//    interpreter runs with no tool of ours (measured cost 0, docs/performance.md). Frame
+//    identity is the interpreter frame (_PyInterpreterFrame, internal header): a thread's
+//    first event pushes the frames already running, root first.
 //  - A C-level CPython profile function (Py_tracefunc) on every thread (Python 3.11 has no
 //    PyEval_SetProfileAllThreads: _PyEval_SetProfile over the interpreter's thread states,
 //    with the GIL held), and on threads started during the window through threading's
@@ -77,7 +91,11 @@ enum class PythonHook : uint8_t {
   kNone,     // not recording
   kEval,     // frame-evaluation hook (PEP 523)
   kProfile,  // C profile function
+  kMonitor,  // sys.monitoring (PEP 669) callbacks
 };
+
+// "eval", "profile", "monitor" ("" for kNone).
+const char* PythonHookName(PythonHook hook);
 
 struct ProfilerCounts {
   uint64_t events = 0;           // events written into rings
@@ -99,10 +117,14 @@ class PythonProfiler {
   PythonProfiler(const PythonProfiler&) = delete;
   PythonProfiler& operator=(const PythonProfiler&) = delete;
 
-  // Whether windows may use the frame-evaluation hook (default: yes, where available).
+  // Whether windows may use the fast hook (default: yes, where available); false: the
+  // profile function.
   void set_prefer_eval_hook(bool prefer) { prefer_eval_hook_ = prefer; }
-  // True when this interpreter supports the frame-evaluation hook (CPython 3.11).
-  static bool EvalHookSupported();
+  // The fast hook this interpreter supports: kEval (CPython 3.11), kMonitor (3.12, 3.13),
+  // kProfile (none: 3.10).
+  static PythonHook FastHook();
+  // The sys.monitoring tool id a window claims (sys.monitoring.PROFILER_ID).
+  static constexpr int kMonitorToolId = 2;
   // Marks the calling OS thread as the agent's own: never recorded (eval hook).
   static void IgnoreCurrentThread();
 
@@ -136,11 +158,13 @@ class PythonProfiler {
   void Emit(ThreadState* ts, uint32_t id, EventKind kind, int64_t start, int64_t end,
             uint64_t payload);
   void OnGc(PyObject* phase, PyObject* info);
-  ThreadState* EvalThreadState(PyThreadState* tstate);  // created on first use in a window
+  // Eval and monitoring hooks: the calling OS thread's state, created on first use in a window.
+  ThreadState* EvalThreadState(PyThreadState* tstate);
 
  private:
   explicit PythonProfiler(AgentShm* shm);
   void CloseThreads(int64_t end);
+  bool StartMonitoring();  // claims the tool id, registers and enables; false: not possible
 
   AgentShm* shm_;
   CallPathInterner interner_;
