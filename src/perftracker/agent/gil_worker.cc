@@ -3,9 +3,29 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
+
 #include <chrono>
 
 namespace perftracker {
+namespace {
+
+// CPython up to 3.11 (gh-112275): a child forked while another thread holds the
+// interpreter's thread-list lock (HEAD_LOCK) waits on that lock forever in
+// PyOS_AfterFork_Child, which takes it before it re-creates it. A thread without a
+// PyThreadState takes the lock WITHOUT the GIL when it creates one (PyGILState_Ensure does),
+// so it can hold it while the GIL's holder forks: a DataLoader forking its workers right
+// after init_process_group started the agent hung in a worker on a loaded machine. The worker
+// creates its thread state once, under this mutex, which fork() takes first (pthread_atfork):
+// a fork waits the few microseconds the creation takes, which needs no GIL.
+std::mutex& ThreadStateCreationMutex() {
+  static std::mutex* mu = new std::mutex();  // leaked: fork handlers outlive static destructors
+  return *mu;
+}
+void LockBeforeFork() { ThreadStateCreationMutex().lock(); }
+void UnlockAfterFork() { ThreadStateCreationMutex().unlock(); }
+
+}  // namespace
 
 GilWorker::~GilWorker() {
   // Stop() must have been called (joining here could deadlock on the GIL); a still
@@ -13,6 +33,10 @@ GilWorker::~GilWorker() {
 }
 
 void GilWorker::Start() {
+  static const bool fork_handlers_registered =
+      pthread_atfork(&LockBeforeFork, &UnlockAfterFork, &UnlockAfterFork) == 0;
+  (void)fork_handlers_registered;
+  interp_ = PyInterpreterState_Get();  // Start() runs with the GIL held
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -46,6 +70,14 @@ void GilWorker::Stop() {
 }
 
 void GilWorker::Run() {
+  // This thread's PyThreadState, kept until the thread ends: PyThreadState_New marks it as
+  // the thread's own (PyGILState_Release never deletes it), so each task below only takes and
+  // releases the GIL and never touches the thread list without it.
+  PyThreadState* tstate = nullptr;
+  {
+    std::lock_guard<std::mutex> fork_guard(ThreadStateCreationMutex());
+    tstate = PyThreadState_New(static_cast<PyInterpreterState*>(interp_));
+  }
   for (;;) {
     std::shared_ptr<Task> task;
     {
@@ -55,7 +87,7 @@ void GilWorker::Run() {
         for (auto& t : queue_) t->done = true;
         queue_.clear();
         cv_.notify_all();
-        return;
+        break;
       }
       task = std::move(queue_.front());
       queue_.pop_front();
@@ -72,6 +104,12 @@ void GilWorker::Run() {
       task->done = true;
     }
     cv_.notify_all();
+  }
+  // Stop() is called without the GIL and before the interpreter finalizes.
+  if (tstate != nullptr) {
+    PyEval_RestoreThread(tstate);
+    PyThreadState_Clear(tstate);
+    PyThreadState_DeleteCurrent();
   }
 }
 

@@ -6,6 +6,8 @@
 // Lifetime: Start() after the interpreter is up; Stop() joins the thread and must be called
 // WITHOUT the GIL held (the worker may be waiting for it), before the interpreter finalizes
 // (the agent does it from atexit). Tasks still queued at Stop() are dropped.
+// Fork safety: the worker creates its Python thread state once, in a way no fork can
+// interrupt (see gil_worker.cc), and keeps it until Stop().
 #pragma once
 
 #include <condition_variable>
@@ -45,6 +47,7 @@ class GilWorker {
   std::deque<std::shared_ptr<Task>> queue_;
   bool stop_ = false;
   std::thread thread_;
+  void* interp_ = nullptr;  // the PyInterpreterState of Start()'s caller
 };
 
 }  // namespace perftracker
