@@ -259,6 +259,7 @@ MARKER_JOB = """
     last = time.time()
     end = time.time() + float(sys.argv[1])
     n = 0
+    ends = []
     while time.time() < end:
         t0 = time.time_ns()
         time.sleep(0.001)
@@ -268,9 +269,11 @@ MARKER_JOB = """
         _agent.marker(1, "SGD.step", t1)
         now = time.time()
         gaps.append(now - last)
+        ends.append(now)
         last = now
         n += 1
-    print(json.dumps({"iterations": n, "max_gap": max(gaps), "stats": _agent.stats()}))
+    print(json.dumps({"iterations": n, "max_gap": max(gaps), "ends": ends,
+                      "stats": _agent.stats()}))
 """
 
 
@@ -401,8 +404,10 @@ class CollectorFaultTest(AgentTestBase):
         self.assertEqual(rc, 0, err)
         self.assertLess(time.time() - t_kill, 10)
         report = json.loads(out.strip().splitlines()[-1])
-        self.assertGreater(report["iterations"], 50)  # ~480 idle, ~200 under heavy load
-        # A stalled agent would block for seconds (reconnect back-off, socket timeouts).
+        # The loop ran on after the collector died (the number of steps depends on how busy
+        # the machine is: 193 of 500 possible in 2.5 s at load 30), and never stalled: a
+        # stalled agent would block for seconds (reconnect back-off, socket timeouts).
+        self.assertGreater(sum(1 for t in report["ends"] if t > t_kill), 10, report["iterations"])
         self.assertLess(report["max_gap"], 0.5, "the training loop never stalled")
         self.assertGreater(report["stats"]["messages_dropped"], 0)
         lines = self.agent_lines(err)
@@ -669,7 +674,7 @@ class DdpTest(AgentTestBase):
                                              str(steps)])
         if during is not None:
             during(p)
-        rc, _, err = self.finish(p, timeout=180)
+        rc, _, err = self.finish(p, timeout=600)
         self.assertEqual(rc, 0, err)
         results = []
         for rank in range(3):
@@ -706,15 +711,17 @@ class DdpTest(AgentTestBase):
             hellos = [collector.wait_for("hello", timeout=60,
                                          pred=lambda m: m["rank"] >= 0)[2] for _ in range(3)]
             time.sleep(1.0)  # training (no DataLoader here: the window is sent by hand)
+            # 3 s: several steps even on a busy machine (a 0.6 s window held too few
+            # all-reduces with two busy loops on 2 cores); the job's 600 steps outlast it.
             for index in range(len(collector._conns)):
                 collector.send({"type": "window", "window": 1, "start_ns": time.time_ns(),
-                                "duration_ns": 600_000_000, "reason": "manual"}, index=index)
+                                "duration_ns": 3_000_000_000, "reason": "manual"}, index=index)
             for _ in range(3):
-                collector.wait_for("window_done", timeout=20)
+                collector.wait_for("window_done", timeout=60)
             self.shm = [h["shm"] for h in hellos]
             self.got = [_agent.read_shm(path) for path in self.shm]
 
-        self.run_ddp("window", "none", 250, during=window)
+        self.run_ddp("window", "none", 600, during=window)
         for got in self.got:
             names = {f[0]: f for f in got["functions"]}
             coll = [e for e in got["events"] if e[4] == "collective"]
