@@ -117,6 +117,11 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     for (size_t k = 0; k < culprits.size() && k < kMaxListedWorkers; ++k) {
       f.workers.push_back(workers[culprits[k]].rank);
     }
+    // A fault that began inside the window: what it costs from its onset on.
+    const std::string since =
+        top.onset_iteration > 0
+            ? fmt::format(" from iteration {} of {} on", top.onset_iteration + 1, top.onset_of)
+            : std::string();
     const std::string effect =
         over_iteration ? fmt::format(
                              "+{} summed over threads or streams that run at once: at most the "
@@ -125,7 +130,8 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
         : f.lost_ns_per_iteration < excess
             ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatNs(excess),
                           FormatNs(f.lost_ns_per_iteration), FormatShare(f.lost_share))
-            : fmt::format("+{}, {} of the iteration", FormatNs(excess), FormatShare(f.lost_share));
+            : fmt::format("+{}{}, {} of the iteration", FormatNs(excess), since,
+                          FormatShare(f.lost_share));
     if (top.run_queue_only) {
       // Run-queue evidence alone (see MarkCpuContention).
       f.title = fmt::format(
@@ -238,6 +244,16 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
              fmt::format("{}: {} -> {} per iteration (+{})", functions[b.fid].name,
                          FormatNs(b.median), FormatNs(b.value), FormatNs(b.excess()))});
       }
+      if (top.onset_iteration > 0) {
+        f.evidence.push_back(
+            {"since when",
+             fmt::format("from iteration {} of {} on: {}/iter in {} (peers' median {}), +{} per "
+                         "iteration; before it at its peers' level; averaged over the window "
+                         "+{}",
+                         top.onset_iteration + 1, top.onset_of, FormatNs(top.onset_value),
+                         functions[top.onset_function].name, FormatNs(top.onset_median),
+                         FormatNs(top.onset_excess), FormatNs(a.excess()))});
+      }
       for (const Anomaly& p : top.parts) {
         f.evidence.push_back(
             {"same layer, also in",
@@ -323,7 +339,10 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     // named function is what the user wrote, but its own calls need not hold the time (a
     // host annotation whose GPU kernels run asynchronously is not slower per call when its
     // kernels are: bench/localizer_bench's straggler, +10.5 ms, was "intermittent").
-    if (f.material && !a.only_on_some && a.peer_p50 > 0 && a.fid != kNone) {
+    // A late onset is steady by construction: every iteration from the onset on is above
+    // every one before it (step_onset.h).
+    if (f.material && !a.only_on_some && a.peer_p50 > 0 && a.fid != kNone &&
+        top.onset_iteration == 0) {
       auto steady = [](const Anomaly& x) {
         if (x.peer_p50 <= 0) return 0.0;
         return std::max(0.0, static_cast<double>(x.calls) * (x.p50 - x.peer_p50)) +

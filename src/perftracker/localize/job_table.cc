@@ -355,6 +355,16 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     } else {
       stamp_[fid] = w + 1;
       stamp_pos_[fid] = static_cast<uint32_t>(records_.size());
+      const size_t its = worker.iterations.size();
+      if (f.onset_iteration > 0 && f.onset_iteration < its && f.onset_ns >= 0) {
+        OnsetRecord o;
+        o.record = records_.size();
+        o.iteration = f.onset_iteration;
+        o.iterations = static_cast<uint32_t>(its);
+        o.after_ns = static_cast<float>(static_cast<double>(f.onset_ns) /
+                                        static_cast<double>(its - f.onset_iteration));
+        onsets_.push_back(o);
+      }
       records_.push_back(r);
     }
   }
@@ -372,6 +382,12 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
       if (stamp_[a] != w + 1) continue;
       FunctionRecord& anc = records_[stamp_pos_[a]];
       anc.time_ns = std::max(anc.time_ns - r.time_ns, 0.0f);
+      if (!onsets_.empty() && onsets_.back().record >= stamp_pos_[a]) {
+        auto it = std::lower_bound(
+            onsets_.begin(), onsets_.end(), uint64_t{stamp_pos_[a]},
+            [](const OnsetRecord& o, uint64_t i) { return o.record < i; });
+        if (it != onsets_.end() && it->record == stamp_pos_[a]) it->comparable = false;
+      }
     }
   }
   // Pass 3: job-wide and per-worker sums.
@@ -433,6 +449,19 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   wr.cpu_util = host_metric(Metric::kCpuUtilization);
   prev_fids_.swap(fids_);
   workers_.push_back(wr);
+}
+
+const OnsetRecord* JobTable::OnsetOf(uint32_t w, uint32_t fid) const {
+  if (w >= workers_.size() || onsets_.empty()) return nullptr;
+  const WorkerRecord& wr = workers_[w];
+  for (uint32_t k = 0; k < wr.num_records; ++k) {
+    const uint64_t idx = uint64_t{wr.first_record} + k;
+    if (records_[idx].fid != fid) continue;
+    auto it = std::lower_bound(onsets_.begin(), onsets_.end(), idx,
+                               [](const OnsetRecord& o, uint64_t i) { return o.record < i; });
+    return it != onsets_.end() && it->record == idx && it->comparable ? &*it : nullptr;
+  }
+  return nullptr;
 }
 
 std::string JobTable::PathName(uint32_t fid) const {

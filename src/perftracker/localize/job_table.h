@@ -74,6 +74,19 @@ struct WorkerRecord {
   float cpu_util = -1;   // cores busy
 };
 
+// A (worker, function) whose time per iteration steps up inside the window and stays up
+// (FunctionSummary::onset_iteration, summary/step_onset.h). Few records have one: they are
+// kept apart, in record order, not in the 32-byte FunctionRecord.
+struct OnsetRecord {
+  uint64_t record = 0;      // index into records()
+  uint32_t iteration = 0;   // first iteration of the higher level
+  uint32_t iterations = 0;  // the worker's iterations
+  float after_ns = 0;       // time per iteration from the onset on
+  // False when collectives / syncs nested in it were taken out of its record's time: the
+  // onset's time still holds them, the two are not comparable.
+  bool comparable = true;
+};
+
 struct FunctionInfo {
   // Identity: the call path (key_parent, key_kind, name), its key JobTable::Key(fid); or,
   // when a summary gave a key that does not derive from its parent, that key. No key is
@@ -120,6 +133,8 @@ class JobTable {
   const RecordStore& records() const { return records_; }
   const std::vector<std::string>& hosts() const { return hosts_; }
   const std::vector<WorkerProblem>& problems() const { return problems_; }
+  // The onset of `fid` on worker `w`, or null.
+  const OnsetRecord* OnsetOf(uint32_t w, uint32_t fid) const;
   // Sources of workers without a rank (the first kMaxNotesPerKind; empty strings after).
   const std::vector<std::string>& unranked_sources() const { return unranked_sources_; }
 
@@ -178,6 +193,7 @@ class JobTable {
   // Workers.
   std::vector<WorkerRecord> workers_;
   RecordStore records_;
+  std::vector<OnsetRecord> onsets_;  // sorted by record
   std::vector<std::string> hosts_;
   std::unordered_map<std::string, uint32_t> host_index_;
   std::vector<WorkerProblem> problems_;

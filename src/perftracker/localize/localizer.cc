@@ -18,7 +18,8 @@
 //     path become one finding naming what the user wrote.
 //  6. Culprit rules, each rewriting the per-worker findings: culprits vs victims
 //     (victim_rule.h), untraced stragglers (untraced_straggler_rule.h), GC stragglers
-//     (gc_straggler_rule.h), CPU contention (cpu_contention_rule.h); then one worker's
+//     (gc_straggler_rule.h), CPU contention (cpu_contention_rule.h); a fault that began
+//     inside the window is judged from its onset on (late_onset_rule.h); one worker's
 //     findings of one cause in one layer merge (layer_merge.h).
 //  7. Wording (finding_wording.h): findings naming the same function with the same code
 //     merge across workers and are worded.
@@ -49,6 +50,7 @@
 #include "perftracker/localize/hardware_findings.h"
 #include "perftracker/localize/host_bound_check.h"
 #include "perftracker/localize/job_table.h"
+#include "perftracker/localize/late_onset_rule.h"
 #include "perftracker/localize/layer_merge.h"
 #include "perftracker/localize/peer_assignment.h"
 #include "perftracker/localize/peer_comparison.h"
@@ -122,6 +124,7 @@ Diagnosis Localizer::Impl::Finish() {
   FindUntracedStragglers(ctx, wfs);
   MarkGcStragglers(ctx, wfs);
   MarkCpuContention(ctx, wfs);
+  JudgeLateOnsets(ctx, wfs);
   MergeLayerParts(ctx, wfs);
   const FindingWording wording(ctx);
   std::vector<RenderedFinding> all = wording.Render(wfs);

@@ -40,6 +40,9 @@ struct FnSpec {
   double bytes = 0;  // per iteration
   uint8_t event_flags = 0;
   double p50_ms = 0;  // median call duration; 0: ms / calls
+  // Its time per iteration steps up at this iteration (0: never) to onset_ms.
+  int onset_iteration = 0;
+  double onset_ms = 0;
 };
 
 struct WorkerSpec {
@@ -112,6 +115,8 @@ WorkerSummary Build(const WorkerSpec& spec) {
     s.critical_ns = static_cast<int64_t>(f.critical_ms * kMs * n);
     s.bytes = static_cast<uint64_t>(f.bytes * n);
     s.event_flags = f.event_flags;
+    s.onset_iteration = static_cast<uint32_t>(f.onset_iteration);
+    s.onset_ns = static_cast<int64_t>(f.onset_ms * kMs * (n - f.onset_iteration));
     if (s.count > 0) {
       const double p50_ns = f.p50_ms > 0
                                 ? f.p50_ms * kMs
@@ -900,6 +905,62 @@ TEST(Localizer, SlowKernelsInTwoLayersStayTwoFindings) {
   for (const Finding* f : material) EXPECT_FALSE(HasEvidence(*f, "same layer"));
 }
 
+// A job of 12 iterations in which rank 3 takes a 15 ms GC pause in every iteration from
+// iteration 9 on (sim-gc-late-64): 3.75 ms per iteration over the window.
+std::vector<WorkerSpec> LateGcJob(bool with_onset) {
+  DpJob job;
+  job.iteration_ms = 150;
+  auto specs = job.Make();
+  for (auto& w : specs) {
+    w.iterations = 12;
+    std::erase_if(w.fns, [](const FnSpec& f) { return f.key == DpJob::kStep; });
+  }
+  const std::string gc = "gc:gc collect generation 2";
+  specs[3].fn(gc) = {gc, 3.75, 0.25};
+  if (with_onset) {
+    specs[3].fn(gc).onset_iteration = 9;
+    specs[3].fn(gc).onset_ms = 15;
+  }
+  specs[3].fn(DpJob::Key("collective:nccl:all_reduce")).ms -= 3.75;
+  return specs;
+}
+
+TEST(Localizer, AFaultThatBeginsInsideTheWindowIsJudgedFromItsOnset) {
+  // From iteration 9 on rank 3 costs the job 15 ms of every 150 ms iteration (10 %):
+  // material, though 3.75 ms averaged over the window (2.5 %) is not.
+  const Diagnosis d = Diagnose(LateGcJob(/*with_onset=*/true));
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_EQ(material.size(), 1u);
+  const Finding& f = *material[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-GC");
+  EXPECT_THAT(f.workers, ElementsAre(3));
+  EXPECT_NEAR(f.lost_ns_per_iteration, 15 * kMs, 0.01 * kMs);
+  EXPECT_THAT(f.title, HasSubstr("+15.0 ms from iteration 10 of 12 on, 10% of the iteration"));
+  EXPECT_TRUE(HasEvidence(f, "since when: from iteration 10 of 12 on: 15.0 ms/iter in gc collect "
+                             "generation 2 (peers' median 0 ns), +15.0 ms per iteration"));
+  // Without the onset (a summary that has none) the same excess is averaged over the window.
+  const Diagnosis averaged = Diagnose(LateGcJob(/*with_onset=*/false));
+  SCOPED_TRACE(Describe(averaged));
+  EXPECT_THAT(Material(averaged), IsEmpty());
+}
+
+TEST(Localizer, AnOnsetOnTopOfASteadyExcessKeepsTheWindowAverage) {
+  // Rank 3 pauses 10 ms in every iteration and 25 ms from iteration 9 on: the fault did not
+  // begin at the step, so the step does not make it larger than it is.
+  auto specs = LateGcJob(/*with_onset=*/true);
+  const std::string gc = "gc:gc collect generation 2";
+  specs[3].fn(gc) = {gc, 13.75, 1};
+  specs[3].fn(gc).onset_iteration = 9;
+  specs[3].fn(gc).onset_ms = 25;
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  const Finding* f = FindCode(d, "PT-STRAGGLER-GC");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NEAR(f->lost_ns_per_iteration, 13.75 * kMs, 0.01 * kMs);
+  EXPECT_FALSE(HasEvidence(*f, "since when"));
+}
+
 TEST(Localizer, KeyOrderDoesNotMatter) {
   // The summarizer may list functions in any order (parents not first, an extra function in
   // the middle); ingest interns keys and resolves parents regardless.
@@ -1054,8 +1115,8 @@ TEST(Localizer, AGpuIdleWhileDataLoadsIsDataLoadingNotHostBound) {
     w.fn("python:train_step") = {"python:train_step", 99, 1, 2};
     w.fn("python:train_step > data_load:DataLoader.__next__") = {
         "python:train_step > data_load:DataLoader.__next__", 51, 5, 51};
-    w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 47, 100,
-                                                    47};
+    w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 47,
+                                                    100, 47};
     specs.push_back(w);
   }
   const Diagnosis d = Diagnose(specs);

@@ -40,9 +40,19 @@ struct WorkerFinding {
   uint32_t untraced_before = UINT32_MAX;
   float untraced_gap_ns = 0;
   float untraced_peer_gap_ns = 0;
-  // The excess of the named function and of its parts.
+  // A fault that began inside the window (JudgeLateOnsets): the first iteration of the higher
+  // level (0 = none), the worker's iterations, the function that stepped up (the named one or
+  // one on the path below it), its time per iteration from then on and its peers' median, and
+  // the named function's excess from then on.
+  uint32_t onset_iteration = 0;
+  uint32_t onset_of = 0;
+  uint32_t onset_function = UINT32_MAX;
+  float onset_value = 0;
+  float onset_median = 0;
+  float onset_excess = 0;
+  // The excess of the named function (from its onset on, when it has one) and of its parts.
   double excess() const {
-    double sum = named.excess();
+    double sum = onset_iteration > 0 ? onset_excess : named.excess();
     for (const Anomaly& p : parts) sum += p.excess();
     return sum;
   }

@@ -102,6 +102,11 @@
 // Ranges on a device stream that are not activity (Kineto's gpu_user_annotation) are
 // containers: they give identity to the kernels inside, but no busy time.
 //
+// Onsets: at Finish() each function's time per iteration comes from its grid bins (a bin's
+// time spread evenly over the bin) and FindStepOnset (step_onset.h) says where it steps up
+// and stays up: FunctionSummary::onset_iteration / onset_ns, so that a fault that begins
+// inside the window is judged by what it costs from then on, not diluted over the window.
+//
 // Critical path: device kernels, collectives and device-to-device copies (GPU work) count
 // fully; host-device copies (memcpy) count for the part no kernel overlaps (bins x (1 - device
 // compute fraction)): a copy the GPU runs beside its kernels costs nothing, one it runs alone is
@@ -131,6 +136,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "perftracker/summary/step_onset.h"
 
 namespace perftracker {
 namespace {
@@ -927,6 +934,7 @@ class WindowSummarizer::Impl {
   void BuildIterations(WorkerSummary& out, std::vector<Iteration> its,
                        const TrackState* rows) const;
   void BuildMetrics(const FunctionAcc& acc, FunctionSummary& fs) const;
+  void FindOnsets(WorkerSummary& out) const;
 
   const FunctionTable* source_;
   SummarizerOptions options_;
@@ -1203,7 +1211,44 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     spans.push_back({window_start_, window_end_});
   }
   BuildIterations(out, std::move(spans), critical_track);
+  FindOnsets(out);
   return out;
+}
+
+// Each function's time per iteration from its grid bins (a bin's time spread evenly over
+// the bin), and where it steps up (step_onset.h).
+void WindowSummarizer::Impl::FindOnsets(WorkerSummary& out) const {
+  const std::vector<IterationSummary>& its = out.iterations;
+  if (its.size() < kMinBefore + kMinAfter || grid_.empty()) return;
+  const int shift = grid_.shift();
+  const double width = static_cast<double>(grid_.width());
+  std::vector<double> per_iteration(its.size());
+  for (uint32_t id = 0; id < table_.size() && id < out.functions.size(); ++id) {
+    const FunctionAcc& acc = functions_acc_[id];
+    if (acc.bins.bins.empty()) continue;
+    std::fill(per_iteration.begin(), per_iteration.end(), 0.0);
+    for (const auto& [bin, ns] : acc.bins.bins) {
+      const int64_t lo = bin << shift;
+      const int64_t hi = (bin + 1) << shift;
+      // The first iteration that ends after the bin starts (iterations are sorted by start).
+      auto it = std::upper_bound(
+          its.begin(), its.end(), lo,
+          [](int64_t t, const IterationSummary& s) { return t < s.start_ns + s.duration_ns; });
+      for (; it != its.end() && it->start_ns < hi; ++it) {
+        const int64_t overlap =
+            std::min(hi, it->start_ns + it->duration_ns) - std::max(lo, it->start_ns);
+        if (overlap > 0) {
+          per_iteration[static_cast<size_t>(it - its.begin())] +=
+              ns * static_cast<double>(overlap) / width;
+        }
+      }
+    }
+    const StepOnset onset = FindStepOnset(per_iteration);
+    if (onset.iteration == 0) continue;
+    FunctionSummary& fs = out.functions[id];
+    fs.onset_iteration = onset.iteration;
+    fs.onset_ns = static_cast<int64_t>(std::llround(onset.after_sum));
+  }
 }
 
 WindowSummarizer::WindowSummarizer(const FunctionTable* functions, SummarizerOptions options)

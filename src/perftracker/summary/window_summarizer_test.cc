@@ -254,6 +254,28 @@ TEST(WindowSummarizerTest, HostOnlyIterationBreakdown) {
   EXPECT_EQ(gloo->count, 2u);
 }
 
+TEST(WindowSummarizerTest, AFunctionThatStepsUpInsideTheWindowHasAnOnset) {
+  // 12 iterations of 10 ms; from iteration 9 on a 1.5 ms GC pause in each (sim-gc-late-64,
+  // scaled). The matmul runs in every iteration alike: no onset.
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  constexpr int64_t kIter = 10'000'000;
+  for (int i = 0; i < 12; ++i) {
+    const int64_t t = i * kIter;
+    b.Emit(kMain, EventKind::kIteration, "ProfilerStep#" + std::to_string(i), t, t + kIter);
+    b.Emit(kMain, EventKind::kTorchOp, "aten::mm", t + 1'000'000, t + 6'000'000);
+    if (i >= 9) b.Emit(kMain, EventKind::kGc, "gc collect", t + 7'000'000, t + 8'500'000);
+  }
+  const WorkerSummary s = b.Finish();
+  ASSERT_EQ(s.iterations.size(), 12u);
+  ASSERT_FN(gc, s, "gc:gc collect");
+  EXPECT_EQ(gc->onset_iteration, 9u);
+  EXPECT_NEAR(static_cast<double>(gc->onset_ns), 3 * 1'500'000.0, 1e4);
+  ASSERT_FN(mm, s, "torch_op:aten::mm");
+  EXPECT_EQ(mm->onset_iteration, 0u);
+  EXPECT_EQ(mm->onset_ns, 0);
+}
+
 TEST(WindowSummarizerTest, DeviceKernelsTakeTheLaunchStack) {
   StreamBuilder b;
   b.HostTrack(kMain);

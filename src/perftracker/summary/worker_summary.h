@@ -46,6 +46,11 @@ struct FunctionSummary {
   uint8_t event_flags = 0;
   QuantileSketch durations;  // per-call duration, ns
   std::vector<FunctionMetric> metrics;
+  // Where its time per iteration steps up and stays up (summary/step_onset.h): the index of
+  // the first iteration of the higher level in WorkerSummary::iterations (0 = no such step)
+  // and its time in the iterations from there on. From the time grid: exact to a grid bin.
+  uint32_t onset_iteration = 0;
+  int64_t onset_ns = 0;
 
   double achieved_bytes_per_s() const {
     return total_ns > 0 ? static_cast<double>(bytes) * 1e9 / static_cast<double>(total_ns) : 0;

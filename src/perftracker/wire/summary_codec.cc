@@ -190,6 +190,10 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
     o->set_idle_gap_before_ns(f.idle_gap_before_ns);
     o->set_event_flags(f.event_flags);
     o->set_bytes(f.bytes);
+    if (f.onset_iteration > 0) {
+      o->set_onset_iteration(f.onset_iteration);
+      o->set_onset_ns(f.onset_ns);
+    }
     if (f.durations.count() > 0) EncodeSketch(f.durations, o->mutable_durations());
     for (const FunctionMetric& fm : f.metrics) {
       o->add_metric_ids(static_cast<uint32_t>(fm.metric));
@@ -332,6 +336,14 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     o.idle_gap_before_ns = f.idle_gap_before_ns();
     o.event_flags = static_cast<uint8_t>(f.event_flags());
     o.bytes = f.bytes();
+    o.onset_iteration = f.onset_iteration();
+    o.onset_ns = f.onset_ns();
+    if (o.onset_iteration >= std::max<size_t>(s.iterations.size(), 1) || o.onset_ns < 0) {
+      return Corrupt(kWhat, where + " (" + o.name + "): onset at iteration " +
+                                std::to_string(o.onset_iteration) + " of " +
+                                std::to_string(s.iterations.size()) + " with " +
+                                std::to_string(o.onset_ns) + " ns");
+    }
     if (f.has_durations()) {
       const v1::QuantileSketch& d = f.durations();
       std::vector<uint64_t> buckets(d.buckets().begin(), d.buckets().end());

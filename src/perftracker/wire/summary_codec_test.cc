@@ -44,6 +44,8 @@ WorkerSummary SampleSummary() {
   mm.critical_ns = 3;
   for (int i = 1; i <= 1000; ++i) mm.durations.Add(1000.0 * i);
   mm.durations.Add(0);
+  mm.onset_iteration = 1;  // its time steps up from the second iteration on
+  mm.onset_ns = 77'000'000;
   s.functions.push_back(mm);
 
   FunctionSummary nccl;
@@ -134,6 +136,8 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
     EXPECT_EQ(x.idle_gap_before_ns, y.idle_gap_before_ns);
     EXPECT_EQ(x.bytes, y.bytes);
     EXPECT_EQ(x.event_flags, y.event_flags);
+    EXPECT_EQ(x.onset_iteration, y.onset_iteration);
+    EXPECT_EQ(x.onset_ns, y.onset_ns);
     ExpectSketchEq(x.durations, y.durations);
     ASSERT_EQ(x.metrics.size(), y.metrics.size());
     for (size_t m = 0; m < x.metrics.size(); ++m) {
@@ -357,6 +361,14 @@ TEST(SummaryCodecTest, SemanticCorruptionIsNamed) {
   EXPECT_NE(bad_worker_metric.status().message().find("rank 17: unknown worker metric 777"),
             std::string::npos)
       << bad_worker_metric.status().message();
+
+  s = SampleSummary();
+  s.functions[1].onset_iteration = 2;  // the summary has 2 iterations
+  auto bad_onset = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_FALSE(bad_onset.ok());
+  EXPECT_NE(bad_onset.status().message().find("(aten::mm): onset at iteration 2 of 2"),
+            std::string::npos)
+      << bad_onset.status().message();
 
   s = SampleSummary();
   s.window_end_ns = s.window_start_ns - 1;
