@@ -33,8 +33,11 @@ struct FunctionSummary {
   EventKind kind = EventKind::kTorchOp;
   uint32_t parent = kNoParent;  // index of the enclosing function in WorkerSummary::functions
 
+  // Calls and their times count inside the window's iterations only (from the first marker's
+  // start to the last one's end; see window_summarizer.cc, "Iterations only"): the localizer
+  // divides them by the number of iterations. Without markers, the whole window.
   uint64_t count = 0;
-  int64_t total_ns = 0;  // inclusive time of all calls in the window
+  int64_t total_ns = 0;  // inclusive time of the calls
   int64_t self_ns = 0;   // total_ns minus time in nested calls on the same track
   // Time of the calls on the critical path: host calls while no device work ran (on a
   // host-only job: all of their time on the main thread), device calls: all of it.
