@@ -373,6 +373,33 @@ class ForkTest(AgentTestBase):
         collector.kill()
 
 
+class StepApiTest(AgentTestBase):
+    def test_perftracker_step_marks_the_iterations_of_a_loop_without_torch(self):
+        p = self.job("""
+            import json, sys, time
+            import perftracker
+            from perftracker import _agent
+            for _ in range(60):
+                time.sleep(0.002)
+                perftracker.step()
+            print(json.dumps(_agent.stats()))
+        """, env={"RANK": "0"})
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        stats = json.loads(out.strip().splitlines()[-1])
+        self.assertGreater(stats["iterations"], 40, stats)  # learned, then one per step()
+        self.assertNotIn("step() failed", err)
+
+    def test_perftracker_step_without_the_agent_does_nothing(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PERFTRACKER_")}
+        env["PYTHONPATH"] = BUILD_PYTHON
+        r = subprocess.run([sys.executable, "-c", "import sys, perftracker; perftracker.step(); "
+                            "print('perftracker.agent' in sys.modules)"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "False")
+
+
 class CollectorFaultTest(AgentTestBase):
     def test_no_collector_one_line_and_the_job_runs(self):
         # Also: the sitecustomize that perftracker's shadows still runs.

@@ -25,6 +25,7 @@
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
+#include "perftracker/cli/job_python.h"
 #include "perftracker/collector/grpc_coordinator_link.h"
 #include "perftracker/collector/node_collector.h"
 #include "perftracker/server/report_writer.h"
@@ -498,9 +499,23 @@ int RunJob(const RunOptions& options) {
     }
   }
   if (live) {
+    const char* python_dir_env = std::getenv("PERFTRACKER_PYTHON_DIR");
     const std::string python_dir = AgentPythonDir();
     std::string missing;
-    if (AgentAvailable(python_dir, &missing)) {
+    // Without PERFTRACKER_PYTHON_DIR: the agent installed in the job's own Python, else the
+    // build tree's when it fits that Python (job_python.h).
+    const JobAgent job_agent = python_dir_env != nullptr && *python_dir_env != '\0'
+                                   ? JobAgent{}
+                                   : LocateJobAgent(options.command, PERFTRACKER_BUILD_PYTHON_DIR,
+                                                    PERFTRACKER_SOURCE_DIR_DEFAULT);
+    if (job_agent.from == JobAgent::From::kNone) {
+      fmt::print(stderr, "perftracker: {}\n", job_agent.message);
+    } else if (job_agent.from == JobAgent::From::kJobPython) {
+      std::string pythonpath = job_agent.boot_dir;
+      const char* old = std::getenv("PYTHONPATH");
+      if (old != nullptr && *old != '\0') pythonpath += std::string(":") + old;
+      env_set.emplace_back("PYTHONPATH", pythonpath);
+    } else if (AgentAvailable(python_dir, &missing)) {
       std::string pythonpath =
           (fs::path(python_dir) / "perftracker" / "_boot").string() + ":" + python_dir;
       const char* old = std::getenv("PYTHONPATH");

@@ -65,6 +65,8 @@ std::string AgentOptionsString(const RunOptions& options);
 
 // Where the agent's Python package lives: $PERFTRACKER_PYTHON_DIR, else the build tree's
 // python/ directory (compile-time). The directory holds perftracker/_boot/sitecustomize.py.
+// Without PERFTRACKER_PYTHON_DIR, RunJob first looks for the agent installed in the job's own
+// Python (job_python.h).
 std::string AgentPythonDir();
 
 // The NCCL profiler plugin `perftracker run` gives the job: $PERFTRACKER_NCCL_PLUGIN, else the
