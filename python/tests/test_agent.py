@@ -735,7 +735,9 @@ class DdpTest(AgentTestBase):
         collector = FakeCollector(self.sock)
 
         def window(p):
-            hellos = [collector.wait_for("hello", timeout=60,
+            # 300 s: three spawned ranks importing torch took over 60 s with two busy loops
+            # and other builds on 2 cores (load ~20).
+            hellos = [collector.wait_for("hello", timeout=300,
                                          pred=lambda m: m["rank"] >= 0)[2] for _ in range(3)]
             time.sleep(1.0)  # training (no DataLoader here: the window is sent by hand)
             # 3 s: several steps even on a busy machine (a 0.6 s window held too few
