@@ -147,7 +147,7 @@ void DiscountPipelineSlack(const RuleContext& ctx, std::vector<RenderedFinding>&
     const double cost = f.lost_ns_per_iteration - absorbed;
     const std::string who = ctx.job->WorkerName(least);
     f.evidence.push_back(
-        {"absorbed by the pipeline",
+        {std::string(kAbsorbedByPipelineEvidence),
          fmt::format("{} waits {}/iter less than its peers in point-to-point receives: that much "
                      "of its extra time fell where its stage waits for another stage anyway",
                      who, FormatNs(absorbed))});

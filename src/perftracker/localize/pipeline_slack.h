@@ -23,6 +23,14 @@
 #include "perftracker/localize/rendered_finding.h"
 #include "perftracker/localize/rule_context.h"
 
+namespace perftracker {
+
+// The evidence label of a finding whose culprits' extra time the pipeline absorbed: its title
+// then says what the job loses; its lost_ns_per_iteration stays the culprits' own excess.
+inline constexpr std::string_view kAbsorbedByPipelineEvidence = "absorbed by the pipeline";
+
+}  // namespace perftracker
+
 namespace perftracker::localize {
 
 // Whether a function of this name is a point-to-point receive ("nccl:recv", "irecv",

@@ -355,16 +355,20 @@ class HtmlWriter {
       }
       out_ += "</div>";
     } else {
+      // A minor straggler costs the job little, but the workers do not behave alike.
+      std::string alike;
+      if (model_.minor_straggler()) {
+        alike = " (see the minor findings below)";
+      } else if (model_.num_workers() > 1) {
+        alike = fmt::format(": the {} workers behave alike", model_.num_workers());
+      }
       out_ += fmt::format(
           "<div class=\"cards\" style=\"margin-top:12px\"><article class=\"card healthy\">"
           "<h3>No material finding</h3><p style=\"margin:0\">No worker and no function costs a"
           " material share of the iteration time{}. {}</p></article></div>",
-          model_.num_workers() > 1
-              ? fmt::format(": the {} workers behave alike", model_.num_workers())
-              : "",
-          model_.workers().empty()
-              ? "Pass the workers' summaries to see per-worker charts."
-              : "The chart and the heat map below show how alike they are.");
+          alike,
+          model_.workers().empty() ? "Pass the workers' summaries to see per-worker charts."
+                                   : "The chart and the heat map below show how alike they are.");
     }
     std::vector<size_t> minor;
     for (size_t i = 0; i < d.findings.size(); ++i) {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "perftracker/localize/pipeline_slack.h"
 #include "perftracker/report/format.h"
 
 namespace perftracker::report {
@@ -124,6 +125,14 @@ ReportModel::ReportModel(const ReportInput& input)
 
   num_workers_ = diagnosis_->num_workers > 0 ? diagnosis_->num_workers
                                              : static_cast<int32_t>(workers_.size());
+  if (!top_) {
+    for (const Finding& f : diagnosis_->findings) {
+      if (!f.workers.empty() && !CoversAll(f.workers, num_workers_)) {
+        minor_straggler_ = &f;
+        break;
+      }
+    }
+  }
   median_iteration_ns_ = Finite(diagnosis_->median_iteration_ns);
   if (median_iteration_ns_ <= 0 && !workers_.empty()) {
     std::vector<double> medians;
@@ -145,24 +154,35 @@ std::string ReportModel::Verdict() const {
   if (!top_) {
     if (num_workers_ <= 0) return "nothing to diagnose: no worker data was given";
     if (num_workers_ == 1) return "no material finding on the single worker" + median;
+    // A minor straggler: the workers do not behave alike, one costs the job little.
+    if (minor_straggler_) return "no material finding: " + Sentence(*minor_straggler_);
     return fmt::format("no material finding: the {} workers behave alike{}", num_workers_,
                        median);
   }
+  return Sentence(*top_);
+}
+
+std::string ReportModel::Sentence(const Finding& finding) const {
   std::string sentence;
-  const std::string title = CleanTitle(top_->title);
-  if (CoversAll(top_->workers, num_workers_)) {
+  const std::string title = CleanTitle(finding.title);
+  if (CoversAll(finding.workers, num_workers_)) {
     sentence = RanksLabel({}, num_workers_) + ": " + title;
   } else {
-    std::unordered_set<int32_t> unique(top_->workers.begin(), top_->workers.end());
+    std::unordered_set<int32_t> unique(finding.workers.begin(), finding.workers.end());
     const bool plural = unique.size() > 1;
-    const std::string who = RanksLabel(top_->workers, num_workers_, kMaxRanksInVerdict);
+    const std::string who = RanksLabel(finding.workers, num_workers_, kMaxRanksInVerdict);
     // "rank 2 is the straggler: rank 2 spends ..." reads "... : it spends ...".
     std::string rest = title;
     if (rest.rfind(who + " ", 0) == 0) rest = (plural ? "they" : "it") + rest.substr(who.size());
-    sentence = fmt::format("{} {}: {}", who, CulpritPhrase(top_->category, plural), rest);
+    sentence = fmt::format("{} {}: {}", who, CulpritPhrase(finding.category, plural), rest);
   }
-  const double share = Finite(top_->lost_share);
-  const double lost = Finite(top_->lost_ns_per_iteration);
+  // The pipeline absorbed the culprits' excess: the title says what the job loses, and
+  // lost_share is the culprits' own excess, which the job does not pay.
+  for (const Evidence& e : finding.evidence) {
+    if (e.label == kAbsorbedByPipelineEvidence) return sentence;
+  }
+  const double share = Finite(finding.lost_share);
+  const double lost = Finite(finding.lost_ns_per_iteration);
   if (share > 0 && title.find(FormatShare(share)) != std::string::npos) {
     // The title already says what it costs.
   } else if (share > 0) {

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "perftracker/localize/pipeline_slack.h"
 #include "perftracker/report/format.h"
 
 namespace perftracker {
@@ -296,6 +297,60 @@ TEST(TextReportTest, HealthyJobSaysNoMaterialFinding) {
   EXPECT_EQ(lines[0],
             "perftracker: no material finding: the 8 workers behave alike (median iteration "
             "41.2 ms)");
+}
+
+// A straggler whose extra time the pipeline bubble absorbs (pipeline_slack.h) is minor and
+// costs the job nothing, but the workers do not behave alike: the headline says which one
+// is slower and what it costs the job, not the culprit's own excess (issue 11 §3).
+Diagnosis AbsorbedStragglerDiagnosis() {
+  Diagnosis d = HealthyDiagnosis(8);
+  Finding f = StragglerFinding(5, 8);
+  f.code = "PT-STRAGGLER-COMPUTE";
+  f.title =
+      "rank 5 spends 12.0 ms/iter more in block2; absorbed by the pipeline: rank 5 waits "
+      "12.0 ms/iter less for another stage, so the job loses 0 ns/iter";
+  f.victims.clear();
+  f.material = false;
+  f.evidence.push_back(
+      {std::string(kAbsorbedByPipelineEvidence), "rank 5 waits 12.0 ms/iter less than its peers"});
+  f.evidence.push_back({"cost to the job per iteration", "0 ns (0.0% of the iteration)"});
+  d.findings.push_back(f);
+  return d;
+}
+
+TEST(TextReportTest, AnAbsorbedStragglerIsNamedInTheHeadline) {
+  const Diagnosis d = AbsorbedStragglerDiagnosis();
+  const std::string text = RenderText({&d, nullptr, ""}, {.color = false, .width = 200});
+  const std::string headline = Lines(text).at(0);
+  EXPECT_THAT(headline, HasSubstr("perftracker: no material finding: rank 5 "));
+  EXPECT_THAT(headline, HasSubstr("so the job loses 0 ns/iter"));
+  EXPECT_THAT(headline, Not(HasSubstr("behave alike")));
+  EXPECT_THAT(headline, Not(HasSubstr("costing")));  // 28% is rank 5's, not the job's
+  const std::string html = RenderHtml({&d, nullptr, ""});
+  EXPECT_THAT(html, HasSubstr("No material finding"));
+  EXPECT_THAT(html, Not(HasSubstr("behave alike")));
+}
+
+TEST(TextReportTest, AMinorStragglerIsNamedWithItsCost) {
+  Diagnosis d = HealthyDiagnosis(8);
+  Finding f = StragglerFinding(3, 8);
+  f.title = "block2 takes 1.1x its peers on rank 3";
+  f.lost_ns_per_iteration = 1.2 * kMs;
+  f.lost_share = 0.029;
+  f.material = false;
+  d.findings.push_back(f);
+  const std::string headline =
+      Lines(RenderText({&d, nullptr, ""}, {.color = false, .width = 200})).at(0);
+  EXPECT_THAT(headline, HasSubstr("no material finding: rank 3 "));
+  EXPECT_THAT(headline, HasSubstr("costing 2.9% of each iteration"));
+  EXPECT_THAT(headline, Not(HasSubstr("behave alike")));
+}
+
+TEST(TextReportTest, AMinorJobWideFindingStillBehavesAlike) {
+  Diagnosis d = StragglerDiagnosis(8);
+  d.findings.erase(d.findings.begin());  // only the job-wide GC pauses, minor
+  const auto lines = Lines(RenderText({&d, nullptr, ""}, {.color = false, .width = 200}));
+  EXPECT_THAT(lines.at(0), HasSubstr("no material finding: the 8 workers behave alike"));
 }
 
 TEST(TextReportTest, ColourIsOptionalAndDoesNotCountTowardsWidth) {

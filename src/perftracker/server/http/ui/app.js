@@ -414,7 +414,10 @@
         (diag.notes || []).length ? el("ul", {class: "notes"}, diag.notes.map((n) => el("li", {}, n))) : null,
         el("h2", {}, "Findings"),
         el("div", {id: "findings"}, material.map((f, i) => findingCard(job, windowId, f, i)),
-            material.length === 0 ? el("p", {class: "muted"}, "No material finding: the workers behave alike.") : null,
+            material.length === 0 ? el("p", {class: "muted"}, "No material finding" +
+                // A minor finding that names some workers: they do not behave alike.
+                (others.some((f) => (f.workers || []).length && new Set(f.workers).size < diag.num_workers)
+                    ? ": the minor findings below cost the job little." : ": the workers behave alike.")) : null,
             others.length ? el("details", {}, el("summary", {}, others.length + " findings below the materiality threshold"),
                 others.map((f, i) => findingCard(job, windowId, f, material.length + i))) : null),
         el("h2", {}, "Workers × functions"),
