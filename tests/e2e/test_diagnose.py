@@ -263,9 +263,21 @@ class TracedJobTest(ReportChecks):
         self.assertEqual(report["num_workers"], 6)
         self.assertTrue(any("2 peer groups" in n and "sizes 3, 3" in n for n in report["notes"]),
                         report["notes"])
-        self.assertFalse(report["has_material_finding"],
-                         "a job with two roles reported a material finding:\n" +
-                         json.dumps(report["findings"][:3], indent=1))
+        # Ranks 0-2 run one model, 3-5 the other. A finding compares a rank only with its own
+        # role: its culprits and victims sit in one role, and no role is blamed as a whole (what
+        # comparing the two models' code would give). Whether a rank of a role stands out is
+        # left to the trace: 6 ranks on 2 cores make one rank's backward 1.4x its peers' in
+        # some runs (seen in a clean-clone CI run at edb8e7f, +7.1 ms, 10.4 % of the
+        # iteration), a real difference in that trace which the diagnosis rightly names.
+        for f in report["findings"]:
+            if len(f["workers"]) in (0, report["num_workers"]):
+                continue  # a job-wide finding compares no rank with another
+            ranks = f["workers"] + f.get("victims", [])
+            self.assertEqual(len({w // 3 for w in ranks}), 1,
+                             "a finding spans the two roles:\n" + json.dumps(f, indent=1))
+            if f["material"]:
+                self.assertNotIn(sorted(f["workers"]), ([0, 1, 2], [3, 4, 5]),
+                                 "a whole role is blamed:\n" + json.dumps(f, indent=1))
 
     def test_files_given_one_by_one_equal_the_directory(self):
         d = traces("slow_compute_rank2")
