@@ -38,3 +38,17 @@ if(PkgConfig_FOUND)
   pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
 endif()
 perftracker_require(HTTPLIB_FOUND "cpp-httplib" "libcpp-httplib-dev")
+
+# libpq: the PostgreSQL store (server/postgres/), which lets several servers share one
+# database. Optional: without it perftracker builds with the SQLite store only, and
+# `--store postgresql://...` says how to get it.
+if(PkgConfig_FOUND)
+  pkg_check_modules(LIBPQ IMPORTED_TARGET libpq)
+endif()
+if(LIBPQ_FOUND)
+  set(PERFTRACKER_POSTGRES ON)
+else()
+  set(PERFTRACKER_POSTGRES OFF)
+  message(STATUS "perftracker: libpq not found: building without the PostgreSQL store, its "
+                 "tests skipped (sudo apt-get install libpq-dev postgresql)")
+endif()

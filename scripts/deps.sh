@@ -11,6 +11,8 @@ PERFTRACKER_DEPS=(
   # the server: gRPC control plane, SQLite store, HTTP UI/API (TLS through OpenSSL), metrics
   libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libcpp-httplib-dev libssl-dev
   prometheus-cpp-dev
+  # the PostgreSQL store (libpq), and the PostgreSQL server its tests start (initdb, postgres)
+  libpq-dev postgresql
   # integration tests: a real Prometheus scrapes /metrics; headless Chromium opens the web UI
   prometheus chromium
   # end-to-end tests: a real multi-process torch job (CPU, gloo) writes the traces

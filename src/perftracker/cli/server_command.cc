@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "perftracker/server/http/api_token.h"
+#include "perftracker/server/open_store.h"
 #include "perftracker/server/report_writer.h"
 #include "perftracker/server/server_process.h"
 
@@ -57,7 +58,12 @@ CLI::App* AddServerCommand(CLI::App& app, ServerCommandOptions* o) {
   cmd->add_option("--http-listen", o->http_listen, "host:port of the web UI, JSON API and /metrics")
       ->default_val("127.0.0.1:7071");
   cmd->add_flag("--no-http", o->no_http, "No HTTP server");
-  cmd->add_option("--store", o->store, "The SQLite store (default: <report-dir>/perftracker.db)");
+  cmd->add_option("--store", o->store,
+                  "Where jobs, windows and reports are kept: the path of an SQLite file "
+                  "(default: <report-dir>/perftracker.db), or a PostgreSQL URL "
+                  "(postgresql://user@host:5432/db) that several servers share: each "
+                  "coordinates the jobs whose collectors connect to it, and every server's "
+                  "UI / API shows every job (docs/server.md)");
   cmd->add_option("--token-file", o->token_file,
                   "The token collectors and API clients must present (one line, >= 16 "
                   "characters); created with a random token when missing (default: "
@@ -157,7 +163,8 @@ int RunServer(const ServerCommandOptions& o) {
   SplitHostPort(o.listen, &host, &port);
   fmt::print(stderr, "perftracker server: listening: grpc={}:{}{} http={} store={} reports={}\n",
              host, server.grpc_port(), o.tls_cert.empty() ? "" : " (TLS)",
-             server.http_url().empty() ? "off" : server.http_url(), so.store_path, o.report_dir);
+             server.http_url().empty() ? "off" : server.http_url(), StoreDisplayName(so.store_path),
+             o.report_dir);
   std::fflush(stderr);
 
   int sig = 0;

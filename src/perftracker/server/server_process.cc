@@ -8,8 +8,8 @@
 #include "perftracker/server/http/api_token.h"
 #include "perftracker/server/http/http_server.h"
 #include "perftracker/server/metrics/server_metrics.h"
+#include "perftracker/server/open_store.h"
 #include "perftracker/server/report_writer.h"
-#include "perftracker/server/sqlite/sqlite_store.h"
 #include "perftracker/wire/control_server.h"
 
 namespace perftracker {
@@ -59,10 +59,8 @@ Status ServerProcess::Start() {
     const Status st = EnsureReportDir(options_.service.coordinator.report_dir);
     if (!st.ok()) return Status::InvalidArgument("--report-dir: " + st.message());
   }
-  StatusOr<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(options_.store_path);
-  if (!store.ok())
-    return Status::InvalidArgument("--store " + options_.store_path + ": " +
-                                   store.status().message());
+  StatusOr<std::unique_ptr<Store>> store = OpenStore(options_.store_path);
+  if (!store.ok()) return Status::InvalidArgument("--store: " + store.status().message());
   store_ = std::move(store).value();
   metrics_ = std::make_unique<ServerMetrics>();
 

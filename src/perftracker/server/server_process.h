@@ -2,7 +2,8 @@
 //
 //   gRPC  --listen       ControlServer (wire/) ─► ControlService: jobs, coordinators
 //   HTTP  --http-listen  HttpServer (server/http/): JSON API, web UI, /metrics
-//   both read / write    SqliteStore (--store), ServerMetrics
+//   both read / write    Store (--store: an SQLite file, or a PostgreSQL URL shared by
+//                        several servers; open_store.h), ServerMetrics
 //
 // One token guards both ports (gRPC metadata and HTTP bearer / cookie); one certificate and
 // key, when given, make both speak TLS. Reports also go to files under
@@ -23,14 +24,14 @@ namespace perftracker {
 class ControlServer;
 class HttpServer;
 class ServerMetrics;
-class SqliteStore;
+class Store;
 
 struct ServerProcessOptions {
   std::string listen = "127.0.0.1:7070";       // gRPC, host:port (port 0: any free one)
   std::string http_listen = "127.0.0.1:7071";  // host:port; empty: no HTTP server
-  std::string store_path;                      // SQLite file (created if missing)
-  std::string token;                           // required (at least 16 characters)
-  std::string tls_cert_file;                   // both or neither
+  std::string store_path;     // SQLite file (created if missing) or postgresql:// URL
+  std::string token;          // required (at least 16 characters)
+  std::string tls_cert_file;  // both or neither
   std::string tls_key_file;
   size_t max_message_bytes = 64u << 20;
   ControlServiceOptions service;  // coordinator template (report_dir...), log
@@ -54,7 +55,7 @@ class ServerProcess {
 
  private:
   ServerProcessOptions options_;
-  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<Store> store_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<ControlServer> grpc_;

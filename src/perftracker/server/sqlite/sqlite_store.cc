@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "perftracker/server/store/store_checks.h"
 #include "perftracker/wire/summary_codec.h"
 
 namespace perftracker {
@@ -102,42 +103,8 @@ WindowRecord ReadWindow(const Statement& st) {
       if (t.is_string()) w.triggers.push_back(t.get<std::string>());
     }
   }
-  const int64_t state = st.ColumnInt64(6);
-  w.state = state == 1 ? WindowState::kDiagnosed
-                       : (state == 2 ? WindowState::kAbandoned : WindowState::kOpen);
+  w.state = WindowStateFromInt(st.ColumnInt64(6));
   return w;
-}
-
-std::string_view StateName(WindowState state) {
-  switch (state) {
-    case WindowState::kOpen:
-      return "open";
-    case WindowState::kDiagnosed:
-      return "diagnosed";
-    case WindowState::kAbandoned:
-      return "abandoned";
-  }
-  return "unknown";
-}
-
-// Window states only move forward: open -> diagnosed | abandoned, abandoned -> diagnosed
-// (late summaries completed it). Re-putting the same state is an update of its fields.
-bool StateMayFollow(WindowState from, WindowState to) {
-  if (from == to || from == WindowState::kOpen) return true;
-  return from == WindowState::kAbandoned && to == WindowState::kDiagnosed;
-}
-
-Status CheckJobId(const std::string& job_id) {
-  if (job_id.empty()) return Status::InvalidArgument("store: empty job id");
-  return Status::Ok();
-}
-
-Status CheckWindowId(const std::string& job_id, uint64_t window_id) {
-  if (window_id == 0 || window_id > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return Status::InvalidArgument(
-        fmt::format("store: job {}: window id {} out of range (1 .. 2^63-1)", job_id, window_id));
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -283,7 +250,7 @@ Status SqliteStore::RequireWindow(const std::string& job_id, uint64_t window_id)
 }
 
 Status SqliteStore::UpsertJob(const JobRecord& job) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckJobId(job.job_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(job.job_id));
   std::lock_guard<std::mutex> lock(write_mu_);
   StatusOr<Statement> st = writer_->Prepare(
       "INSERT INTO jobs (job_id, title, world_size, created_ns, last_seen_ns) "
@@ -300,7 +267,7 @@ Status SqliteStore::UpsertJob(const JobRecord& job) {
 }
 
 Status SqliteStore::UpsertWorker(const WorkerRecord& worker) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckJobId(worker.job_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(worker.job_id));
   if (worker.rank < 0) {
     return Status::InvalidArgument(
         fmt::format("store: job {}: worker rank {} is negative", worker.job_id, worker.rank));
@@ -375,14 +342,8 @@ StatusOr<std::vector<WorkerRecord>> SqliteStore::ListWorkers(const std::string& 
 
 Status SqliteStore::AppendIterations(const std::string& job_id,
                                      const std::vector<IterationPoint>& points) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckJobId(job_id));
-  for (const IterationPoint& p : points) {
-    if (p.rank < 0 || p.duration_ns < 0) {
-      return Status::InvalidArgument(
-          fmt::format("store: job {}: bad iteration point (rank {}, duration {} ns)", job_id,
-                      p.rank, p.duration_ns));
-    }
-  }
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(job_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckIterationPoints(job_id, points));
   std::lock_guard<std::mutex> lock(write_mu_);
   Transaction tx(writer_.get());
   PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
@@ -444,8 +405,8 @@ StatusOr<std::vector<IterationPoint>> SqliteStore::ListIterations(const std::str
 }
 
 Status SqliteStore::PutWindow(const WindowRecord& window) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckJobId(window.job_id));
-  PERFTRACKER_RETURN_IF_ERROR(CheckWindowId(window.job_id, window.window_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(window.job_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreWindowId(window.job_id, window.window_id));
   std::lock_guard<std::mutex> lock(write_mu_);
   Transaction tx(writer_.get());
   PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
@@ -459,19 +420,7 @@ Status SqliteStore::PutWindow(const WindowRecord& window) {
     StatusOr<bool> row = old->Step();
     if (!row.ok()) return row.status();
     if (*row) {
-      const WindowRecord prev = ReadWindow(*old);
-      if (prev.start_ns != window.start_ns || prev.duration_ns != window.duration_ns) {
-        return Status::InvalidArgument(fmt::format(
-            "store: job {} window {} already exists with another span (start {} ns, {} ns "
-            "long; got start {} ns, {} ns long): window ids are not reused",
-            window.job_id, window.window_id, prev.start_ns, prev.duration_ns, window.start_ns,
-            window.duration_ns));
-      }
-      if (!StateMayFollow(prev.state, window.state)) {
-        return Status::InvalidArgument(fmt::format(
-            "store: job {} window {} is {}; it cannot become {} (out-of-order update)",
-            window.job_id, window.window_id, StateName(prev.state), StateName(window.state)));
-      }
+      PERFTRACKER_RETURN_IF_ERROR(CheckWindowUpdate(ReadWindow(*old), window));
     }
   }
   {
@@ -524,8 +473,8 @@ StatusOr<WindowRecord> SqliteStore::GetWindow(const std::string& job_id, uint64_
 
 Status SqliteStore::PutSummary(const std::string& job_id, uint64_t window_id,
                                const WorkerSummary& summary) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckJobId(job_id));
-  PERFTRACKER_RETURN_IF_ERROR(CheckWindowId(job_id, window_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(job_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreWindowId(job_id, window_id));
   if (summary.rank < 0) {
     return Status::InvalidArgument(fmt::format(
         "store: job {} window {}: summary with negative rank {}", job_id, window_id, summary.rank));
@@ -583,8 +532,8 @@ StatusOr<std::vector<WorkerSummary>> SqliteStore::ListSummaries(const std::strin
 }
 
 Status SqliteStore::PutDiagnosis(const DiagnosisRecord& diagnosis) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckJobId(diagnosis.job_id));
-  PERFTRACKER_RETURN_IF_ERROR(CheckWindowId(diagnosis.job_id, diagnosis.window_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(diagnosis.job_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreWindowId(diagnosis.job_id, diagnosis.window_id));
   std::lock_guard<std::mutex> lock(write_mu_);
   Transaction tx(writer_.get());
   PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
@@ -637,8 +586,8 @@ StatusOr<DiagnosisRecord> SqliteStore::GetDiagnosis(const std::string& job_id, u
 }
 
 Status SqliteStore::SetBaseline(const std::string& job_id, uint64_t window_id) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckJobId(job_id));
-  PERFTRACKER_RETURN_IF_ERROR(CheckWindowId(job_id, window_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(job_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreWindowId(job_id, window_id));
   std::lock_guard<std::mutex> lock(write_mu_);
   Transaction tx(writer_.get());
   PERFTRACKER_RETURN_IF_ERROR(tx.Begin());

@@ -1,5 +1,7 @@
 // Store: what the server keeps about jobs, durably. One interface, implementations in
-// sibling folders (server/sqlite/ today; a Postgres one would sit beside it).
+// sibling folders: server/sqlite/ (one file, the default) and server/postgres/ (one
+// database shared by several servers); server/open_store.h picks one from --store. Both run
+// the same contract tests (store_contract_test.cc).
 //
 //   jobs ─┬─ workers      (rank, host, pid: who took part)
 //         ├─ iterations   (each rank's always-on iteration times: the UI's time series)
