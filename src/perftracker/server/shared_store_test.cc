@@ -2,13 +2,23 @@
 // as a fleet deployment runs them (docs/server.md): each coordinates the job whose collector
 // connects to it, and each one's HTTP API serves the other's job, its windows and
 // diagnosis. Then a server stops and a new one on the same database continues its job's
-// window ids. One PostgreSQL cluster for the binary (PostgresTestServer).
+// window ids; and a real `perftracker server` process is SIGKILLed mid-job: what it stored
+// is still served, and its job goes on with the next window id on another server. One
+// PostgreSQL cluster for the binary (PostgresTestServer).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -207,6 +217,162 @@ TEST_F(SharedStoreTest, TwoServersOnOneDatabaseServeEachOthersJobs) {
   EXPECT_TRUE(
       Eventually([&] { return !Get(two, "/api/v1/jobs/job-a/windows/2/diagnosis").is_null(); }));
   EXPECT_FALSE(Get(three, "/api/v1/jobs/job-a/windows/1/diagnosis").is_null());
+}
+
+// A `perftracker server` process (the binary: $PERFTRACKER_BINARY) on the test's database.
+class ServerChild {
+ public:
+  ServerChild(const std::string& url, const fs::path& dir) {
+    const char* binary = std::getenv("PERFTRACKER_BINARY");
+    if (binary == nullptr) {
+      ADD_FAILURE() << "PERFTRACKER_BINARY is not set (CTest sets it to the perftracker binary)";
+      return;
+    }
+    fs::create_directories(dir);
+    const std::string token_file = (dir / "token").string();
+    std::ofstream(token_file) << kToken << "\n";
+    fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write);
+    log_ = (dir / "server.log").string();
+    const std::vector<std::string> argv = {binary,
+                                           "server",
+                                           "--store",
+                                           url,
+                                           "--listen",
+                                           "127.0.0.1:0",
+                                           "--http-listen",
+                                           "127.0.0.1:0",
+                                           "--token-file",
+                                           token_file,
+                                           "--report-dir",
+                                           (dir / "reports").string(),
+                                           "--window-seconds",
+                                           "0.3",
+                                           "--window-delay-ms",
+                                           "50",
+                                           "--wait-summaries-seconds",
+                                           "5",
+                                           "--cooldown-seconds",
+                                           "0"};
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int out = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out, 2);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(out);
+    // "perftracker server: listening: grpc=127.0.0.1:N http=http://127.0.0.1:M ..."
+    const std::regex listening(
+        R"(listening: grpc=127\.0\.0\.1:(\d+) http=http://127\.0\.0\.1:(\d+))");
+    const bool up = Eventually(
+        [&] {
+          std::smatch m;
+          const std::string text = Log();
+          if (!std::regex_search(text, m, listening)) return false;
+          grpc_port_ = std::stoi(m[1]);
+          return true;
+        },
+        120000);
+    EXPECT_TRUE(up) << "the server did not start: " << Log();
+  }
+  ~ServerChild() { Kill(); }
+
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  int grpc_port() const { return grpc_port_; }
+  std::string Log() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int grpc_port_ = 0;
+  std::string log_;
+};
+
+TEST_F(SharedStoreTest, ASigkilledServersJobIsStillServedAndGoesOnElsewhere) {
+  ServerProcess* reader = StartServer("reader");
+  auto child = std::make_unique<ServerChild>(url_, dir_ / "child");
+  ASSERT_FALSE(HasFailure());
+  Collector c = Collector::Connect(child->grpc_port(), "job-k");
+  ASSERT_TRUE(c.stream);
+  ASSERT_EQ(c.RunWindow(), 1u);
+  ASSERT_TRUE(Eventually([&] {
+    return !Get(reader, "/api/v1/jobs/job-k/windows/1/diagnosis").is_null();
+  })) << child->Log();
+
+  // Iteration batches stream in while the server is killed: whatever it had written stays
+  // readable, and nothing it held (connections, row locks of open transactions) blocks the
+  // next server.
+  for (int i = 1; i <= 50; ++i) c.stream->Write(ControlIterations{{{0, i * kMs, kMs}}});
+  child->Kill();
+  c.stream.reset();
+  c.client.reset();
+  const nlohmann::json d = Get(reader, "/api/v1/jobs/job-k/windows/1/diagnosis");
+  ASSERT_FALSE(d.is_null());
+  EXPECT_EQ(d["diagnosis"]["num_workers"], 2);
+
+  auto next = std::make_unique<ServerChild>(url_, dir_ / "next");
+  ASSERT_FALSE(HasFailure());
+  Collector again = Collector::Connect(next->grpc_port(), "job-k");
+  ASSERT_TRUE(again.stream);
+  EXPECT_EQ(again.RunWindow(), 2u) << "the job's window ids continue on the new server";
+  EXPECT_TRUE(Eventually([&] {
+    return !Get(reader, "/api/v1/jobs/job-k/windows/2/diagnosis").is_null();
+  })) << next->Log();
+}
+
+// `perftracker server --store <url>` for a database that cannot be used: exit status 2 and
+// one line on stderr that names the URL (password masked).
+TEST_F(SharedStoreTest, TheServerCommandExitsWithOneLineForAStoreItCannotOpen) {
+  const char* binary = std::getenv("PERFTRACKER_BINARY");
+  ASSERT_NE(binary, nullptr) << "PERFTRACKER_BINARY is not set";
+  const std::string no_db = g_server->Url("no_such_db");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"postgresql://perftracker:hunter2@127.0.0.1:1/fleet",
+       "store postgresql://perftracker:***@127.0.0.1:1/fleet: cannot connect"},
+      {"postgresql://u:hunter2@[::1/db", "store postgresql://u:***@[::1/db: cannot connect"},
+      {no_db, "store " + no_db + ": cannot connect"},
+  };
+  for (const auto& [url, expected] : cases) {
+    const std::string err = (dir_ / "stderr").string();
+    const std::string reports = (dir_ / "reports").string();
+    const std::vector<std::string> argv = {binary,      "server",       "--store",
+                                           url,         "--listen",     "127.0.0.1:0",
+                                           "--no-http", "--report-dir", reports};
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int out = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      dup2(out, 2);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(out);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    std::ifstream in(err);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << url << ": " << text;
+    EXPECT_EQ(text.rfind("perftracker server: --store: " + expected, 0), 0u) << text;
+    EXPECT_EQ(text.find('\n'), text.size() - 1) << "one line: " << text;
+    EXPECT_EQ(text.find("hunter2"), std::string::npos) << text;
+  }
 }
 
 TEST_F(SharedStoreTest, AnUnreachableDatabaseIsOneLineNamingIt) {

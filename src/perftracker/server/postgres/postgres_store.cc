@@ -474,7 +474,11 @@ Status PostgresStore::PutSummary(const std::string& job_id, uint64_t window_id,
     return Status::InvalidArgument(fmt::format(
         "store: job {} window {}: summary with negative rank {}", job_id, window_id, summary.rank));
   }
-  std::string bytes = EncodeWorkerSummary(summary);  // before taking a connection
+  return PutSummaryBytes(job_id, window_id, summary.rank, EncodeWorkerSummary(summary));
+}
+
+Status PostgresStore::PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
+                                      std::string bytes) {
   StatusOr<Lease> conn = Acquire();
   if (!conn.ok()) return conn.status();
   PgTransaction tx(conn->get());
@@ -483,7 +487,7 @@ Status PostgresStore::PutSummary(const std::string& job_id, uint64_t window_id,
   PERFTRACKER_RETURN_IF_ERROR((*conn)->Run(
       "INSERT INTO summaries (job_id, window_id, rank, summary) VALUES ($1, $2, $3, $4) "
       "ON CONFLICT (job_id, window_id, rank) DO UPDATE SET summary = excluded.summary",
-      {job_id, Id(window_id), summary.rank, PgParam::Bytes(std::move(bytes))}));
+      {job_id, Id(window_id), rank, PgParam::Bytes(std::move(bytes))}));
   return tx.Commit();
 }
 

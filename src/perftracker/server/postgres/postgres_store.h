@@ -98,6 +98,9 @@ class PostgresStore final : public Store {
   // Inside a transaction on `conn`: locks the job's / window's row, NotFound when absent.
   static Status LockJob(PgConnection* conn, const std::string& job_id, bool for_update);
   static Status LockWindow(PgConnection* conn, const std::string& job_id, uint64_t window_id);
+  // Stores a summary's wire bytes (arguments already checked).
+  Status PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
+                         std::string bytes);
 
   std::string url_;
   std::string name_;  // the URL, password masked
