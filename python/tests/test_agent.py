@@ -323,56 +323,6 @@ class ControlMessageTest(AgentTestBase):
         self.assertEqual(err.count("ignoring a config message"), 1, err)
 
 
-FORK_JOB = """
-    import json, os, sys, time
-    # Forks in the main thread (holding the GIL) as a DataLoader starting fork workers does,
-    # until the test creates the stop file; a child that does not exit within 30 s is stuck.
-    stop = sys.argv[1]
-    forks = stuck = 0
-    print("forking", flush=True)
-    end = time.time() + 120
-    while not os.path.exists(stop) and time.time() < end:
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        deadline = time.time() + 30
-        while os.waitpid(pid, os.WNOHANG)[0] == 0:
-            if time.time() > deadline:
-                stuck += 1
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                break
-            time.sleep(0.0005)
-        forks += 1
-    print(json.dumps({"forks": forks, "stuck": stuck}), flush=True)
-"""
-
-
-class ForkTest(AgentTestBase):
-    def test_children_forked_while_the_agent_takes_the_gil_do_not_hang(self):
-        # CPython <= 3.11 (gh-112275): a child forked while another thread holds the
-        # interpreter's thread-list lock waits on it forever in PyOS_AfterFork_Child. The
-        # agent's GIL worker took that lock, without the GIL, each time it created a thread
-        # state (every stack dump and window start and end); under load one fork in a few
-        # landed there (a DataLoader worker forked right after init_process_group started the
-        # agent hung the job). Here the main thread forks while the worker dumps stacks.
-        collector = FakeCollector(self.sock)
-        stop = os.path.join(self.dir, "stop")
-        p = self.job(FORK_JOB, env={"RANK": "0"}, args=[stop])
-        collector.wait_for("hello", timeout=60)
-        self.assertEqual(p.stdout.readline().strip(), "forking")
-        for i in range(300):
-            collector.send({"type": "dump_stacks", "window": i})
-            collector.wait_for("stacks", timeout=30, pred=lambda m, i=i: m["window"] == i)
-        open(stop, "w").close()
-        rc, out, err = self.finish(p, timeout=120)
-        self.assertEqual(rc, 0, err)
-        result = json.loads(out.strip().splitlines()[-1])
-        self.assertGreater(result["forks"], 0, out)
-        self.assertEqual(result["stuck"], 0, out)
-        collector.kill()
-
-
 class StepApiTest(AgentTestBase):
     def test_perftracker_step_marks_the_iterations_of_a_loop_without_torch(self):
         p = self.job("""

@@ -499,40 +499,48 @@ void MonitorPrime(PythonProfiler::ThreadState* ts, _PyInterpreterFrame* first) {
   for (size_t i = n; i-- > 0;) ts->stack.Push(chain[i], FrameCode(chain[i]), ts->start_ns);
 }
 
+// What both callbacks begin with: the calling thread's state in this window, the time and the
+// running frame; false when the event is not recorded (no window, past its end, no frame). A
+// thread's first event in the window primes its stack with the frames running below the event:
+// the callers of a frame that starts, the leaving frame and its callers otherwise.
+struct MonitorEvent {
+  PythonProfiler::ThreadState* ts;
+  _PyInterpreterFrame* frame;
+  int64_t now;
+};
+
+inline bool BeginMonitorEvent(bool frame_starts, MonitorEvent* e) {
+  PyThreadState* tstate = PyThreadState_Get();
+  e->ts = MonitorThread(tstate);
+  if (e->ts == nullptr) [[unlikely]]
+    return false;
+  e->now = TscClock::Now(g_mon.clock);
+  if (e->now >= g_mon.end_ns) [[unlikely]]
+    return false;
+  e->frame = CurrentFrame(tstate);
+  if (e->frame == nullptr) [[unlikely]]
+    return false;
+  if (!e->ts->primed) [[unlikely]]
+    MonitorPrime(e->ts, frame_starts ? e->frame->previous : e->frame);
+  return true;
+}
+
 // PY_START, PY_RESUME, PY_THROW (code, instruction offset[, exception]): a frame starts or
 // resumes running.
 PyObject* MonitorEnter(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
-  PyThreadState* tstate = PyThreadState_Get();
-  PythonProfiler::ThreadState* ts = MonitorThread(tstate);
-  if (ts == nullptr || nargs < 1) [[unlikely]]
+  MonitorEvent e;
+  if (nargs < 1 || !BeginMonitorEvent(true, &e)) [[unlikely]]
     Py_RETURN_NONE;
-  const int64_t now = TscClock::Now(g_mon.clock);
-  if (now >= g_mon.end_ns) [[unlikely]]
-    Py_RETURN_NONE;
-  _PyInterpreterFrame* frame = CurrentFrame(tstate);
-  if (frame == nullptr) [[unlikely]]
-    Py_RETURN_NONE;
-  if (!ts->primed) [[unlikely]]
-    MonitorPrime(ts, frame->previous);
-  ts->stack.Push(frame, args[0], now);
+  e.ts->stack.Push(e.frame, args[0], e.now);
   Py_RETURN_NONE;
 }
 
 // PY_RETURN, PY_YIELD, PY_UNWIND: a frame returns, yields or exits with an exception.
 PyObject* MonitorLeave(PyObject* /*self*/, PyObject* const* /*args*/, Py_ssize_t /*nargs*/) {
-  PyThreadState* tstate = PyThreadState_Get();
-  PythonProfiler::ThreadState* ts = MonitorThread(tstate);
-  if (ts == nullptr) [[unlikely]]
+  MonitorEvent e;
+  if (!BeginMonitorEvent(false, &e)) [[unlikely]]
     Py_RETURN_NONE;
-  const int64_t now = TscClock::Now(g_mon.clock);
-  if (now >= g_mon.end_ns) [[unlikely]]
-    Py_RETURN_NONE;
-  _PyInterpreterFrame* frame = CurrentFrame(tstate);
-  if (frame == nullptr) [[unlikely]]
-    Py_RETURN_NONE;
-  if (!ts->primed) [[unlikely]]
-    MonitorPrime(ts, frame);
-  ts->stack.Pop(frame, [ts, now](const ShadowStack::Frame& f) { EmitCall(ts, f, now); });
+  e.ts->stack.Pop(e.frame, [&e](const ShadowStack::Frame& f) { EmitCall(e.ts, f, e.now); });
   Py_RETURN_NONE;
 }
 
