@@ -42,7 +42,13 @@ _COLLECTIVES = (
     "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single",
     "barrier", "monitored_barrier", "send", "recv", "isend", "irecv", "gather", "scatter",
     "gather_object", "scatter_object_list",
+    # torch 2.x (those a version lacks are skipped)
+    "batch_isend_irecv", "send_object_list", "recv_object_list",
 )
+
+# hook -> the torch entry point it uses in this process, or None where torch lacks what the
+# agent knows (hook_entry_points(); docs/live-mode.md, "torch versions").
+_entry_points = {}
 
 
 def _say(message):
@@ -61,6 +67,31 @@ def _env_int(name):
 
 def _is_multiprocessing_child():
     return "--multiprocessing-fork" in getattr(sys, "argv", ())
+
+
+def _torch_version():
+    for name in ("torch.version", "torch"):
+        version = getattr(sys.modules.get(name), "__version__", None)
+        if version:
+            return str(version)
+    return "?"
+
+
+def _uses(hook, entry_point):
+    _entry_points[hook] = entry_point
+
+
+def _lacks(hook, what, effect):
+    """A torch that lacks what the agent knows (a version it does not know): one line, and
+    that hook stays off; the job runs on."""
+    _entry_points[hook] = None
+    _say("%s: torch %s has no %s; %s (training is not affected)"
+         % (hook, _torch_version(), what, effect))
+
+
+def hook_entry_points():
+    """Which torch entry point each hook uses in this process (None: torch lacks it)."""
+    return dict(_entry_points)
 
 
 def _hide(fn):
@@ -220,6 +251,21 @@ def _find_libcupti():
     return sorted(found)[0] if found else ""
 
 
+def _find_profiler_enabled(torch):
+    """torch's "is the profiler (Kineto) recording" (2.x and 1.13: torch._C._autograd; the
+    Python re-export in torch.autograd as a fallback), or None."""
+    for owner, path in ((getattr(getattr(torch, "_C", None), "_autograd", None),
+                         "torch._C._autograd._profiler_enabled"),
+                        (getattr(torch, "autograd", None), "torch.autograd._profiler_enabled")):
+        fn = getattr(owner, "_profiler_enabled", None)
+        if callable(fn):
+            _uses("CUPTI probe", path)
+            return fn
+    _lacks("CUPTI probe", "_profiler_enabled (torch._C._autograd, torch.autograd)",
+           "GPU work is not traced, as it could not be told from torch.profiler's own")
+    return None
+
+
 def _gpu_probe():
     """Whether this window's GPU work can be traced with CUPTI (called by the agent at each
     window start, on its own thread with the GIL): (0, "") CUDA is not in use in this process,
@@ -230,10 +276,18 @@ def _gpu_probe():
     try:
         if not torch.cuda.is_initialized():
             return (0, "")
-        if torch.autograd._profiler_enabled():
-            return (2, "torch.profiler is recording in this process (CUPTI has one client)")
     except Exception:
         return (0, "")
+    if "profiler_enabled" not in _state:
+        _state["profiler_enabled"] = _find_profiler_enabled(torch)
+    profiler_enabled = _state["profiler_enabled"]
+    if profiler_enabled is None:
+        return (2, "torch %s cannot say whether torch.profiler records" % _torch_version())
+    try:
+        if profiler_enabled():
+            return (2, "torch.profiler is recording in this process (CUPTI has one client)")
+    except Exception as e:
+        return (2, "torch.profiler's state is unknown (%s)" % e)
     if "cupti" not in _state:
         _state["cupti"] = _find_libcupti()
     return (1, _state["cupti"])
@@ -261,8 +315,15 @@ def _dump_stacks():
 # ------------------------------------------------------------------ torch hooks
 
 def _patch_dataloader(mod):
-    cls = mod._BaseDataLoaderIter
-    orig = cls.__next__
+    # torch 1.13 to 2.x: every DataLoader iterator (single- and multi-process) derives from
+    # _BaseDataLoaderIter, whose __next__ returns one batch.
+    cls = getattr(mod, "_BaseDataLoaderIter", None)
+    orig = getattr(cls, "__next__", None)
+    if not callable(orig):
+        _lacks("DataLoader", "torch.utils.data.dataloader._BaseDataLoaderIter.__next__",
+               "iterations are learned from optimizer steps alone")
+        return
+    _uses("DataLoader", "_BaseDataLoaderIter.__next__")
     if getattr(orig, "_perftracker", False):
         return
     marker = _agent.marker
@@ -308,9 +369,22 @@ def _wrap_step(cls):
 
 
 def _patch_optimizer(mod):
-    opt = mod.Optimizer
+    pre = getattr(mod, "register_optimizer_step_pre_hook", None)
+    post = getattr(mod, "register_optimizer_step_post_hook", None)
+    if callable(pre) and callable(post):
+        _hook_optimizer_steps(mod, pre, post)
+        return
+    opt = getattr(mod, "Optimizer", None)
+    if opt is None:
+        _lacks("Optimizer.step", "torch.optim.optimizer.Optimizer",
+               "iterations are learned from DataLoader batches alone")
+        return
     orig = getattr(opt, "_hook_for_profile", None)
-    if orig is None:  # another torch version: wrap at construction instead
+    if orig is None:  # neither 2.x nor 1.13: wrap each optimizer class's step() at construction
+        _lacks("Optimizer.step", "register_optimizer_step_post_hook (2.x) nor "
+               "Optimizer._hook_for_profile (1.13)",
+               "each optimizer class's step() is wrapped when an optimizer is made")
+        _entry_points["Optimizer.step"] = "Optimizer.__init__"
         orig_init = opt.__init__
         if getattr(orig_init, "_perftracker", False):
             return
@@ -326,6 +400,7 @@ def _patch_optimizer(mod):
         __init__._perftracker = True
         opt.__init__ = _hide(__init__)
         return
+    _uses("Optimizer.step", "Optimizer._hook_for_profile")
     if getattr(orig, "_perftracker", False):
         return
 
@@ -342,6 +417,56 @@ def _patch_optimizer(mod):
 
     _hook_for_profile._perftracker = True
     opt._hook_for_profile = _hide(_hook_for_profile)
+
+
+def _hook_optimizer_steps(mod, register_pre, register_post):
+    """torch 2.x: global step hooks, which torch calls around every optimizer's step() (its
+    profile_hook_step wrapper, put on each class by Optimizer.__init__). No class is touched.
+
+    An optimizer whose step() steps another (ZeroRedundancyOptimizer, a subclass calling
+    super().step() when both classes are wrapped) nests the hooks: one iteration ends when the
+    outermost step returns. A step that raises calls no post hook; the next outermost pre hook
+    notices that the step it remembers is no longer on the stack and starts afresh."""
+    _uses("Optimizer.step", "register_optimizer_step_pre_hook/register_optimizer_step_post_hook")
+    if getattr(mod, "_perftracker_step_hooks", None) is not None:
+        return
+    marker = _agent.marker
+    now = _now
+    tls = _tls
+    getframe = sys._getframe
+
+    def step_pre_hook(optimizer, args, kwargs):
+        depth = getattr(tls, "step_depth", 0)
+        if depth and not _frame_on_stack(tls.step_frame, getframe(1)):
+            depth = 0  # the step it remembers raised
+        if depth == 0:
+            tls.step_frame = getframe(1)  # torch's wrapper of this step() call
+            tls.step_t0 = now()
+        tls.step_depth = depth + 1
+
+    def step_post_hook(optimizer, args, kwargs):
+        depth = getattr(tls, "step_depth", 0) - 1
+        if depth > 0:
+            tls.step_depth = depth
+            return
+        tls.step_depth = 0
+        tls.step_frame = None
+        marker(1, type(optimizer).__name__ + ".step", getattr(tls, "step_t0", now()))
+        if not _state["active"]:
+            _activate_from_step()
+
+    mod._perftracker_step_hooks = (register_pre(_hide(step_pre_hook)),
+                                   register_post(_hide(step_post_hook)))
+
+
+def _frame_on_stack(frame, current, limit=256):
+    for _ in range(limit):
+        if current is None:
+            return False
+        if current is frame:
+            return True
+        current = current.f_back
+    return False
 
 
 def _tensor_bytes(obj, torch):
@@ -401,9 +526,30 @@ def _wrap_collective(c10d, name, fn):
 
 
 def _patch_c10d(mod):
-    orig_init = mod.init_process_group
-    if getattr(orig_init, "_perftracker", False):
-        return
+    for name in _COLLECTIVES:
+        fn = getattr(mod, name, None)
+        if callable(fn) and not getattr(fn, "_perftracker", False):
+            setattr(mod, name, _wrap_collective(mod, name, fn))
+    _uses("torch.distributed collectives", "distributed_c10d: %s" % ", ".join(
+        name for name in _COLLECTIVES if callable(getattr(mod, name, None))))
+    orig_init = getattr(mod, "init_process_group", None)
+    if not callable(orig_init) or not callable(getattr(mod, "get_rank", None)):
+        _lacks("torch.distributed", "distributed_c10d.init_process_group / get_rank",
+               "the rank is learned at the first optimizer step")
+    else:
+        _uses("torch.distributed", "distributed_c10d.init_process_group")
+        if not getattr(orig_init, "_perftracker", False):
+            _hook_process_group(mod, orig_init)
+    # torch.distributed re-exports these names; refresh it when it is already imported.
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        for name in ("init_process_group", "destroy_process_group") + _COLLECTIVES:
+            if hasattr(dist, name) and hasattr(mod, name):
+                setattr(dist, name, getattr(mod, name))
+
+
+def _hook_process_group(mod, orig_init):
+    """The rank when the default group exists; the end of training when it is destroyed."""
 
     @functools.wraps(orig_init)
     def init_process_group(*args, **kwargs):
@@ -429,16 +575,6 @@ def _patch_c10d(mod):
 
         destroy_process_group._perftracker = True
         mod.destroy_process_group = _hide(destroy_process_group)
-    for name in _COLLECTIVES:
-        fn = getattr(mod, name, None)
-        if callable(fn) and not getattr(fn, "_perftracker", False):
-            setattr(mod, name, _wrap_collective(mod, name, fn))
-    # torch.distributed re-exports these names; refresh it when it is already imported.
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None:
-        for name in ("init_process_group", "destroy_process_group") + _COLLECTIVES:
-            if hasattr(dist, name) and hasattr(mod, name):
-                setattr(dist, name, getattr(mod, name))
 
 
 class _DdpHook:
@@ -497,8 +633,37 @@ def _first_value(fut):
     return fut.value()[0]
 
 
+def _ddp_hookable(ddp):
+    """Whether our comm hook can go on this DDP: the agent is on, DDP has a C++ reducer (none
+    when every parameter's all-reduce is delayed, torch 2.x: then torch.distributed.all_reduce
+    does it, timed as a collective), and not the Python reducer of compiled autograd (2.x),
+    which calls comm hooks per parameter with (grad, param) instead of a bucket."""
+    if not _state["active"] or getattr(ddp, "reducer", None) is None:
+        return False
+    if getattr(ddp, "_use_python_reducer", False):
+        if not _state.get("ddp_python_reducer_said"):
+            _state["ddp_python_reducer_said"] = True
+            _say("DDP with compiled autograd (its Python reducer): gradient all-reduces are "
+                 "not timed (training is not affected)")
+        return False
+    return True
+
+
+def _set_comm_hook_name(ddp, name):
+    set_name = getattr(getattr(ddp, "logger", None), "_set_comm_hook_name", None)
+    if callable(set_name):
+        set_name(name)
+
+
 def _patch_ddp(mod):
-    cls = mod.DistributedDataParallel
+    cls = getattr(mod, "DistributedDataParallel", None)
+    for name in ("forward", "register_comm_hook", "_register_builtin_comm_hook",
+                 "_check_comm_hook"):
+        if not callable(getattr(cls, name, None)):
+            _lacks("DDP all-reduce", "DistributedDataParallel.%s" % name,
+                   "DDP's gradient all-reduces are not timed")
+            return
+    _uses("DDP all-reduce", "DistributedDataParallel.register_comm_hook")
     forward = cls.forward
     if getattr(forward, "_perftracker", False):
         return
@@ -514,7 +679,7 @@ def _patch_ddp(mod):
         # registered one, or the agent is off in this process.
         if "_perftracker_ddp" not in self.__dict__:
             self.__dict__["_perftracker_ddp"] = None
-            if _state["active"] and getattr(self, "reducer", None) is not None:
+            if _ddp_hookable(self):
                 try:
                     hook = _DdpHook(self)
                     register(self, hook, ddp_hook)
@@ -528,7 +693,7 @@ def _patch_ddp(mod):
         ours = self.__dict__.get("_perftracker_ddp")
         if ours is None:
             # Before our hook: theirs goes in wrapped by ours (timed the same way).
-            if _state["active"] and "_perftracker_ddp" not in self.__dict__:
+            if "_perftracker_ddp" not in self.__dict__ and _ddp_hookable(self):
                 try:
                     ours = _DdpHook(self)
                 except Exception:
@@ -539,7 +704,7 @@ def _patch_ddp(mod):
             self._check_comm_hook(hook)
             ours.target = (state, hook)
             register(self, ours, ddp_hook)
-            self.logger._set_comm_hook_name(hook.__qualname__)
+            _set_comm_hook_name(self, hook.__qualname__)
             self.__dict__["_perftracker_ddp"] = ours
             return None
         if ours.target is not None:  # what DDP itself says to a second registration
@@ -547,7 +712,7 @@ def _patch_ddp(mod):
                                "called once.")
         self._check_comm_hook(hook)
         ours.target = (state, hook)  # ours is registered already: it calls theirs now
-        self.logger._set_comm_hook_name(hook.__qualname__)
+        _set_comm_hook_name(self, hook.__qualname__)
         return None
 
     @functools.wraps(register_builtin)
@@ -565,7 +730,7 @@ def _patch_ddp(mod):
             raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be "
                                "called once.")
         ours.target = (self.process_group, hooks[name])  # their Python equivalent
-        self.logger._set_comm_hook_name(str(comm_hook_type))
+        _set_comm_hook_name(self, str(comm_hook_type))
         return None
 
     for fn in (forward_wrapper, register_comm_hook, _register_builtin_comm_hook):
