@@ -1,75 +1,181 @@
 #!/usr/bin/env bash
-# The GPU-path checks of docs/gpu-sources.md, on a machine with an NVIDIA GPU, the driver and
-# a CUDA build of torch in `python3`: builds the agent for that Python (agent-only build),
-# probes the host (NVML, CUPTI, NCCL plugin), then runs tests/e2e/live_job.py on the GPU
-# under `perftracker run`:
-#   A  4 ranks sharing the GPUs, gloo, rank 2 doing extra GPU work in Block2.forward
-#   B  1 rank with NCCL (the profiler plugin is loaded by NCCL), a manual window
-#   C  1 rank whose own torch.profiler records while a window opens (CUPTI backs off)
-#   D  4 ranks, every rank reading each block's output with .item() (host_sync: the real
-#      scenario scenarios/real/real-host-sync-all.json, expected PT-SYNC-CRITICAL)
-# Every step goes on when one fails; everything lands in OUTDIR (log.txt, reports/).
+# The GPU-path checks of docs/gpu-sources.md, in one command on a machine with an NVIDIA GPU,
+# its driver and a CUDA build of torch in `python3` (the lent machine: torch 2.11, CUDA 13,
+# Python 3.12, CUPTI and NCCL wheels, one H100 / H200). About 5 minutes; each step has its own
+# time limit and the next one runs whatever happened:
 #
-#   scripts/gpu_check.sh PERFTRACKER_BINARY OUTDIR [extra cmake args for the agent build]
+#   machine     nvidia-smi, torch / CUDA / NCCL versions, the CUPTI and NCCL libraries
+#   build       the agent for that Python (agent-only build, warnings as errors)
+#   torch-api   python/tests/test_torch_api.py on that torch: the entry point each hook
+#               chose (the torch 2.x ones: global optimizer step hooks, ...), nothing missing
+#   agent       python/tests/test_agent.py on that torch (DDP comm hook, collectives, ...)
+#   nvml        `perftracker probe`: the GPUs and their NVML metric values
+#   gpu-job     tests/e2e/live_job.py on cuda:0, NCCL with world size 1, under `perftracker
+#               run` with a window: CUPTI's kernels, copies and launches in the window's
+#               summaries (window-report), the NCCL profiler plugin's operations (nccl-plugin)
+#   profiler    the job's own torch.profiler records while a window opens: CUPTI backs off
+#               with one line ("GPU tracing skipped")
+#   kineto      a torch GPU Kineto trace (scripts/gpu_kineto_trace.py) through `perftracker
+#               diagnose`: device work imported, no event lost
+#   --full adds the two 4-rank jobs of the first version of this script (slow GPU work on one
+#   rank; per-block .item() on every rank), ~6 more minutes.
+#
+#   scripts/gpu_check.sh [--dry-run] [--full] PERFTRACKER OUTDIR [extra cmake args for the agent]
+#
+# PERFTRACKER: the perftracker binary (a Release build carried from another machine: it needs
+# only the C/C++ runtime), or `build` to build it here (build-gpu-cli/, target perftracker).
+# Everything lands in OUTDIR: log.txt (all output), one <step>.log per step, summary.txt
+# (one PASS / FAIL line per check), reports/, kineto/. Exit status 0 when every check passed.
+# --dry-run prints the steps' commands into OUTDIR/plan.txt and runs none of them (the test
+# gpu_check_script checks it, with `bash -n` and the checks of scripts/gpu_check_verify.py).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PT=$(realpath "$1")
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+
+DRY=0
+FULL=0
+while [[ $# -gt 0 && $1 == --* ]]; do
+  case $1 in
+    --dry-run) DRY=1 ;;
+    --full) FULL=1 ;;
+    *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [[ $# -lt 2 ]]; then
+  echo "usage: scripts/gpu_check.sh [--dry-run] [--full] PERFTRACKER|build OUTDIR [cmake args]" >&2
+  exit 2
+fi
+PT_ARG=$1
 OUT=$(realpath -m "$2")
 shift 2
-mkdir -p "$OUT/reports"
-exec > >(tee "$OUT/log.txt") 2>&1
-step() { echo; echo "=== $* ($(date +%T))"; }
-PY=$(command -v python3)
+CMAKE_EXTRA=("$@")
+mkdir -p "$OUT/reports" "$OUT/kineto"
+PY=${PYTHON:-$(command -v python3 || echo python3)}
+BUILD=build-gpu
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+if [[ $DRY == 1 ]]; then
+  : > "$OUT/plan.txt"
+else
+  exec > >(tee "$OUT/log.txt") 2>&1
+fi
 
-step "machine"
+# step NAME SECONDS CMD...: runs CMD (a bash snippet) with a time limit, its output in
+# OUT/NAME.log and on the terminal; records "PASS NAME" / "FAIL NAME (exit N)" unless the
+# step's own checks do (quiet=1 before the call: only the log).
+step() {
+  local name=$1 limit=$2
+  shift 2
+  if [[ $DRY == 1 ]]; then
+    printf '%s (%ss):\n%s\n' "$name" "$limit" "$*" >> "$OUT/plan.txt"
+    return 0
+  fi
+  echo
+  echo "=== $name ($(date +%T), at most ${limit}s)"
+  timeout --kill-after=10 "$limit" bash -c "$*" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  if [[ ${quiet:-0} != 1 ]]; then
+    if [[ $rc == 0 ]]; then echo "PASS $name" >> "$SUMMARY"; else echo "FAIL $name (exit $rc)" >> "$SUMMARY"; fi
+  fi
+  return "$rc"
+}
+
+# verify CHECK ARGS...: scripts/gpu_check_verify.py's check; its last line goes to the summary.
+verify() {
+  if [[ $DRY == 1 ]]; then
+    printf 'verify %s\n' "$*" >> "$OUT/plan.txt"
+    return 0
+  fi
+  local out
+  out=$("$PY" scripts/gpu_check_verify.py "$@" 2>&1)
+  echo "$out"
+  echo "$out" | tail -1 >> "$SUMMARY"
+}
+
+quiet=1 step machine 60 "
 nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
-uname -r; g++ --version | head -1; cmake --version | head -1; "$PY" --version
-"$PY" - <<'EOF'
+uname -r; g++ --version | head -1; cmake --version | head -1; '$PY' --version
+'$PY' - <<'EOF'
 import glob, os, torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())
-print("nccl", torch.cuda.nccl.version())
+print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())
+print('nccl', torch.cuda.nccl.version())
 import nvidia
 for base in nvidia.__path__:
-    for p in sorted(glob.glob(os.path.join(base, "*", "lib", "libcupti.so*")) +
-                    glob.glob(os.path.join(base, "*", "lib", "libnccl.so*"))):
-        print("lib", p)
-EOF
+    for p in sorted(glob.glob(os.path.join(base, '*', 'lib', 'libcupti.so*')) +
+                    glob.glob(os.path.join(base, '*', 'lib', 'libnccl.so*'))):
+        print('lib', p)
+EOF"
 
-step "agent-only build for $PY"
-BUILD=build-gpu
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPERFTRACKER_AGENT_ONLY=ON \
-  -DPERFTRACKER_WERROR=OFF -DPython3_EXECUTABLE="$PY" "$@" && cmake --build "$BUILD" -j 16
-PLUGIN=$(realpath "$BUILD/src/perftracker/sources/nccl/libperftracker_nccl_profiler.so")
-export PERFTRACKER_PYTHON_DIR=$(realpath "$BUILD/python")
-export PERFTRACKER_NCCL_PLUGIN=$PLUGIN
-ls -l "$PERFTRACKER_PYTHON_DIR/perftracker" "$PLUGIN"
+step build 300 "
+cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DPERFTRACKER_AGENT_ONLY=ON \
+  -DPERFTRACKER_WERROR=ON -DPython3_EXECUTABLE='$PY' ${CMAKE_EXTRA[*]} > $OUT/cmake.log &&
+cmake --build $BUILD -j \$(nproc) &&
+ls -l $BUILD/python/perftracker $BUILD/src/perftracker/sources/nccl/libperftracker_nccl_profiler.so"
 
-step "perftracker probe"
-"$PT" probe --interval-ms 500
+if [[ $PT_ARG == build ]]; then
+  step build-perftracker 420 "
+cmake -S . -B build-gpu-cli -G Ninja -DCMAKE_BUILD_TYPE=Release -DPERFTRACKER_WERROR=OFF \
+  -DPERFTRACKER_BENCHMARKS=OFF > $OUT/cmake-cli.log &&
+cmake --build build-gpu-cli -j \$(nproc) --target perftracker"
+  PT=$(realpath -m build-gpu-cli/src/perftracker/cli/perftracker)
+else
+  PT=$(realpath -m "$PT_ARG")
+fi
+PERFTRACKER_PYTHON_DIR=$(realpath -m "$BUILD/python")
+PERFTRACKER_NCCL_PLUGIN=$(realpath -m "$BUILD/src/perftracker/sources/nccl/libperftracker_nccl_profiler.so")
+export PERFTRACKER_PYTHON_DIR PERFTRACKER_NCCL_PLUGIN
+TESTENV="PYTHONPATH=$PERFTRACKER_PYTHON_DIR PYTHONDONTWRITEBYTECODE=1"
 
-step "A: 4 ranks on the GPU, gloo, slow GPU work on rank 2"
-timeout 200 "$PT" run --report-dir "$OUT/reports/A" --window-seconds 5 --slowdown-ratio 0.15 \
-  --trigger-at-seconds 40 --max-windows 2 -- \
-  "$PY" tests/e2e/live_job.py --device cuda --fault slow_compute --fault-rank 2 \
-  --width 1024 --batch 8192 --slow-repeats 40 --steps 2500 --fault-after-steps 150
-echo "A exit $?"
+step torch-api 120 "$TESTENV '$PY' -m unittest discover -s python/tests -p test_torch_api.py -v"
+step agent 300 "$TESTENV '$PY' -m unittest discover -s python/tests -p test_agent.py -v"
 
-step "B: 1 rank, NCCL with the profiler plugin, manual window"
-NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV timeout 120 "$PT" run --report-dir "$OUT/reports/B" \
+quiet=1 step probe 60 "'$PT' probe --interval-ms 500"
+verify nvml "$OUT/probe.log"
+
+# One rank on cuda:0 with NCCL (world size 1): an explicit all-reduce per step goes through
+# NCCL, which loads perftracker's profiler plugin; a window 10 s in records 4 s of it.
+quiet=1 step gpu-job 180 "
+NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,PROFILE '$PT' run --report-dir $OUT/reports/gpu-job \
   --window-seconds 4 --trigger-at-seconds 10 --max-windows 1 -- \
-  "$PY" tests/e2e/live_job.py --device cuda --backend nccl --world-size 1 --fault-rank 0 --sync allreduce \
-  --width 1024 --batch 8192 --steps 3000 --step-sleep-ms 5 2>&1 | grep -v "^$" | tail -120
-echo "B exit $?"
+  '$PY' tests/e2e/live_job.py --device cuda --backend nccl --world-size 1 --fault-rank 0 \
+  --sync allreduce --width 1024 --batch 8192 --steps 3000 --step-sleep-ms 5"
+verify window-report "$OUT/reports/gpu-job"
+verify nccl-plugin "$OUT/reports/gpu-job"
 
-step "C: torch.profiler records while a window opens (CUPTI has one client)"
-timeout 90 "$PT" run --report-dir "$OUT/reports/C" --window-seconds 3 --trigger-at-seconds 8 \
-  --max-windows 1 -- "$PY" tests/e2e/live_job.py --device cuda --world-size 1 --fault-rank 0 \
-  --width 1024 --batch 8192 --steps 2500 --step-sleep-ms 5 --torch-profiler 4:14
-echo "C exit $?"
+quiet=1 step profiler 120 "
+'$PT' run --report-dir $OUT/reports/profiler --window-seconds 3 --trigger-at-seconds 8 \
+  --max-windows 1 -- '$PY' tests/e2e/live_job.py --device cuda --world-size 1 --fault-rank 0 \
+  --width 1024 --batch 8192 --steps 2500 --step-sleep-ms 5 --torch-profiler 4:14"
+if [[ $DRY == 1 ]]; then
+  echo "grep 'GPU tracing skipped' profiler.log" >> "$OUT/plan.txt"
+elif grep -q "GPU tracing skipped" "$OUT/profiler.log"; then
+  echo "PASS profiler: CUPTI backed off while torch.profiler recorded" >> "$SUMMARY"
+else
+  echo "FAIL profiler: no 'GPU tracing skipped' line" >> "$SUMMARY"
+fi
 
-step "D: per-block .item() on every rank (host_sync)"
-timeout 200 "$PT" run --report-dir "$OUT/reports/D" --window-seconds 5 --slowdown-ratio 0.15 \
-  --max-windows 1 -- "$PY" tests/e2e/live_job.py --device cuda --fault host_sync \
-  --width 1024 --batch 8192 --steps 2500 --fault-after-steps 150
-echo "D exit $?"
-ls -lR "$OUT/reports"
+quiet=1 step kineto 180 "
+'$PY' scripts/gpu_kineto_trace.py $OUT/kineto &&
+'$PT' diagnose --format json $OUT/kineto/rank0.json > $OUT/kineto/diagnose.json"
+verify kineto "$OUT/kineto/diagnose.json" "$OUT/kineto/rank0.json"
+
+if [[ $FULL == 1 ]]; then
+  step slow-rank 240 "
+'$PT' run --report-dir $OUT/reports/slow-rank --window-seconds 5 --slowdown-ratio 0.15 \
+  --trigger-at-seconds 40 --max-windows 2 -- \
+  '$PY' tests/e2e/live_job.py --device cuda --fault slow_compute --fault-rank 2 \
+  --width 1024 --batch 8192 --slow-repeats 40 --steps 2500 --fault-after-steps 150"
+  step host-sync 240 "
+'$PT' run --report-dir $OUT/reports/host-sync --window-seconds 5 --slowdown-ratio 0.15 \
+  --max-windows 1 -- '$PY' tests/e2e/live_job.py --device cuda --fault host_sync \
+  --width 1024 --batch 8192 --steps 2500 --fault-after-steps 150"
+fi
+
+if [[ $DRY == 1 ]]; then
+  cat "$OUT/plan.txt"
+  exit 0
+fi
+echo
+echo "=== summary ($OUT/summary.txt)"
+cat "$SUMMARY"
+! grep -q '^FAIL' "$SUMMARY"

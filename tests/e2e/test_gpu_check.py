@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""What of scripts/gpu_check.sh runs without a GPU: the script parses (`bash -n`), its
+--dry-run lists every step and runs none, and its pass / fail checks
+(scripts/gpu_check_verify.py) hold on real inputs made here:
+
+- window-report on the report directory of a real `perftracker run` whose 1-rank torch job
+  traced "GPU" work with the test suite's fake libcupti (CUPTI's C ABI and CUDA 13 records:
+  kernels, a host-to-device copy, cudaLaunchKernel): PASS; nccl-plugin on the same: FAIL
+  (no NCCL there);
+- kineto on `perftracker diagnose --format json` of a real GPU Kineto trace of the shared
+  data (A100, alexnet): PASS; with an event counted as dropped: FAIL;
+- nvml on a probe line of each kind.
+
+    test_gpu_check.py --perftracker BIN --torch-python PY [--fake-cupti LIB] [--kineto-dir D]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(SOURCE, "scripts", "gpu_check.sh")
+VERIFY = os.path.join(SOURCE, "scripts", "gpu_check_verify.py")
+LIVE_JOB = os.path.join(SOURCE, "tests", "e2e", "live_job.py")
+CONFIG = argparse.Namespace()
+
+
+def verify(*args):
+    r = subprocess.run([sys.executable, VERIFY, *args], capture_output=True, text=True,
+                       timeout=300)
+    lines = r.stdout.strip().splitlines()
+    return r.returncode, lines[-1] if lines else r.stderr, r.stdout + r.stderr
+
+
+class GpuCheckScriptTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="perftracker-gpu-check-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def test_the_script_parses_and_its_dry_run_lists_every_step(self):
+        self.assertEqual(subprocess.run(["bash", "-n", SCRIPT]).returncode, 0)
+        out = os.path.join(self.dir, "out")
+        r = subprocess.run(["bash", SCRIPT, "--dry-run", "build", out], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(out, "plan.txt")) as f:
+            plan = f.read()
+        steps = re.findall(r"^([\w-]+) \(\d+s\):$", plan, re.M)
+        self.assertEqual(steps, ["machine", "build", "build-perftracker", "torch-api", "agent",
+                                 "probe", "gpu-job", "profiler", "kineto"], plan)
+        for check in ("verify nvml", "verify window-report", "verify nccl-plugin",
+                      "verify kineto"):
+            self.assertIn(check, plan)
+        self.assertIn("-DPERFTRACKER_AGENT_ONLY=ON", plan)
+        self.assertIn("--backend nccl --world-size 1", plan)
+        with open(os.path.join(out, "summary.txt")) as f:
+            self.assertEqual(f.read(), "")  # nothing ran
+        self.assertFalse(os.path.exists(os.path.join(out, "log.txt")))
+
+    def test_bad_arguments_say_how_to_run_it(self):
+        for args in ([], ["--frobnicate", "build", self.dir]):
+            r = subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 2)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+    def test_nvml_check_reads_the_probe(self):
+        probe = os.path.join(self.dir, "probe.log")
+        with open(probe, "w") as f:
+            f.write("NVML    1 GPU(s), 17 metric values in the second sample\n")
+        rc, last, out = verify("nvml", probe)
+        self.assertEqual((rc, last), (0, "PASS nvml: 1 GPU(s), 17 metric values in one sample"))
+        with open(probe, "w") as f:
+            f.write("NVML    not available: NVML: cannot load libnvidia-ml.so.1\n")
+        rc, last, out = verify("nvml", probe)
+        self.assertEqual(rc, 1)
+        self.assertIn("FAIL nvml: perftracker probe: NVML    not available", last)
+
+    def test_window_report_check_on_a_real_run_with_the_fake_cupti(self):
+        if not CONFIG.fake_cupti or not os.path.exists(CONFIG.fake_cupti):
+            self.skipTest("no fake libcupti (built only with the CUDA toolkit's CUPTI headers)")
+        reports = os.path.join(self.dir, "reports")
+        env = dict(os.environ, PERFTRACKER_CUPTI_LIBRARY=CONFIG.fake_cupti)
+        r = subprocess.run(
+            [CONFIG.perftracker, "run", "--report-dir", reports, "--gpu-tracing", "always",
+             "--trigger-at-seconds", "3", "--window-seconds", "3", "--max-windows", "1",
+             "--window-iterations", "20", "--", CONFIG.torch_python, LIVE_JOB,
+             "--world-size", "1", "--fault-rank", "0", "--steps", "150"],
+            env=env, capture_output=True, text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        rc, last, out = verify("window-report", reports)
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(last, r"^PASS window-report: 1 report\(s\); kernels on every worker")
+        self.assertIn("cudaLaunchKernel", out)
+        self.assertIn("Memcpy HtoD", out)
+        rc, last, out = verify("nccl-plugin", reports)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("FAIL nccl-plugin: no nccl:* operation in the window summaries", last)
+        rc, last, out = verify("window-report", os.path.join(self.dir, "nothing"))
+        self.assertEqual(rc, 1)
+        self.assertIn("FAIL window-report: no window report", last)
+
+    def test_kineto_check_on_a_real_gpu_trace(self):
+        trace = os.path.join(CONFIG.kineto_dir or "", "alexnet_1gpu.json.gz")
+        if not os.path.exists(trace):
+            self.skipTest("no shared GPU trace %s" % trace)
+        diagnosis = os.path.join(self.dir, "diagnose.json")
+        with open(diagnosis, "w") as f:
+            r = subprocess.run([CONFIG.perftracker, "diagnose", "--format", "json", trace],
+                               stdout=f, stderr=subprocess.PIPE, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rc, last, out = verify("kineto", diagnosis, trace)
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(last, r"^PASS kineto: 1 worker\(s\), \d+ events imported of \d+ "
+                               r"complete events in the trace, none lost$")
+        with open(diagnosis) as f:
+            report = json.load(f)
+        report["workers"][0]["stats"]["dropped_events"] = 3
+        with open(diagnosis, "w") as f:
+            json.dump(report, f)
+        rc, last, out = verify("kineto", diagnosis, trace)
+        self.assertEqual(rc, 1)
+        self.assertIn("lost events: {'dropped_events': 3}", last)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--perftracker", required=True)
+    ap.add_argument("--torch-python", default="/usr/bin/python3")
+    ap.add_argument("--fake-cupti", default="")
+    ap.add_argument("--kineto-dir", default="")
+    CONFIG, rest = ap.parse_known_args()
+    CONFIG.perftracker = os.path.abspath(CONFIG.perftracker)
+    unittest.main(argv=[sys.argv[0]] + rest)
