@@ -205,6 +205,17 @@ TEST_F(SharedStoreTest, TwoServersOnOneDatabaseServeEachOthersJobs) {
     EXPECT_NE(job_b.dump().find("train.py job-b"), std::string::npos) << job_b.dump();
   }
 
+  // A window is opened by the job's own server only; the other one says it does not know it.
+  {
+    httplib::Client cli("127.0.0.1", two->http_port());
+    cli.set_bearer_token_auth(kToken);
+    auto r = cli.Post("/api/v1/jobs/job-a/trigger");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404);
+    EXPECT_NE(r->body.find("job job-a is not known to this server"), std::string::npos)
+        << r->body;
+  }
+
   // Server one goes away; its job's collector moves to a new server on the same database,
   // which continues the job's window ids (window 1 stays the first server's report).
   a.stream.reset();
