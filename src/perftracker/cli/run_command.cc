@@ -28,8 +28,8 @@
 #include "perftracker/cli/job_python.h"
 #include "perftracker/collector/grpc_coordinator_link.h"
 #include "perftracker/collector/node_collector.h"
+#include "perftracker/server/open_store.h"
 #include "perftracker/server/report_writer.h"
-#include "perftracker/server/sqlite/sqlite_store.h"
 #include "perftracker/server/store_recorder.h"
 #include "perftracker/server/window_coordinator.h"
 
@@ -359,7 +359,8 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
       ->default_val(0.05);
   cmd->add_option("--store", o->store,
                   "SQLite store of the run's windows, summaries and diagnoses, for `perftracker "
-                  "server --store` to serve afterwards; off: none")
+                  "server --store` to serve afterwards (or a postgresql:// URL: the database "
+                  "a fleet of servers shares, docs/server.md); off: none")
       ->default_str("<report-dir>/perftracker.db");
   cmd->add_option("--server", o->remote.server,
                   "host:port of a perftracker server (docs/server.md): only the collector runs "
@@ -428,13 +429,13 @@ int RunJob(const RunOptions& options) {
 
   // The embedded store: what a server would keep of this run, for `perftracker server
   // --store` to serve afterwards.
-  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<Store> store;
   std::unique_ptr<StoreRecorder> recorder;
   std::string store_path;
   if (!remote && options.store != "off") {
     store_path = options.store.empty() ? (fs::path(options.report_dir) / "perftracker.db").string()
                                        : options.store;
-    StatusOr<std::unique_ptr<SqliteStore>> opened = SqliteStore::Open(store_path);
+    StatusOr<std::unique_ptr<Store>> opened = OpenStore(store_path);
     Status st = opened.status();
     if (st.ok()) {
       store = std::move(opened.value());
@@ -444,7 +445,7 @@ int RunJob(const RunOptions& options) {
     }
     if (!st.ok()) {
       fmt::print(stderr, "perftracker run: --store {}: {} (--store off runs without it)\n",
-                 store_path, st.message());
+                 StoreDisplayName(store_path), st.message());
       return 2;
     }
     coordinator.AddCollector(recorder.get());
@@ -663,7 +664,7 @@ int RunJob(const RunOptions& options) {
     }
     if (recorder && !reports.empty()) {
       fmt::print("perftracker: run {} is in the store {} (web UI: perftracker server --store {})\n",
-                 run_id, store_path, store_path);
+                 run_id, StoreDisplayName(store_path), StoreDisplayName(store_path));
     }
     std::fflush(stdout);
   }

@@ -212,8 +212,7 @@ TEST_F(SharedStoreTest, TwoServersOnOneDatabaseServeEachOthersJobs) {
     auto r = cli.Post("/api/v1/jobs/job-a/trigger");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 404);
-    EXPECT_NE(r->body.find("job job-a is not known to this server"), std::string::npos)
-        << r->body;
+    EXPECT_NE(r->body.find("job job-a is not known to this server"), std::string::npos) << r->body;
   }
 
   // Server one goes away; its job's collector moves to a new server on the same database,
@@ -384,6 +383,42 @@ TEST_F(SharedStoreTest, TheServerCommandExitsWithOneLineForAStoreItCannotOpen) {
     EXPECT_EQ(text.find('\n'), text.size() - 1) << "one line: " << text;
     EXPECT_EQ(text.find("hunter2"), std::string::npos) << text;
   }
+}
+
+// `perftracker run --store <url>` records a single-host run into the fleet's database: a
+// server on that database lists it.
+TEST_F(SharedStoreTest, ARunsStoreMayBeTheFleetsDatabase) {
+  const char* binary = std::getenv("PERFTRACKER_BINARY");
+  ASSERT_NE(binary, nullptr) << "PERFTRACKER_BINARY is not set";
+  const std::string err = (dir_ / "run.stderr").string();
+  const std::vector<std::string> argv = {
+      binary,         "run",
+      "--store",      url_,
+      "--report-dir", (dir_ / "run").string(),
+      "--",           "sh",
+      "-c",           "echo fleet-run-marker >/dev/null; exit 3"};
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const int out = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out, 2);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(out);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  std::ifstream in(err);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << ss.str();
+
+  ServerProcess* server = StartServer("reader");
+  const nlohmann::json jobs = Get(server, "/api/v1/jobs");
+  ASSERT_FALSE(jobs.is_null());
+  EXPECT_NE(jobs.dump().find("fleet-run-marker"), std::string::npos) << jobs.dump();
 }
 
 TEST_F(SharedStoreTest, AnUnreachableDatabaseIsOneLineNamingIt) {

@@ -3,6 +3,10 @@
 // new ranks) for one window.
 //
 //   build/src/perftracker/server/http/store_api_benchmark --benchmark_min_time=1
+//
+// With PERFTRACKER_BENCH_STORE=postgresql://... the same benchmarks run on that PostgreSQL
+// database (PostgresStore) instead of an SQLite file; the job "bench-job" is deleted from
+// it before each benchmark (docs/performance.md).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -14,6 +18,9 @@
 #include "perftracker/server/http/example_store_for_test.h"
 #include "perftracker/server/http/json_api.h"
 #include "perftracker/server/sqlite/sqlite_store.h"
+#if PERFTRACKER_HAVE_POSTGRES
+#include "perftracker/server/postgres/postgres_store.h"
+#endif
 #include "perftracker/wire/summary_codec.h"
 
 namespace perftracker {
@@ -57,19 +64,54 @@ WorkerSummary SummaryForRank(int rank) {
   return s;
 }
 
-std::unique_ptr<SqliteStore> NewStore(const std::string& path) {
+constexpr const char* kJob = "bench-job";
+
+// The PostgreSQL URL to measure instead of SQLite ("" for SQLite).
+std::string PostgresUrl() {
+  const char* url = std::getenv("PERFTRACKER_BENCH_STORE");
+  return url != nullptr ? url : "";
+}
+
+std::unique_ptr<Store> OpenStore(const std::string& path) {
+  if (!PostgresUrl().empty()) {
+#if PERFTRACKER_HAVE_POSTGRES
+    const std::string url = PostgresUrl();
+    {
+      auto conn = PgConnection::Open(url, url, 10);
+      if (!conn.ok()) std::abort();
+      // Tables may not exist yet (a new database): the store creates them below.
+      (void)(*conn)->ExecScript(
+          "DELETE FROM summaries WHERE job_id = 'bench-job';"
+          "DELETE FROM diagnoses WHERE job_id = 'bench-job';"
+          "DELETE FROM windows WHERE job_id = 'bench-job';"
+          "DELETE FROM iterations WHERE job_id = 'bench-job';"
+          "DELETE FROM workers WHERE job_id = 'bench-job';"
+          "DELETE FROM jobs WHERE job_id = 'bench-job';");
+    }
+    auto store = PostgresStore::Open(url);
+    if (!store.ok()) std::abort();
+    return std::move(store).value();
+#else
+    std::abort();  // built without libpq
+#endif
+  }
   RemoveStore(path);
   auto store = SqliteStore::Open(path);
   if (!store.ok()) std::abort();
-  if (!(*store)->UpsertJob({"job", "bench", kWorkers, 1, 1}).ok()) std::abort();
+  return std::move(store).value();
+}
+
+std::unique_ptr<Store> NewStore(const std::string& path) {
+  std::unique_ptr<Store> store = OpenStore(path);
+  if (!store->UpsertJob({kJob, "bench", kWorkers, 1, 1}).ok()) std::abort();
   WindowRecord w;
-  w.job_id = "job";
+  w.job_id = kJob;
   w.window_id = 1;
   w.reason = "slowdown";
   w.start_ns = 1;
   w.duration_ns = 10;
-  if (!(*store)->PutWindow(w).ok()) std::abort();
-  return std::move(store).value();
+  if (!store->PutWindow(w).ok()) std::abort();
+  return store;
 }
 
 // One summary upload: encode + one committed transaction.
@@ -82,7 +124,7 @@ void BM_PutSummary(benchmark::State& state) {
   size_t bytes = 0;
   for (auto _ : state) {
     const WorkerSummary& s = summaries[i++ % summaries.size()];
-    if (!store->PutSummary("job", 1, s).ok()) std::abort();
+    if (!store->PutSummary(kJob, 1, s).ok()) std::abort();
   }
   for (const auto& s : RealSummaries()) bytes += EncodeWorkerSummary(s).size();
   state.counters["summary_bytes"] = static_cast<double>(bytes / RealSummaries().size());
@@ -100,7 +142,7 @@ void BM_AppendIterations(benchmark::State& state) {
   int64_t t = 0;
   for (auto _ : state) {
     for (int r = 0; r < kWorkers; ++r) batch[r] = {r, ++t, 50'000'000};
-    if (!store->AppendIterations("job", batch).ok()) std::abort();
+    if (!store->AppendIterations(kJob, batch).ok()) std::abort();
   }
   state.SetItemsProcessed(state.iterations() * kWorkers);
   store.reset();
@@ -112,25 +154,25 @@ class FullWindow {
  public:
   FullWindow() : path_(TempPath("full")), store_(NewStore(path_)) {
     for (int r = 0; r < kWorkers; ++r) {
-      if (!store_->PutSummary("job", 1, SummaryForRank(r)).ok()) std::abort();
+      if (!store_->PutSummary(kJob, 1, SummaryForRank(r)).ok()) std::abort();
     }
   }
   ~FullWindow() {
     store_.reset();
     RemoveStore(path_);
   }
-  SqliteStore* store() { return store_.get(); }
+  Store* store() { return store_.get(); }
 
  private:
   std::string path_;
-  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<Store> store_;
 };
 
 // Reading back a whole window (what the localizer of a restarted server needs).
 void BM_ListSummaries(benchmark::State& state) {
   FullWindow window;
   for (auto _ : state) {
-    auto summaries = window.store()->ListSummaries("job", 1);
+    auto summaries = window.store()->ListSummaries(kJob, 1);
     if (!summaries.ok() || summaries->size() != kWorkers) std::abort();
   }
   state.SetItemsProcessed(state.iterations() * kWorkers);
@@ -143,7 +185,7 @@ void BM_ApiSummariesTop30(benchmark::State& state) {
   JsonApi api(window.store(), nullptr);
   size_t bytes = 0;
   for (auto _ : state) {
-    ApiResponse r = api.GetSummaries("job", "1", "30", "");
+    ApiResponse r = api.GetSummaries(kJob, "1", "30", "");
     if (r.status != 200) std::abort();
     bytes = r.body.size();
   }
