@@ -38,6 +38,9 @@ if(PkgConfig_FOUND)
   pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
 endif()
 perftracker_require(HTTPLIB_FOUND "cpp-httplib" "libcpp-httplib-dev")
+# The HTTP server drives TLS handshakes itself (non-blocking, off the handler threads).
+find_package(OpenSSL QUIET)
+perftracker_require(OpenSSL_FOUND "OpenSSL" "libssl-dev")
 
 # libpq: the PostgreSQL store (server/postgres/), which lets several servers share one
 # database. Optional: without it perftracker builds with the SQLite store only, and

@@ -58,6 +58,11 @@ CLI::App* AddServerCommand(CLI::App& app, ServerCommandOptions* o) {
   cmd->add_option("--http-listen", o->http_listen, "host:port of the web UI, JSON API and /metrics")
       ->default_val("127.0.0.1:7071");
   cmd->add_flag("--no-http", o->no_http, "No HTTP server");
+  cmd->add_option("--http-connections-per-peer", o->http_connections_per_peer,
+                  "Most HTTP connections one client address may hold open (slow or idle "
+                  "clients beyond it are refused); raise it behind a reverse proxy")
+      ->check(CLI::Range(1, 4096))
+      ->default_val(32);
   cmd->add_option("--store", o->store,
                   "Where jobs, windows and reports are kept: the path of an SQLite file "
                   "(default: <report-dir>/perftracker.db), or a PostgreSQL URL "
@@ -132,6 +137,7 @@ int RunServer(const ServerCommandOptions& o) {
   ServerProcessOptions so;
   so.listen = o.listen;
   so.http_listen = o.no_http ? "" : o.http_listen;
+  so.http_connections_per_peer = static_cast<size_t>(o.http_connections_per_peer);
   so.store_path = o.store.empty() ? (fs::path(o.report_dir) / "perftracker.db").string() : o.store;
   so.token = *token;
   so.tls_cert_file = o.tls_cert;

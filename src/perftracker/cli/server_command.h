@@ -15,6 +15,7 @@ struct ServerCommandOptions {
   std::string listen = "127.0.0.1:7070";
   std::string http_listen = "127.0.0.1:7071";
   bool no_http = false;
+  int http_connections_per_peer = 32;
   std::string store;       // default: <report_dir>/perftracker.db
   std::string token_file;  // default: <report_dir>/server.token (created when missing)
   std::string tls_cert;

@@ -96,6 +96,7 @@ Status ServerProcess::Start() {
     ho.token = options_.token;
     ho.tls_cert_file = options_.tls_cert_file;
     ho.tls_key_file = options_.tls_key_file;
+    ho.max_connections_per_peer = options_.http_connections_per_peer;
     if (options_.service.log) {
       auto log = options_.service.log;
       ho.log = [log](const std::string& line) { log(line); };

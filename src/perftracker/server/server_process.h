@@ -29,6 +29,7 @@ class Store;
 struct ServerProcessOptions {
   std::string listen = "127.0.0.1:7070";       // gRPC, host:port (port 0: any free one)
   std::string http_listen = "127.0.0.1:7071";  // host:port; empty: no HTTP server
+  size_t http_connections_per_peer = 32;       // HttpServerOptions::max_connections_per_peer
   std::string store_path;     // SQLite file (created if missing) or postgresql:// URL
   std::string token;          // required (at least 16 characters)
   std::string tls_cert_file;  // both or neither

@@ -13,13 +13,15 @@
 #include <string_view>
 
 #include "perftracker/server/http/api_token.h"
+#include "perftracker/server/http/connection_gate.h"
+#include "perftracker/server/http/request_processor.h"
+#include "perftracker/server/http/tls_context.h"
 #include "perftracker/server/http/ui_assets.h"
 
 namespace perftracker {
 namespace {
 
 constexpr auto kRefusedLogPeriod = std::chrono::seconds(10);
-constexpr auto kStartTimeout = std::chrono::seconds(5);
 
 constexpr const char* kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -98,7 +100,9 @@ HttpServer::HttpServer(Store* store, ServerMetrics* metrics, JobActions* actions
       options_(std::move(options)),
       api_(store, actions),
       refused_log_([this](const std::string& line) { Log(line); }, kRefusedLogBurst,
-                   kRefusedLogPeriod) {}
+                   kRefusedLogPeriod),
+      gate_log_([this](const std::string& line) { Log(line); }, kRefusedLogBurst,
+                kRefusedLogPeriod) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -132,7 +136,7 @@ std::string HttpServer::login_url() const {
 }
 
 Status HttpServer::Start() {
-  if (server_ != nullptr) return Status::InvalidArgument("http: already started");
+  if (gate_ != nullptr) return Status::InvalidArgument("http: already started");
   if (store_ == nullptr) return Status::InvalidArgument("http: no store");
   if (options_.token.size() < kMinApiTokenLength) {
     return Status::InvalidArgument(fmt::format(
@@ -152,79 +156,92 @@ Status HttpServer::Start() {
         "http: TLS needs both a certificate and a key file (got only one)");
   }
   if (options_.threads < 1) return Status::InvalidArgument("http: threads must be at least 1");
+  if (options_.max_connections < 1 || options_.max_connections_per_peer < 1) {
+    return Status::InvalidArgument("http: connection limits must be at least 1");
+  }
   if (tls()) {
     PERFTRACKER_RETURN_IF_ERROR(CheckReadable("TLS certificate", options_.tls_cert_file));
     PERFTRACKER_RETURN_IF_ERROR(CheckReadable("TLS key", options_.tls_key_file));
-    auto ssl = std::make_unique<httplib::SSLServer>(options_.tls_cert_file.c_str(),
-                                                    options_.tls_key_file.c_str());
-    if (!ssl->is_valid()) {
-      return Status::InvalidArgument(fmt::format(
-          "http: cannot use TLS certificate {} with key {} (PEM files of one key pair expected)",
-          options_.tls_cert_file, options_.tls_key_file));
-    }
-    server_ = std::move(ssl);
-  } else {
-    server_ = std::make_unique<httplib::Server>();
+    StatusOr<std::unique_ptr<TlsContext>> tls =
+        TlsContext::Load(options_.tls_cert_file, options_.tls_key_file);
+    if (!tls.ok()) return tls.status();
+    tls_ = std::move(tls).value();
   }
-  // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which would let a second
-  // process bind the same port and receive part of the requests (tokens included).
-  server_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  const int threads = options_.threads;
-  server_->new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
-  server_->set_payload_max_length(options_.max_body_bytes);
-  server_->set_read_timeout(5, 0);
-  server_->set_write_timeout(5, 0);
-  server_->set_keep_alive_max_count(100);
+  processor_ = std::make_unique<RequestProcessor>();
+  processor_->set_payload_max_length(options_.max_body_bytes);
   httplib::Headers headers = {{"X-Content-Type-Options", "nosniff"},
                               {"X-Frame-Options", "DENY"},
                               {"Referrer-Policy", "no-referrer"},
                               {"Content-Security-Policy", kContentSecurityPolicy}};
   // HSTS: a browser that reached this server over HTTPS never sends it the token in clear.
   if (tls()) headers.emplace("Strict-Transport-Security", "max-age=31536000");
-  server_->set_default_headers(std::move(headers));
+  processor_->set_default_headers(std::move(headers));
   Routes();
 
-  if (options_.port == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-    if (port_ <= 0) {
-      server_.reset();
-      return Status::InvalidArgument(fmt::format("http: cannot listen on {} (any port): {}",
-                                                 options_.host, std::strerror(errno)));
-    }
-  } else {
-    if (!server_->bind_to_port(options_.host, options_.port)) {
-      const int err = errno;
-      server_.reset();
-      return Status::InvalidArgument(fmt::format("http: cannot listen on {}:{}: {}", options_.host,
-                                                 options_.port, std::strerror(err)));
-    }
-    port_ = options_.port;
+  ConnectionGateOptions gate;
+  gate.host = options_.host;
+  gate.port = options_.port;
+  gate.threads = options_.threads;
+  gate.max_connections = options_.max_connections;
+  gate.max_connections_per_peer = options_.max_connections_per_peer;
+  gate.request_timeout = options_.request_timeout;
+  gate.handshake_timeout = options_.handshake_timeout;
+  gate.max_body_bytes = options_.max_body_bytes;
+  gate_ = std::make_unique<ConnectionGate>(
+      gate, tls_.get(), [this](httplib::Stream& stream, bool last) { return Serve(stream, last); },
+      [this](GateClose why, const std::string& peer, int status) {
+        OnGateClose(why, peer, status);
+      });
+  if (Status st = gate_->Start(); !st.ok()) {
+    gate_.reset();
+    processor_.reset();
+    tls_.reset();
+    return st;
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  // Stop() before the listener runs would be lost (cpp-httplib's stop() only acts on a
-  // running server): wait until it runs.
-  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
-  while (!server_->is_running() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!server_->is_running()) {
-    Stop();
-    return Status::Internal(
-        fmt::format("http: the listener on {}:{} did not start", options_.host, port_));
-  }
+  port_ = gate_->port();
   return Status::Ok();
 }
 
 void HttpServer::Stop() {
-  if (server_ == nullptr) return;
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
-  server_.reset();
+  if (gate_ == nullptr) return;
+  gate_->Stop();
+  gate_.reset();
+  processor_.reset();
+  tls_.reset();
+}
+
+bool HttpServer::Serve(httplib::Stream& stream, bool last) {
+  return processor_->Process(stream, last);
+}
+
+void HttpServer::OnGateClose(GateClose why, const std::string& peer, int status) {
+  if (why == GateClose::kRefusedRequest || why == GateClose::kPeerLimit) {
+    if (metrics_ != nullptr) metrics_->RecordHttpResponse(status);
+  }
+  std::string what;
+  switch (why) {
+    case GateClose::kPeerLimit:
+      what = fmt::format("refused a connection: {} connections from this address already",
+                         options_.max_connections_per_peer);
+      break;
+    case GateClose::kEvicted:
+      what = fmt::format(
+          "closed a connection that sent no complete request: {} connections open in all",
+          options_.max_connections);
+      break;
+    case GateClose::kRequestTimeout:
+      what = fmt::format("closed a connection: no complete request within {} ms",
+                         options_.request_timeout.count());
+      break;
+    case GateClose::kHandshakeTimeout:
+      what = fmt::format("closed a connection: TLS handshake not done within {} ms",
+                         options_.handshake_timeout.count());
+      break;
+    case GateClose::kRefusedRequest:
+      what = fmt::format("refused a request: {}", status);
+      break;
+  }
+  gate_log_.Log(fmt::format("http: {} ({})", what, peer));
 }
 
 void HttpServer::Respond(httplib::Response& res, const ApiResponse& api) {
@@ -288,7 +305,7 @@ bool HttpServer::Authorize(const httplib::Request& req, httplib::Response& res) 
 }
 
 void HttpServer::Routes() {
-  httplib::Server& s = *server_;
+  httplib::Server& s = *processor_;
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     return Authorize(req, res) ? httplib::Server::HandlerResponse::Unhandled
                                : httplib::Server::HandlerResponse::Handled;

@@ -16,16 +16,24 @@
 // - Pages carry a strict Content-Security-Policy (scripts and styles only from this
 //   server), nosniff and no framing; the UI escapes everything it shows.
 //
-// Threads: Start() binds and serves on a thread pool of `threads` threads until Stop().
+// - Slow and idle clients cost no handler thread (ConnectionGate): a whole request must
+//   arrive within request_timeout of the connection being ready for it (the deadline does
+//   not restart with each byte), TLS handshakes run on the gate's event loop under their own
+//   deadline, each client address may hold at most max_connections_per_peer connections,
+//   and handler threads only ever answer complete requests.
+//
+// Threads: Start() binds and serves until Stop(): one event-loop thread (the gate) and
+// `threads` handler threads.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "perftracker/core/status.h"
+#include "perftracker/server/http/connection_gate.h"
 #include "perftracker/server/http/job_actions.h"
 #include "perftracker/server/http/json_api.h"
 #include "perftracker/server/http/rate_limited_log.h"
@@ -33,12 +41,15 @@
 #include "perftracker/server/store/store.h"
 
 namespace httplib {
-class Server;
+class Stream;
 struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace perftracker {
+
+class RequestProcessor;
+class TlsContext;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
@@ -50,6 +61,12 @@ struct HttpServerOptions {
   std::string tls_key_file;
   size_t max_body_bytes = 64 * 1024;
   int threads = 8;
+  // Connection limits (ConnectionGate). Behind a reverse proxy every connection comes from
+  // the proxy's address: raise max_connections_per_peer there.
+  size_t max_connections = 512;
+  size_t max_connections_per_peer = 32;
+  std::chrono::milliseconds request_timeout{10'000};
+  std::chrono::milliseconds handshake_timeout{10'000};
   // Where log lines go (refused requests, handler failures); default: stderr.
   std::function<void(const std::string&)> log;
 };
@@ -80,6 +97,10 @@ class HttpServer {
 
  private:
   void Routes();
+  // Answers one complete request (the gate's handler); whether the connection stays open.
+  bool Serve(httplib::Stream& stream, bool last);
+  // Logs (rate-limited) and counts a connection the gate closed on its own.
+  void OnGateClose(GateClose why, const std::string& peer, int status);
   // The pre-routing check: true when the request may proceed; otherwise `res` is the answer
   // (401, or the login redirect).
   bool Authorize(const httplib::Request& req, httplib::Response& res);
@@ -92,8 +113,10 @@ class HttpServer {
   HttpServerOptions options_;
   JsonApi api_;
   RateLimitedLog refused_log_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  RateLimitedLog gate_log_;
+  std::unique_ptr<TlsContext> tls_;
+  std::unique_ptr<RequestProcessor> processor_;
+  std::unique_ptr<ConnectionGate> gate_;
   int port_ = 0;
 };
 
