@@ -442,6 +442,7 @@ void Agent::HandleWindowTimers(int64_t now) {
         profiler_->Start(end);
         recording_ = true;
       }
+      detector_.WindowBegan();  // the rearm after it starts from what the window saw
       BeginGpuTracing();
     });
   }

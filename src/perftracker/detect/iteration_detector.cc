@@ -31,9 +31,15 @@
 // running sum (exact integer ns). Once N exist, every closed iteration yields the N-mean;
 // the shortest N-mean since the last Rearm() is the baseline ("recent shortest"). A
 // slowdown is pending when the N-mean exceeds (1 + slowdown_ratio) x the baseline;
-// CheckSlowdown() reports it at most once until Rearm(). Rearm() may come from another
-// thread: it only raises a flag that the training thread applies (the baseline restarts
-// from the current N-mean, so only a further slowdown fires again).
+// CheckSlowdown() reports it, and again every N iterations while it lasts and no Rearm()
+// came: the server refuses a trigger while a window is open or just closed (its cooldown),
+// and a slowdown that is still there when the server can take a window must reach it.
+// Rearm() comes after a window and may come from another thread: it only raises a flag that
+// the training thread applies. The baseline then restarts from the mean of the iterations
+// the window saw (WindowBegan() marks its start), so only a job slower than during the
+// window fires again: a slowdown the window saw does not, one that began late in the window
+// (a window another rank's noise opened) does. A window that saw fewer than N / 4
+// iterations is too short a sample: the baseline restarts from the current N-mean.
 //
 // Hang: CheckHang(now) runs on a timer thread. It reads four atomics (learned, the last
 // marker's time, the mean and the longest of the last N iterations) and fires when now -
@@ -243,6 +249,16 @@ void IterationDetector::Unlearn() {
 
 void IterationDetector::RecordIteration(int64_t duration_ns) {
   duration_ns = std::max<int64_t>(duration_ns, 0);  // a clock step back is not negative work
+  if (window_began_.load(std::memory_order_relaxed) &&
+      window_began_.exchange(false, std::memory_order_relaxed)) {
+    in_window_ = true;
+    window_sum_ns_ = 0;
+    window_count_ = 0;
+  }
+  if (in_window_) {
+    window_sum_ns_ += duration_ns;
+    ++window_count_;
+  }
   const size_t window = durations_.size();
   if (ring_count_ == window) {
     ring_sum_ -= durations_[ring_next_];
@@ -259,8 +275,8 @@ void IterationDetector::RecordIteration(int64_t duration_ns) {
   longest_ns_.store(longest, std::memory_order_relaxed);
   iterations_.fetch_add(1, std::memory_order_relaxed);
   if (ring_count_ == window) {
-    ApplyPendingRearm();
     last_mean_ns_ = static_cast<double>(ring_sum_) / static_cast<double>(window);
+    ApplyPendingRearm();
     if (shortest_mean_ns_ == 0 || last_mean_ns_ < shortest_mean_ns_) {
       shortest_mean_ns_ = last_mean_ns_;
     }
@@ -269,27 +285,41 @@ void IterationDetector::RecordIteration(int64_t duration_ns) {
 
 void IterationDetector::ApplyPendingRearm() {
   if (!rearm_requested_.exchange(false, std::memory_order_relaxed)) return;
-  shortest_mean_ns_ = 0;
   slowdown_fired_ = false;
+  const int64_t enough = std::max<int64_t>(1, options_.window_iterations / 4);
+  if (in_window_ && window_count_ >= enough) {
+    // The mean of what the window saw.
+    shortest_mean_ns_ = static_cast<double>(window_sum_ns_) / static_cast<double>(window_count_);
+  } else {
+    // The current window (if it is full).
+    shortest_mean_ns_ = ring_count_ == durations_.size() ? last_mean_ns_ : 0;
+  }
+  in_window_ = false;
 }
 
 std::optional<Trigger> IterationDetector::CheckSlowdown() {
-  if (rearm_requested_.load(std::memory_order_relaxed)) {
-    ApplyPendingRearm();
-    // The baseline restarts from the current window (if it is full).
-    shortest_mean_ns_ = ring_count_ == durations_.size() ? last_mean_ns_ : 0;
+  ApplyPendingRearm();
+  if (shortest_mean_ns_ <= 0) return std::nullopt;
+  const uint64_t iterations = iterations_.load(std::memory_order_relaxed);
+  // Fired already: again only after N more iterations (the server refused it, or has not
+  // answered yet).
+  if (slowdown_fired_ &&
+      iterations - fired_at_iteration_ < static_cast<uint64_t>(options_.window_iterations)) {
+    return std::nullopt;
   }
-  if (slowdown_fired_ || shortest_mean_ns_ <= 0) return std::nullopt;
   if (last_mean_ns_ <=
       (1.0 + slowdown_ratio_.load(std::memory_order_relaxed)) * shortest_mean_ns_) {
     return std::nullopt;
   }
+  const bool again = slowdown_fired_;
   slowdown_fired_ = true;
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "mean of last %d iterations %s is %.1f%% above the shortest %s",
+  fired_at_iteration_ = iterations;
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), "mean of last %d iterations %s is %.1f%% above the shortest %s%s",
                 options_.window_iterations, FormatDuration(last_mean_ns_).c_str(),
                 (last_mean_ns_ / shortest_mean_ns_ - 1.0) * 100.0,
-                FormatDuration(shortest_mean_ns_).c_str());
+                FormatDuration(shortest_mean_ns_).c_str(),
+                again ? " (still slow: fired again)" : "");
   return Trigger{TriggerReason::kSlowdown, buf};
 }
 
@@ -333,6 +363,8 @@ std::optional<Trigger> IterationDetector::CheckHang(int64_t now_ns) {
 }
 
 void IterationDetector::Rearm() { rearm_requested_.store(true, std::memory_order_relaxed); }
+
+void IterationDetector::WindowBegan() { window_began_.store(true, std::memory_order_relaxed); }
 
 bool IterationDetector::learned() const { return learned_.load(std::memory_order_relaxed); }
 

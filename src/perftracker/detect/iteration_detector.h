@@ -52,7 +52,10 @@ class IterationDetector {
   // *iteration_end_ns hold its bounds.
   bool OnMarker(Marker marker, int64_t time_ns, int64_t* iteration_start_ns,
                 int64_t* iteration_end_ns);
-  // After an iteration closed: a slowdown trigger, at most once until Rearm().
+  // After an iteration closed: a slowdown trigger. While the slowdown lasts and no Rearm()
+  // came, it fires again every window_iterations iterations (the server may have refused the
+  // first: a window was open or had just closed); once the mean is back under the bar it
+  // stays silent.
   std::optional<Trigger> CheckSlowdown();
   // From a timer: a hang trigger when no marker arrived for HangLimitNs(), at most once
   // until a marker arrives again.
@@ -62,7 +65,13 @@ class IterationDetector {
   // then, so a hang is called when it is due, not up to a timer period later.
   int64_t HangLimitNs() const;
   int64_t HangDueNs() const;
-  // After a window has been taken: forget the baseline so the next trigger needs new evidence.
+  // A window began recording (any thread): the iterations from now until Rearm() are the
+  // ones the window saw.
+  void WindowBegan();
+  // After a window has been taken: the baseline restarts from the mean of the iterations the
+  // window saw (at least window_iterations / 4 of them; else from the current moving mean),
+  // so a job that is slower after the window than during it (a fault that began late in the
+  // window, which the window hardly saw) fires again, and a slowdown the window saw does not.
   void Rearm();
   // Any thread: new trigger thresholds (slowdown_ratio, hang_factor, hang_longest_factor,
   // min_hang_ns; the other options size the detector and cannot change).
@@ -111,6 +120,11 @@ class IterationDetector {
   double shortest_mean_ns_ = 0;  // shortest full-window mean since the last Rearm (0 = none)
   double last_mean_ns_ = 0;      // the latest full-window mean
   bool slowdown_fired_ = false;
+  uint64_t fired_at_iteration_ = 0;  // iterations_ when the last slowdown trigger fired
+  // The iterations closed since WindowBegan() (their sum and count), for Rearm().
+  bool in_window_ = false;
+  int64_t window_sum_ns_ = 0;
+  int64_t window_count_ = 0;
 
   // --- Shared with the timer / control threads.
   // The thresholds SetThresholds() may change (options_ keeps the start values).
@@ -119,6 +133,7 @@ class IterationDetector {
   std::atomic<double> hang_longest_factor_{0};
   std::atomic<int64_t> min_hang_ns_{0};
   std::atomic<bool> rearm_requested_{false};
+  std::atomic<bool> window_began_{false};
   std::atomic<int64_t> last_marker_ns_{0};
   std::atomic<uint8_t> last_marker_{0};
   std::atomic<int64_t> mean_ns_{0};

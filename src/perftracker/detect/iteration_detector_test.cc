@@ -221,13 +221,22 @@ TEST(IterationDetectorTest, SlowdownNeedsAFullWindow) {
   EXPECT_FALSE(d.detector().CheckSlowdown().has_value());  // 41 < 50 iterations
 }
 
-TEST(IterationDetectorTest, SlowdownFiresOnceUntilRearm) {
+TEST(IterationDetectorTest, SlowdownFiresAgainEveryNIterationsUntilRearm) {
   Driver d(Options(5, 200, 10));
   d.Repeat("NS", 100 * kMs, 20);
   d.Repeat("NS", 150 * kMs, 10);
   ASSERT_TRUE(d.detector().CheckSlowdown().has_value());
-  d.Repeat("NS", 200 * kMs, 10);
-  EXPECT_FALSE(d.detector().CheckSlowdown().has_value());
+  // Not again before N (10) more iterations.
+  for (int i = 0; i < 9; ++i) {
+    d.Iteration("NS", 200 * kMs);
+    EXPECT_FALSE(d.detector().CheckSlowdown().has_value()) << i;
+  }
+  d.Iteration("NS", 200 * kMs);
+  // Still slow N iterations later and no window was taken (the server refused the trigger):
+  // it fires again.
+  const auto again = d.detector().CheckSlowdown();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_NE(again->detail.find("fired again"), std::string::npos) << again->detail;
   d.detector().Rearm();
   EXPECT_FALSE(d.detector().CheckSlowdown().has_value());  // baseline is now the slow mean
   d.Repeat("NS", 200 * kMs, 10);
@@ -238,6 +247,71 @@ TEST(IterationDetectorTest, SlowdownFiresOnceUntilRearm) {
   // The baseline after Rearm: the window then held 9 x 200 ms and 1 x 150 ms (the last
   // 200 ms iteration closes only at the next iteration's first marker).
   EXPECT_NE(trigger->detail.find("shortest 195.0 ms"), std::string::npos) << trigger->detail;
+}
+
+TEST(IterationDetectorTest, ASlowdownThatClearedDoesNotFireAgain) {
+  // A trigger the server refused (a window was open) whose slowdown passed: nothing more.
+  Driver d(Options(5, 200, 10));
+  d.Repeat("NS", 100 * kMs, 20);
+  d.Repeat("NS", 150 * kMs, 10);
+  ASSERT_TRUE(d.detector().CheckSlowdown().has_value());
+  for (int i = 0; i < 40; ++i) {
+    d.Iteration("NS", 100 * kMs);
+    EXPECT_FALSE(d.detector().CheckSlowdown().has_value()) << i;
+  }
+}
+
+TEST(IterationDetectorTest, ASlowdownThatBeganLateInAWindowFiresAfterIt) {
+  // Another rank's noise opened a window; this rank's fault began in its second half, more
+  // than N iterations before its end: the moving mean is all slow iterations when the
+  // window closes, and the window saw less than half of the fault. After the window the
+  // job is slower than during it.
+  DetectorOptions o = Options(5, 200, 20);
+  o.slowdown_ratio = 0.15;
+  Driver d(o);
+  d.Repeat("NS", 100 * kMs, 40);
+  d.detector().WindowBegan();
+  d.Repeat("NS", 100 * kMs, 35);
+  d.Repeat("NS", 150 * kMs, 25);
+  d.detector().Rearm();
+  d.Repeat("NS", 150 * kMs, 20);
+  const auto trigger = d.detector().CheckSlowdown();
+  ASSERT_TRUE(trigger.has_value());
+  // The baseline is what the window saw: 36 x 100 ms and 25 x 150 ms (iterations close at
+  // the next one's first marker): 120.5 ms.
+  EXPECT_NE(trigger->detail.find("shortest 120.5 ms"), std::string::npos) << trigger->detail;
+}
+
+TEST(IterationDetectorTest, ASlowdownTheWindowSawDoesNotFireAgain) {
+  // The window was taken for this slowdown (the moving mean was still rising when it
+  // fired): after the window the job is as slow as during it, nothing new.
+  Driver d(Options(5, 200, 20));
+  d.Repeat("NS", 100 * kMs, 40);
+  d.Repeat("NS", 150 * kMs, 8);
+  ASSERT_TRUE(d.detector().CheckSlowdown().has_value());
+  d.detector().WindowBegan();
+  d.Repeat("NS", 150 * kMs, 40);
+  d.detector().Rearm();
+  for (int i = 0; i < 60; ++i) {
+    d.Iteration("NS", 150 * kMs);
+    EXPECT_FALSE(d.detector().CheckSlowdown().has_value()) << i;
+  }
+}
+
+TEST(IterationDetectorTest, AWindowWithFewIterationsRearmsFromTheMovingMean) {
+  // 3 iterations (< N / 4) are too few to be the baseline (their 90 ms would make the
+  // 150 ms after the window 67 % slower): the current moving mean (141 ms) is.
+  DetectorOptions o = Options(5, 200, 20);
+  o.slowdown_ratio = 0.15;
+  Driver d(o);
+  d.Repeat("NS", 100 * kMs, 40);
+  d.Repeat("NS", 150 * kMs, 20);
+  d.detector().WindowBegan();
+  d.Repeat("NS", 90 * kMs, 3);
+  d.detector().Rearm();
+  d.Repeat("NS", 150 * kMs, 30);
+  const auto trigger = d.detector().CheckSlowdown();
+  EXPECT_FALSE(trigger.has_value()) << trigger->detail;
 }
 
 TEST(IterationDetectorTest, RecentShortestIsTheBaseline) {

@@ -312,8 +312,10 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
   if (!first_hang && (finalizing_ || now_ns < cooldown_until_ns_)) {
     if (!logged_cooldown_) {
       logged_cooldown_ = true;
-      Log(fmt::format("trigger ignored ({}): the last window closed less than {:.0f} s ago",
-                      trigger, static_cast<double>(options_.cooldown_ns) / 1e9));
+      Log(fmt::format("trigger ignored ({}): {}; a slowdown that lasts fires again", trigger,
+                      finalizing_ ? std::string("the last window's report is being written")
+                                  : fmt::format("the last window closed less than {:.0f} s ago",
+                                                static_cast<double>(options_.cooldown_ns) / 1e9)));
     }
     return false;
   }

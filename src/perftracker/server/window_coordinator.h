@@ -6,7 +6,11 @@
 // the `window` message reaches every agent before it begins) and length on every collector.
 // Triggers that arrive while a window is open join it (recorded in the report); after a
 // window's report, triggers are ignored for a cooldown (the agents rearm their detectors,
-// and the job needs time to show new evidence); at most max_windows windows per job. The
+// and the job needs time to show new evidence); at most max_windows windows per job. A
+// refused slowdown trigger is not lost: the rank's detector fires again while the slowdown
+// lasts (every window_iterations iterations, detect/iteration_detector.h), and a fault that
+// began during a window another trigger opened fires after it (the detector rearms from
+// what the window saw). The
 // first hang trigger is exempt from both: a hung job makes no progress, and only its stacks
 // say why.
 // A hang trigger also asks every worker for its Python stacks at once (and so does one that
