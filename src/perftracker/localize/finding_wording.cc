@@ -19,7 +19,7 @@ constexpr double kIntermittentFactor = 3.0;
 constexpr double kAlmostNothingShare = 0.01;
 
 // "sm90_xmma_gemm_bf16_dgrad 4.0x", or "only here" when the peers spend almost nothing there.
-std::string RatioPhrase(const Anomaly& a, const std::string& name) {
+std::string RatioPhrase(const Anomaly& a, std::string_view name) {
   if (a.median < kAlmostNothingShare * a.value) return fmt::format("{} (only here)", name);
   return fmt::format("{} {:.1f}x", name, a.value / a.median);
 }
@@ -148,7 +148,7 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       // PT-STRAGGLER-UNTRACED.
       const WorkerRecord& wr = workers[w];
       if (top.untraced_before != UINT32_MAX) {
-        const std::string& before = functions[top.untraced_before].name;
+        const std::string_view before = functions[top.untraced_before].name;
         f.title = fmt::format(
             "{} has {}/iter of untraced time before {}: no traced function covers it, and its "
             "peers wait for it ({} of the iteration)",
@@ -276,7 +276,7 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
         for (uint32_t p = fn.parent; p != kNone && depth < kMaxDepth;
              p = functions[p].parent, ++depth) {
           if (IsUserLevel(functions[p].kind)) {
-            f.evidence.push_back({"called from", functions[p].name});
+            f.evidence.push_back({"called from", std::string(functions[p].name)});
             break;
           }
         }

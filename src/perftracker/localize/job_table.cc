@@ -49,6 +49,20 @@ uint32_t JobTable::NameId(std::string_view name) const {
   return it == name_index_.end() ? kNone : it->second;
 }
 
+uint32_t JobTable::InternName(std::string_view name) {
+  const uint32_t found = NameId(name);
+  if (found != kNone) return found;
+  const auto id = static_cast<uint32_t>(names_.size());
+  names_.emplace_back(name);
+  name_index_.emplace(names_.back(), id);
+  return id;
+}
+
+std::string_view JobTable::ExplicitKey(uint32_t fid) const {
+  if (!functions_[fid].has_explicit_key) return {};
+  return explicit_keys_.at(fid);
+}
+
 bool JobTable::KeyDerives(const WorkerSummary& worker, size_t i) {
   const FunctionSummary& f = worker.functions[i];
   if (f.key.empty()) return true;
@@ -92,16 +106,17 @@ uint32_t JobTable::FindKey(std::string_view key) const {
 
 uint32_t JobTable::NewFunction(const FunctionSummary& f, std::string_view name_source) {
   FunctionInfo info;
-  info.name = f.name;
-  if (info.name.empty()) {
+  std::string_view name = f.name;
+  if (name.empty()) {
     // The leaf frame of the key, without its "kind:" prefix.
     const size_t sep = name_source.rfind(kSeparator);
     std::string_view leaf = name_source;
     if (sep != std::string::npos) leaf.remove_prefix(sep + kSeparator.size());
     const size_t colon = leaf.find(':');
     if (colon != std::string_view::npos) leaf.remove_prefix(colon + 1);
-    info.name = leaf.empty() ? std::string(name_source) : std::string(leaf);
+    name = leaf.empty() ? name_source : leaf;
   }
+  info.name = names_[InternName(name)];
   info.kind = f.kind;
   info.key_kind = f.kind;
   // Communication issued through torch operators (c10d::allreduce_, record_param_comms)
@@ -133,7 +148,8 @@ uint32_t JobTable::InternFunction(const WorkerSummary& worker, size_t i) {
     const uint32_t found = FindKey(f.key);
     if (found != kNone) return found;
     const uint32_t fid = NewFunction(f, f.key);
-    functions_[fid].explicit_key = f.key;
+    functions_[fid].has_explicit_key = true;
+    explicit_keys_.emplace(fid, f.key);
     explicit_index_.emplace(f.key, fid);
     return fid;
   }
@@ -152,11 +168,7 @@ uint32_t JobTable::InternFunction(const WorkerSummary& worker, size_t i) {
     auto it = explicit_index_.find(key);
     if (it != explicit_index_.end()) return it->second;
   }
-  if (name_id == kNone) {
-    name_id = static_cast<uint32_t>(names_.size());
-    names_.emplace_back(f.name);
-    name_index_.emplace(names_.back(), name_id);
-  }
+  if (name_id == kNone) name_id = InternName(f.name);
   std::string name_source;
   if (f.name.empty()) name_source = worker.Key(i);
   const uint32_t fid = NewFunction(f, name_source);
@@ -170,7 +182,7 @@ uint32_t JobTable::InternFunction(const WorkerSummary& worker, size_t i) {
 bool JobTable::SameFunction(const WorkerSummary& worker, size_t i, uint32_t fid) const {
   const FunctionSummary& f = worker.functions[i];
   const FunctionInfo& info = functions_[fid];
-  if (!info.explicit_key.empty()) return f.key == info.explicit_key;
+  if (info.has_explicit_key) return f.key == ExplicitKey(fid);
   if (info.key_kind != f.kind || names_[info.key_name] != f.name) return false;
   const uint32_t parent = f.parent < i ? fids_[f.parent] : kNone;
   return info.key_parent == parent && KeyDerives(worker, i);
@@ -180,14 +192,14 @@ std::string JobTable::Key(uint32_t fid) const {
   std::vector<uint32_t> chain;
   for (uint32_t cur = fid; cur != kNone; cur = functions_[cur].key_parent) {
     chain.push_back(cur);
-    if (!functions_[cur].explicit_key.empty()) break;
+    if (functions_[cur].has_explicit_key) break;
   }
   std::string key;
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     const FunctionInfo& f = functions_[*it];
     if (!key.empty()) key += kSeparator;
-    if (!f.explicit_key.empty()) {
-      key += f.explicit_key;
+    if (f.has_explicit_key) {
+      key += ExplicitKey(*it);
       continue;
     }
     key += EventKindName(f.key_kind);
@@ -212,7 +224,7 @@ void JobTable::ResolveNewFunctions(const WorkerSummary& worker, const std::vecto
     } else {
       // No (valid) parent index: the key's prefix names the caller, if it was summarized.
       // (A derived key has no prefix here: its parent is its key's, set when interned.)
-      std::string_view prefix = info.explicit_key;
+      std::string_view prefix = ExplicitKey(fid);
       for (size_t sep = prefix.rfind(kSeparator); sep != std::string_view::npos;
            sep = prefix.rfind(kSeparator)) {
         prefix = prefix.substr(0, sep);
@@ -296,6 +308,12 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   const size_t n = worker.functions.size();
   const size_t first_new_fid = functions_.size();
   fids_.resize(n);
+  // At most n new functions: reserve them at once (a doubling vector would briefly hold the
+  // old and a twice-larger array; one worker with Python stacks interns ~32,000 paths), and
+  // grow geometrically when workers keep adding a few.
+  if (functions_.capacity() < functions_.size() + n) {
+    functions_.reserve(std::max(functions_.size() + n, functions_.capacity() * 3 / 2));
+  }
   size_t cursor = 0;
   for (size_t i = 0; i < n; ++i) {
     if (cursor < prev_fids_.size() && SameFunction(worker, i, prev_fids_[cursor])) {
@@ -383,9 +401,8 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
       FunctionRecord& anc = records_[stamp_pos_[a]];
       anc.time_ns = std::max(anc.time_ns - r.time_ns, 0.0f);
       if (!onsets_.empty() && onsets_.back().record >= stamp_pos_[a]) {
-        auto it = std::lower_bound(
-            onsets_.begin(), onsets_.end(), uint64_t{stamp_pos_[a]},
-            [](const OnsetRecord& o, uint64_t i) { return o.record < i; });
+        auto it = std::lower_bound(onsets_.begin(), onsets_.end(), uint64_t{stamp_pos_[a]},
+                                   [](const OnsetRecord& o, uint64_t i) { return o.record < i; });
         if (it != onsets_.end() && it->record == stamp_pos_[a]) it->comparable = false;
       }
     }
@@ -465,15 +482,15 @@ const OnsetRecord* JobTable::OnsetOf(uint32_t w, uint32_t fid) const {
 }
 
 std::string JobTable::PathName(uint32_t fid) const {
-  std::vector<const std::string*> names;
+  std::vector<std::string_view> names;
   for (uint32_t f = fid; f != kNone && f < functions_.size() && names.size() < kMaxDepth;
        f = functions_[f].parent) {
-    names.push_back(&functions_[f].name);
+    names.push_back(functions_[f].name);
   }
   std::string out;
   for (auto it = names.rbegin(); it != names.rend(); ++it) {
     if (!out.empty()) out += " > ";
-    out += **it;
+    out += *it;
   }
   return out;
 }

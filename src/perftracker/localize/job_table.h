@@ -89,10 +89,12 @@ struct OnsetRecord {
 
 struct FunctionInfo {
   // Identity: the call path (key_parent, key_kind, name), its key JobTable::Key(fid); or,
-  // when a summary gave a key that does not derive from its parent, that key. No key is
-  // stored: with Python stacks each would repeat every ancestor's frames.
-  std::string explicit_key;
-  std::string name;
+  // when a summary gave a key that does not derive from its parent, that key
+  // (JobTable::ExplicitKey). No key is stored: with Python stacks each would repeat every
+  // ancestor's frames.
+  // The leaf name, for display: a view into the JobTable's name table (each distinct name is
+  // stored once; with Python stacks ~32,000 paths share a few thousand names).
+  std::string_view name;
   EventKind kind = EventKind::kTorchOp;
   EventKind key_kind = EventKind::kTorchOp;  // the summary's kind (`kind` may be reclassified)
   uint32_t key_parent = kNone;  // the enclosing function in the key (kNone: a root, or explicit)
@@ -104,6 +106,7 @@ struct FunctionInfo {
   bool pageable = false;          // a pageable memcpy
   bool on_device = false;         // runs on a device stream (a kernel, a device collective)
   bool device_to_device = false;  // a copy between device memories (kEventFlagDeviceToDevice)
+  bool has_explicit_key = false;  // its key is JobTable::ExplicitKey(fid)
   uint32_t present = 0;           // workers that ran it
   double sum_time_ns = 0;         // over workers, per iteration
   double sum_critical_ns = 0;
@@ -147,6 +150,8 @@ class JobTable {
   std::string PathName(uint32_t fid) const;
   // The function's key ("kind:name" frames from the root, joined by " > "), built on demand.
   std::string Key(uint32_t fid) const;
+  // The key a summary gave fid when it does not derive from its parent, else empty.
+  std::string_view ExplicitKey(uint32_t fid) const;
 
  private:
   // A call path node: (enclosing function, leaf name id, kind).
@@ -172,6 +177,8 @@ class JobTable {
   // The fid whose key is `key`, or kNone.
   uint32_t FindKey(std::string_view key) const;
   uint32_t NameId(std::string_view name) const;
+  // NameId(name), interning the name first when it is new.
+  uint32_t InternName(std::string_view name);
   uint32_t NewFunction(const FunctionSummary& f, std::string_view name_source);
   void ResolveNewFunctions(const WorkerSummary& worker, const std::vector<uint32_t>& fids,
                            size_t first_new_fid);
@@ -180,6 +187,7 @@ class JobTable {
   std::vector<FunctionInfo> functions_;
   std::unordered_map<NodeKey, uint32_t, NodeKeyHash> node_index_;
   std::unordered_map<std::string, uint32_t> explicit_index_;   // explicit key -> fid
+  std::unordered_map<uint32_t, std::string> explicit_keys_;    // fid -> explicit key
   std::deque<std::string> names_;                              // name id -> leaf name
   std::unordered_map<std::string_view, uint32_t> name_index_;  // views into names_
   std::vector<uint32_t> prev_fids_;  // the previous worker's fids by position (cache)
