@@ -119,11 +119,13 @@
 // stacks (nesting depth), the context timelines (at most kMaxContextPoints x 16 bytes per
 // host thread), the correlation array (8 MiB, allocated on the first correlated launch),
 // the grid (rows x kGridBins x 8 bytes, rows allocated when first used, per-thread rows for
-// at most kMaxHostTrackRows threads), per function accumulators (its sketch and at most
-// 2 x kGridBins sparse bins) and iteration markers. Live, nothing grows with the number of
-// events. Offline, each event is kept until Finish() (40 bytes in a deque; see
-// docs/performance.md for the measured peak RSS per event). Metric samples far outside the events'
-// span widen the grid and so coarsen it.
+// at most kMaxHostTrackRows threads), per function accumulators (80 bytes; a function counted
+// more than once adds its sketch and at most 2 x kGridBins sparse bins, see FunctionAcc), the
+// call paths (CallPathTable, ~24 bytes each) and iteration markers. Live, nothing grows with
+// the number of events. Offline, each event is kept until Finish() (40 bytes in a deque; the
+// context timelines only from the next leaf call on); see docs/performance.md for the
+// measured peak RSS per event. Metric samples far outside the events' span widen the grid and
+// so coarsen it.
 #include "perftracker/summary/window_summarizer.h"
 
 #include <algorithm>
@@ -137,6 +139,7 @@
 #include <utility>
 #include <vector>
 
+#include "perftracker/summary/call_path_table.h"
 #include "perftracker/summary/step_onset.h"
 
 namespace perftracker {
@@ -401,14 +404,9 @@ struct SparseBins {
   }
 };
 
-struct FunctionAcc {
-  uint64_t count = 0;
-  int64_t total_ns = 0;
-  int64_t self_ns = 0;
-  int64_t idle_gap_ns = 0;
-  int64_t device_ns = 0;  // time of calls on device tracks (all critical)
-  uint64_t bytes = 0;
-  uint8_t flags = 0;  // the kinds of copy seen (kSummaryFlags)
+// What a function (call path) keeps beyond its counters once it has run more than once: its
+// call durations, its time per host track and per grid bin.
+struct FunctionDetail {
   QuantileSketch durations;
   std::vector<std::pair<uint32_t, int64_t>> host_ns_by_track;  // (track index, ns)
   SparseBins bins;
@@ -422,16 +420,52 @@ struct FunctionAcc {
     }
     host_ns_by_track.emplace_back(track, ns);
   }
-  int64_t HostNs(uint32_t track) const {
-    for (const auto& [t, v] : host_ns_by_track)
-      if (t == track) return v;
-    return 0;
+};
+
+// Per function (call path). Traces recorded with Python stacks hold about one distinct path
+// per two events and most paths run once: a path keeps its first counted call as it is (its
+// part inside the clip, duration and track) and only its second allocates a FunctionDetail
+// (sketch, per-track times, sparse bins), replaying the first call into it. Finish() derives
+// the same figures from a lone first call (bins of [first_lo, first_lo + total_ns) at the
+// final grid shift: integer ns per bin, so exactly what adding them early and coarsening
+// later gives).
+struct FunctionAcc {
+  uint64_t count = 0;
+  int64_t total_ns = 0;
+  int64_t self_ns = 0;
+  int64_t idle_gap_ns = 0;
+  int64_t device_ns = 0;  // time of calls on device tracks (all critical)
+  uint64_t bytes = 0;
+  // The first counted call (count >= 1): the start of its part inside the clip (its length
+  // is total_ns while count == 1) and its duration.
+  int64_t first_lo = 0;
+  int64_t first_duration = 0;
+  uint32_t first_host_track = kNone;  // its track when it counts as host time, else kNone
+  uint32_t detail = kNone;            // index of its FunctionDetail, kNone while count <= 1
+  uint8_t flags = 0;                  // the kinds of copy seen (kSummaryFlags)
+  bool first_binned = false;          // the first call's time goes into the grid bins
+};
+
+// A vector that grows in fixed chunks: no element is ever moved and growth never holds the
+// old and the new array at once (a doubling vector briefly holds 3x its size).
+template <typename T>
+class ChunkedVector {
+ public:
+  static constexpr size_t kChunk = 1024;
+  T& operator[](size_t i) { return chunks_[i / kChunk][i % kChunk]; }
+  const T& operator[](size_t i) const { return chunks_[i / kChunk][i % kChunk]; }
+  size_t size() const { return size_; }
+  T& emplace_back() {
+    if (size_ % kChunk == 0) chunks_.push_back(std::make_unique<T[]>(kChunk));
+    return (*this)[size_++];
   }
-  bool OnTrack(uint32_t track) const {
-    for (const auto& tv : host_ns_by_track)
-      if (tv.first == track) return true;
-    return false;
-  }
+  // Frees the chunk that holds element i (its elements must not be used again).
+  void ReleaseChunkOf(size_t i) { chunks_[i / kChunk].reset(); }
+  static bool LastOfChunk(size_t i) { return i % kChunk == kChunk - 1; }
+
+ private:
+  std::vector<std::unique_ptr<T[]>> chunks_;
+  size_t size_ = 0;
 };
 
 struct Pending {
@@ -625,6 +659,7 @@ class WindowSummarizer::Impl {
   }
 
   WorkerSummary Finish();
+  size_t detailed_functions() const { return details_.size(); }
 
  private:
   TrackState& Track(uint32_t id) {
@@ -712,6 +747,17 @@ class WindowSummarizer::Impl {
   void RecordContext(TrackState& t, int64_t time, uint32_t parent) {
     if (t.device) return;
     auto& c = t.context;
+    if (options_.offline) {
+      // Offline, a track's leaves are processed in start order, after the main-lane events
+      // that start before them: only the context from the next leaf's start on is ever read
+      // (none once the track has no leaf left; a Python-only trace has none at all).
+      if (t.all_leaves.empty()) {
+        c.clear();
+        return;
+      }
+      const int64_t next_leaf = t.all_leaves.front().start_ns;
+      while (c.size() >= 2 && c[1].first <= next_leaf) c.pop_front();
+    }
     if (!c.empty()) {
       time = std::max(time, c.back().first);
       if (c.back().second == parent) return;
@@ -747,15 +793,24 @@ class WindowSummarizer::Impl {
     if (chain_map_[source_id] != kNone) return chain_map_[source_id];
     const auto& e = source_->Get(source_id);
     const uint32_t parent = e.parent == FunctionTable::kNoParent ? kNone : MapChain(e.parent);
-    const uint32_t mine =
-        Intern(e.kind, e.name, parent == kNone ? FunctionTable::kNoParent : parent);
+    const uint32_t mine = Intern(LeafOf(source_id), parent);
     chain_map_[source_id] = mine;
     return mine;
   }
 
-  uint32_t Intern(EventKind kind, std::string_view name, uint32_t parent) {
-    const uint32_t id = table_.Intern(kind, name, parent);
-    if (functions_acc_.size() <= id) functions_acc_.resize(id + 1);
+  // The leaf (kind, name) of source function `source_id`, interned once per source id.
+  uint32_t LeafOf(uint32_t source_id) {
+    if (source_leaf_.size() <= source_id) source_leaf_.resize(source_->size(), kNone);
+    if (source_leaf_[source_id] == kNone) {
+      const auto& e = source_->Get(source_id);
+      source_leaf_[source_id] = paths_.InternLeaf(e.kind, e.name);
+    }
+    return source_leaf_[source_id];
+  }
+
+  uint32_t Intern(uint32_t leaf, uint32_t parent) {
+    const uint32_t id = paths_.Intern(leaf, parent);
+    while (functions_acc_.size() <= id) functions_acc_.emplace_back();
     return id;
   }
 
@@ -763,12 +818,22 @@ class WindowSummarizer::Impl {
   uint32_t Resolve(const Event& ev, uint32_t parent) {
     const auto& e = source_->Get(ev.function_id);
     if (e.parent != FunctionTable::kNoParent) return MapChain(ev.function_id);
-    const uint64_t memo_key = (uint64_t{ev.function_id} << 32) | parent;
-    auto it = resolved_.find(memo_key);
-    if (it != resolved_.end()) return it->second;
-    const uint32_t id = Intern(e.kind, e.name, parent == kNone ? FunctionTable::kNoParent : parent);
-    resolved_.emplace(memo_key, id);
-    return id;
+    return Intern(LeafOf(ev.function_id), parent);
+  }
+
+  // A function's second counted call: its lone first call moves into a new FunctionDetail
+  // (its time, total_ns while count == 1, binned at the current grid shift).
+  void Promote(FunctionAcc& acc) {
+    acc.detail = static_cast<uint32_t>(details_.size());
+    FunctionDetail& d = details_.emplace_back();
+    d.durations.Add(static_cast<double>(acc.first_duration));
+    if (acc.first_host_track != kNone) d.AddHost(acc.first_host_track, acc.total_ns);
+    if (acc.first_binned) {
+      const int shift = grid_.shift();
+      grid_.ForEachOverlap(acc.first_lo, acc.first_lo + acc.total_ns, [&](int64_t bin, int64_t ns) {
+        d.bins.Add(shift, bin, static_cast<double>(ns));
+      });
+    }
   }
 
   void RememberLaunch(uint32_t correlation, uint32_t parent) {
@@ -805,9 +870,9 @@ class WindowSummarizer::Impl {
     const bool counted = lo < hi || (lo == hi && dur == 0);
     const int64_t inside = counted ? hi - lo : 0;
     if (counted) {
+      if (acc.count == 1 && acc.detail == kNone) Promote(acc);
       ++acc.count;
       AddSat(acc.total_ns, inside);
-      acc.durations.Add(static_cast<double>(dur));
       if (MovesBytes(ev.kind)) {
         // A transfer that straddles an iteration boundary counts its inside share.
         acc.bytes += inside == dur ? ev.payload
@@ -822,13 +887,27 @@ class WindowSummarizer::Impl {
     // A range on a stream (gpu_user_annotation) is time only: no bins, so it adds nothing to
     // the critical time of the host range of the same name (Kineto writes both) and never
     // makes a function's critical time exceed the iteration.
-    if (on_device && !IsDeviceActivity(ev.kind)) return;
-    const int shift = grid_.shift();
+    const bool binned = !on_device || IsDeviceActivity(ev.kind);
     if (counted) {
-      grid_.ForEachOverlap(lo, hi, [&](int64_t bin, int64_t ns) {
-        acc.bins.Add(shift, bin, static_cast<double>(ns));
-      });
+      const uint32_t host_track = on_device ? kNone : TrackIndex(t);
+      if (acc.count == 1) {
+        acc.first_lo = lo;
+        acc.first_duration = dur;
+        acc.first_host_track = host_track;
+        acc.first_binned = binned;
+      } else {
+        FunctionDetail& d = details_[acc.detail];
+        d.durations.Add(static_cast<double>(dur));
+        if (binned) {
+          const int shift = grid_.shift();
+          grid_.ForEachOverlap(lo, hi, [&](int64_t bin, int64_t ns) {
+            d.bins.Add(shift, bin, static_cast<double>(ns));
+          });
+        }
+        if (host_track != kNone) d.AddHost(host_track, inside);
+      }
     }
+    if (!binned) return;
 
     if (on_device) {
       AddSat(acc.device_ns, inside);
@@ -844,7 +923,6 @@ class WindowSummarizer::Impl {
       }
       return;
     }
-    if (counted) acc.AddHost(TrackIndex(t), inside);
     if (toplevel) AddSat(t.toplevel_busy_ns, dur);
     if (CategoryOf(ev.kind) == kCatComm && (open_categories & kCatComm) == 0) {
       grid_.AddSpan(row_host_comm_, ev.start_ns, ev.end_ns);
@@ -933,15 +1011,19 @@ class WindowSummarizer::Impl {
   void SummarizeInStartOrder();
   void BuildIterations(WorkerSummary& out, std::vector<Iteration> its,
                        const TrackState* rows) const;
-  void BuildMetrics(const FunctionAcc& acc, FunctionSummary& fs) const;
-  void FindOnsets(WorkerSummary& out) const;
+  void BuildMetrics(const std::vector<std::pair<int64_t, double>>& bins, bool device,
+                    FunctionSummary& fs) const;
+  StepOnset FindOnset(const std::vector<std::pair<int64_t, double>>& bins,
+                      const std::vector<IterationSummary>& its,
+                      std::vector<double>& per_iteration) const;
 
   const FunctionTable* source_;
   SummarizerOptions options_;
-  FunctionTable table_;
-  std::vector<FunctionAcc> functions_acc_;
-  std::unordered_map<uint64_t, uint32_t> resolved_;  // (source id, parent) -> own id
-  std::vector<uint32_t> chain_map_;                  // source id -> own id (chained sources)
+  CallPathTable paths_;                       // own function id -> (kind, name, parent)
+  ChunkedVector<FunctionAcc> functions_acc_;  // by own function id
+  ChunkedVector<FunctionDetail> details_;     // of functions counted more than once
+  std::vector<uint32_t> source_leaf_;         // source id -> leaf id in paths_
+  std::vector<uint32_t> chain_map_;           // source id -> own id (chained sources)
   std::vector<std::pair<uint32_t, uint32_t>> correlations_;  // slot -> (correlation, parent)
   std::unordered_map<uint32_t, size_t> tracks_;              // track id -> index
   std::vector<std::unique_ptr<TrackState>> track_list_;
@@ -965,15 +1047,17 @@ class WindowSummarizer::Impl {
   SummaryStats stats_;
 };
 
-void WindowSummarizer::Impl::BuildMetrics(const FunctionAcc& acc, FunctionSummary& fs) const {
+// `bins`: the function's time per grid bin at the final shift; `device`: it ran on a device.
+void WindowSummarizer::Impl::BuildMetrics(const std::vector<std::pair<int64_t, double>>& bins,
+                                          bool device, FunctionSummary& fs) const {
   const double width = static_cast<double>(grid_.width());
   for (int m = 0; m < kNumMetrics; ++m) {
     const auto& rows = metric_rows_[static_cast<size_t>(m)];
-    if (rows[0] < 0 || !MetricRelevant(static_cast<Metric>(m), fs.kind, acc.device_ns > 0)) {
+    if (rows[0] < 0 || !MetricRelevant(static_cast<Metric>(m), fs.kind, device)) {
       continue;
     }
     double weight = 0, sum = 0, sum_sq = 0;
-    for (const auto& [bin, ns] : acc.bins.bins) {
+    for (const auto& [bin, ns] : bins) {
       const double n = grid_.At(rows[0], bin);
       if (n == 0) continue;
       const double w = std::min(1.0, ns / width);
@@ -1159,48 +1243,6 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
   const TrackState* critical_track = iter_track && !iter_track->device ? iter_track : busiest;
   const uint32_t critical_index = critical_track ? TrackIndex(*critical_track) : kNone;
 
-  const int shift = grid_.shift();
-  out.functions.reserve(table_.size());
-  for (uint32_t id = 0; id < table_.size(); ++id) {
-    FunctionAcc& acc = functions_acc_[id];
-    if (acc.bins.shift != shift) acc.bins.Rescale(shift);
-    const auto& e = table_.Get(id);
-    FunctionSummary fs;
-    // fs.key stays empty: the key derives from the parent chain (WorkerSummary::Key).
-    fs.name = std::string(e.name);
-    fs.kind = e.kind;
-    fs.parent = e.parent == FunctionTable::kNoParent ? FunctionSummary::kNoParent : e.parent;
-    fs.count = acc.count;
-    fs.total_ns = acc.total_ns;
-    fs.self_ns = acc.self_ns;
-    fs.idle_gap_before_ns = acc.idle_gap_ns;
-    fs.bytes = acc.bytes;
-    fs.event_flags = acc.flags;
-    fs.durations = std::move(acc.durations);
-    if (acc.device_ns > 0 && e.kind == EventKind::kMemcpy &&
-        (acc.flags & kEventFlagDeviceToDevice) == 0) {
-      double exposed = 0;
-      for (const auto& [bin, ns] : acc.bins.bins) {
-        exposed += ns * (1.0 - grid_.Fraction(row_device_compute_, bin));
-      }
-      fs.critical_ns = std::min(acc.device_ns, static_cast<int64_t>(std::llround(exposed)));
-    } else if (acc.device_ns > 0) {
-      fs.critical_ns = acc.device_ns;
-    } else if (out.has_device) {
-      double uncovered = 0;
-      for (const auto& [bin, ns] : acc.bins.bins) {
-        uncovered += ns * (1.0 - grid_.Fraction(row_device_busy_, bin));
-      }
-      fs.critical_ns = std::min(acc.total_ns, static_cast<int64_t>(std::llround(uncovered)));
-    } else if (critical_index != kNone) {
-      fs.critical_ns = acc.HostNs(critical_index);
-    }
-    // Metrics: device functions and functions that ran on the iteration (critical) thread.
-    if (acc.device_ns > 0 || (critical_index != kNone && acc.OnTrack(critical_index))) {
-      BuildMetrics(acc, fs);
-    }
-    out.functions.push_back(std::move(fs));
-  }
   // A trace file that marks no iteration is one iteration: its window (what
   // median_iteration_ns() already assumes), so that its breakdown (GPU idle while the host
   // works, ...) is known. Live windows without markers keep no iteration.
@@ -1211,44 +1253,120 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     spans.push_back({window_start_, window_end_});
   }
   BuildIterations(out, std::move(spans), critical_track);
-  FindOnsets(out);
+
+  // Onsets (FindOnset) need enough iterations on both sides of a step.
+  const bool onsets = out.iterations.size() >= kMinBefore + kMinAfter && !grid_.empty();
+  std::vector<double> per_iteration(onsets ? out.iterations.size() : 0);
+  const int shift = grid_.shift();
+  std::vector<std::pair<int64_t, double>> lone_bins;  // a lone first call's bins
+  out.functions.reserve(paths_.size());
+  for (uint32_t id = 0; id < paths_.size(); ++id) {
+    FunctionAcc& acc = functions_acc_[id];
+    FunctionDetail* detail = acc.detail == kNone ? nullptr : &details_[acc.detail];
+    const std::vector<std::pair<int64_t, double>>* bins = &lone_bins;
+    lone_bins.clear();
+    if (detail != nullptr) {
+      if (detail->bins.shift != shift) detail->bins.Rescale(shift);
+      bins = &detail->bins.bins;
+    } else if (acc.count > 0 && acc.first_binned) {
+      // total_ns is the lone call's part inside the clip.
+      grid_.ForEachOverlap(acc.first_lo, acc.first_lo + acc.total_ns, [&](int64_t bin, int64_t ns) {
+        lone_bins.emplace_back(bin, static_cast<double>(ns));
+      });
+    }
+    // The function's host time on `track`, and whether it ran there.
+    auto host_ns = [&](uint32_t track) -> int64_t {
+      if (detail == nullptr)
+        return acc.count > 0 && acc.first_host_track == track ? acc.total_ns : 0;
+      for (const auto& [t, v] : detail->host_ns_by_track)
+        if (t == track) return v;
+      return 0;
+    };
+    auto on_track = [&](uint32_t track) {
+      if (detail == nullptr) return acc.count > 0 && acc.first_host_track == track;
+      for (const auto& tv : detail->host_ns_by_track)
+        if (tv.first == track) return true;
+      return false;
+    };
+    const CallPathTable::Path e = paths_.Get(id);
+    FunctionSummary fs;
+    // fs.key stays empty: the key derives from the parent chain (WorkerSummary::Key).
+    fs.name = std::string(e.name);
+    fs.kind = e.kind;
+    fs.parent = e.parent == CallPathTable::kNone ? FunctionSummary::kNoParent : e.parent;
+    fs.count = acc.count;
+    fs.total_ns = acc.total_ns;
+    fs.self_ns = acc.self_ns;
+    fs.idle_gap_before_ns = acc.idle_gap_ns;
+    fs.bytes = acc.bytes;
+    fs.event_flags = acc.flags;
+    if (detail != nullptr) {
+      fs.durations = std::move(detail->durations);
+    } else if (acc.count > 0) {
+      fs.durations.Add(static_cast<double>(acc.first_duration));
+    }
+    if (acc.device_ns > 0 && e.kind == EventKind::kMemcpy &&
+        (acc.flags & kEventFlagDeviceToDevice) == 0) {
+      double exposed = 0;
+      for (const auto& [bin, ns] : *bins) {
+        exposed += ns * (1.0 - grid_.Fraction(row_device_compute_, bin));
+      }
+      fs.critical_ns = std::min(acc.device_ns, static_cast<int64_t>(std::llround(exposed)));
+    } else if (acc.device_ns > 0) {
+      fs.critical_ns = acc.device_ns;
+    } else if (out.has_device) {
+      double uncovered = 0;
+      for (const auto& [bin, ns] : *bins) {
+        uncovered += ns * (1.0 - grid_.Fraction(row_device_busy_, bin));
+      }
+      fs.critical_ns = std::min(acc.total_ns, static_cast<int64_t>(std::llround(uncovered)));
+    } else if (critical_index != kNone) {
+      fs.critical_ns = host_ns(critical_index);
+    }
+    // Metrics: device functions and functions that ran on the iteration (critical) thread.
+    if (acc.device_ns > 0 || (critical_index != kNone && on_track(critical_index))) {
+      BuildMetrics(*bins, acc.device_ns > 0, fs);
+    }
+    if (onsets && !bins->empty()) {
+      const StepOnset onset = FindOnset(*bins, out.iterations, per_iteration);
+      if (onset.iteration != 0) {
+        fs.onset_iteration = onset.iteration;
+        fs.onset_ns = static_cast<int64_t>(std::llround(onset.after_sum));
+      }
+    }
+    // Done with this function: free what it held now, so that the summary reuses it.
+    if (detail != nullptr) *detail = FunctionDetail{};
+    if (ChunkedVector<FunctionAcc>::LastOfChunk(id)) functions_acc_.ReleaseChunkOf(id);
+    out.functions.push_back(std::move(fs));
+  }
   return out;
 }
 
-// Each function's time per iteration from its grid bins (a bin's time spread evenly over
-// the bin), and where it steps up (step_onset.h).
-void WindowSummarizer::Impl::FindOnsets(WorkerSummary& out) const {
-  const std::vector<IterationSummary>& its = out.iterations;
-  if (its.size() < kMinBefore + kMinAfter || grid_.empty()) return;
+// A function's time per iteration from its grid bins (a bin's time spread evenly over the
+// bin), and where it steps up (step_onset.h). `per_iteration`: scratch, its.size() long.
+StepOnset WindowSummarizer::Impl::FindOnset(const std::vector<std::pair<int64_t, double>>& bins,
+                                            const std::vector<IterationSummary>& its,
+                                            std::vector<double>& per_iteration) const {
   const int shift = grid_.shift();
   const double width = static_cast<double>(grid_.width());
-  std::vector<double> per_iteration(its.size());
-  for (uint32_t id = 0; id < table_.size() && id < out.functions.size(); ++id) {
-    const FunctionAcc& acc = functions_acc_[id];
-    if (acc.bins.bins.empty()) continue;
-    std::fill(per_iteration.begin(), per_iteration.end(), 0.0);
-    for (const auto& [bin, ns] : acc.bins.bins) {
-      const int64_t lo = bin << shift;
-      const int64_t hi = (bin + 1) << shift;
-      // The first iteration that ends after the bin starts (iterations are sorted by start).
-      auto it = std::upper_bound(
-          its.begin(), its.end(), lo,
-          [](int64_t t, const IterationSummary& s) { return t < s.start_ns + s.duration_ns; });
-      for (; it != its.end() && it->start_ns < hi; ++it) {
-        const int64_t overlap =
-            std::min(hi, it->start_ns + it->duration_ns) - std::max(lo, it->start_ns);
-        if (overlap > 0) {
-          per_iteration[static_cast<size_t>(it - its.begin())] +=
-              ns * static_cast<double>(overlap) / width;
-        }
+  std::fill(per_iteration.begin(), per_iteration.end(), 0.0);
+  for (const auto& [bin, ns] : bins) {
+    const int64_t lo = bin << shift;
+    const int64_t hi = (bin + 1) << shift;
+    // The first iteration that ends after the bin starts (iterations are sorted by start).
+    auto it = std::upper_bound(
+        its.begin(), its.end(), lo,
+        [](int64_t t, const IterationSummary& s) { return t < s.start_ns + s.duration_ns; });
+    for (; it != its.end() && it->start_ns < hi; ++it) {
+      const int64_t overlap =
+          std::min(hi, it->start_ns + it->duration_ns) - std::max(lo, it->start_ns);
+      if (overlap > 0) {
+        per_iteration[static_cast<size_t>(it - its.begin())] +=
+            ns * static_cast<double>(overlap) / width;
       }
     }
-    const StepOnset onset = FindStepOnset(per_iteration);
-    if (onset.iteration == 0) continue;
-    FunctionSummary& fs = out.functions[id];
-    fs.onset_iteration = onset.iteration;
-    fs.onset_ns = static_cast<int64_t>(std::llround(onset.after_sum));
   }
+  return FindStepOnset(per_iteration);
 }
 
 WindowSummarizer::WindowSummarizer(const FunctionTable* functions, SummarizerOptions options)
@@ -1260,5 +1378,6 @@ void WindowSummarizer::OnEvent(const Event& event) { impl_->OnEvent(event); }
 void WindowSummarizer::OnMetric(const MetricSample& sample) { impl_->OnMetric(sample); }
 WorkerSummary WindowSummarizer::Finish() { return impl_->Finish(); }
 size_t WindowSummarizer::peak_reorder_buffer() const { return impl_->peak_reorder_buffer(); }
+size_t WindowSummarizer::detailed_functions() const { return impl_->detailed_functions(); }
 
 }  // namespace perftracker

@@ -40,6 +40,10 @@ class WindowSummarizer : public EventSink {
   // Debug / test accessor: the largest number of events any track's reorder buffer held.
   // Never exceeds SummarizerOptions::reorder_window + 1 (offline: the track's event count).
   size_t peak_reorder_buffer() const;
+  // Debug / test accessor: how many functions (call paths) were counted more than once and so
+  // hold a full accumulator (sketch, per-track times, time bins). A path counted once keeps
+  // its call as it is: this stays below the number of paths.
+  size_t detailed_functions() const;
 
  private:
   class Impl;

@@ -492,6 +492,67 @@ TEST(WindowSummarizerTest, MetricsDuringAFunction) {
   EXPECT_NEAR(quiet->metrics[0].mean, 0.0, 1e-9);
 }
 
+// Traces recorded with Python stacks hold about one distinct call path per two events, and
+// most paths run once: a path counted once keeps its call as it is (no sketch, no per-track
+// times, no time bins: detailed_functions() counts the others), and its figures come out as
+// if it had them. A path's second call replays the first into a full accumulator, also after
+// the time grid coarsened between the two (here: a kernel 1 s later widens the window).
+TEST(WindowSummarizerTest, ACallPathCountedOnceHoldsNoFullAccumulator) {
+  for (bool offline : {true, false}) {
+    SCOPED_TRACE(offline ? "offline" : "live, processed as it arrives");
+    SummarizerOptions options;
+    options.offline = offline;
+    options.reorder_window = 1;
+    StreamBuilder b(options);
+    b.HostTrack(kMain);
+    b.HostTrack(kOther);
+    b.DeviceTrack(kStream);
+    // f runs 2 ms early (CPU samples during it) and 500 ns 1.5 s later; g once beside its
+    // first call, h once beside its second; 200 one-off paths in between.
+    constexpr int64_t kLong = 2'000'000;
+    constexpr int64_t kLate = 1'500'000'000;
+    for (int i = 0; i < 20; ++i) b.Metric(Metric::kCpuUtilization, 100 + 100'000 * i, 2.0);
+    b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 2'000'000'000);
+    b.Emit(kMain, EventKind::kPythonCall, "m.py(1): f", 100, 100 + kLong);
+    b.Emit(kOther, EventKind::kPythonCall, "m.py(2): g", 100, 100 + kLong);
+    constexpr int kOnce = 200;
+    for (int i = 0; i < kOnce; ++i) {
+      b.Emit(kMain, EventKind::kPythonCall, "m.py(5): step_" + std::to_string(i),
+             3'000'000 + i * 1000, 3'000'500 + i * 1000);
+    }
+    b.Emit(kStream, EventKind::kGpuKernel, "gemm", 1'000'000'000, 1'000'000'010);
+    b.Emit(kMain, EventKind::kPythonCall, "m.py(1): f", kLate, kLate + 500);
+    b.Emit(kOther, EventKind::kPythonCall, "m.py(4): h", kLate, kLate + 500);
+    WorkerSummary s = b.Finish();
+    EXPECT_EQ(b.summarizer().detailed_functions(), 1u) << "only f runs twice";
+
+    ASSERT_FN(f, s, "python:m.py(1): f");
+    EXPECT_EQ(f->count, 2u);
+    EXPECT_EQ(f->total_ns, kLong + 500);
+    EXPECT_EQ(f->durations.count(), 2u);
+    EXPECT_EQ(f->durations.sum(), static_cast<double>(kLong + 500));
+    EXPECT_EQ(f->critical_ns, kLong + 500) << "both calls' time bins, no device work beside them";
+    ASSERT_EQ(f->metrics.size(), 1u) << "its first call's bins meet the samples";
+    EXPECT_NEAR(f->metrics[0].mean, 2.0, 1e-6);
+    ASSERT_FN(g, s, "python:m.py(2): g");
+    EXPECT_EQ(g->count, 1u);
+    EXPECT_EQ(g->durations.count(), 1u);
+    EXPECT_EQ(g->durations.Quantile(0.5), static_cast<double>(kLong));
+    EXPECT_EQ(g->critical_ns, kLong);
+    ASSERT_FN(h, s, "python:m.py(4): h");
+    EXPECT_EQ(h->count, 1u);
+    EXPECT_EQ(h->durations.Quantile(0.5), 500.0);
+    EXPECT_EQ(h->critical_ns, 500);
+    for (int i = 0; i < kOnce; ++i) {
+      ASSERT_FN(step, s, "python:m.py(5): step_" + std::to_string(i));
+      EXPECT_EQ(step->count, 1u);
+      EXPECT_EQ(step->self_ns, 500);
+      EXPECT_EQ(step->durations.Quantile(0.5), 500.0);
+      EXPECT_EQ(step->critical_ns, 500);
+    }
+  }
+}
+
 TEST(WindowSummarizerTest, WorkerMetricsCoverTheWholeWindow) {
   StreamBuilder b;
   b.HostTrack(kMain);
