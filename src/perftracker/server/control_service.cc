@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "perftracker/core/realtime_clock.h"
+#include "perftracker/server/http/rate_limited_log.h"
 #include "perftracker/server/metrics/server_metrics.h"
 #include "perftracker/server/store/store.h"
 #include "perftracker/server/store_recorder.h"
@@ -63,7 +64,7 @@ class ControlService::Job : public CollectorControl {
     }
     if (Store* store = service_->options_.store) {
       const Status st = store->PutWindow(record);
-      if (!st.ok()) service_->Log("job " + id_ + ": store: " + st.message());
+      if (!st.ok()) service_->LogStoreError(id_, st);
     }
     if (ServerMetrics* m = service_->options_.metrics)
       m->RecordWindow(id_, WindowMetricState::kOpened);
@@ -125,7 +126,7 @@ class ControlService::Session : public ControlSession {
     job_->coordinator_->OnWorkerJoined(ToWorker(r));
     if (Store* store = service_->options_.store) {
       const Status st = store->UpsertWorker({job_->id_, r.rank, r.host, r.pid, RealtimeNs()});
-      if (!st.ok()) service_->Log("job " + job_->id_ + ": store: " + st.message());
+      if (!st.ok()) service_->LogStoreError(job_->id_, st);
     }
   }
 
@@ -164,7 +165,7 @@ class ControlService::Session : public ControlSession {
       }
       if (Store* store = service_->options_.store; store != nullptr && !points.empty()) {
         const Status st = store->AppendIterations(job_->id_, points);
-        if (!st.ok()) service_->Log("job " + job_->id_ + ": store: " + st.message());
+        if (!st.ok()) service_->LogStoreError(job_->id_, st);
       }
       return Status::Ok();
     }
@@ -208,7 +209,7 @@ class ControlService::Session : public ControlSession {
       }
       if (Store* store = service_->options_.store) {
         const Status st = store->PutSummary(job_->id_, s->window, *decoded);
-        if (!st.ok()) service_->Log("job " + job_->id_ + ": store: " + st.message());
+        if (!st.ok()) service_->LogStoreError(job_->id_, st);
       }
       if (ServerMetrics* m = service_->options_.metrics) {
         if (decoded->stats.dropped_events > 0) {
@@ -272,7 +273,10 @@ class ControlService::Session : public ControlSession {
   std::set<int32_t> ranks_;  // touched by this stream's reads only (one at a time)
 };
 
-ControlService::ControlService(ControlServiceOptions options) : options_(std::move(options)) {}
+ControlService::ControlService(ControlServiceOptions options)
+    : options_(std::move(options)),
+      store_log_(std::make_unique<RateLimitedLog>([this](const std::string& line) { Log(line); },
+                                                  kStoreLogBurst, kStoreLogPeriod)) {}
 
 ControlService::~ControlService() { Stop(); }
 
@@ -282,6 +286,10 @@ void ControlService::Log(const std::string& line) const {
   } else {
     std::fprintf(stderr, "perftracker: %s\n", line.c_str());
   }
+}
+
+void ControlService::LogStoreError(const std::string& job_id, const Status& status) const {
+  store_log_->Log("job " + job_id + ": store: " + status.message());
 }
 
 Status ControlService::Start() {
@@ -367,7 +375,7 @@ void ControlService::StoreReports() {
             st = store->SetBaseline(job->id_, record.window_id);
           job->baseline_known_ = true;
         }
-        if (!st.ok()) Log("job " + job->id_ + ": store: " + st.message());
+        if (!st.ok()) LogStoreError(job->id_, st);
       }
       job->reports_stored_ = i + 1;
     }
@@ -423,7 +431,7 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
     if (record.created_ns == 0) record.created_ns = now;
     record.last_seen_ns = now;
     const Status st = store->UpsertJob(record);
-    if (!st.ok()) Log("job " + registration.job_id + ": store: " + st.message());
+    if (!st.ok()) LogStoreError(registration.job_id, st);
   }
   const std::string peer = sink->peer();
   auto session = std::make_shared<Session>(this, job, session_id, registration.host, peer);

@@ -24,10 +24,13 @@
 // diagnoses (the report's JSON and text) and the healthy baseline (the first window whose
 // diagnosis has no material finding) by the service's own thread, which watches the
 // coordinators' reports. Window ids continue the job's stored ids after a server restart,
-// so a restarted server never overwrites an earlier window's report.
+// so a restarted server never overwrites an earlier window's report. A failed write is
+// logged, at most kStoreLogBurst lines per kStoreLogPeriod (the rest counted in the next
+// line), and the job goes on: its coordinator does not depend on the store.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -46,6 +49,7 @@
 
 namespace perftracker {
 
+class RateLimitedLog;
 class Store;
 class ServerMetrics;
 
@@ -100,8 +104,15 @@ class ControlService : public ControlHandler, public JobActions {
   void Loop();
   void StoreReports();
   void Log(const std::string& line) const;
+  // A failed store write: logged through store_log_, so a store that is down (PostgreSQL
+  // restarting) costs a few lines per period, not one per collector message.
+  void LogStoreError(const std::string& job_id, const Status& status) const;
+
+  static constexpr int kStoreLogBurst = 5;
+  static constexpr std::chrono::seconds kStoreLogPeriod{10};
 
   ControlServiceOptions options_;
+  std::unique_ptr<RateLimitedLog> store_log_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;

@@ -73,7 +73,8 @@ class ControlServiceTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  void StartServer() {
+  // On a fresh SQLite store, or on `store` when given.
+  void StartServer(Store* store_override = nullptr) {
     auto store = SqliteStore::Open((dir_ / "store.db").string());
     ASSERT_TRUE(store.ok()) << store.status().message();
     store_ = std::move(store).value();
@@ -84,7 +85,7 @@ class ControlServiceTest : public ::testing::Test {
     o.coordinator.wait_summaries_ns = 1500 * kMs;
     o.coordinator.cooldown_ns = 0;
     o.coordinator.log = [](std::string_view) {};
-    o.store = store_.get();
+    o.store = store_override != nullptr ? store_override : store_.get();
     o.report_poll_ms = 20;
     o.log = [this](std::string_view line) {
       std::lock_guard<std::mutex> lock(log_mu_);
@@ -143,6 +144,64 @@ class ControlServiceTest : public ::testing::Test {
   std::mutex log_mu_;
   std::vector<std::string> log_;
 };
+
+// A store whose database is gone (PostgreSQL restarting): every write fails, reads find
+// nothing.
+class DownStore final : public Store {
+ public:
+  static Status Down() {
+    return Status::Internal("store postgresql://db/pt: server closed the connection");
+  }
+  Status UpsertJob(const JobRecord&) override { return Down(); }
+  Status UpsertWorker(const WorkerRecord&) override { return Down(); }
+  StatusOr<JobRecord> GetJob(const std::string&) override { return Down(); }
+  StatusOr<std::vector<JobRecord>> ListJobs() override { return Down(); }
+  StatusOr<std::vector<WorkerRecord>> ListWorkers(const std::string&) override { return Down(); }
+  Status AppendIterations(const std::string&, const std::vector<IterationPoint>&) override {
+    return Down();
+  }
+  StatusOr<std::vector<IterationPoint>> ListIterations(const std::string&, int64_t,
+                                                       size_t) override {
+    return Down();
+  }
+  Status PutWindow(const WindowRecord&) override { return Down(); }
+  StatusOr<std::vector<WindowRecord>> ListWindows(const std::string&) override { return Down(); }
+  StatusOr<WindowRecord> GetWindow(const std::string&, uint64_t) override { return Down(); }
+  Status PutSummary(const std::string&, uint64_t, const WorkerSummary&) override { return Down(); }
+  StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string&, uint64_t) override {
+    return Down();
+  }
+  Status PutDiagnosis(const DiagnosisRecord&) override { return Down(); }
+  StatusOr<DiagnosisRecord> GetDiagnosis(const std::string&, uint64_t) override { return Down(); }
+  Status SetBaseline(const std::string&, uint64_t) override { return Down(); }
+  StatusOr<std::optional<uint64_t>> GetBaseline(const std::string&) override { return Down(); }
+};
+
+// The job goes on without its store, and the server's log gets a few lines about it, not
+// one per message: 200 iteration batches and a window against a store that is down.
+TEST_F(ControlServiceTest, AStoreThatIsDownIsLoggedAFewTimesAndTheJobGoesOn) {
+  DownStore down;
+  StartServer(&down);
+  Collector a = Connect("node-a", 0, 2, 2);
+  for (int i = 1; i <= 200; ++i) a.stream->Write(ControlIterations{{{0, i * kMs, kMs}}});
+  a.stream->Write(ControlTrigger{1, "slowdown", "mean 1.3x the shortest"});
+  const ControlWindow w = WaitWindow(a);  // after the batches: one stream, in order
+  for (int r = 0; r < 2; ++r) {
+    a.stream->Write(ControlSummary{
+        w.id, r, EncodeWorkerSummary(Summary(r, w.start_ns, w.start_ns + w.duration_ns))});
+  }
+  const bool reported = Eventually([&] { return service_->Reports("job-x").size() == 1; });
+  StopServer();  // before `down` goes: the service's thread writes reports to it
+  ASSERT_TRUE(reported);
+  std::lock_guard<std::mutex> lock(log_mu_);
+  size_t store_lines = 0;
+  for (const std::string& line : log_) {
+    if (line.find(": store: ") != std::string::npos) ++store_lines;
+  }
+  EXPECT_GE(store_lines, 1u);
+  // 5 per 10 s; the test may span a few periods on a busy machine, never 200 batches' worth.
+  EXPECT_LE(store_lines, 20u) << "a line per failed write";
+}
 
 TEST_F(ControlServiceTest, TwoCollectorsOneWindowEverySummaryStoredAndDiagnosed) {
   StartServer();

@@ -468,17 +468,17 @@ StatusOr<WindowRecord> PostgresStore::GetWindow(const std::string& job_id, uint6
 
 Status PostgresStore::PutSummary(const std::string& job_id, uint64_t window_id,
                                  const WorkerSummary& summary) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(job_id));
-  PERFTRACKER_RETURN_IF_ERROR(CheckStoreWindowId(job_id, window_id));
-  if (summary.rank < 0) {
-    return Status::InvalidArgument(fmt::format(
-        "store: job {} window {}: summary with negative rank {}", job_id, window_id, summary.rank));
-  }
   return PutSummaryBytes(job_id, window_id, summary.rank, EncodeWorkerSummary(summary));
 }
 
 Status PostgresStore::PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
-                                      std::string bytes) {
+                                      std::string_view encoded) {
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(job_id));
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreWindowId(job_id, window_id));
+  if (rank < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "store: job {} window {}: summary with negative rank {}", job_id, window_id, rank));
+  }
   StatusOr<Lease> conn = Acquire();
   if (!conn.ok()) return conn.status();
   PgTransaction tx(conn->get());
@@ -487,7 +487,7 @@ Status PostgresStore::PutSummaryBytes(const std::string& job_id, uint64_t window
   PERFTRACKER_RETURN_IF_ERROR((*conn)->Run(
       "INSERT INTO summaries (job_id, window_id, rank, summary) VALUES ($1, $2, $3, $4) "
       "ON CONFLICT (job_id, window_id, rank) DO UPDATE SET summary = excluded.summary",
-      {job_id, Id(window_id), rank, PgParam::Bytes(std::move(bytes))}));
+      {job_id, Id(window_id), rank, PgParam::Bytes(std::string(encoded))}));
   return tx.Commit();
 }
 

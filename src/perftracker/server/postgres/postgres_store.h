@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "perftracker/server/postgres/pg_connection.h"
@@ -74,6 +75,10 @@ class PostgresStore final : public Store {
   StatusOr<WindowRecord> GetWindow(const std::string& job_id, uint64_t window_id) override;
   Status PutSummary(const std::string& job_id, uint64_t window_id,
                     const WorkerSummary& summary) override;
+  // A summary as it travels: the bytes wire/summary_codec.h's EncodeWorkerSummary wrote for
+  // `rank`, stored as they are (PutSummary encodes, then calls this).
+  Status PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
+                         std::string_view encoded);
   StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string& job_id,
                                                      uint64_t window_id) override;
   Status PutDiagnosis(const DiagnosisRecord& diagnosis) override;
@@ -98,9 +103,6 @@ class PostgresStore final : public Store {
   // Inside a transaction on `conn`: locks the job's / window's row, NotFound when absent.
   static Status LockJob(PgConnection* conn, const std::string& job_id, bool for_update);
   static Status LockWindow(PgConnection* conn, const std::string& job_id, uint64_t window_id);
-  // Stores a summary's wire bytes (arguments already checked).
-  Status PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
-                         std::string bytes);
 
   std::string url_;
   std::string name_;  // the URL, password masked
