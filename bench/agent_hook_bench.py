@@ -9,8 +9,8 @@ Call-heavy benchmark: recursive fib(n) (fib(24): 150,049 Python calls, no C call
 of small method calls (150,001 Python calls; each also calls the builtin abs()). Modes,
 interleaved in shuffled order in every repetition, medians reported:
   none          no profiler
-  noop_eval     a frame-evaluation function (PEP 523) that only calls the interpreter's own:
-                the floor of the agent's default hook
+  noop_eval     (3.10, 3.11) a frame-evaluation function (PEP 523) that only calls the
+                interpreter's own: the floor of the agent's default hook there
   noop_profile  a C profile function that does nothing: the floor any PyEval_SetProfile
                 hook pays in CPython 3.11 (frame objects, de-specialized "tracing" dispatch)
   noop_monitor  (3.12+) do-nothing C callbacks registered with sys.monitoring for the six
@@ -19,8 +19,7 @@ interleaved in shuffled order in every repetition, medians reported:
                 also records every C function call, e.g. abs())
   cprofile_py   cProfile.Profile(builtins=False): Python calls only, like perftracker
   perftracker   inside a perftracker window with the default (fastest) hook: the
-                frame-evaluation hook on 3.11, sys.monitoring on 3.12+, the profile function
-                on 3.10 (where pt_profile is the same hook): one
+                frame-evaluation hook on 3.10 and 3.11, sys.monitoring on 3.12+: one
                 40-byte event per Python call (start, end, id of the function + its whole
                 call stack) written into the shared-memory ring; the ring holds a whole run
                 and is drained after each run, outside the timed region, like a collector

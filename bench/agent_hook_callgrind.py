@@ -8,9 +8,9 @@ in every mode; a window's start and stop add a few thousand instructions, < 0.1 
 
     PYTHONPATH=<build>/python /usr/bin/python3 bench/agent_hook_callgrind.py [--n 20]
 
-Modes: none, noop_eval (3.11) / noop_monitor (3.12+), noop_profile, cprofile (builtins=True),
-cprofile_py (builtins=False), perftracker (the default hook: frame evaluation on 3.11,
-sys.monitoring on 3.12+, the profile function on 3.10), pt_profile (profile-function hook),
+Modes: none, noop_eval (3.10, 3.11) / noop_monitor (3.12+), noop_profile, cprofile (builtins=True),
+cprofile_py (builtins=False), perftracker (the default hook: frame evaluation on 3.10 and
+3.11, sys.monitoring on 3.12+), pt_profile (profile-function hook),
 after_window (the workload run right after a window on the default hook closed: its cost
 must be 0; also run at a second, larger size so that what a window leaves behind is split
 into a one-time part and a per-call part: the latter is the cost after a window). See agent_hook_bench.py for what each records. Needs valgrind (Debian: valgrind).
@@ -123,7 +123,7 @@ def main():
     if shutil.which("valgrind") is None:
         sys.exit("agent_hook_callgrind: valgrind not found (Debian: apt-get install valgrind)")
     version = subprocess.run([sys.executable, "-c", "import sys; print(sys.version_info >= (3, "
-                              "12), sys.version_info >= (3, 11))"], capture_output=True,
+                              "12), sys.version_info >= (3, 10))"], capture_output=True,
                              text=True).stdout.split()
     noop = "noop_monitor" if version[0] == "True" else "noop_eval" if version[1] == "True" \
         else None

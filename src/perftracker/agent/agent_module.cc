@@ -40,10 +40,15 @@ py::dict CountsDict(const ProfilerCounts& c) {
 // costs in CPython 3.11 before doing any work (frame objects, de-specialized dispatch).
 int NoopProfile(PyObject*, PyFrameObject*, int, PyObject*) { return 0; }
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-// Benchmark floor of the frame-evaluation hook: evaluates every frame through one more C
-// call, as the agent's hook does, and does nothing else.
-PyObject* NoopEval(PyThreadState* tstate, struct _PyInterpreterFrame* frame, int throwflag) {
+#if PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030C0000
+// Benchmark floor of the frame-evaluation hook (3.10, 3.11): evaluates every frame through
+// one more C call, as the agent's hook does, and does nothing else.
+#if PY_VERSION_HEX >= 0x030B0000
+using NoopEvalFrame = struct _PyInterpreterFrame;
+#else
+using NoopEvalFrame = PyFrameObject;
+#endif
+PyObject* NoopEval(PyThreadState* tstate, NoopEvalFrame* frame, int throwflag) {
   return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
 }
 #endif
@@ -226,7 +231,7 @@ PYBIND11_MODULE(_agent, m) {
       },
       py::arg("duration_s"), py::arg("hook") = "",
       "Starts a local window now (tests, benchmarks). hook: the fast hook ('eval': "
-      "frame-evaluation hook on 3.11, 'monitor': sys.monitoring on 3.12+) or 'profile' (C "
+      "frame-evaluation hook on 3.10 and 3.11, 'monitor': sys.monitoring on 3.12+) or 'profile' (C "
       "profile function); sticks for later windows.");
   m.def(
       "hooks",
@@ -320,7 +325,7 @@ PYBIND11_MODULE(_agent, m) {
   m.def(
       "noop_eval",
       [](bool on) {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#if PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030C0000
         _PyInterpreterState_SetEvalFrameFunc(PyThreadState_Get()->interp,
                                              on ? &NoopEval : &_PyEval_EvalFrameDefault);
         return true;

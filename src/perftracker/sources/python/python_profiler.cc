@@ -2,6 +2,7 @@
 
 #include <frameobject.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -12,13 +13,16 @@
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/sources/python/tsc_clock.h"
 
-// The frame-evaluation hook needs the interpreter's frame layout, which only CPython's
-// internal headers describe, and which changes between minor versions: 3.11 only.
+// The frame-evaluation hook (PEP 523) reads the frames the interpreter evaluates: on 3.11 its
+// own frames, whose layout only CPython's internal headers describe (it changes between minor
+// versions); on 3.10 frame objects (public). 3.12 and 3.13 use sys.monitoring instead.
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_LIMITED_API)
 #define PERFTRACKER_EVAL_HOOK 1
 #define Py_BUILD_CORE 1
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
+#elif PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030B0000 && !defined(Py_LIMITED_API)
+#define PERFTRACKER_EVAL_HOOK 1
 #else
 #define PERFTRACKER_EVAL_HOOK 0
 #endif
@@ -283,6 +287,32 @@ int Hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* /*arg*/) {
 
 #if PERFTRACKER_EVAL_HOOK
 
+#if PY_VERSION_HEX >= 0x030B0000
+// 3.11: the interpreter's own frames. A Python function calling another runs the callee
+// inline, without the eval function, once the call is specialized (Reconcile finds them).
+using EvalFrame = _PyInterpreterFrame;
+inline EvalFrame* EvalCaller(EvalFrame* f) { return f->previous; }
+inline EvalFrame* EvalCurrentFrame(PyThreadState* t) { return t->cframe->current_frame; }
+inline bool EvalNotStarted(EvalFrame* f) { return _PyFrame_IsIncomplete(f); }
+constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
+// Calling a generator or coroutine function only creates the object: its body runs (and is
+// recorded) when it is resumed, as the profile hook sees it.
+inline bool EvalOnlyCreates(PyCodeObject* code, EvalFrame* f) {
+  return (code->co_flags & kGeneratorFlags) != 0 && f->owner != FRAME_OWNED_BY_GENERATOR;
+}
+inline void NameFrom(EvalFrame* /*f*/) {}  // 3.11 code objects carry their qualified name
+#else
+// 3.10: frame objects. Every Python call, generator resume and throw goes through the eval
+// function (3.10 runs no call inline), and calling a generator function evaluates nothing.
+using EvalFrame = PyFrameObject;
+inline EvalFrame* EvalCaller(EvalFrame* f) { return f->f_back; }
+inline EvalFrame* EvalCurrentFrame(PyThreadState* t) { return t->frame; }
+inline bool EvalNotStarted(EvalFrame* /*f*/) { return false; }
+inline bool EvalOnlyCreates(PyCodeObject* /*code*/, EvalFrame* /*f*/) { return false; }
+inline void NameFrom(EvalFrame* f) { SetNamingFrame(f); }
+#endif
+inline PyCodeObject* EvalCode(EvalFrame* f) { return f->f_code; }
+
 // Everything the eval hook reads per call, in one place (GIL-protected, like all of this).
 struct EvalGlobals {
   PythonProfiler* profiler = nullptr;  // recording with the eval hook; nullptr: pass through
@@ -297,7 +327,7 @@ struct EvalGlobals {
 };
 EvalGlobals g_eval;
 
-PyObject* EvalHook(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwflag);
+PyObject* EvalHook(PyThreadState* tstate, EvalFrame* frame, int throwflag);
 
 void SetEvalFunction(bool ours) {
   if (g_eval.interp == nullptr) return;
@@ -317,13 +347,13 @@ PythonProfiler::ThreadState* EvalLookup(PyThreadState* tstate) {
 // chain any more returned unseen and are closed at `now`; chain frames the shadow stack
 // lacks are pushed (on the thread's first event: everything that was running, started at
 // the window's start; later: frames the interpreter entered inline, started at `now`).
-void Reconcile(PythonProfiler::ThreadState* ts, _PyInterpreterFrame* caller, int64_t now) {
-  _PyInterpreterFrame* chain[kMaxPrimeDepth];
+void Reconcile(PythonProfiler::ThreadState* ts, EvalFrame* caller, int64_t now) {
+  EvalFrame* chain[kMaxPrimeDepth];
   size_t n = 0;
   ptrdiff_t match = -1;
-  for (_PyInterpreterFrame* f = caller; f != nullptr && n < kMaxPrimeDepth; f = f->previous) {
-    if (_PyFrame_IsIncomplete(f)) continue;  // not started yet (no call made from it)
-    match = ts->stack.Find(f, f->f_code);
+  for (EvalFrame* f = caller; f != nullptr && n < kMaxPrimeDepth; f = EvalCaller(f)) {
+    if (EvalNotStarted(f)) continue;  // not started yet (no call made from it)
+    match = ts->stack.Find(f, EvalCode(f));
     if (match >= 0) break;
     chain[n++] = f;
   }
@@ -332,14 +362,17 @@ void Reconcile(PythonProfiler::ThreadState* ts, _PyInterpreterFrame* caller, int
   });
   const int64_t start = ts->primed ? now : ts->start_ns;
   ts->primed = true;
-  for (size_t i = n; i-- > 0;) ts->stack.Push(chain[i], chain[i]->f_code, start);
+  for (size_t i = n; i-- > 0;) {
+    NameFrom(chain[i]);
+    ts->stack.Push(chain[i], EvalCode(chain[i]), start);
+  }
 }
 
 // A thread that is the agent's own, or that has used half of its C stack (deep recursion:
 // with our hook every Python call nests a C call). The latter hands frame evaluation back
 // to the interpreter (inline calls, no C recursion) until this call returns.
-PyObject* EvalUnrecorded(PythonProfiler::ThreadState* ts, PyThreadState* tstate,
-                         _PyInterpreterFrame* frame, int throwflag) {
+PyObject* EvalUnrecorded(PythonProfiler::ThreadState* ts, PyThreadState* tstate, EvalFrame* frame,
+                         int throwflag) {
   if (ts->ignored) return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
   ++ts->deep_pauses;
   if (g_eval.pauses++ == 0 && g_eval.installed) SetEvalFunction(false);
@@ -350,7 +383,7 @@ PyObject* EvalUnrecorded(PythonProfiler::ThreadState* ts, PyThreadState* tstate,
 
 // A frame that began in an earlier window returned while a new window records: it may have
 // been pushed there as a running frame.
-void EvalLateReturn(PyThreadState* tstate, _PyInterpreterFrame* frame, int64_t end) {
+void EvalLateReturn(PyThreadState* tstate, EvalFrame* frame, int64_t end) {
   if (g_eval.profiler == nullptr || end >= g_eval.end_ns) return;
   PythonProfiler::ThreadState* ts =
       tstate->id == g_eval.cached_tstate_id ? g_eval.cached : EvalLookup(tstate);
@@ -360,8 +393,8 @@ void EvalLateReturn(PyThreadState* tstate, _PyInterpreterFrame* frame, int64_t e
 
 // A call deeper than ShadowStack::kMaxDepth: not recorded, and neither are its callees
 // (their caller is not on the shadow stack, which must not be reconciled against it).
-PyObject* EvalTooDeep(PythonProfiler::ThreadState* ts, PyThreadState* tstate,
-                      _PyInterpreterFrame* frame, int throwflag) {
+PyObject* EvalTooDeep(PythonProfiler::ThreadState* ts, PyThreadState* tstate, EvalFrame* frame,
+                      int throwflag) {
   ts->stack.CountTooDeep();
   ++ts->overflow;
   const uint64_t window = g_eval.window;
@@ -370,10 +403,8 @@ PyObject* EvalTooDeep(PythonProfiler::ThreadState* ts, PyThreadState* tstate,
   return result;
 }
 
-constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
-
 // The interpreter runs every Python frame through this function while a window records.
-PyObject* EvalHook(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwflag) {
+PyObject* EvalHook(PyThreadState* tstate, EvalFrame* frame, int throwflag) {
   PythonProfiler::ThreadState* ts =
       tstate->id == g_eval.cached_tstate_id ? g_eval.cached : EvalLookup(tstate);
   if (ts == nullptr) [[unlikely]]
@@ -381,11 +412,8 @@ PyObject* EvalHook(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwf
   if (reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) < ts->stack_guard) [[unlikely]] {
     return EvalUnrecorded(ts, tstate, frame, throwflag);
   }
-  PyCodeObject* code = frame->f_code;
-  // Calling a generator or coroutine function only creates the object: its body runs (and
-  // is recorded) when it is resumed, as the profile hook sees it.
-  if ((code->co_flags & kGeneratorFlags) != 0 && frame->owner != FRAME_OWNED_BY_GENERATOR)
-      [[unlikely]] {
+  PyCodeObject* code = EvalCode(frame);
+  if (EvalOnlyCreates(code, frame)) [[unlikely]] {
     return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
   }
   const int64_t start = TscClock::Now(g_eval.clock);
@@ -399,10 +427,11 @@ PyObject* EvalHook(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwf
   if (ts->overflow != 0) [[unlikely]] {
     return EvalTooDeep(ts, tstate, frame, throwflag);
   }
-  _PyInterpreterFrame* caller = tstate->cframe->current_frame;
-  if (!ts->stack.TopIs(caller, caller != nullptr ? caller->f_code : nullptr)) [[unlikely]] {
+  EvalFrame* caller = EvalCurrentFrame(tstate);
+  if (!ts->stack.TopIs(caller, caller != nullptr ? EvalCode(caller) : nullptr)) [[unlikely]] {
     Reconcile(ts, caller, start);
   }
+  NameFrom(frame);
   if (ts->stack.Push(frame, code, start) == ShadowStack::PushResult::kTooDeep) [[unlikely]] {
     ++ts->overflow;  // Push counted it
     const uint64_t window = g_eval.window;
@@ -697,6 +726,17 @@ PyObject* GcCallback(PyObject* /*self*/, PyObject* args) {
 PyMethodDef kBootstrapDef = {"_perftracker_thread_profile", ThreadBootstrap, METH_VARARGS, nullptr};
 PyMethodDef kGcCallbackDef = {"_perftracker_gc_callback", GcCallback, METH_VARARGS, nullptr};
 
+// The OS thread a thread state runs on (the calling thread's own state).
+inline uint64_t OsThread([[maybe_unused]] PyThreadState* tstate) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return tstate->native_thread_id;
+#else
+  // 3.10 keeps only the pthread id, which the next thread reuses at once: the kernel's id,
+  // as native_thread_id is on 3.11.
+  return static_cast<uint64_t>(gettid());
+#endif
+}
+
 template <typename F>
 void ForEachThread(F&& f) {
   PyInterpreterState* interp = PyThreadState_Get()->interp;
@@ -844,7 +884,7 @@ PythonProfiler::ThreadState* PythonProfiler::EvalThreadState(PyThreadState* tsta
 #if PERFTRACKER_EVAL_HOOK || PERFTRACKER_MONITOR_HOOK
   // By OS thread: a C++ thread that calls into Python (a torch autograd or gloo callback)
   // may get a new PyThreadState for every call (PyGILState_Ensure / Release).
-  auto it = eval_threads_.find(tstate->native_thread_id);
+  auto it = eval_threads_.find(OsThread(tstate));
   if (it != eval_threads_.end()) {
     it->second->tstate_id = tstate->id;
     return it->second;
@@ -863,7 +903,7 @@ PythonProfiler::ThreadState* PythonProfiler::EvalThreadState(PyThreadState* tsta
   }
   ThreadState* raw = ts.get();
   threads_.push_back(std::move(ts));
-  eval_threads_.emplace(tstate->native_thread_id, raw);
+  eval_threads_.emplace(OsThread(tstate), raw);
   return raw;
 #else
   (void)tstate;
@@ -933,9 +973,8 @@ void PythonProfiler::CloseThreads(int64_t end) {
       auto it = alive.find(t->tstate_id);
       ptrdiff_t live = -1;
       if (it != alive.end()) {
-        for (_PyInterpreterFrame* f = it->second->cframe->current_frame; f != nullptr;
-             f = f->previous) {
-          if ((live = t->stack.Find(f, f->f_code)) >= 0) break;
+        for (EvalFrame* f = EvalCurrentFrame(it->second); f != nullptr; f = EvalCaller(f)) {
+          if ((live = t->stack.Find(f, EvalCode(f))) >= 0) break;
         }
       }
       t->stack.PopTo(static_cast<size_t>(live + 1), emit_at(gone));
@@ -1045,8 +1084,8 @@ void PythonProfiler::Record(EventKind kind, std::string_view name, bool nest, in
       ts = nullptr;
     } else if (nest) {
       // The caller is a (hidden) wrapper frame: bring the shadow stack up to date with it.
-      _PyInterpreterFrame* caller = tstate->cframe->current_frame;
-      if (!ts->stack.TopIs(caller, caller != nullptr ? caller->f_code : nullptr)) {
+      EvalFrame* caller = EvalCurrentFrame(tstate);
+      if (!ts->stack.TopIs(caller, caller != nullptr ? EvalCode(caller) : nullptr)) {
         Reconcile(ts, caller, TscClock::Now(clock_));
       }
     }

@@ -120,8 +120,8 @@ class PythonProfiler {
   // Whether windows may use the fast hook (default: yes, where available); false: the
   // profile function.
   void set_prefer_eval_hook(bool prefer) { prefer_eval_hook_ = prefer; }
-  // The fast hook this interpreter supports: kEval (CPython 3.11), kMonitor (3.12, 3.13),
-  // kProfile (none: 3.10).
+  // The fast hook this interpreter supports: kEval (CPython 3.10, 3.11), kMonitor (3.12,
+  // 3.13), kProfile (none).
   static PythonHook FastHook();
   // The sys.monitoring tool id a window claims (sys.monitoring.PROFILER_ID).
   static constexpr int kMonitorToolId = 2;
