@@ -1,6 +1,6 @@
 """The agent's Python call recorder on the real interpreter, with each hook this CPython
-has (the fast hook: frame evaluation on 3.11, sys.monitoring on 3.12+; and the profile-function
-hook, the only one on 3.10): every call's identity is the function plus its whole Python
+has (the fast hook: frame evaluation on 3.10 and 3.11, sys.monitoring on 3.12+; and the
+profile-function hook): every call's identity is the function plus its whole Python
 stack, whatever the control flow (recursion, generators, coroutines, exceptions, threads,
 frames the interpreter enters inline, a window opened mid-call).
 

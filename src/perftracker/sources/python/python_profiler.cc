@@ -97,7 +97,7 @@ bool g_in_forked_child = false;
 thread_local bool t_ignored_thread = false;
 
 #if PY_VERSION_HEX < 0x030B0000
-// CPython 3.10's code objects have no qualified name: the profile hook names a function on
+// CPython 3.10's code objects have no qualified name: the hooks name a function on
 // its first call from the frame running it (t_naming_frame): the function object found in
 // the frame's globals, else on the class of its first argument (self / cls), else nested
 // in its caller's code (a comprehension, a local function called where it is defined);

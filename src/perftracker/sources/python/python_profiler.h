@@ -1,10 +1,10 @@
 // PythonProfiler: the agent's fine-grained Python recorder, on only inside a profiling
 // window. Three ways to see every Python call, chosen at each window start: the fastest
-// correct one this CPython has (the "fast hook": the frame-evaluation hook on 3.11,
-// sys.monitoring on 3.12 and 3.13), else the profile function (3.10, and any version with the
-// agent option eval_hook=0 or when the fast hook is taken by another tool):
+// correct one this CPython has (the "fast hook": the frame-evaluation hook on 3.10 and 3.11,
+// sys.monitoring on 3.12 and 3.13), else the profile function (any version with the agent
+// option eval_hook=0 or when the fast hook is taken by another tool):
 //
-//  - The frame-evaluation hook (default on CPython 3.11; PEP 523,
+//  - The frame-evaluation hook (default on CPython 3.10 and 3.11; PEP 523,
 //    _PyInterpreterState_SetEvalFrameFunc): the interpreter calls our function to run every
 //    Python frame (a call, or a generator / coroutine resume), on every thread, and we call
 //    the interpreter's own _PyEval_EvalFrameDefault from it. Entry and exit are the C call
