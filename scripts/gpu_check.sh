@@ -21,9 +21,15 @@
 #   rank; per-block .item() on every rank), ~6 more minutes.
 #
 #   scripts/gpu_check.sh [--dry-run] [--full] PERFTRACKER OUTDIR [extra cmake args for the agent]
+#   scripts/gpu_check.sh --bundle PERFTRACKER DIR
 #
-# PERFTRACKER: the perftracker binary (a Release build carried from another machine: it needs
-# only the C/C++ runtime), or `build` to build it here (build-gpu-cli/, target perftracker).
+# PERFTRACKER: the perftracker binary, or `build` to build it there (build-gpu-cli/, target
+# perftracker; needs the build dependencies of scripts/deps.sh on that machine). A binary
+# built elsewhere needs its shared libraries (gRPC, abseil, protobuf, libpq, ...): --bundle
+# copies the binary to DIR/perftracker and every library it loads, except the C / C++
+# runtime, to DIR/lib (~30 MiB plus the binary), which this script then puts on
+# LD_LIBRARY_PATH for perftracker (and so for the jobs it starts). The target's glibc must
+# be at least the build machine's (Debian 12: 2.36).
 # Everything lands in OUTDIR: log.txt (all output), one <step>.log per step, summary.txt
 # (one PASS / FAIL line per check), reports/, kineto/. Exit status 0 when every check passed.
 # --dry-run prints the steps' commands into OUTDIR/plan.txt and runs none of them (the test
@@ -33,10 +39,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 
 DRY=0
 FULL=0
+BUNDLE=0
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --dry-run) DRY=1 ;;
     --full) FULL=1 ;;
+    --bundle) BUNDLE=1 ;;
     *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -44,6 +52,15 @@ done
 if [[ $# -lt 2 ]]; then
   echo "usage: scripts/gpu_check.sh [--dry-run] [--full] PERFTRACKER|build OUTDIR [cmake args]" >&2
   exit 2
+fi
+if [[ $BUNDLE == 1 ]]; then
+  [[ -x $1 ]] || { echo "gpu_check: --bundle: $1 is not an executable" >&2; exit 2; }
+  mkdir -p "$2/lib" && cp -L "$1" "$2/perftracker" || exit 1
+  ldd "$1" | awk '/=> \//{print $3}' |
+    grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libasan|libubsan)\.so' |
+    while read -r lib; do cp -L "$lib" "$2/lib/"; done
+  echo "gpu_check: $2/perftracker and $(find "$2/lib" -type f | wc -l) libraries in $2/lib ($(du -sh "$2" | cut -f1))"
+  exit 0
 fi
 PT_ARG=$1
 OUT=$(realpath -m "$2")
@@ -120,6 +137,11 @@ cmake --build build-gpu-cli -j \$(nproc) --target perftracker"
   PT=$(realpath -m build-gpu-cli/src/perftracker/cli/perftracker)
 else
   PT=$(realpath -m "$PT_ARG")
+fi
+PT_LIB=$(dirname "$PT")/lib
+if [[ -d $PT_LIB ]]; then  # a --bundle
+  LD_LIBRARY_PATH=$PT_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LD_LIBRARY_PATH
 fi
 PERFTRACKER_PYTHON_DIR=$(realpath -m "$BUILD/python")
 PERFTRACKER_NCCL_PLUGIN=$(realpath -m "$BUILD/src/perftracker/sources/nccl/libperftracker_nccl_profiler.so")

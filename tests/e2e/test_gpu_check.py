@@ -70,6 +70,25 @@ class GpuCheckScriptTest(unittest.TestCase):
             self.assertEqual(r.returncode, 2)
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
 
+    def test_bundle_copies_the_binary_and_the_libraries_it_loads(self):
+        bundle = os.path.join(self.dir, "bundle")
+        r = subprocess.run(["bash", SCRIPT, "--bundle", CONFIG.perftracker, bundle],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"^gpu_check: .*/perftracker and \d+ libraries in ")
+        libs = set(os.listdir(os.path.join(bundle, "lib")))
+        ldd = subprocess.run(["ldd", CONFIG.perftracker], capture_output=True, text=True).stdout
+        for line in ldd.splitlines():
+            m = re.match(r"\s*(\S+) => /", line)
+            if not m:
+                continue
+            runtime = re.match(r"lib(c|m|stdc\+\+|gcc_s|pthread|dl|rt|asan|ubsan)\.so", m.group(1))
+            self.assertEqual(m.group(1) in libs, not runtime, m.group(1))
+        env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(bundle, "lib"))
+        r = subprocess.run([os.path.join(bundle, "perftracker"), "--version"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_nvml_check_reads_the_probe(self):
         probe = os.path.join(self.dir, "probe.log")
         with open(probe, "w") as f:
