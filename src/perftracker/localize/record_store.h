@@ -1,10 +1,14 @@
 // RecordStore: the localizer's per-(worker, function) records in fixed-size blocks, so that
-// 30 M records (a gigabyte) grow without a reallocation copy of the whole array.
+// 30 M records (a gigabyte) grow without a reallocation copy of the whole array. A block is
+// allocated, not written: its pages become resident as records fill them (one trace file's
+// few thousand records do not cost the 8 MiB block).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <vector>
 
 namespace perftracker::localize {
@@ -35,13 +39,18 @@ class RecordStore {
   }
   void push_back(const FunctionRecord& r) {
     if (size_ % kRecordsPerBlock == 0) {
-      blocks_.push_back(std::make_unique<FunctionRecord[]>(kRecordsPerBlock));
+      void* block = std::malloc(kRecordsPerBlock * sizeof(FunctionRecord));
+      if (block == nullptr) throw std::bad_alloc();
+      blocks_.emplace_back(static_cast<FunctionRecord*>(block));
     }
-    (*this)[size_++] = r;
+    std::construct_at(&(*this)[size_++], r);
   }
 
  private:
-  std::vector<std::unique_ptr<FunctionRecord[]>> blocks_;
+  struct Free {
+    void operator()(FunctionRecord* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<FunctionRecord[], Free>> blocks_;
   uint64_t size_ = 0;
 };
 

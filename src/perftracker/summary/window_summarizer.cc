@@ -117,22 +117,24 @@
 //
 // Memory: reorder buffers (tracks x 2 lanes x reorder_window x 48 bytes), the open-frame
 // stacks (nesting depth), the context timelines (at most kMaxContextPoints x 16 bytes per
-// host thread), the correlation array (8 MiB, allocated on the first correlated launch),
-// the grid (rows x kGridBins x 8 bytes, rows allocated when first used, per-thread rows for
-// at most kMaxHostTrackRows threads), per function accumulators (80 bytes; a function counted
-// more than once adds its sketch and at most 2 x kGridBins sparse bins, see FunctionAcc), the
-// call paths (CallPathTable, ~24 bytes each) and iteration markers. Live, nothing grows with
-// the number of events. Offline, each event is kept until Finish() (40 bytes in a deque; the
-// context timelines only from the next leaf call on); see docs/performance.md for the
-// measured peak RSS per event. Metric samples far outside the events' span widen the grid and
-// so coarsen it.
+// host thread), the correlation array (8 MiB of zero pages, allocated on the first correlated
+// launch, a page resident once a slot on it is written), the grid (rows x kGridBins x 8 bytes, rows
+// allocated when first used, per-thread rows for at most kMaxHostTrackRows threads), per function
+// accumulators (80 bytes; a function counted more than once adds its sketch and at most 2 x
+// kGridBins sparse bins, see FunctionAcc), the call paths (CallPathTable, ~24 bytes each) and
+// iteration markers. Live, nothing grows with the number of events. Offline, each event is kept
+// until Finish() (40 bytes in a deque; the context timelines only from the next leaf call on); see
+// docs/performance.md for the measured peak RSS per event. Metric samples far outside the events'
+// span widen the grid and so coarsen it.
 #include "perftracker/summary/window_summarizer.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <memory>
+#include <new>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -837,13 +839,19 @@ class WindowSummarizer::Impl {
   }
 
   void RememberLaunch(uint32_t correlation, uint32_t parent) {
-    if (correlations_.empty()) correlations_.assign(kCorrelationSlots, {0, kNone});
+    if (!correlations_) {
+      // calloc: fresh zero pages, resident only once a slot on them is written (correlation
+      // ids are sequential: a trace touches one page per 512 launches).
+      correlations_.reset(
+          static_cast<CorrelationSlot*>(std::calloc(kCorrelationSlots, sizeof(CorrelationSlot))));
+      if (!correlations_) throw std::bad_alloc();
+    }
     correlations_[correlation % kCorrelationSlots] = {correlation, parent};
   }
   uint32_t LaunchParent(uint32_t correlation) const {
-    if (correlation == 0 || correlations_.empty()) return kNone;
-    const auto& slot = correlations_[correlation % kCorrelationSlots];
-    return slot.first == correlation ? slot.second : kNone;
+    if (correlation == 0 || !correlations_) return kNone;
+    const CorrelationSlot& slot = correlations_[correlation % kCorrelationSlots];
+    return slot.correlation == correlation ? slot.parent : kNone;
   }
 
   void EnsureHostRows(TrackState& t) {
@@ -1024,8 +1032,16 @@ class WindowSummarizer::Impl {
   ChunkedVector<FunctionDetail> details_;     // of functions counted more than once
   std::vector<uint32_t> source_leaf_;         // source id -> leaf id in paths_
   std::vector<uint32_t> chain_map_;           // source id -> own id (chained sources)
-  std::vector<std::pair<uint32_t, uint32_t>> correlations_;  // slot -> (correlation, parent)
-  std::unordered_map<uint32_t, size_t> tracks_;              // track id -> index
+  // slot -> (correlation, parent); a zero slot holds no launch (correlation ids are > 0).
+  struct CorrelationSlot {
+    uint32_t correlation;
+    uint32_t parent;
+  };
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<CorrelationSlot[], Free> correlations_;
+  std::unordered_map<uint32_t, size_t> tracks_;  // track id -> index
   std::vector<std::unique_ptr<TrackState>> track_list_;
   size_t host_tracks_with_rows_ = 0;
   TimeGrid grid_;
