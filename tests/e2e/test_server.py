@@ -17,6 +17,8 @@ Checks:
   - crash: the server is killed with SIGKILL mid-job and restarted on the same store and
     ports; the first report is still served; both collectors reconnect and register again,
     and the next window is diagnosed with all 8 ranks (window 2 in the store);
+  - a window open when the server is SIGKILLed is shown abandoned, with its reason, after the
+    restart;
   - security and failure paths: a wrong token is refused (and logged once per peer), an
     unreachable server is one clear line while the job runs to its exit code.
 """
@@ -123,7 +125,7 @@ class Server:
         self.http_port = 0
         self.proc = None
 
-    def start(self, max_windows):
+    def start(self, max_windows, window_seconds=1):
         with open(self.log_path, "ab") as f:
             f.write(b"--- start ---\n")
         before = len(read(self.log_path))
@@ -132,7 +134,8 @@ class Server:
                "--http-listen", f"127.0.0.1:{self.http_port}",
                "--report-dir", os.path.join(self.dir, "reports"),
                "--store", os.path.join(self.dir, "store.db"),
-               "--window-seconds", "1", "--window-delay-ms", "200", "--cooldown-seconds", "1",
+               "--window-seconds", str(window_seconds), "--window-delay-ms", "200",
+               "--cooldown-seconds", "1",
                "--wait-summaries-seconds", "6", "--max-windows", str(max_windows)]
         self.proc = start(cmd, self.log_path)
         m = wait_for(lambda: re.search(r"listening: grpc=\S+:(\d+).* http=http://127\.0\.0\.1:(\d+)",
@@ -270,6 +273,31 @@ class MultiHostTest(unittest.TestCase):
         self.assertEqual(b_collector.wait(timeout=30), 0, "the collector stops cleanly")
         server.stop()
         log(f"total {time.monotonic() - t0:.1f} s")
+
+    def test_a_window_open_when_the_server_is_killed_is_abandoned_with_its_reason(self):
+        """Issue 13 §4: it stayed "open" forever after the restart."""
+        server = Server(self.dir, "0.0.0.0" if self.hosts.netns else "127.0.0.1")
+        server.start(max_windows=1, window_seconds=120)  # open for the whole test
+        job = "killed-mid-window"
+        self.collector(0, server, job, first=0, trigger=0, windows=1)
+
+        def window_one():
+            got = server.api(f"/api/v1/jobs/{job}/windows")
+            return got and [w for w in got["windows"] if w["window_id"] == 1]
+
+        w = wait_for(window_one, 60, "window 1 to open")[0]
+        self.assertEqual(w["state"], "open")
+        self.assertEqual(w["state_reason"], "")
+        server.kill()
+        server.start(max_windows=1)
+        w = window_one()[0]
+        self.assertEqual(w["state"], "abandoned", w)
+        self.assertIn("the server stopped before the window completed (killed or crashed: its "
+                      "summaries were lost); found open when a server started at ", w["state_reason"])
+        self.assertFalse(w["has_diagnosis"])
+        after = read(server.log_path).split("--- start ---")[-1]
+        self.assertIn(f"job {job}: window 1 abandoned: the server stopped", after)
+        server.stop()
 
     def test_wrong_token_and_unreachable_server(self):
         server = Server(self.dir, "127.0.0.1")

@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include <fmt/chrono.h>
 #include <fmt/core.h>
 
 #include "perftracker/core/realtime_clock.h"
@@ -20,6 +21,11 @@ namespace perftracker {
 namespace {
 
 constexpr size_t kMaxTriggersKept = 64;
+
+// "2026-11-26 00:41:02 UTC"
+std::string UtcNow() {
+  return fmt::format("{:%Y-%m-%d %H:%M:%S} UTC", fmt::gmtime(std::time(nullptr)));
+}
 
 WorkerInfo ToWorker(const ControlRank& r) {
   WorkerInfo w;
@@ -288,11 +294,67 @@ void ControlService::Log(const std::string& line) const {
   }
 }
 
+void ControlService::Abandon(const WindowRecord& open, const std::string& why) {
+  WindowRecord window = open;
+  window.state = WindowState::kAbandoned;
+  window.state_reason = why;
+  if (Store* store = options_.store) {
+    const Status st = store->PutWindow(window);
+    if (!st.ok()) {
+      LogStoreError(window.job_id, st);
+      return;
+    }
+  }
+  if (options_.metrics)
+    options_.metrics->RecordWindow(window.job_id, WindowMetricState::kAbandoned);
+  Log(fmt::format("job {}: window {} abandoned: {}", window.job_id, window.window_id, why));
+}
+
+void ControlService::AbandonLeftOpen(const std::string& job_id, const std::string& why,
+                                     bool only_stale) {
+  Store* store = options_.store;
+  if (store == nullptr) return;
+  std::vector<std::string> jobs;
+  if (!job_id.empty()) {
+    jobs.push_back(job_id);
+  } else {
+    StatusOr<std::vector<JobRecord>> all = store->ListJobs();
+    if (!all.ok()) {
+      Log("store: " + all.status().message());
+      return;
+    }
+    for (const JobRecord& j : *all) jobs.push_back(j.job_id);
+  }
+  const int64_t now = RealtimeNs();
+  const int64_t wait = options_.coordinator.wait_summaries_ns;
+  for (const std::string& job : jobs) {
+    StatusOr<std::vector<WindowRecord>> windows = store->ListWindows(job);
+    if (!windows.ok()) {
+      LogStoreError(job, windows.status());
+      continue;
+    }
+    for (const WindowRecord& w : *windows) {
+      if (w.state != WindowState::kOpen) continue;
+      if (only_stale && w.start_ns + w.duration_ns + wait + kOrphanSlackNs > now) continue;
+      Abandon(w, why);
+    }
+  }
+}
+
 void ControlService::LogStoreError(const std::string& job_id, const Status& status) const {
   store_log_->Log("job " + job_id + ": store: " + status.message());
 }
 
 Status ControlService::Start() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (started_) return Status::Internal("control service already started");
+  }
+  AbandonLeftOpen("",
+                  "the server stopped before the window completed (killed or crashed: its "
+                  "summaries were lost); found open when a server started at " +
+                      UtcNow(),
+                  options_.store_shared);
   std::lock_guard<std::mutex> lock(mu_);
   if (started_) return Status::Internal("control service already started");
   started_ = true;
@@ -316,6 +378,20 @@ void ControlService::Stop() {
   }
   for (auto& [id, job] : jobs) job->coordinator_->Stop();
   StoreReports();
+  for (auto& [id, job] : jobs) {
+    std::vector<WindowRecord> left;
+    {
+      std::lock_guard<std::mutex> lock(job->mu_);
+      for (const auto& [window_id, spec] : job->open_windows_) {
+        if (!job->diagnosed_.count(window_id))
+          left.push_back(job->Record(spec, WindowState::kOpen));
+      }
+      job->open_windows_.clear();
+    }
+    for (const WindowRecord& w : left) {
+      Abandon(w, "the server was shut down before the window completed");
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   started_ = false;
 }
@@ -396,6 +472,15 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
       job = it->second;
     } else {
       uint64_t base = 0;
+      // A window of this job still open in the store was opened by a server that is gone
+      // (this one has no coordinator for the job yet): nothing will complete it.
+      if (options_.store != nullptr) {
+        AbandonLeftOpen(registration.job_id,
+                        "the server that opened it stopped before the window completed; found "
+                        "open when the job's collectors registered again at " +
+                            UtcNow(),
+                        /*only_stale=*/false);
+      }
       if (Store* store = options_.store) {
         StatusOr<std::vector<WindowRecord>> windows = store->ListWindows(registration.job_id);
         if (windows.ok()) {

@@ -51,6 +51,7 @@ namespace perftracker {
 
 class RateLimitedLog;
 class Store;
+struct WindowRecord;
 class ServerMetrics;
 
 struct ControlServiceOptions {
@@ -60,6 +61,11 @@ struct ControlServiceOptions {
   Store* store = nullptr;            // optional, not owned
   ServerMetrics* metrics = nullptr;  // optional, not owned
   int report_poll_ms = 100;
+  // Several servers share the store (PostgreSQL): a window found open at start may be
+  // another live server's, so only one whose span and summary wait ended long ago
+  // (kOrphanSlack) is closed then; a job's open windows are closed when its collectors
+  // register here. Otherwise (SQLite: one server) every window found open at start is.
+  bool store_shared = false;
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
 };
 
@@ -78,9 +84,16 @@ class ControlService : public ControlHandler, public JobActions {
   ControlService(const ControlService&) = delete;
   ControlService& operator=(const ControlService&) = delete;
 
-  // Starts the thread that stores the coordinators' reports.
+  // A window left open by a server that stopped can never complete (its coordinator, the
+  // only one waiting for its summaries, is gone): it is closed as abandoned, with the reason,
+  // when this much time has passed since its span and summary wait ended (shared stores).
+  static constexpr int64_t kOrphanSlackNs = 60'000'000'000;
+
+  // Closes the windows a stopped server left open (see store_shared), then starts the
+  // thread that stores the coordinators' reports.
   Status Start();
-  // Stores the reports written so far, stops every job's coordinator and the thread.
+  // Stores the reports written so far, stops every job's coordinator and the thread; a
+  // window still open is stored as abandoned ("the server was shut down before ...").
   void Stop();
 
   // ControlHandler (gRPC threads).
@@ -103,6 +116,11 @@ class ControlService : public ControlHandler, public JobActions {
 
   void Loop();
   void StoreReports();
+  // Stores `window` as abandoned with `why` (and counts it); logs a store failure.
+  void Abandon(const WindowRecord& window, const std::string& why);
+  // The windows of `job_id` (every job when empty) the store holds open from an earlier
+  // server, abandoned with `why`; `only_stale`: only those whose wait ended kOrphanSlackNs ago.
+  void AbandonLeftOpen(const std::string& job_id, const std::string& why, bool only_stale);
   void Log(const std::string& line) const;
   // A failed store write: logged through store_log_, so a store that is down (PostgreSQL
   // restarting) costs a few lines per period, not one per collector message.

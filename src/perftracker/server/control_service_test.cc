@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "perftracker/core/realtime_clock.h"
 #include "perftracker/server/sqlite/sqlite_store.h"
 #include "perftracker/wire/control_client.h"
 #include "perftracker/wire/summary_codec.h"
@@ -86,6 +87,7 @@ class ControlServiceTest : public ::testing::Test {
     o.coordinator.cooldown_ns = 0;
     o.coordinator.log = [](std::string_view) {};
     o.store = store_override != nullptr ? store_override : store_.get();
+    o.store_shared = shared_store_;
     o.report_poll_ms = 20;
     o.log = [this](std::string_view line) {
       std::lock_guard<std::mutex> lock(log_mu_);
@@ -137,7 +139,29 @@ class ControlServiceTest : public ::testing::Test {
     }
   }
 
+  // What a server killed mid-window leaves in the store: the job and its window, open.
+  void StoreOpenWindow(uint64_t id, int64_t start_ns) {
+    auto store = SqliteStore::Open((dir_ / "store.db").string());
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    ASSERT_TRUE((*store)->UpsertJob({"job-x", "train.py", 1, start_ns, start_ns}).ok());
+    WindowRecord w;
+    w.job_id = "job-x";
+    w.window_id = id;
+    w.reason = "manual";
+    w.start_ns = start_ns;
+    w.duration_ns = 300 * kMs;
+    ASSERT_TRUE((*store)->PutWindow(w).ok());
+  }
+  bool Logged(const std::string& text) {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    for (const std::string& line : log_) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
   fs::path dir_;
+  bool shared_store_ = false;
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<ControlServer> server_;
@@ -338,6 +362,64 @@ TEST_F(ControlServiceTest, ARestartedServerContinuesTheJobsWindowIds) {
   EXPECT_TRUE(fs::exists(dir_ / "reports" / "job-x" / "window-2-manual.json"))
       << "a restarted server does not overwrite the earlier report files";
   EXPECT_EQ(service_->TriggerWindow("nope").message(), "job nope is not known to this server");
+}
+
+// Issue 13 §4: a window left open by a killed server stayed "open" forever after a restart.
+TEST_F(ControlServiceTest, AWindowLeftOpenByAKilledServerIsAbandonedWithItsReasonAtRestart) {
+  StoreOpenWindow(1, RealtimeNs());
+  StartServer();
+  StatusOr<WindowRecord> w = store_->GetWindow("job-x", 1);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->state, WindowState::kAbandoned);
+  EXPECT_NE(w->state_reason.find("the server stopped before the window completed (killed or "
+                                 "crashed: its summaries were lost); found open when a server "
+                                 "started at 20"),
+            std::string::npos)
+      << w->state_reason;
+  EXPECT_TRUE(Logged("job job-x: window 1 abandoned: the server stopped"));
+  // The job goes on: its next window is 2.
+  Collector a = Connect("node-a", 0, 1, 1);
+  a.stream->Write(ControlTrigger{0, "manual", ""});
+  EXPECT_EQ(WaitWindow(a).id, 2u);
+}
+
+TEST_F(ControlServiceTest, OnASharedStoreAnotherServersLiveWindowStaysOpenUntilItsJobComesHere) {
+  const int64_t now = RealtimeNs();
+  StoreOpenWindow(1, now - 600'000 * kMs);  // ended 10 minutes ago: nobody waits for it
+  StoreOpenWindow(2, now);                  // maybe another live server's
+  shared_store_ = true;
+  StartServer();
+  EXPECT_EQ(store_->GetWindow("job-x", 1)->state, WindowState::kAbandoned);
+  EXPECT_EQ(store_->GetWindow("job-x", 2)->state, WindowState::kOpen);
+  // The job's collectors register here: the server that opened window 2 is gone.
+  Collector a = Connect("node-a", 0, 1, 1);
+  StatusOr<WindowRecord> w2 = store_->GetWindow("job-x", 2);
+  ASSERT_TRUE(w2.ok());
+  EXPECT_EQ(w2->state, WindowState::kAbandoned);
+  EXPECT_NE(w2->state_reason.find("the server that opened it stopped before the window "
+                                  "completed; found open when the job's collectors registered "
+                                  "again at"),
+            std::string::npos)
+      << w2->state_reason;
+}
+
+TEST_F(ControlServiceTest, AWindowOpenWhenTheServerShutsDownIsStoredAbandoned) {
+  StartServer();
+  Collector a = Connect("node-a", 0, 1, 1);
+  a.stream->Write(ControlTrigger{0, "manual", ""});
+  const ControlWindow w = WaitWindow(a);
+  ASSERT_TRUE(Eventually([&] { return store_->GetWindow("job-x", w.id).ok(); }));
+  a.stream->Cancel();
+  auto store = SqliteStore::Open((dir_ / "store.db").string());
+  ASSERT_TRUE(store.ok());
+  StopServer();  // no summary came: the window cannot complete
+  StatusOr<WindowRecord> stored = (*store)->GetWindow("job-x", w.id);
+  ASSERT_TRUE(stored.ok());
+  if (stored->state == WindowState::kDiagnosed) {
+    GTEST_SKIP() << "the coordinator diagnosed the window before the stop (busy machine)";
+  }
+  EXPECT_EQ(stored->state, WindowState::kAbandoned);
+  EXPECT_EQ(stored->state_reason, "the server was shut down before the window completed");
 }
 
 }  // namespace

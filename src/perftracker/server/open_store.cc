@@ -6,23 +6,20 @@
 #endif
 
 namespace perftracker {
-namespace {
 
-bool IsPostgresUrl(const std::string& spec) {
+bool IsSharedStoreSpec(const std::string& spec) {
   return spec.rfind("postgresql://", 0) == 0 || spec.rfind("postgres://", 0) == 0;
 }
 
-}  // namespace
-
 std::string StoreDisplayName(const std::string& spec) {
 #if PERFTRACKER_HAVE_POSTGRES
-  if (IsPostgresUrl(spec)) return RedactPostgresUrl(spec);
+  if (IsSharedStoreSpec(spec)) return RedactPostgresUrl(spec);
 #endif
   return spec;
 }
 
 StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& spec) {
-  if (IsPostgresUrl(spec)) {
+  if (IsSharedStoreSpec(spec)) {
 #if PERFTRACKER_HAVE_POSTGRES
     StatusOr<std::unique_ptr<PostgresStore>> store = PostgresStore::Open(spec);
     if (!store.ok()) return store.status();

@@ -15,6 +15,9 @@ namespace perftracker {
 // PostgreSQL URL given to a build without libpq says so and how to get it.
 StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& spec);
 
+// Whether `spec` names a store several servers may share (a PostgreSQL URL).
+bool IsSharedStoreSpec(const std::string& spec);
+
 // What messages may print of `spec`: the URL with its password masked, or the path.
 std::string StoreDisplayName(const std::string& spec);
 

@@ -67,6 +67,7 @@ Status ServerProcess::Start() {
   ControlServiceOptions so = options_.service;
   so.store = store_.get();
   so.metrics = metrics_.get();
+  so.store_shared = IsSharedStoreSpec(options_.store_path);
   service_ = std::make_unique<ControlService>(so);
   PERFTRACKER_RETURN_IF_ERROR(service_->Start());
 

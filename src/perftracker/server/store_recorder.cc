@@ -188,7 +188,12 @@ void StoreRecorder::StoreReports(const std::vector<WindowReport>& reports) {
   for (const auto& [id, spec] : windows_) {
     const bool reported = std::any_of(reports.begin(), reports.end(),
                                       [id = id](const WindowReport& r) { return r.id == id; });
-    if (!reported) Check(store_->PutWindow(Record(spec, WindowState::kAbandoned)));
+    if (reported) continue;
+    WindowRecord abandoned = Record(spec, WindowState::kAbandoned);
+    abandoned.state_reason =
+        "no diagnosis: the run ended before the window completed, or the hang that opened it "
+        "ended before its report";
+    Check(store_->PutWindow(abandoned));
   }
 }
 

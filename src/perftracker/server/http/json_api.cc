@@ -94,9 +94,10 @@ json JobJson(const JobRecord& job) {
 }
 
 json WindowJson(const WindowRecord& w) {
-  return {{"window_id", w.window_id},   {"reason", w.reason},
-          {"start_ms", Ms(w.start_ns)}, {"duration_ms", Ms(w.duration_ns)},
-          {"triggers", w.triggers},     {"state", StateName(w.state)}};
+  return {{"window_id", w.window_id},      {"reason", w.reason},
+          {"start_ms", Ms(w.start_ns)},    {"duration_ms", Ms(w.duration_ns)},
+          {"triggers", w.triggers},        {"state", StateName(w.state)},
+          {"state_reason", w.state_reason}};
 }
 
 }  // namespace

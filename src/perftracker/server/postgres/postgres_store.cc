@@ -72,6 +72,10 @@ CREATE TABLE diagnoses (
   FOREIGN KEY (job_id, window_id) REFERENCES windows (job_id, window_id)
 );
 )sql",
+    // 1 -> 2: why a window is in its state (an abandoned window's reason).
+    R"sql(
+ALTER TABLE windows ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(std::size(kMigrations) == PostgresStore::kSchemaVersion);
 
@@ -91,7 +95,7 @@ JobRecord ReadJob(const PgResult& r, int row) {
 }
 
 constexpr const char* kWindowColumns =
-    "job_id, window_id, reason, start_ns, duration_ns, triggers, state";
+    "job_id, window_id, reason, start_ns, duration_ns, triggers, state, state_reason";
 
 WindowRecord ReadWindow(const PgResult& r, int row) {
   WindowRecord w;
@@ -107,6 +111,7 @@ WindowRecord ReadWindow(const PgResult& r, int row) {
     }
   }
   w.state = WindowStateFromInt(r.Int64(row, 6));
+  w.state_reason = r.Text(row, 7);
   return w;
 }
 
@@ -428,13 +433,14 @@ Status PostgresStore::PutWindow(const WindowRecord& window) {
     }
   }
   PERFTRACKER_RETURN_IF_ERROR((*conn)->Run(
-      "INSERT INTO windows (job_id, window_id, reason, start_ns, duration_ns, triggers, state) "
-      "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (job_id, window_id) DO UPDATE SET "
-      "reason = excluded.reason, triggers = excluded.triggers, state = excluded.state",
+      "INSERT INTO windows (job_id, window_id, reason, start_ns, duration_ns, triggers, state, "
+      "state_reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (job_id, window_id) DO "
+      "UPDATE SET reason = excluded.reason, triggers = excluded.triggers, state = excluded.state, "
+      "state_reason = excluded.state_reason",
       {window.job_id, Id(window.window_id), window.reason, window.start_ns, window.duration_ns,
        nlohmann::json(window.triggers)
            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-       static_cast<int64_t>(window.state)}));
+       static_cast<int64_t>(window.state), window.state_reason}));
   return tx.Commit();
 }
 

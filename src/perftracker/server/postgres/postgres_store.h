@@ -45,7 +45,7 @@ struct PostgresStoreOptions {
 
 class PostgresStore final : public Store {
  public:
-  static constexpr int64_t kSchemaVersion = 1;
+  static constexpr int64_t kSchemaVersion = 2;
 
   // True for "postgresql://..." and "postgres://..." (what --store takes for this store).
   static bool IsPostgresUrl(const std::string& spec);

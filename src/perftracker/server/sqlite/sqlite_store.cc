@@ -72,6 +72,10 @@ CREATE TABLE diagnoses (
   FOREIGN KEY (job_id, window_id) REFERENCES windows (job_id, window_id)
 );
 )sql",
+    // 1 -> 2: why a window is in its state (an abandoned window's reason).
+    R"sql(
+ALTER TABLE windows ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion);
 
@@ -88,7 +92,7 @@ JobRecord ReadJob(const Statement& st) {
 }
 
 constexpr const char* kWindowColumns =
-    "job_id, window_id, reason, start_ns, duration_ns, triggers, state";
+    "job_id, window_id, reason, start_ns, duration_ns, triggers, state, state_reason";
 
 WindowRecord ReadWindow(const Statement& st) {
   WindowRecord w;
@@ -104,6 +108,7 @@ WindowRecord ReadWindow(const Statement& st) {
     }
   }
   w.state = WindowStateFromInt(st.ColumnInt64(6));
+  w.state_reason = st.ColumnText(7);
   return w;
 }
 
@@ -426,7 +431,7 @@ Status SqliteStore::PutWindow(const WindowRecord& window) {
   {
     StatusOr<Statement> st = writer_->Prepare(
         "INSERT OR REPLACE INTO windows (job_id, window_id, reason, start_ns, duration_ns, "
-        "triggers, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+        "triggers, state, state_reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
     if (!st.ok()) return st.status();
     st->Bind(1, window.job_id);
     st->Bind(2, static_cast<int64_t>(window.window_id));
@@ -436,6 +441,7 @@ Status SqliteStore::PutWindow(const WindowRecord& window) {
     st->Bind(6, nlohmann::json(window.triggers)
                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     st->Bind(7, static_cast<int64_t>(window.state));
+    st->Bind(8, window.state_reason);
     PERFTRACKER_RETURN_IF_ERROR(st->Run());
   }
   return tx.Commit();

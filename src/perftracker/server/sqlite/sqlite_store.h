@@ -48,7 +48,7 @@ struct SqliteStoreOptions {
 
 class SqliteStore final : public Store {
  public:
-  static constexpr int64_t kSchemaVersion = 1;
+  static constexpr int64_t kSchemaVersion = 2;
   // "PTRK": PRAGMA application_id of a perftracker store.
   static constexpr int64_t kApplicationId = 0x5054524b;
 

@@ -214,5 +214,38 @@ TEST(SqliteStoreTest, ForeignAndNewerDatabasesAreRefused) {
   EXPECT_NE(store.status().message().find("no/such/dir/store.db"), std::string::npos);
 }
 
+TEST(SqliteStoreTest, AVersion1StoreIsMigratedAndKeepsItsWindows) {
+  TempDir dir;
+  const std::string path = dir.File("v1.db");
+  {
+    auto s = OpenOrDie(path);
+    ASSERT_TRUE(s->UpsertJob({"j", "t", 1, 1, 1}).ok());
+    WindowRecord w;
+    w.job_id = "j";
+    w.window_id = 1;
+    w.reason = "manual";
+    w.start_ns = 10;
+    w.duration_ns = 20;
+    ASSERT_TRUE(s->PutWindow(w).ok());
+  }
+  {
+    // Version 1 had no windows.state_reason.
+    StatusOr<std::unique_ptr<SqliteConnection>> conn = SqliteConnection::Open(path, false, 100);
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE((*conn)->Exec("ALTER TABLE windows DROP COLUMN state_reason").ok());
+    ASSERT_TRUE((*conn)->Exec("PRAGMA user_version=1").ok());
+  }
+  auto store = OpenOrDie(path);
+  StatusOr<WindowRecord> w = store->GetWindow("j", 1);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->state, WindowState::kOpen);
+  EXPECT_EQ(w->state_reason, "");
+  WindowRecord abandoned = *w;
+  abandoned.state = WindowState::kAbandoned;
+  abandoned.state_reason = "the server stopped";
+  ASSERT_TRUE(store->PutWindow(abandoned).ok());
+  EXPECT_EQ(store->GetWindow("j", 1)->state_reason, "the server stopped");
+}
+
 }  // namespace
 }  // namespace perftracker

@@ -22,8 +22,8 @@
 //   (UpsertJob first), PutSummary / PutDiagnosis / SetBaseline need the window (PutWindow
 //   first); otherwise NotFound naming it. Window ids are 1 .. 2^63-1.
 // - Window states only move forward: open -> diagnosed | abandoned, abandoned -> diagnosed
-//   (late summaries); re-putting the same state updates reason / triggers. Anything else is
-//   InvalidArgument ("out-of-order update"), the stored window unchanged.
+//   (late summaries); re-putting the same state updates reason / triggers / state_reason. Anything
+//   else is InvalidArgument ("out-of-order update"), the stored window unchanged.
 // - Lists are ordered: jobs newest first, workers and summaries by rank, windows by id,
 //   iterations oldest first (end_ns > since_ns, strictly).
 // (These contract notes were added with the SQLite implementation; no signature changed.)
@@ -72,6 +72,9 @@ struct WindowRecord {
   int64_t duration_ns = 0;
   std::vector<std::string> triggers;  // "rank 2: slowdown (mean 1.21x ...)"
   WindowState state = WindowState::kOpen;
+  // Why the window is in its state, where that needs saying: for an abandoned window, why it
+  // could not complete ("the server stopped before ..."); "" otherwise.
+  std::string state_reason;
 };
 
 struct DiagnosisRecord {

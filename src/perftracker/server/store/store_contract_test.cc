@@ -217,8 +217,15 @@ TEST_P(StoreContractTest, WindowsSummariesDiagnosesBaseline) {
   EXPECT_NE(back.message().find("is diagnosed; it cannot become open"), std::string::npos)
       << back.message();
   EXPECT_EQ(store->GetWindow("j", 1)->state, WindowState::kDiagnosed);
-  ASSERT_TRUE(store->PutWindow(Window("j", 2, WindowState::kAbandoned)).ok());
+  // An abandoned window keeps its reason (issue 13 §4); late summaries may still complete it.
+  WindowRecord abandoned = Window("j", 2, WindowState::kAbandoned);
+  abandoned.state_reason = "the server stopped before the window completed";
+  ASSERT_TRUE(store->PutWindow(abandoned).ok());
+  EXPECT_EQ(store->GetWindow("j", 2)->state_reason, abandoned.state_reason);
+  EXPECT_EQ(store->ListWindows("j")->at(1).state_reason, abandoned.state_reason);
+  EXPECT_EQ(store->GetWindow("j", 1)->state_reason, "");
   ASSERT_TRUE(store->PutWindow(Window("j", 2, WindowState::kDiagnosed)).ok());
+  EXPECT_EQ(store->GetWindow("j", 2)->state_reason, "");
   EXPECT_EQ(store->GetWindow("j", 9).status().code(), StatusCode::kNotFound);
 
   // Summaries round-trip through their wire bytes, keyed by rank.

@@ -270,7 +270,8 @@
     const windows = info.windows.slice().reverse().map((w) => el("tr", {dataset: {window: w.window_id}},
         el("td", {class: "num"}, w.has_diagnosis ? link(String(w.window_id), windowHash(job, w.window_id)) : w.window_id),
         el("td", {}, w.reason),
-        el("td", {}, el("span", {class: "state " + w.state}, w.state)),
+        el("td", {}, el("span", {class: "state " + w.state, title: w.state_reason || undefined}, w.state),
+            w.state_reason ? el("div", {class: "muted state-reason"}, w.state_reason) : null),
         el("td", {}, when(w.start_ms)),
         el("td", {class: "num"}, ms(w.duration_ms)),
         el("td", {}, w.top_code ? link(w.top_code, windowHash(job, w.window_id), {class: "code"})
