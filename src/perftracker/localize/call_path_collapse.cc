@@ -106,17 +106,25 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
       WorkerFinding wf;
       wf.named = s[named];
       for (size_t p = named_pos + 1; p < path.size(); ++p) wf.below.push_back(s[path[p]]);
-      // Category: data loading, GC, a collective, a synchronization anywhere on the path
-      // wins (in that order: a kernel under a collective is communication); otherwise the
-      // leaf's kind.
+      // Category: data loading, GC, a collective, a synchronization anywhere on the call
+      // path wins (in that order: a kernel under a collective is communication); otherwise
+      // the leaf's kind. The call path is the anomalous path and every caller above it,
+      // anomalous or not: a call deep inside a DataLoader iterator's __next__ is data
+      // loading even when the __next__ itself varies too much across the peers to stand out
+      // (real-normal-end-loader-workers: recvfds under __next__, called compute).
       const EventKind leaf = functions[s[path.back()].fid].kind;
       bool data = false, gc = false, collective = false, sync = false;
-      for (size_t p : path) {
-        const EventKind kind = functions[s[p].fid].kind;
+      auto note_kind = [&](EventKind kind) {
         data |= kind == EventKind::kDataLoad;
         gc |= kind == EventKind::kGc;
         collective |= kind == EventKind::kCollective;
         sync |= kind == EventKind::kSync;
+      };
+      for (size_t p : path) note_kind(functions[s[p].fid].kind);
+      int depth = 0;
+      for (uint32_t a = functions[s[path.front()].fid].parent; a != kNone && depth < kMaxDepth;
+           a = functions[a].parent, ++depth) {
+        note_kind(functions[a].kind);
       }
       if (data) {
         wf.category = FindingCategory::kDataLoading;

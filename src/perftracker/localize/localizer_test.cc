@@ -367,6 +367,33 @@ TEST(Localizer, SlowDataLoadingOnOneRank) {
   EXPECT_EQ(FindCode(d, "PT-DATA-CRITICAL"), nullptr);
 }
 
+TEST(Localizer, ACallDeepInsideDataLoadingIsDataLoadingWhenItsIteratorIsNotAnomalous) {
+  // 2 DataLoader worker processes per rank on a loaded host (real-normal-end-loader-workers):
+  // every rank's DataLoader.__next__ varies by tens of ms, so rank 6's is not anomalous;
+  // inside it, receiving a batch's file descriptors from a worker process (recvfds) takes
+  // 16 ms on rank 6 against 2.4 ms on its peers. That is data loading (everything a
+  // DataLoader iterator's __next__ calls is), not compute.
+  DpJob job;
+  job.data_ms = 40;
+  auto specs = job.Make();
+  const std::string next = DpJob::Key("data_load:DataLoader.__next__");
+  const std::string recv = next + " > python:reduction.py(153): recvfds";
+  for (auto& w : specs) {
+    const bool slow = w.rank == 6;
+    w.fn(next).ms = 40 + 18 * Noise(w.rank, "loader") + (slow ? 14 : 0);
+    w.fn(recv) = {recv, slow ? 16.3 : 2.4 * (1 + 0.05 * Noise(w.rank, "recv")), 2};
+    job.Rebalance(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  const auto material = Material(d);
+  ASSERT_FALSE(material.empty());
+  EXPECT_THAT(material[0]->workers, ElementsAre(6));
+  EXPECT_EQ(material[0]->category, FindingCategory::kDataLoading);
+  EXPECT_EQ(material[0]->code, "PT-STRAGGLER-DATA");
+  EXPECT_EQ(material[0]->resource, "data loader");
+}
+
 TEST(Localizer, FunctionOnlyOnOneWorkerIsEvidenceNotANewGroup) {
   DpJob job;
   auto specs = job.Make();
@@ -937,8 +964,9 @@ TEST(Localizer, AFaultThatBeginsInsideTheWindowIsJudgedFromItsOnset) {
   EXPECT_THAT(f.workers, ElementsAre(3));
   EXPECT_NEAR(f.lost_ns_per_iteration, 15 * kMs, 0.01 * kMs);
   EXPECT_THAT(f.title, HasSubstr("+15.0 ms from iteration 10 of 12 on, 10% of the iteration"));
-  EXPECT_TRUE(HasEvidence(f, "since when: from iteration 10 of 12 on: 15.0 ms/iter in gc collect "
-                             "generation 2 (peers' median 0 ns), +15.0 ms per iteration"));
+  EXPECT_TRUE(HasEvidence(f,
+                          "since when: from iteration 10 of 12 on: 15.0 ms/iter in gc collect "
+                          "generation 2 (peers' median 0 ns), +15.0 ms per iteration"));
   // Without the onset (a summary that has none) the same excess is averaged over the window.
   const Diagnosis averaged = Diagnose(LateGcJob(/*with_onset=*/false));
   SCOPED_TRACE(Describe(averaged));
@@ -1115,8 +1143,8 @@ TEST(Localizer, AGpuIdleWhileDataLoadsIsDataLoadingNotHostBound) {
     w.fn("python:train_step") = {"python:train_step", 99, 1, 2};
     w.fn("python:train_step > data_load:DataLoader.__next__") = {
         "python:train_step > data_load:DataLoader.__next__", 51, 5, 51};
-    w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 47,
-                                                    100, 47};
+    w.fn("python:train_step > kernel:sm90_gemm") = {"python:train_step > kernel:sm90_gemm", 47, 100,
+                                                    47};
     specs.push_back(w);
   }
   const Diagnosis d = Diagnose(specs);
