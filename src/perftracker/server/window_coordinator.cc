@@ -90,6 +90,7 @@ int MostImportantReport(const std::vector<WindowReport>& reports) {
     double share = 0;
     for (const Finding& f : reports[i].diagnosis.findings) {
       if (!f.material) continue;
+      if (reports[i].no_iterations && f.code != "PT-HANG") continue;
       tier = std::max(tier, f.code == "PT-HANG" ? 2 : 1);
       share = std::max(share, f.lost_share);
     }
@@ -701,6 +702,14 @@ void WindowCoordinator::Finalize(OpenWindow w) {
 
   Localizer localizer(options_.localizer);
   for (const auto& s : summaries) localizer.Add(s);
+  const bool no_iterations =
+      !summaries.empty() && std::all_of(summaries.begin(), summaries.end(),
+                                        [](const auto& s) { return s.iterations.empty(); });
+  if (no_iterations) {
+    localizer.AddNote(
+        "no rank completed an iteration in this window (the job was starting, or between "
+        "phases): its figures are for the window as a whole, not per training iteration");
+  }
   const double seconds = static_cast<double>(w.spec.duration_ns) / 1e9;
   localizer.AddNote(fmt::format("live window {} ({}) from {} for {:.1f} s{}; trigger: {}",
                                 w.spec.id, WindowReasonName(w.spec.reason),
@@ -821,6 +830,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   report.id = w.spec.id;
   report.reason = w.spec.reason;
   report.missing_ranks = missing;
+  report.no_iterations = no_iterations;
   report.text = RenderText(input, options_.text);
   StatusOr<WrittenReport> written =
       WriteWindowReport(options_.report_dir, w.spec.id, w.spec.reason, input, StacksFile(w));

@@ -103,11 +103,17 @@ struct WindowReport {
   Diagnosis diagnosis;
   std::vector<int32_t> missing_ranks;
   bool retracted = false;  // a hang report the job's progress proved wrong (rewritten)
+  // No rank completed an iteration in the window (the job was starting, or between phases):
+  // its figures are for the window as a whole, not per training iteration.
+  bool no_iterations = false;
 };
 
 // The report that a run's final summary shows: the most important window's, not merely the
 // last one's. A hang (a PT-HANG finding) first, then the window whose material findings cost
 // the largest share of the iteration, then the latest that is not a retracted hang report.
+// A window without a single iteration ranks as one without a material finding: its
+// "iteration" is the whole window (at a job's start: the first batch's wait for DataLoader
+// workers to start, 100 % "data loading"), not comparable with a training iteration.
 // -1 when `reports` is empty.
 int MostImportantReport(const std::vector<WindowReport>& reports);
 

@@ -767,6 +767,17 @@ TEST(MostImportantReportTest, AHangThenTheCostliestFindingThenTheLatest) {
   retracted.retracted = true;
   EXPECT_EQ(MostImportantReport({report(1, {}), retracted}), 0);
   EXPECT_EQ(MostImportantReport({retracted, report(3, {})}), 1);
+  // A window at the job's start, before any iteration (real-normal-end-loader-workers:
+  // 100 % "data loading" waiting for the DataLoader workers to start), is not the run's
+  // diagnosis when a window with iterations found something.
+  WindowReport startup = report(1, {{"PT-DATA-CRITICAL", 1.0}});
+  startup.no_iterations = true;
+  EXPECT_EQ(MostImportantReport({startup, report(2, {{"PT-DATA-CRITICAL", 0.15}})}), 1);
+  EXPECT_EQ(MostImportantReport({startup, report(2, {})}), 1);
+  // A hang is a hang, iterations or not.
+  WindowReport hung = report(2, {{"PT-HANG", 1.0}});
+  hung.no_iterations = true;
+  EXPECT_EQ(MostImportantReport({report(1, {{"PT-X", 0.3}}), hung}), 1);
 }
 
 }  // namespace
