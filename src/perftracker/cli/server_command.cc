@@ -171,6 +171,14 @@ int RunServer(const ServerCommandOptions& o) {
              host, server.grpc_port(), o.tls_cert.empty() ? "" : " (TLS)",
              server.http_url().empty() ? "off" : server.http_url(), StoreDisplayName(so.store_path),
              o.report_dir);
+  if (!server.http_url().empty()) {
+    // The address a browser logs in with, without the token itself (logs are read by more
+    // people than the token file).
+    fmt::print(stderr,
+               "perftracker server: web UI: open {}/?token=<token> once, the token being the "
+               "first line of {}\n",
+               server.http_url(), token_file);
+  }
   std::fflush(stderr);
 
   int sig = 0;

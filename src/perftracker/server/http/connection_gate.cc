@@ -398,6 +398,11 @@ void ConnectionGate::Frame(Connection* c) {
   std::string request = c->in.substr(0, frame.total_length());
   c->in.erase(0, frame.total_length());
   if (frame.expect_length > 0) request.erase(frame.expect_offset, frame.expect_length);
+  if (!frame.has_content_length) {
+    // Before the blank line that ends the head (the Expect line, if any, came before it).
+    const size_t blank = request.find("\r\n\r\n");
+    request.insert(blank + 2, "Content-Length: 0\r\n");
+  }
   c->sent_continue = false;
   Dispatch(c, std::move(request));
 }

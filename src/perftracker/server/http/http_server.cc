@@ -290,8 +290,12 @@ bool HttpServer::Authorize(const httplib::Request& req, httplib::Response& res) 
   if (IsPageRequest(req)) {
     res.set_content(
         "<!doctype html><meta charset=\"utf-8\"><title>perftracker: log in</title>"
-        "<p>This perftracker server needs its token. Open the login URL the server printed "
-        "when it started (<code>.../?token=&lt;token&gt;</code>).</p>",
+        "<p>This perftracker server needs its token. Open this page once with "
+        "<code>?token=&lt;token&gt;</code> added to its address, the token being the first "
+        "line of the server's token file (<code>perftracker server --token-file</code>, by "
+        "default <code>&lt;report-dir&gt;/server.token</code>; the server prints this login "
+        "address, with the file's path, when it starts). The server then keeps you logged in "
+        "with a cookie.</p>",
         "text/html; charset=utf-8");
   } else {
     res.set_content(nlohmann::json{{"error", presented ? "wrong token"

@@ -83,6 +83,7 @@ RequestFrame FrameRequest(std::string_view buffered, size_t max_head_bytes, size
     return Refuse(413, "request body larger than " + std::to_string(max_body_bytes) + " bytes");
   }
   frame.body_length = static_cast<size_t>(length);
+  frame.has_content_length = has_length;
   frame.kind = buffered.size() >= frame.total_length() ? RequestFrame::Kind::kComplete
                                                        : RequestFrame::Kind::kIncomplete;
   return frame;

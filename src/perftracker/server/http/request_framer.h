@@ -29,6 +29,10 @@ struct RequestFrame {
   bool head_complete = false;
   size_t head_length = 0;
   size_t body_length = 0;
+  // Whether the head carries Content-Length. Without it (and without Transfer-Encoding) a
+  // request has no body (RFC 9112 §6.3); the loop adds "Content-Length: 0" before a handler
+  // sees it, since cpp-httplib answers a POST without one 400 (`curl -X POST URL` sends none).
+  bool has_content_length = false;
   // The "Expect: 100-continue" header line (offset and length with its CRLF) inside the head,
   // or expect_length 0: the loop answers "100 Continue" itself and removes the line before a
   // handler sees the request, so the handler does not answer it a second time.

@@ -19,6 +19,7 @@ TEST(RequestFramer, AHeadWithoutItsBlankLineIsIncompleteWhateverIsSentByteByByte
   const RequestFrame f = FrameRequest(request, kHead, kBody);
   ASSERT_EQ(f.kind, RequestFrame::Kind::kComplete);
   EXPECT_EQ(f.total_length(), request.size());
+  EXPECT_FALSE(f.has_content_length);
 }
 
 TEST(RequestFramer, TheBodyFollowsContentLengthAndAPipelinedRequestIsLeftOver) {
