@@ -99,9 +99,11 @@ StatusOr<std::unique_ptr<PgConnection>> PgConnection::Open(const std::string& ur
                                                            int connect_timeout_s) {
   // Our defaults first: with expand_dbname the URL's own settings, processed later, win.
   const std::string timeout = std::to_string(connect_timeout_s);
-  const char* keys[] = {"connect_timeout", "application_name", "client_encoding", "dbname",
-                        nullptr};
-  const char* values[] = {timeout.c_str(), "perftracker", "UTF8", url.c_str(), nullptr};
+  // synchronous_commit=off: see PostgresStore (Durability); an `options` in the URL wins.
+  const char* keys[] = {"connect_timeout", "application_name", "client_encoding",
+                        "options",         "dbname",           nullptr};
+  const char* values[] = {timeout.c_str(), "perftracker", "UTF8", "-c synchronous_commit=off",
+                          url.c_str(),     nullptr};
   PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   if (conn == nullptr) {
     return Status::Internal(fmt::format("store {}: out of memory opening a connection", name));

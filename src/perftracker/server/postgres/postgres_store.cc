@@ -255,29 +255,35 @@ StatusOr<PostgresStore::Lease> PostgresStore::Acquire() {
   return lease;
 }
 
-Status PostgresStore::LockJob(PgConnection* conn, const std::string& job_id, bool for_update) {
-  StatusOr<PgResult> r =
-      conn->Exec(for_update ? "SELECT 1 FROM jobs WHERE job_id = $1 FOR NO KEY UPDATE"
-                            : "SELECT 1 FROM jobs WHERE job_id = $1 FOR KEY SHARE",
-                 {job_id});
-  if (!r.ok()) return r.status();
-  if (r->rows() == 0) {
-    return Status::NotFound(
-        fmt::format("store: job {} is not registered (register the job first)", job_id));
-  }
-  return Status::Ok();
+namespace {
+
+// SQLSTATE foreign_key_violation: the parent row (job, window) is not there.
+constexpr const char* kForeignKeyViolation = "23503";
+
+Status NoJob(const std::string& job_id) {
+  return Status::NotFound(
+      fmt::format("store: job {} is not registered (register the job first)", job_id));
 }
 
-Status PostgresStore::LockWindow(PgConnection* conn, const std::string& job_id,
-                                 uint64_t window_id) {
+Status NoWindow(const std::string& job_id, uint64_t window_id) {
+  return Status::NotFound(fmt::format("store: job {} has no window {}", job_id, window_id));
+}
+
+// One statement whose foreign key stands for the parent check: its violation is `absent`.
+Status RunChildWrite(PgConnection* conn, std::string_view sql, const std::vector<PgParam>& params,
+                     const Status& absent) {
+  const Status st = conn->Run(sql, params);
+  if (!st.ok() && conn->last_sqlstate() == kForeignKeyViolation) return absent;
+  return st;
+}
+
+}  // namespace
+
+Status PostgresStore::LockJob(PgConnection* conn, const std::string& job_id) {
   StatusOr<PgResult> r =
-      conn->Exec("SELECT 1 FROM windows WHERE job_id = $1 AND window_id = $2 FOR KEY SHARE",
-                 {job_id, Id(window_id)});
+      conn->Exec("SELECT 1 FROM jobs WHERE job_id = $1 FOR NO KEY UPDATE", {job_id});
   if (!r.ok()) return r.status();
-  if (r->rows() == 0) {
-    return Status::NotFound(fmt::format("store: job {} has no window {}", job_id, window_id));
-  }
-  return Status::Ok();
+  return r->rows() > 0 ? Status::Ok() : NoJob(job_id);
 }
 
 Status PostgresStore::UpsertJob(const JobRecord& job) {
@@ -300,15 +306,13 @@ Status PostgresStore::UpsertWorker(const WorkerRecord& worker) {
   }
   StatusOr<Lease> conn = Acquire();
   if (!conn.ok()) return conn.status();
-  PgTransaction tx(conn->get());
-  PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
-  PERFTRACKER_RETURN_IF_ERROR(LockJob(conn->get(), worker.job_id, /*for_update=*/false));
-  PERFTRACKER_RETURN_IF_ERROR((*conn)->Run(
+  return RunChildWrite(
+      conn->get(),
       "INSERT INTO workers (job_id, rank, host, pid, joined_ns) VALUES ($1, $2, $3, $4, $5) "
       "ON CONFLICT (job_id, rank) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
       "joined_ns = excluded.joined_ns",
-      {worker.job_id, worker.rank, worker.host, worker.pid, worker.joined_ns}));
-  return tx.Commit();
+      {worker.job_id, worker.rank, worker.host, worker.pid, worker.joined_ns},
+      NoJob(worker.job_id));
 }
 
 StatusOr<JobRecord> PostgresStore::GetJob(const std::string& job_id) {
@@ -355,24 +359,26 @@ Status PostgresStore::AppendIterations(const std::string& job_id,
                                        const std::vector<IterationPoint>& points) {
   PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(job_id));
   PERFTRACKER_RETURN_IF_ERROR(CheckIterationPoints(job_id, points));
-  bool prune = false;
-  const size_t cap = options_.max_iterations_per_job;
   StatusOr<Lease> conn = Acquire();
   if (!conn.ok()) return conn.status();
-  PgTransaction tx(conn->get());
-  PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
-  PERFTRACKER_RETURN_IF_ERROR(LockJob(conn->get(), job_id, /*for_update=*/false));
-  if (!points.empty()) {
-    // One statement for the batch: the points travel as three arrays, in order (the
-    // serial id keeps their order for points with the same end_ns).
-    PERFTRACKER_RETURN_IF_ERROR((*conn)->Run(
-        "INSERT INTO iterations (job_id, rank, end_ns, duration_ns) SELECT $1, r, e, d FROM "
-        "unnest($2::integer[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS t(r, e, d, n) "
-        "ORDER BY n",
-        {job_id, IntArray(points, [](const IterationPoint& p) { return int64_t{p.rank}; }),
-         IntArray(points, [](const IterationPoint& p) { return p.end_ns; }),
-         IntArray(points, [](const IterationPoint& p) { return p.duration_ns; })}));
+  if (points.empty()) {
+    StatusOr<PgResult> job = (*conn)->Exec("SELECT 1 FROM jobs WHERE job_id = $1", {job_id});
+    if (!job.ok()) return job.status();
+    return job->rows() > 0 ? Status::Ok() : NoJob(job_id);
   }
+  // One statement for the batch: the points travel as three arrays, in order (the serial
+  // id keeps their order for points with the same end_ns).
+  PERFTRACKER_RETURN_IF_ERROR(RunChildWrite(
+      conn->get(),
+      "INSERT INTO iterations (job_id, rank, end_ns, duration_ns) SELECT $1, r, e, d FROM "
+      "unnest($2::integer[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS t(r, e, d, n) "
+      "ORDER BY n",
+      {job_id, IntArray(points, [](const IterationPoint& p) { return int64_t{p.rank}; }),
+       IntArray(points, [](const IterationPoint& p) { return p.end_ns; }),
+       IntArray(points, [](const IterationPoint& p) { return p.duration_ns; })},
+      NoJob(job_id)));
+  const size_t cap = options_.max_iterations_per_job;
+  bool prune = false;
   if (cap > 0) {
     std::lock_guard<std::mutex> lock(pool_mu_);
     size_t& appended = appended_since_prune_[job_id];
@@ -382,14 +388,12 @@ Status PostgresStore::AppendIterations(const std::string& job_id,
       appended = 0;
     }
   }
-  if (prune) {
-    // The end_ns of the cap-th newest point, then everything older (ties are kept).
-    PERFTRACKER_RETURN_IF_ERROR((*conn)->Run(
-        "DELETE FROM iterations WHERE job_id = $1 AND end_ns < (SELECT end_ns FROM iterations "
-        "WHERE job_id = $1 ORDER BY end_ns DESC LIMIT 1 OFFSET $2)",
-        {job_id, static_cast<int64_t>(cap - 1)}));
-  }
-  return tx.Commit();
+  if (!prune) return Status::Ok();
+  // The end_ns of the cap-th newest point, then everything older (ties are kept).
+  return (*conn)->Run(
+      "DELETE FROM iterations WHERE job_id = $1 AND end_ns < (SELECT end_ns FROM iterations "
+      "WHERE job_id = $1 ORDER BY end_ns DESC LIMIT 1 OFFSET $2)",
+      {job_id, static_cast<int64_t>(cap - 1)});
 }
 
 StatusOr<std::vector<IterationPoint>> PostgresStore::ListIterations(const std::string& job_id,
@@ -422,7 +426,7 @@ Status PostgresStore::PutWindow(const WindowRecord& window) {
   PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
   // The job's row lock orders every PutWindow of the job: the check below and the write
   // after it see no other writer's window in between (another server's included).
-  PERFTRACKER_RETURN_IF_ERROR(LockJob(conn->get(), window.job_id, /*for_update=*/true));
+  PERFTRACKER_RETURN_IF_ERROR(LockJob(conn->get(), window.job_id));
   {
     StatusOr<PgResult> old = (*conn)->Exec(
         fmt::format("SELECT {} FROM windows WHERE job_id = $1 AND window_id = $2", kWindowColumns),
@@ -487,14 +491,12 @@ Status PostgresStore::PutSummaryBytes(const std::string& job_id, uint64_t window
   }
   StatusOr<Lease> conn = Acquire();
   if (!conn.ok()) return conn.status();
-  PgTransaction tx(conn->get());
-  PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
-  PERFTRACKER_RETURN_IF_ERROR(LockWindow(conn->get(), job_id, window_id));
-  PERFTRACKER_RETURN_IF_ERROR((*conn)->Run(
+  return RunChildWrite(
+      conn->get(),
       "INSERT INTO summaries (job_id, window_id, rank, summary) VALUES ($1, $2, $3, $4) "
       "ON CONFLICT (job_id, window_id, rank) DO UPDATE SET summary = excluded.summary",
-      {job_id, Id(window_id), rank, PgParam::Bytes(std::string(encoded))}));
-  return tx.Commit();
+      {job_id, Id(window_id), rank, PgParam::Bytes(std::string(encoded))},
+      NoWindow(job_id, window_id));
 }
 
 StatusOr<std::vector<WorkerSummary>> PostgresStore::ListSummaries(const std::string& job_id,
@@ -532,17 +534,15 @@ Status PostgresStore::PutDiagnosis(const DiagnosisRecord& diagnosis) {
   PERFTRACKER_RETURN_IF_ERROR(CheckStoreWindowId(diagnosis.job_id, diagnosis.window_id));
   StatusOr<Lease> conn = Acquire();
   if (!conn.ok()) return conn.status();
-  PgTransaction tx(conn->get());
-  PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
-  PERFTRACKER_RETURN_IF_ERROR(LockWindow(conn->get(), diagnosis.job_id, diagnosis.window_id));
-  PERFTRACKER_RETURN_IF_ERROR((*conn)->Run(
+  return RunChildWrite(
+      conn->get(),
       "INSERT INTO diagnoses (job_id, window_id, json, text, top_code, missing_ranks, "
       "created_ns) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (job_id, window_id) DO "
       "UPDATE SET json = excluded.json, text = excluded.text, top_code = excluded.top_code, "
       "missing_ranks = excluded.missing_ranks, created_ns = excluded.created_ns",
       {diagnosis.job_id, Id(diagnosis.window_id), diagnosis.json, diagnosis.text,
-       diagnosis.top_code, nlohmann::json(diagnosis.missing_ranks).dump(), diagnosis.created_ns}));
-  return tx.Commit();
+       diagnosis.top_code, nlohmann::json(diagnosis.missing_ranks).dump(), diagnosis.created_ns},
+      NoWindow(diagnosis.job_id, diagnosis.window_id));
 }
 
 StatusOr<DiagnosisRecord> PostgresStore::GetDiagnosis(const std::string& job_id,
@@ -579,12 +579,12 @@ Status PostgresStore::SetBaseline(const std::string& job_id, uint64_t window_id)
   PERFTRACKER_RETURN_IF_ERROR(CheckStoreWindowId(job_id, window_id));
   StatusOr<Lease> conn = Acquire();
   if (!conn.ok()) return conn.status();
-  PgTransaction tx(conn->get());
-  PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
-  PERFTRACKER_RETURN_IF_ERROR(LockWindow(conn->get(), job_id, window_id));
-  PERFTRACKER_RETURN_IF_ERROR((*conn)->Run("UPDATE jobs SET baseline_window = $2 WHERE job_id = $1",
-                                           {job_id, Id(window_id)}));
-  return tx.Commit();
+  StatusOr<PgResult> r = (*conn)->Exec(
+      "UPDATE jobs SET baseline_window = $2 WHERE job_id = $1 AND EXISTS (SELECT 1 FROM "
+      "windows WHERE job_id = $1 AND window_id = $2)",
+      {job_id, Id(window_id)});
+  if (!r.ok()) return r.status();
+  return r->AffectedRows() > 0 ? Status::Ok() : NoWindow(job_id, window_id);
 }
 
 StatusOr<std::optional<uint64_t>> PostgresStore::GetBaseline(const std::string& job_id) {

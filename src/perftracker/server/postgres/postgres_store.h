@@ -3,15 +3,20 @@
 // collectors connect to it, and every server's UI / API reads every job (docs/server.md,
 // "A fleet of jobs").
 //
-// Concurrency. A pool of connections, each lent to one thread at a time; every write is one
-// transaction on one connection. Writes that read before they write (a window's state may
-// only move forward; a child record needs its parent) lock the parent row (SELECT ... FOR
-// UPDATE / FOR KEY SHARE), so two servers, or two threads, never interleave a check and its
-// write. A connection the database dropped is reconnected before its next use.
+// Concurrency. A pool of connections, each lent to one thread at a time. Most writes are
+// one statement, one round trip: a child record's parent check is its foreign key (a
+// violation becomes the contract's NotFound). PutWindow reads before it writes (a window's
+// state only moves forward), so it is one transaction that first locks the job's row (FOR
+// NO KEY UPDATE): two servers, or two threads, never interleave that check and its write.
+// A connection the database dropped is reopened on its next use.
 //
-// Durability. A write returns Ok after PostgreSQL acknowledged its COMMIT: with the
-// database's default synchronous_commit=on the commit is in PostgreSQL's WAL on disk, so it
-// survives the perftracker server being killed (it holds nothing) and PostgreSQL crashing.
+// Durability. A write returns Ok after PostgreSQL acknowledged its commit; the server process
+// holds nothing, so a write that returned survives the perftracker server being killed. The
+// sessions run with synchronous_commit=off, SqliteStore's default guarantee (its WAL
+// without fsync per commit): PostgreSQL itself crashing may lose the last ~0.6 s of commits
+// (3 x wal_writer_delay), and a commit costs no WAL flush (7.5 -> 2.9 ms per summary on the
+// shared VM, docs/performance.md). `?options=-csynchronous_commit%3Don` in the URL restores
+// the flush per commit.
 //
 // Schema. The same tables as SqliteStore (summaries as the wire bytes of
 // wire/summary_codec.h, in bytea), and perftracker_schema, one row: the schema version.
@@ -100,9 +105,9 @@ class PostgresStore final : public Store {
   StatusOr<Lease> Acquire();
   // Runs `migrations` [from, to) on `conn` under the advisory lock.
   static Status Migrate(PgConnection* conn, int64_t target);
-  // Inside a transaction on `conn`: locks the job's / window's row, NotFound when absent.
-  static Status LockJob(PgConnection* conn, const std::string& job_id, bool for_update);
-  static Status LockWindow(PgConnection* conn, const std::string& job_id, uint64_t window_id);
+  // Inside a transaction on `conn`: locks the job's row against other window writes,
+  // NotFound when there is no such job.
+  static Status LockJob(PgConnection* conn, const std::string& job_id);
 
   std::string url_;
   std::string name_;  // the URL, password masked

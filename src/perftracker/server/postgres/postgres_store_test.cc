@@ -176,6 +176,21 @@ TEST(PostgresStoreTest, ServersStartingAtOnceMigrateOnce) {
   EXPECT_EQ(Admin(*url)->QueryInt("SELECT count(*) FROM jobs").value(), 4);
 }
 
+// Commits are not flushed one by one (SqliteStore's guarantee: a process crash loses
+// nothing acknowledged), unless the URL asks for it.
+TEST(PostgresStoreTest, CommitsAreNotFlushedOneByOneUnlessTheUrlSaysSo) {
+  StatusOr<std::string> url = NewDatabase();
+  ASSERT_TRUE(url.ok());
+  auto setting = [](const std::string& u) {
+    StatusOr<std::unique_ptr<PgConnection>> conn = PgConnection::Open(u, u, 10);
+    if (!conn.ok()) return conn.status().message();
+    StatusOr<PgResult> r = (*conn)->Exec("SHOW synchronous_commit");
+    return r.ok() ? r->Text(0, 0) : r.status().message();
+  };
+  EXPECT_EQ(setting(*url), "off");
+  EXPECT_EQ(setting(*url + "?options=-csynchronous_commit%3Don"), "on");
+}
+
 // PostgreSQL restarted, or a proxy dropped idle connections: the store reconnects and no
 // call fails for it (each statement outside a transaction is retried once on a new
 // connection).
