@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -20,6 +21,8 @@
 
 #include "perftracker/core/input_file.h"
 #include "perftracker/localize/localizer.h"
+#include "perftracker/report/perfetto_writer.h"
+#include "perftracker/report/rank_trace.h"
 #include "perftracker/report/report.h"
 #include "perftracker/summary/window_summarizer.h"
 
@@ -76,16 +79,27 @@ struct ImportResult {
   bool ok = false;
   std::string error;
   WorkerSummary summary;
+  std::unique_ptr<RankTrace> trace;  // the raw events, only for --perfetto
 };
 
-ImportResult ImportOne(const std::string& path, const KinetoImportOptions& import_options) {
+// `keep_events`: also record the raw events (for --perfetto), in the same pass.
+ImportResult ImportOne(const std::string& path, const KinetoImportOptions& import_options,
+                       bool keep_events) {
   ImportResult result;
   result.path = path;
-  FunctionTable functions;
+  FunctionTable own_functions;
+  if (keep_events) result.trace = std::make_unique<RankTrace>();
+  FunctionTable* functions = keep_events ? result.trace->functions() : &own_functions;
   SummarizerOptions summarizer_options;
   summarizer_options.offline = true;  // a file: every event in its place, whatever its order
-  WindowSummarizer summarizer(&functions, summarizer_options);
-  StatusOr<KinetoTraceInfo> info = ImportKinetoFile(path, &functions, &summarizer, import_options);
+  WindowSummarizer summarizer(functions, summarizer_options);
+  EventSink* sink = &summarizer;
+  if (keep_events) {
+    result.trace->set_forward(&summarizer);
+    sink = result.trace.get();
+  }
+  StatusOr<KinetoTraceInfo> info = ImportKinetoFile(path, functions, sink, import_options);
+  if (keep_events) result.trace->set_forward(nullptr);  // the summarizer ends with this scope
   if (!info.ok()) {
     result.error = info.status().message();
     return result;
@@ -93,6 +107,10 @@ ImportResult ImportOne(const std::string& path, const KinetoImportOptions& impor
   result.summary = summarizer.Finish();
   result.summary.rank = info->rank;
   result.summary.source = path;
+  if (keep_events) {
+    result.trace->rank = info->rank;
+    result.trace->source = path;
+  }
   if (info->events_malformed > 0) {
     result.summary.stats.malformed_events += info->events_malformed;
     if (result.summary.stats.first_problem.empty()) {
@@ -144,6 +162,12 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, DiagnoseOptions* options) {
   cmd->add_option("-j,--jobs", options->jobs, "Files imported in parallel (0 = one per core)")
       ->check(CLI::Range(0, 256))
       ->default_val(0);
+  cmd->add_option("--perfetto", options->perfetto_path,
+                  "Also write the window as a Chrome / Perfetto trace here (open it in "
+                  "ui.perfetto.dev or chrome://tracing): one process per rank, clocks aligned "
+                  "on collective ends, each finding drawn on its culprit's calls with arrows to "
+                  "the victims' waits; at most 2 M events, shorter ones beyond that aggregated "
+                  "(docs/perfetto-export.md)");
   cmd->add_flag("--color", options->color, "Colour the text report");
   return cmd;
 }
@@ -162,6 +186,20 @@ int RunDiagnose(const DiagnoseOptions& options) {
     return 2;
   }
 
+  // Open the export first: a bad path fails before minutes of import, not after.
+  std::ofstream perfetto_out;
+  const bool perfetto = !options.perfetto_path.empty();
+  if (perfetto) {
+    perfetto_out.open(options.perfetto_path, std::ios::binary | std::ios::trunc);
+    if (!perfetto_out) {
+      fmt::print(stderr,
+                 "perftracker: {}: cannot write the Perfetto trace: {}; give --perfetto a file "
+                 "in a writable directory\n",
+                 options.perfetto_path, std::strerror(errno));
+      return 2;
+    }
+  }
+
   KinetoImportOptions import_options;
   import_options.rank = options.rank;
   if (options.time_unit == "us") import_options.time_unit = TraceTimeUnit::kMicroseconds;
@@ -178,7 +216,7 @@ int RunDiagnose(const DiagnoseOptions& options) {
                                       : std::max(1u, std::thread::hardware_concurrency()));
   auto worker = [&] {
     for (size_t i = next++; i < files->size(); i = next++) {
-      results[i] = ImportOne((*files)[i], import_options);
+      results[i] = ImportOne((*files)[i], import_options, perfetto);
       const size_t n = ++done;
       if (progress) {
         std::lock_guard<std::mutex> lock(progress_mu);
@@ -194,6 +232,7 @@ int RunDiagnose(const DiagnoseOptions& options) {
 
   // Keep the good ones; a rank claimed twice keeps its first file.
   std::vector<WorkerSummary> workers;
+  std::vector<std::unique_ptr<RankTrace>> traces;
   std::vector<std::pair<std::string, std::string>> skipped;
   std::map<int32_t, std::string> rank_source;
   for (auto& r : results) {
@@ -209,6 +248,7 @@ int RunDiagnose(const DiagnoseOptions& options) {
     }
     if (r.ok) {
       workers.push_back(std::move(r.summary));
+      if (r.trace) traces.push_back(std::move(r.trace));
     } else {
       skipped.emplace_back(r.path, r.error);
     }
@@ -222,6 +262,11 @@ int RunDiagnose(const DiagnoseOptions& options) {
         fmt::print(stderr, "perftracker: skipped {}\n", error);
       }
       fmt::print(stderr, "perftracker: none of the {} trace files could be read\n", skipped.size());
+    }
+    if (perfetto) {
+      perfetto_out.close();
+      std::error_code ec;
+      fs::remove(options.perfetto_path, ec);  // no half-made export left behind
     }
     return 2;
   }
@@ -253,6 +298,26 @@ int RunDiagnose(const DiagnoseOptions& options) {
     }
   }
 
+  if (perfetto) {
+    PerfettoWriter writer;
+    for (const auto& t : traces) writer.AddRank(t.get());
+    Status written = writer.Write(diagnosis, &perfetto_out);
+    perfetto_out.close();
+    if (!written.ok() || !perfetto_out) {
+      fmt::print(stderr, "perftracker: {}: cannot write the Perfetto trace: {}\n",
+                 options.perfetto_path, std::strerror(errno));
+      return 2;
+    }
+    traces.clear();  // the raw events are no longer needed
+    if (writer.stats().events_aggregated > 0) {
+      fmt::print(stderr,
+                 "perftracker: {}: {} of {} events written, the {} shortest aggregated per track "
+                 "(the export's cap; counts in its metadata)\n",
+                 options.perfetto_path, writer.stats().events_written, writer.stats().events_total,
+                 writer.stats().events_aggregated);
+    }
+  }
+
   if (options.format == "json") {
     nlohmann::ordered_json report =
         nlohmann::ordered_json::parse(RenderJson(input), nullptr, false);
@@ -273,6 +338,10 @@ int RunDiagnose(const DiagnoseOptions& options) {
     text_options.color = options.color;
     fmt::print("{}", RenderText(input, text_options));
     if (!options.html_path.empty()) fmt::print("HTML report: {}\n", options.html_path);
+    if (perfetto) {
+      fmt::print("Perfetto trace: {} (open in ui.perfetto.dev or chrome://tracing)\n",
+                 options.perfetto_path);
+    }
   }
   return skipped.empty() ? 0 : 1;
 }

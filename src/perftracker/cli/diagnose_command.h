@@ -17,6 +17,7 @@ struct DiagnoseOptions {
   std::vector<std::string> paths;
   std::string format = "text";
   std::string html_path;
+  std::string perfetto_path;  // --perfetto: Trace Event Format export of the window
   std::optional<int32_t> rank;
   std::string time_unit = "auto";
   double material_share = 0.05;

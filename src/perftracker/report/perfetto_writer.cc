@@ -1,0 +1,556 @@
+#include "perftracker/report/perfetto_writer.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+namespace perftracker {
+namespace {
+
+// Findings tracks sit above the rank's own tracks, whose tids are 1..tracks.
+constexpr int64_t kFindingTidBase = 1'000'000'000;
+// A pid for a trace that knows no rank (never collides with a real rank).
+constexpr int64_t kUnknownRankPidBase = 1'000'000'000;
+// Flush the output buffer past this size.
+constexpr size_t kFlushBytes = 1 << 20;
+
+std::string JsonString(std::string_view s) {
+  // Names need not be UTF-8 (a truncated or binary name): replace bad bytes, never throw.
+  return nlohmann::json(std::string(s))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Chrome-trace timestamps are µs; ns are written exactly with three decimals.
+std::string Micros(int64_t ns) {
+  const bool negative = ns < 0;
+  const uint64_t abs = negative ? static_cast<uint64_t>(-(ns + 1)) + 1 : static_cast<uint64_t>(ns);
+  return fmt::format("{}{}.{:03}", negative ? "-" : "", abs / 1000, abs % 1000);
+}
+
+std::string_view LeafOf(std::string_view key) {
+  const size_t at = key.rfind(" > ");
+  return at == std::string_view::npos ? key : key.substr(at + 3);
+}
+
+// The Kineto category an event of this kind comes from, so that the importer classifies the
+// exported event as the same kind again.
+std::string_view CategoryOf(const Event& e) {
+  const bool device = (e.flags & kEventFlagOnDevice) != 0;
+  switch (e.kind) {
+    case EventKind::kPythonCall:
+      return "python_function";
+    case EventKind::kTorchOp:
+      return "cpu_op";
+    case EventKind::kUserAnnotation:
+      return device ? "gpu_user_annotation" : "user_annotation";
+    case EventKind::kGpuKernel:
+      return "kernel";
+    case EventKind::kMemcpy:
+      return "gpu_memcpy";
+    case EventKind::kMemset:
+      return "gpu_memset";
+    case EventKind::kKernelLaunch:
+      return "cuda_runtime";
+    case EventKind::kRuntimeCall:
+      return "cuda_runtime";
+    case EventKind::kSync:
+      return device ? "cuda_sync" : "cuda_runtime";
+    case EventKind::kCollective:
+      return device ? "kernel" : "cpu_op";
+    case EventKind::kGc:
+      return "user_annotation";
+    case EventKind::kDataLoad:
+      return "user_annotation";
+    case EventKind::kOptimizerStep:
+      return "user_annotation";
+    case EventKind::kIteration:
+      return device ? "gpu_user_annotation" : "user_annotation";
+  }
+  return "user_annotation";
+}
+
+int64_t PidOf(const RankTrace& r, size_t index) {
+  return r.rank >= 0 ? r.rank : kUnknownRankPidBase + static_cast<int64_t>(index);
+}
+
+struct Interval {
+  int64_t start = 0;
+  int64_t end = 0;
+  size_t calls = 0;
+};
+
+// Everything Write() needs about one rank, computed before anything is written.
+struct RankPlan {
+  const RankTrace* trace = nullptr;
+  int64_t pid = 0;
+  PerfettoRankAlignment alignment;
+  std::unordered_map<uint32_t, size_t> track_index;  // track id -> index in trace->tracks()
+  std::vector<uint32_t> order;                       // event indices written, by track, start
+  std::vector<uint64_t> aggregated_count;            // per track index (+1: unknown track)
+  std::vector<int64_t> aggregated_ns;
+  uint64_t aggregated = 0;
+  int64_t aggregated_total_ns = 0;
+  int64_t shift_ns = 0;  // subtracted from raw times: the clock offset less the global shift
+  int64_t first_ns = 0;  // written window start (for instants)
+};
+
+class Output {
+ public:
+  explicit Output(std::ostream* out) : out_(out) {}
+  void Add(const std::string& json) {
+    if (!first_) buf_ += ",\n";
+    first_ = false;
+    buf_ += json;
+    if (buf_.size() > kFlushBytes) Flush();
+  }
+  void Raw(std::string_view s) { buf_ += s; }
+  void Flush() {
+    out_->write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+    buf_.clear();
+  }
+
+ private:
+  std::ostream* out_;
+  std::string buf_;
+  bool first_ = true;
+};
+
+std::string ThreadName(const TrackInfo& t) {
+  switch (t.kind) {
+    case TrackKind::kHostThread:
+      return t.name;
+    case TrackKind::kDeviceStream:
+      return t.device >= 0 ? fmt::format("GPU {} {}", t.device, t.name) : t.name;
+    case TrackKind::kCommunicator:
+      return "communicator " + t.name;
+  }
+  return t.name;
+}
+
+int SortIndexOf(TrackKind kind) {
+  switch (kind) {
+    case TrackKind::kHostThread:
+      return 0;
+    case TrackKind::kDeviceStream:
+      return 1'000;
+    case TrackKind::kCommunicator:
+      return 2'000;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void PerfettoWriter::AddRank(const RankTrace* rank) { ranks_.push_back(rank); }
+
+std::vector<PerfettoRankAlignment> PerfettoWriter::EstimateAlignment() const {
+  // Per rank: (device side?, collective name) -> its calls' end times, in time order.
+  using Key = std::pair<bool, std::string_view>;
+  std::vector<std::map<Key, std::vector<int64_t>>> ends(ranks_.size());
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const RankTrace& r = *ranks_[i];
+    for (const Event& e : r.events()) {
+      if (e.kind != EventKind::kCollective || e.function_id >= r.functions().size()) continue;
+      ends[i][{(e.flags & kEventFlagOnDevice) != 0, r.functions().Get(e.function_id).name}]
+          .push_back(e.end_ns);
+    }
+    for (auto& [key, v] : ends[i]) std::sort(v.begin(), v.end());
+  }
+  size_t reference = 0;
+  for (size_t i = 1; i < ranks_.size(); ++i) {
+    if (ranks_[i]->rank < ranks_[reference]->rank) reference = i;
+  }
+  std::vector<PerfettoRankAlignment> out(ranks_.size());
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    out[i].rank = ranks_[i]->rank;
+    if (i == reference) continue;
+    std::vector<int64_t> diffs;
+    for (const auto& [key, mine] : ends[i]) {
+      auto it = ends[reference].find(key);
+      if (it == ends[reference].end()) continue;
+      const size_t n = std::min(mine.size(), it->second.size());
+      for (size_t k = 0; k < n; ++k) diffs.push_back(mine[k] - it->second[k]);
+    }
+    if (diffs.empty()) continue;
+    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
+    const int64_t median = diffs[diffs.size() / 2];
+    out[i].offset_ns = median;
+    out[i].sync_points = diffs.size();
+    for (int64_t& d : diffs) d = d > median ? d - median : median - d;
+    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
+    out[i].spread_ns = diffs[diffs.size() / 2];
+  }
+  return out;
+}
+
+Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
+  stats_ = {};
+  std::vector<size_t> by_rank(ranks_.size());
+  for (size_t i = 0; i < by_rank.size(); ++i) by_rank[i] = i;
+  std::stable_sort(by_rank.begin(), by_rank.end(),
+                   [&](size_t a, size_t b) { return ranks_[a]->rank < ranks_[b]->rank; });
+  const std::vector<PerfettoRankAlignment> alignment = EstimateAlignment();
+  int32_t reference_rank = -1;
+  if (!by_rank.empty()) reference_rank = ranks_[by_rank.front()]->rank;
+
+  for (const RankTrace* r : ranks_) stats_.events_total += r->events().size();
+  // Traces with relative times (each rank's starts near 0) would get negative times once
+  // aligned: every rank is then shifted by the same amount, which keeps the alignment.
+  int64_t global_shift_ns = 0;
+  const bool capped = stats_.events_total > options_.max_events;
+
+  // Plan each rank: which events are written (the cap), in which order.
+  std::vector<RankPlan> plans(ranks_.size());
+  std::unordered_map<int32_t, size_t> plan_of_rank;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    RankPlan& p = plans[i];
+    const RankTrace& r = *ranks_[i];
+    p.trace = &r;
+    p.pid = PidOf(r, i);
+    p.alignment = alignment[i];
+    plan_of_rank.emplace(r.rank, i);
+    for (size_t t = 0; t < r.tracks().size(); ++t) p.track_index.emplace(r.tracks()[t].track_id, t);
+    p.aggregated_count.assign(r.tracks().size() + 1, 0);
+    p.aggregated_ns.assign(r.tracks().size() + 1, 0);
+    const std::vector<Event>& ev = r.events();
+    if (!ev.empty()) {
+      int64_t first = ev.front().start_ns;
+      for (const Event& e : ev) first = std::min(first, e.start_ns);
+      p.first_ns = first - p.alignment.offset_ns;
+    }
+    p.shift_ns = p.alignment.offset_ns;
+    // The share of the cap: proportional to the rank's events.
+    size_t budget = ev.size();
+    if (capped) {
+      budget = static_cast<size_t>(static_cast<double>(options_.max_events) *
+                                   static_cast<double>(ev.size()) /
+                                   static_cast<double>(stats_.events_total));
+    }
+    int64_t threshold = INT64_MIN;  // keep events longer than this, then ties up to the budget
+    size_t ties_left = 0;
+    if (budget < ev.size()) {
+      std::vector<int64_t> durations;
+      durations.reserve(ev.size());
+      for (const Event& e : ev) durations.push_back(e.duration_ns());
+      if (budget == 0) {
+        threshold = INT64_MAX;
+      } else {
+        auto nth = durations.begin() + static_cast<std::ptrdiff_t>(budget - 1);
+        std::nth_element(durations.begin(), nth, durations.end(), std::greater<>());
+        threshold = *nth;
+        size_t longer = 0;
+        for (int64_t d : durations) longer += d > threshold ? 1 : 0;
+        ties_left = budget - longer;
+      }
+    }
+    p.order.reserve(std::min(budget, ev.size()));
+    for (size_t k = 0; k < ev.size(); ++k) {
+      const int64_t d = ev[k].duration_ns();
+      bool keep = budget >= ev.size() || d > threshold;
+      if (!keep && d == threshold && ties_left > 0) {
+        keep = true;
+        --ties_left;
+      }
+      if (keep) {
+        p.order.push_back(static_cast<uint32_t>(k));
+      } else {
+        auto it = p.track_index.find(ev[k].track_id);
+        const size_t t = it == p.track_index.end() ? r.tracks().size() : it->second;
+        ++p.aggregated_count[t];
+        p.aggregated_ns[t] += d;
+        ++p.aggregated;
+        p.aggregated_total_ns += d;
+      }
+    }
+    std::sort(p.order.begin(), p.order.end(), [&](uint32_t a, uint32_t b) {
+      const Event& x = ev[a];
+      const Event& y = ev[b];
+      if (x.track_id != y.track_id) return x.track_id < y.track_id;
+      if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
+      return x.end_ns > y.end_ns;  // parents before their children
+    });
+    if (!ev.empty()) global_shift_ns = std::max(global_shift_ns, -p.first_ns);
+    stats_.events_written += p.order.size();
+    stats_.events_aggregated += p.aggregated;
+  }
+
+  for (RankPlan& p : plans) {
+    p.shift_ns -= global_shift_ns;
+    p.first_ns += global_shift_ns;
+  }
+
+  Output o(out);
+  nlohmann::ordered_json other;
+  other["generator"] = "perftracker diagnose --perfetto";
+  other["max_events"] = options_.max_events;
+  other["events_total"] = stats_.events_total;
+  other["events_written"] = stats_.events_written;
+  other["events_aggregated"] = stats_.events_aggregated;
+  other["clock_reference_rank"] = reference_rank;
+  other["time_shift_ns"] = global_shift_ns;
+  nlohmann::ordered_json rank_list = nlohmann::ordered_json::array();
+  for (size_t i : by_rank) {
+    const RankPlan& p = plans[i];
+    rank_list.push_back({{"rank", p.trace->rank},
+                         {"host", p.trace->host},
+                         {"source", p.trace->source},
+                         {"clock_offset_ns", p.alignment.offset_ns},
+                         {"sync_points", p.alignment.sync_points},
+                         {"sync_spread_ns", p.alignment.spread_ns},
+                         {"events", p.trace->events().size()},
+                         {"events_aggregated", p.aggregated},
+                         {"aggregated_ns", p.aggregated_total_ns}});
+  }
+  other["ranks"] = std::move(rank_list);
+  o.Raw("{\"displayTimeUnit\":\"ms\",\"otherData\":");
+  o.Raw(other.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  o.Raw(",\"traceEvents\":[\n");
+
+  // Ranks: metadata, then their events.
+  for (size_t i : by_rank) {
+    RankPlan& p = plans[i];
+    const RankTrace& r = *p.trace;
+    const std::string host = r.host.empty() ? "unknown host" : r.host;
+    const std::string label = r.rank >= 0 ? fmt::format("rank {} ({})", r.rank, host)
+                                          : fmt::format("{} ({})", r.source, host);
+    o.Add(fmt::format(R"({{"ph":"M","pid":{},"tid":0,"name":"process_name","args":{{"name":{}}}}})",
+                      p.pid, JsonString(label)));
+    o.Add(fmt::format(
+        R"({{"ph":"M","pid":{},"tid":0,"name":"process_sort_index","args":{{"sort_index":{}}}}})",
+        p.pid, p.pid));
+    std::string clock;
+    if (r.rank == reference_rank) {
+      clock = "clock reference";
+    } else if (p.alignment.sync_points == 0) {
+      clock =
+          fmt::format("clock not aligned: no collective in common with rank {}", reference_rank);
+    } else {
+      clock =
+          fmt::format("clock offset {:+.3f} ms vs rank {} ({} collective ends, spread {:.3f} ms)",
+                      static_cast<double>(p.alignment.offset_ns) / 1e6, reference_rank,
+                      p.alignment.sync_points, static_cast<double>(p.alignment.spread_ns) / 1e6);
+    }
+    if (p.aggregated > 0) {
+      clock += fmt::format("; {} short events aggregated (over the {} event cap)", p.aggregated,
+                           options_.max_events);
+    }
+    o.Add(fmt::format(
+        R"({{"ph":"M","pid":{},"tid":0,"name":"process_labels","args":{{"labels":{}}}}})", p.pid,
+        JsonString(clock)));
+    o.Add(fmt::format(
+        R"({{"ph":"M","pid":{},"tid":0,"name":"perftracker_rank","args":{{"rank":{},"clock_offset_ns":{},"sync_points":{},"sync_spread_ns":{},"clock_reference_rank":{},"events":{},"events_aggregated":{},"aggregated_ns":{},"source":{}}}}})",
+        p.pid, r.rank, p.alignment.offset_ns, p.alignment.sync_points, p.alignment.spread_ns,
+        reference_rank, r.events().size(), p.aggregated, p.aggregated_total_ns,
+        JsonString(r.source)));
+    for (size_t t = 0; t < r.tracks().size(); ++t) {
+      const TrackInfo& track = r.tracks()[t];
+      const int64_t tid = static_cast<int64_t>(t) + 1;
+      std::string args = fmt::format(R"("name":{})", JsonString(ThreadName(track)));
+      if (p.aggregated_count[t] > 0) {
+        args += fmt::format(R"(,"events_aggregated":{},"aggregated_ns":{})", p.aggregated_count[t],
+                            p.aggregated_ns[t]);
+      }
+      o.Add(fmt::format(R"({{"ph":"M","pid":{},"tid":{},"name":"thread_name","args":{{{}}}}})",
+                        p.pid, tid, args));
+      o.Add(fmt::format(
+          R"({{"ph":"M","pid":{},"tid":{},"name":"thread_sort_index","args":{{"sort_index":{}}}}})",
+          p.pid, tid, SortIndexOf(track.kind) + static_cast<int>(t)));
+    }
+
+    std::vector<std::string> names(r.functions().size());
+    std::vector<uint32_t> step(r.tracks().size() + 1, 0);
+    const std::string unknown_name = JsonString("?");
+    for (uint32_t k : p.order) {
+      const Event& e = r.events()[k];
+      auto it = p.track_index.find(e.track_id);
+      const size_t t = it == p.track_index.end() ? r.tracks().size() : it->second;
+      const int64_t tid = static_cast<int64_t>(t) + 1;
+      std::string name;
+      if (e.kind == EventKind::kIteration) {
+        name = JsonString(fmt::format("ProfilerStep#{}", step[t]++));
+      } else if (e.function_id < names.size()) {
+        if (names[e.function_id].empty()) {
+          names[e.function_id] = JsonString(r.functions().Get(e.function_id).name);
+        }
+        name = names[e.function_id];
+      } else {
+        name = unknown_name;
+      }
+      std::string args;
+      const bool device = (e.flags & kEventFlagOnDevice) != 0;
+      if (device) {
+        const int32_t dev = t < r.tracks().size() ? r.tracks()[t].device : -1;
+        args += fmt::format(R"("device":{},"stream":{})", std::max(dev, 0), tid);
+      }
+      if (e.kind == EventKind::kMemcpy || e.kind == EventKind::kMemset) {
+        args += fmt::format(R"({}"bytes":{})", args.empty() ? "" : ",", e.payload);
+      } else if (e.kind == EventKind::kCollective && e.payload > 0) {
+        args += fmt::format(R"({}"In msg nelems":{},"dtype":"Byte")", args.empty() ? "" : ",",
+                            e.payload);
+      }
+      if (e.correlation != 0) {
+        args += fmt::format(R"({}"correlation":{})", args.empty() ? "" : ",", e.correlation);
+      }
+      o.Add(fmt::format(
+          R"({{"ph":"X","cat":"{}","name":{},"pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
+          CategoryOf(e), name, p.pid, tid, Micros(e.start_ns - p.shift_ns), Micros(e.duration_ns()),
+          args));
+    }
+  }
+
+  // The diagnosis, drawn on the timeline.
+  uint64_t flow_id = 1;
+  for (size_t f = 0; f < diagnosis.findings.size(); ++f) {
+    const Finding& finding = diagnosis.findings[f];
+    const int64_t tid = kFindingTidBase + static_cast<int64_t>(f);
+    const std::string track_name = fmt::format("perftracker #{} {}", f + 1, finding.code);
+    const std::string leaf(LeafOf(finding.function_key.empty() ? std::string_view(finding.function)
+                                                               : finding.function_key));
+    const std::string common_args = fmt::format(
+        R"("code":{},"message":{},"function":{},"call_path":{},"resource":{},"lost_ms_per_iteration":{:.3f},"material":{})",
+        JsonString(finding.code), JsonString(finding.title), JsonString(finding.function),
+        JsonString(finding.function_key), JsonString(finding.resource),
+        finding.lost_ns_per_iteration / 1e6, finding.material ? "true" : "false");
+    std::vector<size_t> culprits;
+    if (finding.workers.empty()) {
+      culprits = by_rank;
+    } else {
+      for (int32_t w : finding.workers) {
+        auto it = plan_of_rank.find(w);
+        if (it != plan_of_rank.end()) culprits.push_back(it->second);
+      }
+    }
+    auto declare_track = [&](const RankPlan& p) {
+      o.Add(
+          fmt::format(R"({{"ph":"M","pid":{},"tid":{},"name":"thread_name","args":{{"name":{}}}}})",
+                      p.pid, tid, JsonString(track_name)));
+      o.Add(fmt::format(
+          R"({{"ph":"M","pid":{},"tid":{},"name":"thread_sort_index","args":{{"sort_index":{}}}}})",
+          p.pid, tid, -1000 + static_cast<int64_t>(f)));
+    };
+    // Culprits: a slice over each (merged) call of the function.
+    std::vector<std::pair<size_t, Interval>> flow_sources;  // (plan, culprit interval)
+    for (size_t c : culprits) {
+      const RankPlan& p = plans[c];
+      const RankTrace& r = *p.trace;
+      std::vector<Interval> calls;
+      if (!leaf.empty()) {
+        std::vector<int8_t> matches(r.functions().size(), -1);
+        for (const Event& e : r.events()) {
+          if (e.function_id >= matches.size()) continue;
+          int8_t& m = matches[e.function_id];
+          if (m < 0) m = LeafOf(r.functions().Key(e.function_id)) == leaf ? 1 : 0;
+          if (m == 1) {
+            calls.push_back({e.start_ns - p.shift_ns, e.end_ns - p.shift_ns, 1});
+          }
+        }
+      }
+      declare_track(p);
+      if (calls.empty()) {
+        o.Add(fmt::format(
+            R"({{"ph":"i","s":"t","cat":"perftracker","name":{},"pid":{},"tid":{},"ts":{},"args":{{{},"note":{}}}}})",
+            JsonString(finding.code), p.pid, tid, Micros(p.first_ns), common_args,
+            JsonString(leaf.empty() ? "the finding names no function"
+                                    : "no call of this function in this rank's events")));
+        ++stats_.annotations;
+        continue;
+      }
+      std::sort(calls.begin(), calls.end(),
+                [](const Interval& a, const Interval& b) { return a.start < b.start; });
+      std::vector<Interval> merged;
+      for (const Interval& iv : calls) {
+        if (!merged.empty() && iv.start <= merged.back().end) {
+          merged.back().end = std::max(merged.back().end, iv.end);
+          ++merged.back().calls;
+        } else {
+          merged.push_back(iv);
+        }
+      }
+      const size_t drawn = std::min(merged.size(), options_.max_slices_per_finding);
+      for (size_t k = 0; k < drawn; ++k) {
+        const Interval& iv = merged[k];
+        std::string extra = fmt::format(R"(,"calls":{})", iv.calls);
+        if (k == 0 && drawn < merged.size()) {
+          extra += fmt::format(R"(,"slices_not_drawn":{})", merged.size() - drawn);
+        }
+        o.Add(fmt::format(
+            R"({{"ph":"X","cat":"perftracker","name":{},"pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}{}}}}})",
+            JsonString(finding.code + " " + finding.function), p.pid, tid, Micros(iv.start),
+            Micros(iv.end - iv.start), common_args, extra));
+        ++stats_.annotations;
+        if (!finding.workers.empty()) flow_sources.emplace_back(c, iv);
+      }
+    }
+    // Victims: the collective each waited in until the culprit's call ended, and an arrow.
+    std::vector<size_t> victims;
+    for (int32_t v : finding.victims) {
+      auto it = plan_of_rank.find(v);
+      if (it == plan_of_rank.end()) continue;
+      if (std::find(finding.workers.begin(), finding.workers.end(), v) != finding.workers.end()) {
+        continue;
+      }
+      victims.push_back(it->second);
+    }
+    if (victims.empty() || flow_sources.empty()) continue;
+    std::sort(flow_sources.begin(), flow_sources.end(),
+              [](const auto& a, const auto& b) { return a.second.end < b.second.end; });
+    const size_t per_victim = std::max<size_t>(1, options_.max_flows_per_finding / victims.size());
+    for (size_t v : victims) {
+      const RankPlan& p = plans[v];
+      const RankTrace& r = *p.trace;
+      std::vector<Interval> waits;  // aligned collectives, by end
+      for (const Event& e : r.events()) {
+        if (e.kind == EventKind::kCollective) {
+          waits.push_back({e.start_ns - p.shift_ns, e.end_ns - p.shift_ns, 1});
+        }
+      }
+      std::sort(waits.begin(), waits.end(),
+                [](const Interval& a, const Interval& b) { return a.end < b.end; });
+      declare_track(p);
+      Interval last_drawn{INT64_MIN, INT64_MIN, 0};
+      size_t drawn = 0;
+      for (const auto& [c, iv] : flow_sources) {
+        if (drawn >= per_victim) break;
+        auto w = std::lower_bound(waits.begin(), waits.end(), iv.end,
+                                  [](const Interval& a, int64_t t) { return a.end < t; });
+        if (w == waits.end()) continue;
+        // One slice per wait on the victim's track; waits that overlap one already drawn
+        // point at that one (slices on a track must nest).
+        if (w->start >= last_drawn.end) {
+          last_drawn = *w;
+          o.Add(fmt::format(
+              R"({{"ph":"X","cat":"perftracker","name":{},"pid":{},"tid":{},"ts":{},"dur":{},"args":{{{},"culprit_rank":{}}}}})",
+              JsonString(fmt::format("waits for rank {}", plans[c].trace->rank)), p.pid, tid,
+              Micros(w->start), Micros(w->end - w->start), common_args, plans[c].trace->rank));
+          ++stats_.annotations;
+        }
+        const int64_t from = iv.start + (iv.end - iv.start) / 2;
+        const int64_t to = last_drawn.start + (last_drawn.end - last_drawn.start) / 2;
+        o.Add(fmt::format(
+            R"({{"ph":"s","id":{},"cat":"perftracker","name":{},"pid":{},"tid":{},"ts":{}}})",
+            flow_id, JsonString(finding.code), plans[c].pid, tid, Micros(from)));
+        o.Add(fmt::format(
+            R"({{"ph":"f","bp":"e","id":{},"cat":"perftracker","name":{},"pid":{},"tid":{},"ts":{}}})",
+            flow_id, JsonString(finding.code), p.pid, tid, Micros(to)));
+        ++flow_id;
+        ++stats_.flows;
+        ++drawn;
+      }
+    }
+  }
+  o.Raw("\n]}\n");
+  o.Flush();
+  out->flush();
+  if (!*out) return Status::Internal("the Perfetto trace could not be written");
+  return Status::Ok();
+}
+
+}  // namespace perftracker
