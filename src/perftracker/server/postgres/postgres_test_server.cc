@@ -172,8 +172,13 @@ Status PostgresTestServer::Launch(const std::string& bindir) {
     const std::string tail = Tail(initdb_log);
     std::error_code ec;
     fs::remove_all(dir_, ec);
-    return Status::Internal(
-        fmt::format("PostgreSQL test server: initdb exited with {}: {}", initdb_rc, tail));
+    return Status::Internal(fmt::format(
+        "PostgreSQL test server: initdb exited with {}{}: {}", initdb_rc,
+        geteuid() == 0 ? fmt::format(" (as root it runs as {}, which must be able to reach {}: "
+                                     "set TMPDIR to a directory it can)",
+                                     kRunAsUser, dir_)
+                       : "",
+        tail));
   }
 
   port_ = FreeLoopbackPort();
