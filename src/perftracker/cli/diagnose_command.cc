@@ -2,6 +2,9 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -229,6 +232,12 @@ int RunDiagnose(const DiagnoseOptions& options) {
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
+#if defined(__GLIBC__)
+  // The summarizers are gone; what they freed (every event of every file, the per-path
+  // accumulators) goes back to the system before the localizer allocates its tables, so that
+  // the two phases' memory does not add up in the peak (xdit_sd_3.5: 42.0 -> 38.9 MiB).
+  malloc_trim(0);
+#endif
 
   // Keep the good ones; a rank claimed twice keeps its first file.
   std::vector<WorkerSummary> workers;
