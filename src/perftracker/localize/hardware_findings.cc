@@ -156,7 +156,7 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
   // Link pools and kernel sizes.
   double kernel_calls = 0, tiny_calls = 0;
   struct Acc {
-    double t = 0, s = 0, s2 = 0, bytes = 0;
+    double t = 0, s = 0, s2 = 0, bytes = 0, slack = 0;
   } nic, nvlink, pcie;
   for (const FunctionSummary& f : worker.functions) {
     if (f.kind == EventKind::kGpuKernel && f.count > 0) {
@@ -183,6 +183,7 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
       }
       if (acc == nullptr || !std::isfinite(m.mean) || m.mean < kCarriesShare * achieved) continue;
       acc->t += t;
+      acc->slack += static_cast<double>(std::clamp<int64_t>(f.slack_after_ns, 0, f.total_ns));
       // On the wire a ring all-reduce moves about twice its payload (2 (n-1) / n, NCCL's
       // bus-bandwidth convention); copies move their payload.
       acc->bytes += static_cast<double>(f.bytes) * (f.kind == EventKind::kCollective ? 2 : 1);
@@ -197,6 +198,7 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
     p.mean = static_cast<float>(a.s / a.t);
     p.mean_sq = static_cast<float>(a.s2 / a.t);
     p.bytes = static_cast<float>(a.bytes / iters);
+    p.slack_ns = static_cast<float>(a.slack / iters);
     return p;
   };
   r.nic = pool(nic);
@@ -498,6 +500,14 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
     absorb(absorbs, culprits, code == fc::kNicDegraded, f);
     name_hosts(f, culprits);
     material(f);
+    // Transfers whose excess a later pipeline receive waited out cost the job nothing
+    // (localize/pipeline_slack.h judges it): the share of the slowest culprit's link time
+    // they hold, the least of any culprit.
+    a.absorbed_share = 1;
+    for (uint32_t w : culprits) {
+      const Pool& p = records_[w].*pool;
+      a.absorbed_share = std::min(a.absorbed_share, p.time_ns > 0 ? p.slack_ns / p.time_ns : 0.0f);
+    }
     a.culprits = std::move(culprits);
     out.push_back(std::move(a));
   };

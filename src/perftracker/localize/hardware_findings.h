@@ -63,6 +63,9 @@ class HardwareFindings {
   struct Added {
     Finding finding;
     std::vector<uint32_t> culprits;  // worker indices (Add order)
+    // The share of its loss that fell where the culprits' pipeline stage waits anyway (the
+    // least over its culprits; RenderedFinding::absorbed_share).
+    float absorbed_share = 0;
   };
 
   // Call once per worker, in the Localizer's Add order.
@@ -78,6 +81,9 @@ class HardwareFindings {
     float mean = 0;     // time-weighted mean throughput, bytes/s
     float mean_sq = 0;  // time-weighted mean of squares
     float bytes = 0;    // bytes the functions moved, per iteration
+    // Of time_ns, the time a wait in the next pipeline receive followed (before any send):
+    // FunctionSummary::slack_after_ns.
+    float slack_ns = 0;
     float BurstRate() const { return mean > 0 ? mean_sq / mean : 0; }
   };
   struct Record {

@@ -133,6 +133,9 @@ uint32_t JobTable::NewFunction(const FunctionSummary& f, std::string_view name_s
   info.on_device = (f.event_flags & kEventFlagOnDevice) != 0;
   info.device_to_device =
       f.kind == EventKind::kMemcpy && (f.event_flags & kEventFlagDeviceToDevice) != 0;
+  if (info.kind == EventKind::kCollective) {
+    info.point_to_point = PointToPointOf(info.name, f.event_flags);
+  }
   functions_.push_back(std::move(info));
   stamp_.push_back(0);
   stamp_pos_.push_back(0);

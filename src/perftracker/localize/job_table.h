@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "perftracker/core/point_to_point.h"
 #include "perftracker/localize/record_store.h"
 #include "perftracker/localize/sketch_median.h"
 #include "perftracker/summary/worker_summary.h"
@@ -107,8 +108,11 @@ struct FunctionInfo {
   bool on_device = false;         // runs on a device stream (a kernel, a device collective)
   bool device_to_device = false;  // a copy between device memories (kEventFlagDeviceToDevice)
   bool has_explicit_key = false;  // its key is JobTable::ExplicitKey(fid)
-  uint32_t present = 0;           // workers that ran it
-  double sum_time_ns = 0;         // over workers, per iteration
+  // A point-to-point send / receive: by the direction its source flagged (a trace's
+  // collective metadata), else by its name (core/point_to_point.h).
+  PointToPoint point_to_point = PointToPoint::kNone;
+  uint32_t present = 0;    // workers that ran it
+  double sum_time_ns = 0;  // over workers, per iteration
   double sum_critical_ns = 0;
   double sum_calls = 0;
   double sum_bytes = 0;

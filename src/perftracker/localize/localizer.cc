@@ -168,6 +168,7 @@ void Localizer::Impl::ApplyHardwareFindings(const localize::RuleContext& ctx,
     r.finding = std::move(a.finding);
     r.wants_victims = true;
     r.culprits = std::move(a.culprits);
+    r.absorbed_share = a.absorbed_share;
     all.push_back(std::move(r));
   }
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "perftracker/core/point_to_point.h"
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/peer_groups.h"
 #include "perftracker/localize/pipeline_slack.h"
@@ -1411,6 +1412,41 @@ TEST(PipelineSlack, AStragglerWhoseExtraTimeTheBubbleAbsorbsIsMinor) {
   EXPECT_THAT(f.victims, IsEmpty());
   EXPECT_THAT(f.title, HasSubstr("absorbed by the pipeline: rank 12 waits 12.0 ms/iter less"));
   EXPECT_TRUE(HasEvidence(f, "cost to the job per iteration: 0 ns"));
+}
+
+// A trace whose pipeline receives are NCCL's SendRecv kernel, the same name as its sends:
+// the trace's collective metadata ("Collective name": "recv", kEventFlagReceive) says which
+// calls receive, and the bubble a late receiver consumed is found as with nccl:recv.
+TEST(PipelineSlack, AReceiveIsKnownByItsCollectiveMetadataNotOnlyByName) {
+  const std::string kernel = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)";
+  for (bool metadata : {true, false}) {
+    SCOPED_TRACE(metadata ? "with metadata" : "by name only");
+    PpJob job;
+    auto specs = job.Make();
+    SlowBlockInStage(specs, 12, 12, 12);
+    for (WorkerSpec& w : specs) {
+      for (FnSpec& f : w.fns) {
+        const bool recv = f.key == PpJob::Key("collective:nccl:recv");
+        const bool send = f.key == PpJob::Key("collective:nccl:send");
+        if (!recv && !(send && metadata)) continue;
+        // The importer names the two directions apart when the metadata says which.
+        f.key =
+            PpJob::Key("collective:" + kernel + (metadata ? (recv ? " [recv]" : " [send]") : ""));
+        f.event_flags = metadata ? (recv ? kEventFlagReceive : kEventFlagSend) : 0;
+      }
+    }
+    const Diagnosis d = Diagnose(specs);
+    SCOPED_TRACE(Describe(d));
+    ASSERT_FALSE(d.findings.empty());
+    const Finding& f = d.findings[0];
+    EXPECT_EQ(f.code, "PT-STRAGGLER-COMPUTE");
+    EXPECT_THAT(f.workers, ElementsAre(12));
+    // By name alone a SendRecv kernel may be a send: no slack is assumed.
+    EXPECT_EQ(f.material, !metadata);
+    if (metadata) {
+      EXPECT_THAT(f.title, HasSubstr("absorbed by the pipeline: rank 12 waits"));
+    }
+  }
 }
 
 TEST(PipelineSlack, WhatTheBubbleDoesNotAbsorbStaysMaterial) {

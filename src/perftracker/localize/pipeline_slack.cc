@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -60,13 +59,7 @@ void BandMedians(std::vector<std::pair<float, uint32_t>>& values, double gap,
 }  // namespace
 
 bool IsPointToPointReceive(std::string_view name) {
-  // Lower case, without NCCL's "SendRecv" (its kernels serve sends as well as receives).
-  std::string lower(name);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (size_t at = lower.find("sendrecv"); at != std::string::npos; at = lower.find("sendrecv")) {
-    lower.erase(at, 8);
-  }
-  return lower.find("recv") != std::string::npos;
+  return PointToPointOf(name) == PointToPoint::kReceive;
 }
 
 std::vector<float> ConsumedPipelineSlack(const RuleContext& ctx) {
@@ -78,7 +71,7 @@ std::vector<float> ConsumedPipelineSlack(const RuleContext& ctx) {
   uint32_t receives = 0;
   for (size_t f = 0; f < functions.size(); ++f) {
     if (functions[f].outermost_wait && functions[f].kind == EventKind::kCollective &&
-        IsPointToPointReceive(functions[f].name)) {
+        functions[f].point_to_point == PointToPoint::kReceive) {
       receive_index[f] = receives++;
     }
   }
@@ -143,14 +136,26 @@ void DiscountPipelineSlack(const RuleContext& ctx, std::vector<RenderedFinding>&
     }
     absorbed = std::min(absorbed, static_cast<float>(f.lost_ns_per_iteration));
     for (uint32_t c : r.culprits) slack[c] -= absorbed;
+    // The share of its loss in calls a later receive's wait followed (absorbed_share): the
+    // stage waits as long for its predecessor either way.
+    const auto followed = static_cast<float>(
+        std::clamp(static_cast<double>(r.absorbed_share), 0.0, 1.0) * f.lost_ns_per_iteration);
+    const bool by_receive_wait = followed > absorbed;
+    absorbed = std::max(absorbed, followed);
     if (!f.material || absorbed < ctx.report_ns) continue;
     const double cost = f.lost_ns_per_iteration - absorbed;
     const std::string who = ctx.job->WorkerName(least);
     f.evidence.push_back(
         {std::string(kAbsorbedByPipelineEvidence),
-         fmt::format("{} waits {}/iter less than its peers in point-to-point receives: that much "
-                     "of its extra time fell where its stage waits for another stage anyway",
-                     who, FormatNs(absorbed))});
+         by_receive_wait
+             ? fmt::format("{} of its calls' time was followed by a wait in the stage's next "
+                           "point-to-point receive, before any send: that much of its extra "
+                           "time ({}/iter) fell where its stage waits for another stage anyway",
+                           FormatShare(r.absorbed_share), FormatNs(absorbed))
+             : fmt::format("{} waits {}/iter less than its peers in point-to-point receives: "
+                           "that much of its extra time fell where its stage waits for another "
+                           "stage anyway",
+                           who, FormatNs(absorbed))});
     f.evidence.push_back(
         {"cost to the job per iteration",
          fmt::format("{} ({} of the iteration): {} lost minus {} absorbed", FormatNs(cost),
@@ -159,10 +164,15 @@ void DiscountPipelineSlack(const RuleContext& ctx, std::vector<RenderedFinding>&
     if (cost >= ctx.material_ns) continue;
     f.material = false;
     r.wants_victims = false;
-    f.title = fmt::format(
-        "{}; absorbed by the pipeline: {} waits {}/iter less for another stage, so the job "
-        "loses {}/iter",
-        f.title, who, FormatNs(absorbed), FormatNs(cost));
+    f.title = by_receive_wait
+                  ? fmt::format(
+                        "{}; absorbed by the pipeline: its stage's next receive waits out {}/iter "
+                        "of it, so the job loses {}/iter",
+                        f.title, FormatNs(absorbed), FormatNs(cost))
+                  : fmt::format(
+                        "{}; absorbed by the pipeline: {} waits {}/iter less for another stage, "
+                        "so the job loses {}/iter",
+                        f.title, who, FormatNs(absorbed), FormatNs(cost));
   }
 }
 

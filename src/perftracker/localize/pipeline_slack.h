@@ -15,6 +15,14 @@
 // findings first); when that cost is below the materiality bar
 // the finding becomes minor: still reported, ranked by the time its culprits lose, with the
 // absorbed wait and the cost to the job as evidence, and without victims (nobody waited).
+//
+// A whole stage late together (every rank of a later stage in one slow gradient all-reduce,
+// over a host's degraded NIC) waits less in its receives with no peer to compare: there the
+// rule that measured the loss says which share of it was in calls a wait in the stage's next
+// point-to-point receive followed, before any send (RenderedFinding::absorbed_share, from
+// FunctionSummary::slack_after_ns, summary/receive_slack.h). That share of the loss is
+// absorbed too: the stage would have waited as long for its predecessor. A first stage's
+// all-reduce is followed by its next forward sends, so nothing of it is absorbed.
 #pragma once
 
 #include <string_view>
@@ -33,8 +41,9 @@ inline constexpr std::string_view kAbsorbedByPipelineEvidence = "absorbed by the
 
 namespace perftracker::localize {
 
-// Whether a function of this name is a point-to-point receive ("nccl:recv", "irecv",
-// NCCL's SendRecv kernels).
+// Whether a function of this name is a point-to-point receive ("nccl:recv", "irecv"; not
+// NCCL's SendRecv kernels by name alone: their direction comes from the trace's collective
+// metadata, FunctionInfo::point_to_point).
 bool IsPointToPointReceive(std::string_view name);
 
 // Per worker: the wait in point-to-point receives it spent less than its peers, per

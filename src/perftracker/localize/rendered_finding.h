@@ -14,6 +14,11 @@ struct RenderedFinding {
   bool wants_victims = false;
   std::vector<uint32_t> culprits;       // worker indices
   std::vector<uint32_t> extra_victims;  // workers whose wait findings it explained
+  // The share of its loss in calls whose excess a later pipeline receive waited out (its
+  // culprits' stage waits for another stage anyway): set by the rule that measured the loss
+  // where it knows the calls (a link's transfers, FunctionSummary::slack_after_ns); the
+  // pipeline-slack rule judges its cost to the job with it.
+  float absorbed_share = 0;
 };
 
 }  // namespace perftracker::localize

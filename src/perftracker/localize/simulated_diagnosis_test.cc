@@ -120,5 +120,45 @@ TEST(SimulatedDiagnosis, NoFindingLosesMoreThanTheIteration) {
   }
 }
 
+// A host's NIC at 1/4 in a later pipeline stage: its slow gradient all-reduce ends the
+// stage's iteration late, but the stage's next forward receive waits for the first stage
+// anyway, so the job keeps its pace. The same NIC in the first stage delays its next forward
+// sends and so every stage. Each job is run with and without the fault (the ground truth).
+TEST(SimulatedDiagnosis, ANicFaultThePipelineAbsorbsIsMinorAndAFirstStageOneIsNot) {
+  const std::string job = R"({"name": "t", "job": {"ranks": 64, "tp": 8, "pp": 2,
+      "gpus_per_host": 8, "model_params_b": 13, "iterations": 6, "seed": 8},
+      "faults": [%s], "expect": {%e}})";
+  auto with = [&](const std::string& faults) {
+    std::string j = job;
+    j.replace(j.find("%s"), 2, faults);
+    j.replace(
+        j.find("%e"), 2,
+        faults.empty() ? R"("healthy": true)" : R"("findings": [{"code": "PT-NIC-DEGRADED"}])");
+    return Simulate(j);
+  };
+  const Diagnosis healthy = with("");
+  for (int host : {6, 2}) {  // stage 1 of 2, then stage 0
+    SCOPED_TRACE("host " + std::to_string(host));
+    const Diagnosis d = with(R"({"kind": "nic_degraded", "hosts": [)" + std::to_string(host) +
+                             R"(], "magnitude": 4})");
+    SCOPED_TRACE(Describe(d));
+    const double cost = d.median_iteration_ns / healthy.median_iteration_ns - 1;
+    SCOPED_TRACE("ground truth: +" + std::to_string(cost * 100) + " %");
+    const Finding* f = FindCode(d, "PT-NIC-DEGRADED");
+    ASSERT_NE(f, nullptr);
+    EXPECT_EQ(f->workers.front(), 8 * host);
+    if (host == 6) {
+      ASSERT_LT(cost, 0.01);  // the ground truth: absorbed (noise of 6 iterations)
+      EXPECT_FALSE(f->material);
+      EXPECT_THAT(f->title, HasSubstr("absorbed by the pipeline"));
+      EXPECT_FALSE(d.has_material_finding());
+    } else {
+      ASSERT_GT(cost, 0.01);  // the ground truth: the job slows down
+      EXPECT_TRUE(f->material);
+      EXPECT_THAT(f->title, ::testing::Not(HasSubstr("absorbed")));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace perftracker

@@ -102,6 +102,11 @@
 // Ranges on a device stream that are not activity (Kineto's gpu_user_annotation) are
 // containers: they give identity to the kernels inside, but no busy time.
 //
+// Receive slack: as outermost communication calls are processed (collectives; torch's c10d::
+// ops and record_param_comms), each collective waits for the next point-to-point call of its
+// side (host or device); a receive credits it with its wait, a send with nothing
+// (summary/receive_slack.h, FunctionSummary::slack_after_ns).
+//
 // Onsets: at Finish() each function's time per iteration comes from its grid bins (a bin's
 // time spread evenly over the bin) and FindStepOnset (step_onset.h) says where it steps up
 // and stays up: FunctionSummary::onset_iteration / onset_ns, so that a fault that begins
@@ -141,7 +146,9 @@
 #include <utility>
 #include <vector>
 
+#include "perftracker/core/point_to_point.h"
 #include "perftracker/summary/call_path_table.h"
+#include "perftracker/summary/receive_slack.h"
 #include "perftracker/summary/step_onset.h"
 
 namespace perftracker {
@@ -166,8 +173,8 @@ constexpr size_t kMaxContextPoints = 1u << 18;
 constexpr uint32_t kNone = UINT32_MAX;
 // Event flags a function's summary keeps (FunctionSummary::event_flags); kEventFlagOnDevice
 // is also set for calls on a device track.
-constexpr uint8_t kSummaryFlags =
-    kEventFlagPageable | kEventFlagDeviceToDevice | kEventFlagOnDevice;
+constexpr uint8_t kSummaryFlags = kEventFlagPageable | kEventFlagDeviceToDevice |
+                                  kEventFlagOnDevice | kEventFlagSend | kEventFlagReceive;
 // A function reports a metric only when at least this many samples' worth of weight fell
 // inside its executions.
 constexpr double kMinMetricSampleWeight = 1.0;
@@ -945,6 +952,33 @@ class WindowSummarizer::Impl {
     }
   }
 
+  // An outermost communication call (a collective; torch's c10d:: ops and
+  // record_param_comms, which wrap NCCL's and gloo's): a point-to-point call credits the
+  // collectives before it (receive_slack.h); any other waits for the next one.
+  void TrackReceiveSlack(const TrackState& t, const Event& ev, uint32_t fn, bool on_device) {
+    if (ev.kind != EventKind::kCollective && ev.kind != EventKind::kTorchOp) return;
+    if (point_to_point_.size() <= fn) point_to_point_.resize(fn + 1, kUnclassified);
+    if (point_to_point_[fn] == kUnclassified) {
+      const std::string_view name = paths_.Get(fn).name;
+      const bool comm = ev.kind == EventKind::kCollective || name.starts_with("c10d::") ||
+                        name == "record_param_comms";
+      point_to_point_[fn] = comm ? static_cast<uint8_t>(PointToPointOf(name)) : kNotCommunication;
+    }
+    if (point_to_point_[fn] == kNotCommunication) return;
+    // A call's own direction flags win over its function's (one name may serve both).
+    const auto p2p = (ev.flags & (kEventFlagSend | kEventFlagReceive)) != 0
+                         ? PointToPointOf(paths_.Get(fn).name, ev.flags)
+                         : static_cast<PointToPoint>(point_to_point_[fn]);
+    ReceiveSlack& slack = receive_slack_[on_device ? 1 : 0];
+    if (p2p == PointToPoint::kNone) {
+      slack.OnCollective(fn, ev.end_ns, Inside(t, ev.start_ns, ev.end_ns));
+      return;
+    }
+    slack.OnPointToPoint(p2p, ev.start_ns, ev.end_ns, [this](uint32_t credited, int64_t ns) {
+      AddSat(slack_after_[credited], ns);
+    });
+  }
+
   void ProcessFlat(TrackState& t, const Event& ev) {
     const uint32_t fn = Resolve(ev, kNone);
     AddSat(functions_acc_[fn].self_ns, Inside(t, ev.start_ns, ev.end_ns));
@@ -1005,6 +1039,7 @@ class WindowSummarizer::Impl {
       t.has_toplevel = true;
     }
     Account(t, ev, fn, toplevel, open);
+    if ((open & kCatComm) == 0) TrackReceiveSlack(t, ev, fn, on_device);
     if (!on_device && ev.correlation != 0) RememberLaunch(ev.correlation, parent);
 
     frame.function = fn;
@@ -1032,6 +1067,15 @@ class WindowSummarizer::Impl {
   ChunkedVector<FunctionDetail> details_;     // of functions counted more than once
   std::vector<uint32_t> source_leaf_;         // source id -> leaf id in paths_
   std::vector<uint32_t> chain_map_;           // source id -> own id (chained sources)
+  // Own id -> PointToPoint by its name (kUnclassified until its first call, or
+  // kNotCommunication); per side (host, device), the collectives waiting for their next
+  // point-to-point call; per collective credited, FunctionSummary::slack_after_ns (a side map:
+  // few functions are collectives).
+  static constexpr uint8_t kUnclassified = 0xff;
+  static constexpr uint8_t kNotCommunication = 0xfe;
+  std::vector<uint8_t> point_to_point_;
+  std::array<ReceiveSlack, 2> receive_slack_;
+  std::unordered_map<uint32_t, int64_t> slack_after_;
   // slot -> (correlation, parent); a zero slot holds no launch (correlation ids are > 0).
   struct CorrelationSlot {
     uint32_t correlation;
@@ -1316,6 +1360,9 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     fs.idle_gap_before_ns = acc.idle_gap_ns;
     fs.bytes = acc.bytes;
     fs.event_flags = acc.flags;
+    if (const auto slack = slack_after_.find(id); slack != slack_after_.end()) {
+      fs.slack_after_ns = std::clamp<int64_t>(slack->second, 0, acc.total_ns);
+    }
     if (detail != nullptr) {
       fs.durations = std::move(detail->durations);
     } else if (acc.count > 0) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "perftracker/core/point_to_point.h"
+
 namespace perftracker {
 namespace {
 
@@ -924,6 +926,49 @@ TEST(WindowSummarizerTest, NestingBeyondTheDepthLimitIsCountedNotSummarized) {
     const FunctionSummary& deepest = s.functions.back();
     EXPECT_EQ(deepest.name, "level255");
     EXPECT_EQ(deepest.self_ns, deepest.total_ns);
+  }
+}
+
+// A pipeline stage's comm stream: its gradient all-reduce followed by a receive that waits
+// (the stage was early: the all-reduce's time is slack), then by a send (no slack). NCCL's
+// SendRecv kernel says its direction through the source's flags; "nccl:recv" by its name.
+TEST(WindowSummarizerTest, SlackAfterIsTheCollectiveTimeAReceiveWaitFollowed) {
+  for (bool offline : {false, true}) {
+    SCOPED_TRACE(offline ? "offline" : "live");
+    SummarizerOptions options;
+    options.offline = offline;
+    StreamBuilder b(options);
+    b.HostTrack(kMain);
+    b.DeviceTrack(kStream);
+    const char* kAllReduce = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)";
+    const char* kSendRecv = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)";
+    auto emit = [&](const char* name, int64_t start, int64_t end, uint8_t flags) {
+      Event e = b.Make(
+          kStream,
+          name == kAllReduce || name == kSendRecv ? EventKind::kCollective : EventKind::kGpuKernel,
+          name, start, end);
+      e.flags = flags | kEventFlagOnDevice;
+      b.summarizer().OnEvent(e);
+    };
+    emit(kAllReduce, 0, 100, 0);
+    emit("gemm", 100, 150, 0);
+    emit(kSendRecv, 150, 400, kEventFlagReceive);  // waits 250: covers the all-reduce
+    emit(kAllReduce, 400, 500, 0);
+    emit(kSendRecv, 500, 510, kEventFlagSend);  // a send first: that all-reduce delays it
+    emit(kSendRecv, 510, 900, kEventFlagReceive);
+    // Host side, by name: the host's all_reduce then a blocking receive of 30.
+    b.Emit(kMain, EventKind::kCollective, "gloo:all_reduce", 0, 50);
+    b.Emit(kMain, EventKind::kCollective, "gloo:recv", 60, 90);
+    const WorkerSummary s = b.Finish();
+    ASSERT_FN(ar, s, std::string("collective:") + kAllReduce);
+    EXPECT_EQ(ar->total_ns, 200);
+    EXPECT_EQ(ar->slack_after_ns, 100);
+    ASSERT_FN(recv, s, std::string("collective:") + kSendRecv);
+    EXPECT_EQ(recv->slack_after_ns, 0);
+    EXPECT_EQ(recv->event_flags & (kEventFlagSend | kEventFlagReceive),
+              kEventFlagSend | kEventFlagReceive);
+    ASSERT_FN(gloo, s, "collective:gloo:all_reduce");
+    EXPECT_EQ(gloo->slack_after_ns, 30);
   }
 }
 

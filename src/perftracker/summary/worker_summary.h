@@ -54,6 +54,11 @@ struct FunctionSummary {
   // and its time in the iterations from there on. From the time grid: exact to a grid bin.
   uint32_t onset_iteration = 0;
   int64_t onset_ns = 0;
+  // Collectives only: how much of total_ns was followed by a wait in the next point-to-point
+  // receive, before any send (summary/receive_slack.h): time whose excess the pipeline
+  // absorbed. At most total_ns; 0 when a send always came first, or the job has no
+  // point-to-point calls.
+  int64_t slack_after_ns = 0;
 
   double achieved_bytes_per_s() const {
     return total_ns > 0 ? static_cast<double>(bytes) * 1e9 / static_cast<double>(total_ns) : 0;

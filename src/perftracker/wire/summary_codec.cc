@@ -194,6 +194,7 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
       o->set_onset_iteration(f.onset_iteration);
       o->set_onset_ns(f.onset_ns);
     }
+    if (f.slack_after_ns > 0) o->set_slack_after_ns(f.slack_after_ns);
     if (f.durations.count() > 0) EncodeSketch(f.durations, o->mutable_durations());
     for (const FunctionMetric& fm : f.metrics) {
       o->add_metric_ids(static_cast<uint32_t>(fm.metric));
@@ -343,6 +344,12 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
                                 std::to_string(o.onset_iteration) + " of " +
                                 std::to_string(s.iterations.size()) + " with " +
                                 std::to_string(o.onset_ns) + " ns");
+    }
+    o.slack_after_ns = f.slack_after_ns();
+    if (o.slack_after_ns < 0 || o.slack_after_ns > std::max<int64_t>(o.total_ns, 0)) {
+      return Corrupt(kWhat, where + " (" + o.name + "): " + std::to_string(o.slack_after_ns) +
+                                " ns followed by a receive wait, of " + std::to_string(o.total_ns) +
+                                " ns in all");
     }
     if (f.has_durations()) {
       const v1::QuantileSketch& d = f.durations();

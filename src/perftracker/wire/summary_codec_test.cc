@@ -55,6 +55,8 @@ WorkerSummary SampleSummary() {
   nccl.parent = 0;
   nccl.count = 3;
   nccl.bytes = 3ull << 30;
+  nccl.total_ns = 21'000'000;
+  nccl.slack_after_ns = 9'000'000;  // a pipeline receive waited after two of its calls
   nccl.durations.Add(7e6, 3);
   nccl.metrics.push_back({Metric::kNicTxBytesPerSec, 8589934592.0, 268435456.0});
   nccl.metrics.push_back({Metric::kGpuSmActivity, 0.125, 0.0});
@@ -138,6 +140,7 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
     EXPECT_EQ(x.event_flags, y.event_flags);
     EXPECT_EQ(x.onset_iteration, y.onset_iteration);
     EXPECT_EQ(x.onset_ns, y.onset_ns);
+    EXPECT_EQ(x.slack_after_ns, y.slack_after_ns);
     ExpectSketchEq(x.durations, y.durations);
     ASSERT_EQ(x.metrics.size(), y.metrics.size());
     for (size_t m = 0; m < x.metrics.size(); ++m) {
@@ -369,6 +372,15 @@ TEST(SummaryCodecTest, SemanticCorruptionIsNamed) {
   EXPECT_NE(bad_onset.status().message().find("(aten::mm): onset at iteration 2 of 2"),
             std::string::npos)
       << bad_onset.status().message();
+
+  s = SampleSummary();
+  s.functions[2].slack_after_ns = s.functions[2].total_ns + 1;  // more than its time
+  auto bad_slack = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_FALSE(bad_slack.ok());
+  EXPECT_NE(bad_slack.status().message().find("(nccl:all_reduce): 21000001 ns followed by a "
+                                              "receive wait, of 21000000 ns in all"),
+            std::string::npos)
+      << bad_slack.status().message();
 
   s = SampleSummary();
   s.window_end_ns = s.window_start_ns - 1;

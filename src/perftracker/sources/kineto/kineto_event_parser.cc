@@ -418,6 +418,9 @@ bool KinetoEventParser::ParseArgs(KinetoRawEvent* event) {
     } else if (key == "dtype" && *p_ == '"') {
       bool truncated = false;
       ok = ReadString(&event->dtype, &dtype_scratch_, kMaxShortStringBytes, &truncated);
+    } else if (key == "Collective name" && *p_ == '"') {
+      bool truncated = false;
+      ok = ReadString(&event->collective, &collective_scratch_, kMaxShortStringBytes, &truncated);
     } else {
       ok = SkipValue();
     }

@@ -61,6 +61,7 @@ struct KinetoRawEvent {
   TraceNumber bytes;
   TraceNumber in_msg_nelems;
   std::string_view dtype;
+  std::string_view collective;  // args "Collective name" (record_param_comms, NCCL kernels)
 };
 
 class KinetoEventParser {
@@ -110,6 +111,7 @@ class KinetoEventParser {
   std::string pid_scratch_;
   std::string tid_scratch_;
   std::string dtype_scratch_;
+  std::string collective_scratch_;
 };
 
 }  // namespace perftracker

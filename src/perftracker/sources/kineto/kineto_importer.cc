@@ -83,6 +83,7 @@
 #include <vector>
 
 #include "perftracker/core/input_file.h"
+#include "perftracker/core/point_to_point.h"
 #include "perftracker/sources/kineto/kineto_event_classifier.h"
 #include "perftracker/sources/kineto/kineto_event_parser.h"
 
@@ -325,6 +326,9 @@ class KinetoImporter::Impl {
   void HandleEnd(const KinetoRawEvent& ev, int64_t ts_ns, uint64_t offset);
   bool DecideUnit(const TraceNumber& ts);
   uint32_t TrackFor(const KinetoRawEvent& ev, bool on_device);
+  static uint8_t FlagsOf(const KinetoRawEvent& ev, const KinetoEventClass& c);
+  uint32_t FunctionOf(const KinetoEventClass& c, uint8_t flags);
+  std::string directed_name_;  // scratch for FunctionOf
   uint64_t PayloadOf(const KinetoRawEvent& ev, const KinetoEventClass& c) const;
   void Malformed(uint64_t offset, const std::string& what, std::string_view name = {});
 
@@ -623,6 +627,26 @@ uint64_t KinetoImporter::Impl::PayloadOf(const KinetoRawEvent& ev, const KinetoE
   return 0;
 }
 
+// NCCL's fused SendRecv kernel runs sends and receives under one name: with the direction
+// its metadata gives, they are two functions ("... [send]", "... [recv]"), so that a
+// receive's wait is never averaged with sends.
+uint32_t KinetoImporter::Impl::FunctionOf(const KinetoEventClass& c, uint8_t flags) {
+  const uint8_t direction = flags & (kEventFlagSend | kEventFlagReceive);
+  if (direction == 0 || direction == (kEventFlagSend | kEventFlagReceive) ||
+      PointToPointOf(c.name) != PointToPoint::kSendReceive) {
+    return functions_->Intern(c.kind, c.name);
+  }
+  directed_name_.assign(c.name);
+  directed_name_ += direction == kEventFlagSend ? " [send]" : " [recv]";
+  return functions_->Intern(c.kind, directed_name_);
+}
+
+// The class's flags, and a point-to-point call's direction from its "Collective name"
+// (NCCL's SendRecv kernel serves both; the metadata says which).
+uint8_t KinetoImporter::Impl::FlagsOf(const KinetoRawEvent& ev, const KinetoEventClass& c) {
+  return c.flags | (ev.collective.empty() ? 0 : PointToPointFlagsOfCollective(ev.collective));
+}
+
 void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset) {
   switch (ev.ph) {
     case 'X':
@@ -673,10 +697,10 @@ void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset
     if (c.keep) {
       s.start_ns = ts_ns;
       s.kind = c.kind;
-      s.flags = c.flags;
+      s.flags = FlagsOf(ev, c);
       s.payload = PayloadOf(ev, c);
       s.correlation = static_cast<uint32_t>(ev.correlation.ToUnsigned());
-      s.function_id = functions_->Intern(c.kind, c.name);
+      s.function_id = FunctionOf(c, s.flags);
       if (ev.name_truncated) ++names_truncated_;
     }
     stack.push_back(s);
@@ -710,9 +734,9 @@ void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset
   e.payload = PayloadOf(ev, c);
   e.correlation = static_cast<uint32_t>(ev.correlation.ToUnsigned());
   e.kind = c.kind;
-  e.flags = c.flags;
+  e.flags = FlagsOf(ev, c);
   e.track_id = TrackFor(ev, c.on_device);
-  e.function_id = functions_->Intern(c.kind, c.name);
+  e.function_id = FunctionOf(c, e.flags);
   if (ev.name_truncated) ++names_truncated_;
   sink_->OnEvent(e);
   ++emitted_;

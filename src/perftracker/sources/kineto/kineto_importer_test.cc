@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "perftracker/core/point_to_point.h"
 #include "perftracker/sources/kineto/kineto_event_classifier.h"
 
 namespace perftracker {
@@ -302,6 +303,50 @@ TEST(KinetoImporterTest, GoldenTorch113BareListTrace) {
   auto chunked = ImportText(text, 4093, path);
   ASSERT_TRUE(chunked->status.ok());
   EXPECT_EQ(chunked->Dump(), r->Dump());
+}
+
+// Pipeline parallelism over NCCL: sends and receives are one kernel, ncclDevKernel_SendRecv
+// (names as on a B200 with NCCL 2.2x); only the metadata PyTorch attaches to the kernel and
+// to record_param_comms says which is which. Each direction is flagged and named apart; a
+// SendRecv kernel of an all_to_all (no direction) keeps its name and no flag.
+TEST(KinetoImporterTest, PointToPointDirectionComesFromTheCollectiveMetadata) {
+  constexpr std::string_view kTrace = R"JSON({"traceEvents": [
+  {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+   "args": {"Collective name": "recv", "In msg nelems": 1024, "dtype": "BFloat16"}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+   "pid": 0, "tid": 7, "ts": 20, "dur": 300, "args": {"device": 0, "stream": 7, "correlation": 5,
+   "Collective name": "recv", "In msg nelems": 1024, "dtype": "BFloat16", "Group size": 2}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+   "pid": 0, "tid": 7, "ts": 400, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 6,
+   "Collective name": "send", "In msg nelems": 1024, "dtype": "BFloat16", "Group size": 2}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)",
+   "pid": 0, "tid": 7, "ts": 500, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 7,
+   "Collective name": "all_to_all", "In msg nelems": 1024, "dtype": "BFloat16", "Group size": 8}},
+  {"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+   "pid": 0, "tid": 7, "ts": 600, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 8}}
+  ]})JSON";
+  auto r = ImportText(kTrace, kTrace.size());
+  ASSERT_TRUE(r->status.ok()) << r->status.message();
+  auto recv = r->Named("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>) [recv]");
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].kind, EventKind::kCollective);
+  EXPECT_EQ(recv[0].flags, kEventFlagOnDevice | kEventFlagReceive);
+  auto send = r->Named("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>) [send]");
+  ASSERT_EQ(send.size(), 1u);
+  EXPECT_EQ(send[0].flags, kEventFlagOnDevice | kEventFlagSend);
+  auto all_to_all = r->Named("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)");
+  ASSERT_EQ(all_to_all.size(), 1u);
+  EXPECT_EQ(all_to_all[0].flags, kEventFlagOnDevice);
+  auto host = r->Named("record_param_comms");
+  ASSERT_EQ(host.size(), 1u);
+  EXPECT_EQ(host[0].flags, kEventFlagReceive);
+  auto old = r->Named(
+      "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)");
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_EQ(old[0].flags, kEventFlagOnDevice);
+  EXPECT_EQ(PointToPointOf("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>) [recv]",
+                           recv[0].flags),
+            PointToPoint::kReceive);
 }
 
 TEST(KinetoImporterTest, GzipAndConcatenatedMembers) {
