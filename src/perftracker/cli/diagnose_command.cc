@@ -171,6 +171,11 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, DiagnoseOptions* options) {
                   "on collective ends, each finding drawn on its culprit's calls with arrows to "
                   "the victims' waits; at most 2 M events, shorter ones beyond that aggregated "
                   "(docs/perfetto-export.md)");
+  cmd->add_option("--perfetto-max-events", options->perfetto_max_events,
+                  "Cap of the --perfetto export: events beyond it (the shortest) are counted "
+                  "per track in its metadata instead of drawn")
+      ->check(CLI::Range(static_cast<size_t>(1), static_cast<size_t>(1) << 40))
+      ->default_val(options->perfetto_max_events);
   cmd->add_flag("--color", options->color, "Colour the text report");
   return cmd;
 }
@@ -308,7 +313,9 @@ int RunDiagnose(const DiagnoseOptions& options) {
   }
 
   if (perfetto) {
-    PerfettoWriter writer;
+    PerfettoOptions perfetto_options;
+    perfetto_options.max_events = options.perfetto_max_events;
+    PerfettoWriter writer(perfetto_options);
     for (const auto& t : traces) writer.AddRank(t.get());
     Status written = writer.Write(diagnosis, &perfetto_out);
     perfetto_out.close();

@@ -1,6 +1,7 @@
 // `perftracker diagnose`: offline diagnosis of per-rank trace files.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct DiagnoseOptions {
   std::string format = "text";
   std::string html_path;
   std::string perfetto_path;  // --perfetto: Trace Event Format export of the window
+  size_t perfetto_max_events = 2'000'000;  // the export's cap (docs/perfetto-export.md)
   std::optional<int32_t> rank;
   std::string time_unit = "auto";
   double material_share = 0.05;

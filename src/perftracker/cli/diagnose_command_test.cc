@@ -74,5 +74,38 @@ TEST(DiagnosePerfettoTest, TheStragglerExampleIsExportedWithItsFindingOnRank2) {
   EXPECT_EQ(doc["otherData"]["events_aggregated"], 0);
 }
 
+TEST(DiagnosePerfettoTest, OverTheCapTheRestIsCountedNotCut) {
+  const fs::path path = TempPath("capped.perfetto.json");
+  DiagnoseOptions options;
+  options.paths = {StragglerExample()};
+  options.perfetto_path = path.string();
+  options.perfetto_max_events = 1000;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const int rc = RunDiagnose(options);
+  testing::internal::GetCapturedStdout();
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_NE(err.find("shortest aggregated per track"), std::string::npos) << err;
+  std::ifstream in(path);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  fs::remove(path);
+  ASSERT_FALSE(doc.is_discarded());
+  const auto& other = doc["otherData"];
+  EXPECT_LE(other["events_written"].get<uint64_t>(), 1000u);
+  EXPECT_EQ(other["events_written"].get<uint64_t>() + other["events_aggregated"].get<uint64_t>(),
+            other["events_total"].get<uint64_t>());
+  // Every event is accounted for: drawn, or counted on its track.
+  uint64_t drawn = 0;
+  uint64_t counted = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] != "perftracker") ++drawn;
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["args"].contains("events_aggregated")) {
+      counted += e["args"]["events_aggregated"].get<uint64_t>();
+    }
+  }
+  EXPECT_EQ(drawn + counted, other["events_total"].get<uint64_t>());
+}
+
 }  // namespace
 }  // namespace perftracker
