@@ -20,7 +20,6 @@
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "perftracker/core/input_file.h"
 #include "perftracker/localize/localizer.h"
@@ -300,6 +299,9 @@ int RunDiagnose(const DiagnoseOptions& options) {
   input.workers = &workers;
   input.title =
       options.paths.size() == 1 ? options.paths[0] : fmt::format("{} trace files", files->size());
+  std::vector<SkippedInput> skipped_inputs;
+  for (const auto& [path, error] : skipped) skipped_inputs.push_back({path, error});
+  input.skipped_inputs = &skipped_inputs;
 
   if (!options.html_path.empty()) {
     std::ofstream out(options.html_path, std::ios::binary | std::ios::trunc);
@@ -335,20 +337,7 @@ int RunDiagnose(const DiagnoseOptions& options) {
   }
 
   if (options.format == "json") {
-    nlohmann::ordered_json report =
-        nlohmann::ordered_json::parse(RenderJson(input), nullptr, false);
-    if (report.is_discarded() || !report.is_object()) {
-      fmt::print(stderr, "perftracker: internal error: the JSON report is not valid JSON\n");
-      return 2;
-    }
-    nlohmann::ordered_json skipped_json = nlohmann::ordered_json::array();
-    for (const auto& [path, error] : skipped) {
-      skipped_json.push_back({{"path", path}, {"error", error}});
-    }
-    report["skipped_inputs"] = std::move(skipped_json);
-    // Paths need not be UTF-8: replace bad bytes instead of throwing.
-    fmt::print("{}\n",
-               report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    fmt::print("{}", RenderJson(input));
   } else {
     TextOptions text_options;
     text_options.color = options.color;

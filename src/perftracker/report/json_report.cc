@@ -98,7 +98,16 @@ std::string RenderJson(const ReportInput& input) {
   ordered_json workers = ordered_json::array();
   for (const report::WorkerRow& row : model.workers()) workers.push_back(WorkerJson(row));
   root["workers"] = std::move(workers);
-  // Strings are sanitized above; `replace` is a second guard so that dump() never throws.
+  if (input.skipped_inputs != nullptr) {
+    // Paths as given (they need not be UTF-8: dump() replaces bad bytes).
+    ordered_json skipped = ordered_json::array();
+    for (const SkippedInput& s : *input.skipped_inputs) {
+      skipped.push_back({{"path", s.path}, {"error", s.error}});
+    }
+    root["skipped_inputs"] = std::move(skipped);
+  }
+  // Strings are sanitized above (skipped_inputs aside); `replace` is a second guard so that
+  // dump() never throws.
   return root.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
 }
 

@@ -11,12 +11,21 @@
 
 namespace perftracker {
 
+// An input file `perftracker diagnose` could not read.
+struct SkippedInput {
+  std::string path;
+  std::string error;
+};
+
 struct ReportInput {
   const Diagnosis* diagnosis = nullptr;
   // The workers' summaries, for the heat map and per-worker iteration times. May be empty
   // (then those sections are left out).
   const std::vector<WorkerSummary>* workers = nullptr;
   std::string title;  // e.g. the inputs diagnosed
+  // When set, the JSON report ends with `skipped_inputs` (what `diagnose --format json` and
+  // the server's window reports write; an empty array when nothing was skipped).
+  const std::vector<SkippedInput>* skipped_inputs = nullptr;
 };
 
 struct TextOptions {

@@ -214,7 +214,8 @@ class ControlService::Session : public ControlSession {
                         s->rank, s->window, decoded->rank));
       }
       if (Store* store = service_->options_.store) {
-        const Status st = store->PutSummary(job_->id_, s->window, *decoded);
+        const Status st =
+            store->PutSummaryBytes(job_->id_, s->window, s->rank, s->worker_summary);
         if (!st.ok()) service_->LogStoreError(job_->id_, st);
       }
       if (ServerMetrics* m = service_->options_.metrics) {

@@ -192,6 +192,9 @@ class DownStore final : public Store {
   StatusOr<std::vector<WindowRecord>> ListWindows(const std::string&) override { return Down(); }
   StatusOr<WindowRecord> GetWindow(const std::string&, uint64_t) override { return Down(); }
   Status PutSummary(const std::string&, uint64_t, const WorkerSummary&) override { return Down(); }
+  Status PutSummaryBytes(const std::string&, uint64_t, int32_t, std::string_view) override {
+    return Down();
+  }
   StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string&, uint64_t) override {
     return Down();
   }

@@ -7,10 +7,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <vector>
 
 #include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 namespace perftracker {
 namespace {
@@ -72,13 +71,6 @@ Status EnsureReportDir(const std::string& dir) {
   return Status::Ok();
 }
 
-std::string RenderWindowJson(const ReportInput& input) {
-  nlohmann::ordered_json report = nlohmann::ordered_json::parse(RenderJson(input), nullptr, false);
-  if (report.is_discarded() || !report.is_object()) return RenderJson(input);
-  report["skipped_inputs"] = nlohmann::ordered_json::array();
-  return report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
-}
-
 StatusOr<WrittenReport> WriteWindowReport(const std::string& dir, uint64_t window,
                                           WindowReason reason, const ReportInput& input,
                                           const std::map<int32_t, std::string>& stacks) {
@@ -88,7 +80,11 @@ StatusOr<WrittenReport> WriteWindowReport(const std::string& dir, uint64_t windo
       (fs::path(dir) / fmt::format("window-{}-{}", window, WindowReasonName(reason))).string();
   written.json_path = base + ".json";
   written.html_path = base + ".html";
-  PERFTRACKER_RETURN_IF_ERROR(WriteAtomically(written.json_path, RenderWindowJson(input)));
+  const std::vector<SkippedInput> no_skipped_inputs;
+  ReportInput json_input = input;
+  json_input.skipped_inputs = &no_skipped_inputs;
+  written.json = RenderJson(json_input);
+  PERFTRACKER_RETURN_IF_ERROR(WriteAtomically(written.json_path, written.json));
   PERFTRACKER_RETURN_IF_ERROR(WriteAtomically(written.html_path, RenderHtml(input)));
   if (!stacks.empty()) {
     std::string text;

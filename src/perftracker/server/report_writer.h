@@ -1,6 +1,6 @@
 // ReportWriter: writes one window's report files into the report directory:
 //   window-<id>-<reason>.json   the schema of `perftracker diagnose --format json`
-//                               (report/RenderJson plus diagnose's `skipped_inputs`, empty)
+//                               (report/RenderJson with diagnose's `skipped_inputs`, empty)
 //   window-<id>-<reason>.html   report/RenderHtml
 //   window-<id>-stacks.txt      the per-rank Python stacks (hang windows only)
 // Each file is written to a temporary name and renamed, so a reader never sees half a file.
@@ -17,6 +17,7 @@
 namespace perftracker {
 
 struct WrittenReport {
+  std::string json;  // the JSON file's contents
   std::string json_path;
   std::string html_path;
   std::string stacks_path;
@@ -28,8 +29,5 @@ Status EnsureReportDir(const std::string& dir);
 StatusOr<WrittenReport> WriteWindowReport(const std::string& dir, uint64_t window,
                                           WindowReason reason, const ReportInput& input,
                                           const std::map<int32_t, std::string>& stacks);
-
-// The JSON text written for `input` (same as `diagnose --format json`).
-std::string RenderWindowJson(const ReportInput& input);
 
 }  // namespace perftracker

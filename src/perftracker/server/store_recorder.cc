@@ -2,21 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <utility>
 
 #include "perftracker/core/realtime_clock.h"
 
 namespace perftracker {
-namespace {
-
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-}  // namespace
 
 WindowRecord WindowRecordOf(const std::string& job_id, const WindowSpec& spec,
                             std::vector<std::string> triggers, WindowState state) {
@@ -36,7 +26,7 @@ DiagnosisRecord DiagnosisRecordOf(const std::string& job_id, uint64_t window_id,
   DiagnosisRecord d;
   d.job_id = job_id;
   d.window_id = window_id;
-  d.json = report.json_path.empty() ? std::string() : ReadWholeFile(report.json_path);
+  d.json = report.json;
   d.text = report.text;
   for (const Finding& f : report.diagnosis.findings) {
     if (f.material) {

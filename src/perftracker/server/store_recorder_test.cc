@@ -1,10 +1,6 @@
 #include "perftracker/server/store_recorder.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,19 +76,18 @@ TEST(StoreRecorderTest, TheRunsJobWindowsSummariesAndDiagnosesReachTheStore) {
   rec.OnSummary(7, stray);  // a window the coordinator never opened: forwarded, not stored
   EXPECT_EQ(store->ListSummaries("run-1", 1)->size(), 2u);
 
-  const std::string json_path =
-      testing::TempDir() + "/store_recorder_" + std::to_string(getpid()) + ".json";
-  std::ofstream(json_path) << R"({"schema_version": 1, "findings": []})";
+  // The report's JSON as the coordinator rendered it (the store takes it from the report,
+  // not from the file).
   WindowReport report;
   report.id = 1;
   report.reason = WindowReason::kSlowdown;
-  report.json_path = json_path;
+  report.json = R"({"schema_version": 1, "findings": []})";
+  report.json_path = testing::TempDir() + "/no-such-dir/window-1-slowdown.json";
   report.text = "perftracker: no material finding";
   // Window 2 opened for a hang that was retracted before its report: no report.
   rec.StartWindow({2, 9'000'000'000, 2'000'000'000, WindowReason::kHang});
   rec.StoreReports({report});
   rec.StoreReports({report});  // already stored: nothing happens twice
-  std::filesystem::remove(json_path);
 
   EXPECT_EQ(store->GetWindow("run-1", 1)->state, WindowState::kDiagnosed);
   EXPECT_EQ(store->GetWindow("run-1", 2)->state, WindowState::kAbandoned);

@@ -835,6 +835,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   StatusOr<WrittenReport> written =
       WriteWindowReport(options_.report_dir, w.spec.id, w.spec.reason, input, StacksFile(w));
   if (written.ok()) {
+    report.json = std::move(written->json);
     report.json_path = written->json_path;
     report.html_path = written->html_path;
     report.stacks_path = written->stacks_path;
@@ -900,6 +901,7 @@ void WindowCoordinator::RetractHangReport(const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   for (WindowReport& r : reports_) {
     if (r.id != id) continue;
+    if (written.ok()) r.json = std::move(written->json);  // else the file keeps the first one
     r.diagnosis = std::move(diagnosis);
     r.text = text;
     r.retracted = true;

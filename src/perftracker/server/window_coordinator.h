@@ -96,6 +96,7 @@ struct CoordinatorOptions {
 struct WindowReport {
   uint64_t id = 0;
   WindowReason reason = WindowReason::kManual;
+  std::string json;  // the JSON file's contents ("" when it could not be written)
   std::string json_path;
   std::string html_path;
   std::string stacks_path;  // hangs only

@@ -11,8 +11,13 @@
 #include <zlib.h>
 
 #include "perftracker.pb.h"
+#include "perftracker/wire/proto_parse.h"
 
 namespace perftracker {
+
+using wire_internal::ParseWireMessage;
+using wire_internal::WireDataLoss;
+
 namespace {
 
 // Keys derive from parent + leaf; a hostile message (a long parent chain) could make the
@@ -25,26 +30,6 @@ std::string LeafKey(EventKind kind, std::string_view name) {
   key += ':';
   key += name;
   return key;
-}
-
-Status Corrupt(std::string_view what, std::string detail) {
-  return Status::DataLoss(std::string(what) + ": " + std::move(detail) +
-                          " (the message is corrupt, truncated, or not a perftracker.v1 " +
-                          std::string(what) + "; re-send it or check both sides run the same "
-                          "perftracker version)");
-}
-
-Status Parse(google::protobuf::MessageLite& message, std::string_view bytes,
-             std::string_view what) {
-  if (bytes.size() > kMaxWireMessageBytes) {
-    return Corrupt(what, std::to_string(bytes.size()) + " bytes exceeds the limit of " +
-                             std::to_string(kMaxWireMessageBytes) + " bytes");
-  }
-  if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return Corrupt(what, "protobuf parsing failed on " + std::to_string(bytes.size()) +
-                             " bytes");
-  }
-  return Status::Ok();
 }
 
 // Whole numbers below 2^53 travel as varints (exact round trip through int64).
@@ -228,7 +213,7 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
 StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   constexpr std::string_view kWhat = "WorkerSummary";
   v1::WorkerSummary m;
-  PERFTRACKER_RETURN_IF_ERROR(Parse(m, bytes, kWhat));
+  PERFTRACKER_RETURN_IF_ERROR(ParseWireMessage(m, bytes, kWhat));
 
   WorkerSummary s;
   s.rank = m.rank();
@@ -239,7 +224,7 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   s.has_device = m.has_device();
   const std::string rank = "rank " + std::to_string(s.rank);
   if (s.window_end_ns < s.window_start_ns) {
-    return Corrupt(kWhat, rank + ": window ends before it starts");
+    return WireDataLoss(kWhat, rank + ": window ends before it starts");
   }
   s.iterations.reserve(static_cast<size_t>(m.iterations_size()));
   for (const v1::IterationSummary& it : m.iterations()) {
@@ -252,8 +237,8 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     o.data_ns = it.data_ns();
     o.host_only_ns = it.host_only_ns();
     if (o.duration_ns < 0) {
-      return Corrupt(kWhat, rank + ": iteration " + std::to_string(s.iterations.size()) +
-                                " has a negative duration");
+      return WireDataLoss(kWhat, rank + ": iteration " + std::to_string(s.iterations.size()) +
+                                     " has a negative duration");
     }
     s.iterations.push_back(o);
   }
@@ -261,20 +246,20 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   std::vector<std::string> strings(m.strings().begin(), m.strings().end());
   if (!m.strings_deflated().empty()) {
     if (!strings.empty()) {
-      return Corrupt(kWhat, rank + ": both a plain and a deflated string table");
+      return WireDataLoss(kWhat, rank + ": both a plain and a deflated string table");
     }
     std::string raw;
     if (!Inflate(m.strings_deflated(), kMaxWireMessageBytes, raw)) {
-      return Corrupt(kWhat, rank + ": the deflated string table (" +
-                                std::to_string(m.strings_deflated().size()) +
-                                " bytes) does not inflate");
+      return WireDataLoss(kWhat, rank + ": the deflated string table (" +
+                                     std::to_string(m.strings_deflated().size()) +
+                                     " bytes) does not inflate");
     }
     std::string_view in = raw;
     while (!in.empty()) {
       uint64_t len = 0;
       if (!ReadVarint(in, len) || len > in.size()) {
-        return Corrupt(kWhat, rank + ": string table entry " + std::to_string(strings.size()) +
-                                  " overruns the table");
+        return WireDataLoss(kWhat, rank + ": string table entry " + std::to_string(strings.size()) +
+                                       " overruns the table");
       }
       strings.emplace_back(in.substr(0, len));
       in.remove_prefix(len);
@@ -292,22 +277,22 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     const std::string where = rank + ", function " + std::to_string(i);
     FunctionSummary o;
     if (f.name() >= strings.size()) {
-      return Corrupt(kWhat, where + ": name index " + std::to_string(f.name()) +
-                                " is outside the string table of " +
-                                std::to_string(strings.size()) + " entries");
+      return WireDataLoss(kWhat, where + ": name index " + std::to_string(f.name()) +
+                                     " is outside the string table of " +
+                                     std::to_string(strings.size()) + " entries");
     }
     o.name = strings[f.name()];
     if (f.kind() >= static_cast<uint32_t>(kNumEventKinds)) {
-      return Corrupt(kWhat, where + " (" + o.name + "): unknown event kind " +
-                                std::to_string(f.kind()));
+      return WireDataLoss(
+          kWhat, where + " (" + o.name + "): unknown event kind " + std::to_string(f.kind()));
     }
     o.kind = static_cast<EventKind>(f.kind());
     if (f.parent() != 0) {
       o.parent = f.parent() - 1;
       if (o.parent >= num_functions || o.parent == i) {
-        return Corrupt(kWhat, where + " (" + o.name + "): parent index " +
-                                  std::to_string(o.parent) + " is out of range (" +
-                                  std::to_string(num_functions) + " functions)");
+        return WireDataLoss(kWhat, where + " (" + o.name + "): parent index " +
+                                       std::to_string(o.parent) + " is out of range (" +
+                                       std::to_string(num_functions) + " functions)");
       }
     }
     // A derived key stays implicit (WorkerSummary::Key); its size is still budgeted.
@@ -321,14 +306,14 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     } else if (o.parent < i) {
       key_size = key_sizes[o.parent] + 3 + leaf_size;
     } else {
-      return Corrupt(kWhat, where + " (" + o.name + "): its key derives from parent " +
-                                std::to_string(o.parent) + ", which does not precede it");
+      return WireDataLoss(kWhat, where + " (" + o.name + "): its key derives from parent " +
+                                     std::to_string(o.parent) + ", which does not precede it");
     }
     key_sizes.push_back(key_size);
     key_bytes += key_size;
     if (key_bytes > key_budget) {
-      return Corrupt(kWhat, where + ": function keys add up to more than " +
-                                std::to_string(key_budget) + " bytes");
+      return WireDataLoss(kWhat, where + ": function keys add up to more than " +
+                                     std::to_string(key_budget) + " bytes");
     }
     o.count = f.count();
     o.total_ns = f.total_ns();
@@ -340,16 +325,16 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     o.onset_iteration = f.onset_iteration();
     o.onset_ns = f.onset_ns();
     if (o.onset_iteration >= std::max<size_t>(s.iterations.size(), 1) || o.onset_ns < 0) {
-      return Corrupt(kWhat, where + " (" + o.name + "): onset at iteration " +
-                                std::to_string(o.onset_iteration) + " of " +
-                                std::to_string(s.iterations.size()) + " with " +
-                                std::to_string(o.onset_ns) + " ns");
+      return WireDataLoss(kWhat, where + " (" + o.name + "): onset at iteration " +
+                                     std::to_string(o.onset_iteration) + " of " +
+                                     std::to_string(s.iterations.size()) + " with " +
+                                     std::to_string(o.onset_ns) + " ns");
     }
     o.slack_after_ns = f.slack_after_ns();
     if (o.slack_after_ns < 0 || o.slack_after_ns > std::max<int64_t>(o.total_ns, 0)) {
-      return Corrupt(kWhat, where + " (" + o.name + "): " + std::to_string(o.slack_after_ns) +
-                                " ns followed by a receive wait, of " + std::to_string(o.total_ns) +
-                                " ns in all");
+      return WireDataLoss(kWhat, where + " (" + o.name + "): " + std::to_string(o.slack_after_ns) +
+                                     " ns followed by a receive wait, of " +
+                                     std::to_string(o.total_ns) + " ns in all");
     }
     if (f.has_durations()) {
       const v1::QuantileSketch& d = f.durations();
@@ -358,20 +343,20 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
       const double min = d.has_min_int() ? static_cast<double>(d.min_int()) : d.min();
       const double max = d.has_max_int() ? static_cast<double>(d.max_int()) : d.max();
       if (!o.durations.Restore(d.offset(), std::move(buckets), d.zero_count(), sum, min, max)) {
-        return Corrupt(kWhat, where + " (" + o.name + "): inconsistent duration sketch (" +
-                                  std::to_string(d.buckets_size()) + " buckets, offset " +
-                                  std::to_string(d.offset()) + ")");
+        return WireDataLoss(kWhat, where + " (" + o.name + "): inconsistent duration sketch (" +
+                                       std::to_string(d.buckets_size()) + " buckets, offset " +
+                                       std::to_string(d.offset()) + ")");
       }
     }
     if (f.metric_means_size() != f.metric_ids_size() ||
         f.metric_stddevs_size() != f.metric_ids_size()) {
-      return Corrupt(kWhat, where + " (" + o.name + "): metric arrays differ in length");
+      return WireDataLoss(kWhat, where + " (" + o.name + "): metric arrays differ in length");
     }
     o.metrics.reserve(static_cast<size_t>(f.metric_ids_size()));
     for (int j = 0; j < f.metric_ids_size(); ++j) {
       if (f.metric_ids(j) >= static_cast<uint32_t>(kNumMetrics)) {
-        return Corrupt(kWhat, where + " (" + o.name + "): unknown metric " +
-                                  std::to_string(f.metric_ids(j)));
+        return WireDataLoss(
+            kWhat, where + " (" + o.name + "): unknown metric " + std::to_string(f.metric_ids(j)));
       }
       o.metrics.push_back({static_cast<Metric>(f.metric_ids(j)), f.metric_means(j),
                            f.metric_stddevs(j)});
@@ -387,81 +372,17 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   s.stats.first_problem = st.first_problem();
   if (m.worker_metric_means_size() != m.worker_metric_ids_size() ||
       m.worker_metric_stddevs_size() != m.worker_metric_ids_size()) {
-    return Corrupt(kWhat, rank + ": worker metric arrays differ in length");
+    return WireDataLoss(kWhat, rank + ": worker metric arrays differ in length");
   }
   for (int j = 0; j < m.worker_metric_ids_size(); ++j) {
     if (m.worker_metric_ids(j) >= static_cast<uint32_t>(kNumMetrics)) {
-      return Corrupt(kWhat, rank + ": unknown worker metric " +
-                                std::to_string(m.worker_metric_ids(j)));
+      return WireDataLoss(
+          kWhat, rank + ": unknown worker metric " + std::to_string(m.worker_metric_ids(j)));
     }
     s.worker_metrics.push_back({static_cast<Metric>(m.worker_metric_ids(j)),
                                 m.worker_metric_means(j), m.worker_metric_stddevs(j)});
   }
   return s;
-}
-
-std::string EncodeDiagnosis(const Diagnosis& d) {
-  v1::Diagnosis m;
-  m.set_num_workers(d.num_workers);
-  m.set_median_iteration_ns(d.median_iteration_ns);
-  for (const Finding& f : d.findings) {
-    v1::Finding* o = m.add_findings();
-    o->set_code(f.code);
-    o->set_category(static_cast<uint32_t>(f.category));
-    o->set_title(f.title);
-    o->mutable_workers()->Add(f.workers.begin(), f.workers.end());
-    o->mutable_victims()->Add(f.victims.begin(), f.victims.end());
-    o->set_function(f.function);
-    o->set_function_key(f.function_key);
-    o->set_resource(f.resource);
-    o->set_lost_ns_per_iteration(f.lost_ns_per_iteration);
-    o->set_lost_share(f.lost_share);
-    o->set_material(f.material);
-    for (const Evidence& e : f.evidence) {
-      v1::Evidence* oe = o->add_evidence();
-      oe->set_label(e.label);
-      oe->set_value(e.value);
-    }
-  }
-  for (const std::string& note : d.notes) m.add_notes(note);
-  return m.SerializeAsString();
-}
-
-StatusOr<Diagnosis> DecodeDiagnosis(std::string_view bytes) {
-  constexpr std::string_view kWhat = "Diagnosis";
-  v1::Diagnosis m;
-  PERFTRACKER_RETURN_IF_ERROR(Parse(m, bytes, kWhat));
-  Diagnosis d;
-  d.num_workers = m.num_workers();
-  d.median_iteration_ns = m.median_iteration_ns();
-  if (d.num_workers < 0) {
-    return Corrupt(kWhat, "negative worker count " + std::to_string(d.num_workers));
-  }
-  d.findings.reserve(static_cast<size_t>(m.findings_size()));
-  for (const v1::Finding& f : m.findings()) {
-    Finding o;
-    o.code = f.code();
-    const auto category = static_cast<FindingCategory>(f.category());
-    if (f.category() > UINT8_MAX || FindingCategoryName(category) == "unknown") {
-      return Corrupt(kWhat, "finding " + std::to_string(d.findings.size()) + " (" + o.code +
-                                "): unknown category " + std::to_string(f.category()));
-    }
-    o.category = category;
-    o.title = f.title();
-    o.workers.assign(f.workers().begin(), f.workers().end());
-    o.victims.assign(f.victims().begin(), f.victims().end());
-    o.function = f.function();
-    o.function_key = f.function_key();
-    o.resource = f.resource();
-    o.lost_ns_per_iteration = f.lost_ns_per_iteration();
-    o.lost_share = f.lost_share();
-    o.material = f.material();
-    o.evidence.reserve(static_cast<size_t>(f.evidence_size()));
-    for (const v1::Evidence& e : f.evidence()) o.evidence.push_back({e.label(), e.value()});
-    d.findings.push_back(std::move(o));
-  }
-  d.notes.assign(m.notes().begin(), m.notes().end());
-  return d;
 }
 
 }  // namespace perftracker

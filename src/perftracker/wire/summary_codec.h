@@ -1,4 +1,4 @@
-// Wire form of WorkerSummary and Diagnosis (protobuf schema perftracker.v1, see
+// Wire form of WorkerSummary (protobuf schema perftracker.v1, see
 // perftracker.proto). The generated types never leave wire/: callers only see perftracker
 // structs and bytes.
 //
@@ -16,7 +16,6 @@
 #include <string_view>
 
 #include "perftracker/core/status.h"
-#include "perftracker/localize/diagnosis.h"
 #include "perftracker/summary/worker_summary.h"
 
 namespace perftracker {
@@ -27,8 +26,5 @@ inline constexpr size_t kMaxWireMessageBytes = 64u << 20;
 
 std::string EncodeWorkerSummary(const WorkerSummary& summary);
 StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes);
-
-std::string EncodeDiagnosis(const Diagnosis& diagnosis);
-StatusOr<Diagnosis> DecodeDiagnosis(std::string_view bytes);
 
 }  // namespace perftracker

@@ -5,6 +5,8 @@
 #include <random>
 #include <string>
 
+#include "perftracker/wire/diagnosis_codec.h"
+
 namespace perftracker {
 namespace {
 

@@ -80,10 +80,8 @@ class PostgresStore final : public Store {
   StatusOr<WindowRecord> GetWindow(const std::string& job_id, uint64_t window_id) override;
   Status PutSummary(const std::string& job_id, uint64_t window_id,
                     const WorkerSummary& summary) override;
-  // A summary as it travels: the bytes wire/summary_codec.h's EncodeWorkerSummary wrote for
-  // `rank`, stored as they are (PutSummary encodes, then calls this).
   Status PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
-                         std::string_view encoded);
+                         std::string_view encoded) override;
   StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string& job_id,
                                                      uint64_t window_id) override;
   Status PutDiagnosis(const DiagnosisRecord& diagnosis) override;

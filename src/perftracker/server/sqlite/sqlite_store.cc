@@ -479,13 +479,18 @@ StatusOr<WindowRecord> SqliteStore::GetWindow(const std::string& job_id, uint64_
 
 Status SqliteStore::PutSummary(const std::string& job_id, uint64_t window_id,
                                const WorkerSummary& summary) {
+  // Encoded outside the writer's lock.
+  return PutSummaryBytes(job_id, window_id, summary.rank, EncodeWorkerSummary(summary));
+}
+
+Status SqliteStore::PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
+                                    std::string_view encoded) {
   PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(job_id));
   PERFTRACKER_RETURN_IF_ERROR(CheckStoreWindowId(job_id, window_id));
-  if (summary.rank < 0) {
+  if (rank < 0) {
     return Status::InvalidArgument(fmt::format(
-        "store: job {} window {}: summary with negative rank {}", job_id, window_id, summary.rank));
+        "store: job {} window {}: summary with negative rank {}", job_id, window_id, rank));
   }
-  const std::string bytes = EncodeWorkerSummary(summary);  // outside the writer's lock
   std::lock_guard<std::mutex> lock(write_mu_);
   Transaction tx(writer_.get());
   PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
@@ -497,8 +502,8 @@ Status SqliteStore::PutSummary(const std::string& job_id, uint64_t window_id,
     if (!st.ok()) return st.status();
     st->Bind(1, job_id);
     st->Bind(2, static_cast<int64_t>(window_id));
-    st->Bind(3, int64_t{summary.rank});
-    st->BindBlob(4, bytes);
+    st->Bind(3, int64_t{rank});
+    st->BindBlob(4, encoded);
     PERFTRACKER_RETURN_IF_ERROR(st->Run());
   }
   return tx.Commit();

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "perftracker/server/sqlite/sqlite_connection.h"
@@ -73,6 +74,8 @@ class SqliteStore final : public Store {
   StatusOr<WindowRecord> GetWindow(const std::string& job_id, uint64_t window_id) override;
   Status PutSummary(const std::string& job_id, uint64_t window_id,
                     const WorkerSummary& summary) override;
+  Status PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
+                           std::string_view encoded) override;
   StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string& job_id,
                                                      uint64_t window_id) override;
   Status PutDiagnosis(const DiagnosisRecord& diagnosis) override;

@@ -19,8 +19,8 @@
 // - Reads of something absent return NotFound naming it; list reads return empty vectors.
 // - Job ids are opaque strings chosen by the collectors (`perftracker run` uses its run id).
 // - Child records need their parent: UpsertWorker / AppendIterations / PutWindow need the job
-//   (UpsertJob first), PutSummary / PutDiagnosis / SetBaseline need the window (PutWindow
-//   first); otherwise NotFound naming it. Window ids are 1 .. 2^63-1.
+//   (UpsertJob first), PutSummary / PutSummaryBytes / PutDiagnosis / SetBaseline need the window
+//   (PutWindow first); otherwise NotFound naming it. Window ids are 1 .. 2^63-1.
 // - Window states only move forward: open -> diagnosed | abandoned, abandoned -> diagnosed
 //   (late summaries); re-putting the same state updates reason / triggers / state_reason. Anything
 //   else is InvalidArgument ("out-of-order update"), the stored window unchanged.
@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -111,6 +112,11 @@ class Store {
   virtual StatusOr<WindowRecord> GetWindow(const std::string& job_id, uint64_t window_id) = 0;
   virtual Status PutSummary(const std::string& job_id, uint64_t window_id,
                             const WorkerSummary& summary) = 0;  // keyed by summary.rank
+  // The same for a summary as it came over the wire: `encoded` is what
+  // wire/summary_codec.h's EncodeWorkerSummary wrote for rank `rank`, already checked by the
+  // caller (it decoded them); stored as they are, not encoded again.
+  virtual Status PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
+                                   std::string_view encoded) = 0;
   virtual StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string& job_id,
                                                              uint64_t window_id) = 0;
   virtual Status PutDiagnosis(const DiagnosisRecord& diagnosis) = 0;
