@@ -250,9 +250,11 @@ TEST_F(ControlServiceTest, TwoCollectorsOneWindowEverySummaryStoredAndDiagnosed)
     c.stream->Write(ControlSummary{
         wa.id, r, EncodeWorkerSummary(Summary(r, wa.start_ns, wa.start_ns + wa.duration_ns))});
   }
+  // The service stores the diagnosis, then the baseline: wait for both.
   ASSERT_TRUE(Eventually([&] {
     auto d = store_->GetDiagnosis("job-x", 1);
-    return d.ok();
+    auto baseline = store_->GetBaseline("job-x");
+    return d.ok() && baseline.ok() && baseline->has_value();
   }));
   auto reports = service_->Reports("job-x");
   ASSERT_EQ(reports.size(), 1u);
