@@ -170,7 +170,8 @@ class WebTest(unittest.TestCase):
 
         # Without the token the page says how to log in and shows no data.
         dom, _ = chromium(f.base + "/#/job/" + JOB, ARGS.work_dir, ["--dump-dom"])
-        self.assertIn("login URL", dom)
+        self.assertIn("?token=&lt;token&gt;", dom)  # how to log in
+        self.assertIn("token file", dom)  # where the token is
         self.assertNotIn("PT-STRAGGLER", dom)
 
         if ARGS.screenshot:

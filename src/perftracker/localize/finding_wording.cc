@@ -69,7 +69,10 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
   const JobTable& job = *ctx_.job;
   const std::vector<WorkerRecord>& workers = job.workers();
   const std::vector<FunctionInfo>& functions = job.functions();
-  // Group by (code, named function); the worst worker's finding carries the evidence.
+  // Group by (code, named function, peer group); the worst worker's finding carries the
+  // evidence. Workers of two peer groups (roles) were compared with different peers, so one
+  // sentence about "their peers" cannot hold for both: each role gets its own finding.
+  const std::vector<uint32_t>& group = ctx_.peers->worker_group;
   std::vector<size_t> order;
   for (size_t i = 0; i < wfs.size(); ++i) {
     if (!wfs[i].dropped) order.push_back(i);
@@ -79,6 +82,9 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     const auto& y = wfs[b];
     if (x.code != y.code) return x.code < y.code;
     if (x.named.fid != y.named.fid) return x.named.fid < y.named.fid;
+    if (group[x.named.worker] != group[y.named.worker]) {
+      return group[x.named.worker] < group[y.named.worker];
+    }
     return x.named.excess() > y.named.excess();
   });
   std::vector<RenderedFinding> out;
@@ -88,7 +94,9 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     std::vector<uint32_t> culprits, extra;
     // Untraced findings are per worker (no function to merge on).
     while (j < order.size() && wfs[order[j]].code == top.code &&
-           wfs[order[j]].named.fid == top.named.fid && (top.named.fid != kNone || j == i)) {
+           wfs[order[j]].named.fid == top.named.fid &&
+           group[wfs[order[j]].named.worker] == group[top.named.worker] &&
+           (top.named.fid != kNone || j == i)) {
       culprits.push_back(wfs[order[j]].named.worker);
       for (uint32_t v : wfs[order[j]].extra_victims) extra.push_back(v);
       ++j;

@@ -753,6 +753,40 @@ TEST(Localizer, RolesThatRunMoreCodeAndOtherCollectivesStayApart) {
   EXPECT_THAT(d.notes, Contains(HasSubstr("2 peer groups")));
 }
 
+TEST(Localizer, StragglersOfTwoRolesInOneFunctionAreTwoFindings) {
+  // Two roles (ranks 0-3 run an encoder, ranks 4-7 a decoder) that both call aten::addmm on
+  // the same path; one straggler in each role (ranks 2 and 6, +25 ms there). Each is compared with its own
+  // role, and each finding names one role's straggler and that role's victims: a finding that
+  // said "ranks 2, 6 ... 1.3x their peers" would compare ranks with two different sets of
+  // peers (seen on a real two-model job, e2e_diagnose's two-role test).
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 8; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    const std::string part = r < 4 ? "encoder" : "decoder";
+    const std::string addmm = DpJob::Key("torch_op:aten::addmm");
+    w.fn(DpJob::kStep) = {DpJob::kStep, 99, 1};
+    w.fn(addmm) = {addmm, (r == 2 || r == 6) ? 45.0 : 20.0, 3};
+    for (const char* sub : {"", "_attn", "_mlp"}) {
+      const std::string k = DpJob::Key("annotation:" + part + sub);
+      w.fn(k) = {k, 15, 1};
+    }
+    DpJob{}.Rebalance(w);
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  std::vector<std::vector<int32_t>> culprits;
+  for (const auto& f : d.findings) {
+    if (f.workers.empty()) continue;
+    culprits.push_back(f.workers);
+    const bool role0 = f.workers.front() < 4;
+    for (int32_t w : f.workers) EXPECT_EQ(w < 4, role0) << "culprits of two roles in one finding";
+    for (int32_t v : f.victims) EXPECT_EQ(v < 4, role0) << "a victim of another role: " << v;
+  }
+  EXPECT_THAT(culprits, ::testing::UnorderedElementsAre(ElementsAre(2), ElementsAre(6)));
+}
+
 TEST(Localizer, PeersThatSpendAlmostNothingThereAreNotARatio) {
   // Every rank calls log_metrics, but only rank 1 does real work in it: "only rank 1", not
   // "30000.0x its peers".
