@@ -8,32 +8,36 @@
 namespace perftracker {
 
 enum class Metric : uint16_t {
-  kGpuSmActivity = 0,      // fraction 0..1
-  kGpuDramActivity = 1,    // fraction 0..1
+  kGpuSmActivity = 0,    // fraction 0..1
+  kGpuDramActivity = 1,  // fraction 0..1
   kGpuSmClockMhz = 2,
-  kGpuThrottleReasons = 3, // bit mask
+  kGpuThrottleReasons = 3,  // bit mask
   kPcieTxBytesPerSec = 4,
   kPcieRxBytesPerSec = 5,
   kNvlinkBytesPerSec = 6,
   kNicTxBytesPerSec = 7,
   kNicRxBytesPerSec = 8,
-  kCpuUtilization = 9,     // fraction of one core
+  kCpuUtilization = 9,          // fraction of one core
   kRunQueueDelayFraction = 10,  // run-queue wait time / wall time
   kMemoryRssBytes = 11,
   kVoluntaryCtxSwitchesPerSec = 12,    // all threads of a process (blocking, waiting)
   kInvoluntaryCtxSwitchesPerSec = 13,  // all threads of a process (preempted: contention)
-  kGpuUtilization = 14,        // fraction 0..1 of time a kernel ran (NVML utilization.gpu)
-  kGpuMemoryUtilization = 15,  // fraction 0..1 of time device memory was read or written
+  kGpuUtilization = 14,                // fraction 0..1 of time a kernel ran (NVML utilization.gpu)
+  kGpuMemoryUtilization = 15,          // fraction 0..1 of time device memory was read or written
   kGpuTemperatureC = 16,
   kGpuPowerWatts = 17,
-  kIbTxBytesPerSec = 18,       // InfiniBand / RoCE port (source: port index)
+  kIbTxBytesPerSec = 18,  // InfiniBand / RoCE port (source: port index)
   kIbRxBytesPerSec = 19,
-  kNicLinkUp = 20,             // 1 link up, 0 down (carrier / IB port state); flaps show as 0s
-  kGpuSmClockMaxMhz = 21,      // the GPU's maximum SM clock (the expectation for kGpuSmClockMhz)
-  kTcpSendBytesPerSec = 22,    // bytes a process's TCP connections delivered (peer acked)
+  kNicLinkUp = 20,           // 1 link up, 0 down (carrier / IB port state); flaps show as 0s
+  kGpuSmClockMaxMhz = 21,    // the GPU's maximum SM clock (the expectation for kGpuSmClockMhz)
+  kTcpSendBytesPerSec = 22,  // bytes a process's TCP connections delivered (peer acked)
   kTcpDeliveryRateBytesPerSec = 23,  // the kernel's delivery rate of its busiest connection
+  // The run-queue wait of a process's main thread (tid == pid: the training loop's) / wall
+  // time: 0..1. The process-wide kRunQueueDelayFraction sums every thread (gloo, autograd,
+  // the agent's), whose waits blur whether the training thread itself was starved.
+  kMainThreadRunQueueFraction = 24,
 };
-inline constexpr int kNumMetrics = 24;
+inline constexpr int kNumMetrics = 25;
 
 std::string_view MetricName(Metric metric);
 

@@ -29,6 +29,36 @@ constexpr double kContentionLargePeerRatio = 1.25;
 constexpr double kContentionAloneRunQueue = 0.3;
 constexpr double kContentionAlonePeerRatio = 1.5;
 
+// An untraced straggler (nothing it ran is longer than its peers') is starved of CPU when its
+// main (training) thread waited in the run queue at least this much more of the wall time
+// than its peers' main threads (median), and that excess explains at least this share of
+// the time it costs per iteration. Main threads, not whole processes: on a host loaded by
+// other work every process's helper threads (gloo, autograd, the agent) wait as well, and
+// the process sums lose the contrast (real-cpu-contention-r3 beside two busy loops, load
+// 24-32: the starved rank's process 2.18 against its peers' 2.75, and it was the one the
+// others waited for). An excess, not a ratio: background load raises every level alike.
+// A rank that sleeps or blocks in untraced code is not runnable then: its main thread waits
+// less, not more.
+constexpr double kMainThreadRunQueueMargin = 0.1;
+constexpr double kMainThreadExplains = 0.5;
+
+// The median main-thread run-queue delay of worker w's peers, or a negative value when w's
+// own is not starved by the bars above for a loss of `lost_share` of the iteration.
+float StarvedMainThread(const std::vector<WorkerRecord>& workers,
+                        const std::vector<uint32_t>& group, uint32_t w, double lost_share,
+                        std::vector<float>& values) {
+  if (workers[w].main_run_queue < 0) return -1;
+  values.clear();
+  for (uint32_t o : group) {
+    if (o != w && workers[o].main_run_queue >= 0) values.push_back(workers[o].main_run_queue);
+  }
+  if (values.empty()) return -1;
+  const auto peer = static_cast<float>(MedianInPlace(values));
+  const double excess = static_cast<double>(workers[w].main_run_queue - peer);
+  if (excess < kMainThreadRunQueueMargin || excess < kMainThreadExplains * lost_share) return -1;
+  return peer;
+}
+
 // The median run-queue delay of worker w's peers (its group without it), or a negative value
 // when w's own delay is not at least `margin` above and `ratio` times that median.
 float ContendedPeerRunQueue(const std::vector<WorkerRecord>& workers,
@@ -68,7 +98,15 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) 
       peer = ContendedPeerRunQueue(workers, members[wf.named.group], wf.named.worker,
                                    kContentionRunQueue, kContentionLargePeerRatio, values);
     }
+    bool main_thread = false;
+    if (peer < 0 && wf.code == fc::kStragglerUntraced && ctx.iteration_ns > 0) {
+      // ... or its training thread's own wait for a CPU does.
+      peer = StarvedMainThread(workers, members[wf.named.group], wf.named.worker,
+                               wf.named.excess() / ctx.iteration_ns, values);
+      main_thread = peer >= 0;
+    }
     if (peer < 0) continue;
+    wf.contention_main_thread = main_thread;
     wf.code = fc::kCpuContention;
     wf.category = FindingCategory::kCpuContention;
     wf.resource = "CPU (run queue)";

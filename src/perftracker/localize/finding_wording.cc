@@ -304,9 +304,11 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
     }
     if (top.contention_peer_run_queue >= 0) {
       const WorkerRecord& cw = workers[w];
-      const std::string rq = fmt::format("run-queue delay {} of wall time on {} vs {} on peers",
-                                         FormatShare(cw.run_queue), job.WorkerName(w),
-                                         FormatShare(top.contention_peer_run_queue));
+      const std::string rq = fmt::format(
+          "{} {} of wall time on {} vs {} on peers",
+          top.contention_main_thread ? "main-thread run-queue delay" : "run-queue delay",
+          FormatShare(top.contention_main_thread ? cw.main_run_queue : cw.run_queue),
+          job.WorkerName(w), FormatShare(top.contention_peer_run_queue));
       f.title = fmt::format("CPU contention: {}; {}", rq, f.title);
       std::vector<Evidence> first{{"run-queue delay", rq + " (median)"}};
       if (cw.cpu_util >= 0) {

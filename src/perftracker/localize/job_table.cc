@@ -466,6 +466,7 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     return weight > 0 ? static_cast<float>(sum / weight) : -1.0f;
   };
   wr.run_queue = host_metric(Metric::kRunQueueDelayFraction);
+  wr.main_run_queue = host_metric(Metric::kMainThreadRunQueueFraction);
   wr.cpu_util = host_metric(Metric::kCpuUtilization);
   prev_fids_.swap(fids_);
   workers_.push_back(wr);

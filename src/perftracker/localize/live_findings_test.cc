@@ -325,6 +325,51 @@ TEST(LiveFindingsTest, UntracedStragglerWithoutRunQueueExcessStaysUntraced) {
   EXPECT_EQ(d.findings[0].code, "PT-STRAGGLER-UNTRACED");
 }
 
+// Run-queue fractions of the whole process and of its main (training) thread.
+std::vector<FunctionMetric> RunQueues(double process, double main_thread) {
+  return {{Metric::kRunQueueDelayFraction, process, 0.01},
+          {Metric::kCpuUtilization, 0.03, 0.01},
+          {Metric::kMainThreadRunQueueFraction, main_thread, 0.01}};
+}
+
+// Regression (real-cpu-contention-r3 beside two busy loops, load 24-32): every process
+// waited more than two wall seconds per second summed over its threads, the starved rank 3
+// less (2.18) than its peers (2.75), yet the others waited for it and no traced function of
+// its was longer: PT-STRAGGLER-UNTRACED. Its training thread, runnable the whole time,
+// waited for a CPU far more than its peers' training threads, which block in the
+// all-reduce while they wait for it.
+TEST(LiveFindingsTest, AnUntracedStragglerWhoseTrainingThreadWaitsForACpuIsContention) {
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const bool starved = r == 3;
+    loc.Add(Worker(r, 119, UntracedStep(starved),
+                   RunQueues(starved ? 2.18 : 2.75, starved ? 0.80 : 0.62)));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, "PT-CPU-CONTENTION") << d.findings[0].title;
+  EXPECT_THAT(d.findings[0].workers, ElementsAre(3));
+  EXPECT_THAT(d.findings[0].title,
+              HasSubstr("main-thread run-queue delay 80% of wall time on rank 3 vs 62% on peers"));
+}
+
+TEST(LiveFindingsTest, AnUntracedStragglerWhoseTrainingThreadSleepsStaysUntraced) {
+  // The same host load, but rank 3's training thread sleeps in untraced code (not runnable):
+  // it waits for a CPU less than its peers' threads, not more.
+  for (const double main_thread : {0.45, 0.66}) {
+    SCOPED_TRACE(main_thread);
+    Localizer loc;
+    for (int32_t r = 0; r < 4; ++r) {
+      const bool culprit = r == 3;
+      loc.Add(Worker(r, 119, UntracedStep(culprit), RunQueues(2.7, culprit ? main_thread : 0.62)));
+    }
+    const Diagnosis d = loc.Finish();
+    ASSERT_FALSE(d.findings.empty());
+    EXPECT_EQ(d.findings[0].code, "PT-STRAGGLER-UNTRACED") << d.findings[0].title;
+    EXPECT_EQ(FindCode(d, "PT-CPU-CONTENTION"), nullptr);
+  }
+}
+
 TEST(LiveFindingsTest, GcStragglerFromAgentGcPauses) {
   Localizer loc;
   for (int32_t r = 0; r < 4; ++r) {

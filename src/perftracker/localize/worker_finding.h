@@ -31,6 +31,8 @@ struct WorkerFinding {
   double lost_cap = INFINITY;
   // PT-CPU-CONTENTION: the peers' median run-queue delay fraction (-1 = not contention).
   float contention_peer_run_queue = -1;
+  // ... and the values are the main (training) threads' alone (kMainThreadRunQueueFraction).
+  bool contention_main_thread = false;
   // PT-CPU-CONTENTION from run-queue evidence alone (no straggler function).
   bool run_queue_only = false;
   // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).

@@ -6,6 +6,8 @@
 //                                  time the thread was runnable but waited in a run queue —
 //                                  the direct measure of CPU contention; cpu_ns its exact
 //                                  CPU time (the scheduler's sum_exec_runtime)
+//                                  (summed over threads; the main thread's, tid == pid,
+//                                  also alone: the training loop's own wait)
 //   /proc/<pid>/stat               fields 14, 15: utime, stime in clock ticks of the whole
 //                                  thread group — the CPU time when schedstat is missing.
 //                                  Tick accounting is sampled: over a 100-200 ms interval on a
@@ -30,9 +32,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -218,6 +222,7 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
     uint64_t run_delay = 0;
     uint64_t voluntary = 0;
     uint64_t involuntary = 0;
+    std::optional<uint64_t> main_run_delay;  // the main thread's (tid == pid)
     for (const auto& [tid, ts] : threads) {
       const auto before = prev.threads.find(tid);
       const ThreadState zero;
@@ -226,10 +231,17 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
       run_delay += Delta(ts.run_delay_ns, b.run_delay_ns);
       voluntary += Delta(ts.voluntary, b.voluntary);
       involuntary += Delta(ts.involuntary, b.involuntary);
+      if (tid == pid && before != prev.threads.end()) {
+        main_run_delay = Delta(ts.run_delay_ns, b.run_delay_ns);
+      }
     }
     if (run_delay_ok) {
       emit(Metric::kCpuUtilization, static_cast<double>(cpu_ns) / wall_ns);
       emit(Metric::kRunQueueDelayFraction, static_cast<double>(run_delay) / wall_ns);
+      if (main_run_delay) {
+        emit(Metric::kMainThreadRunQueueFraction,
+             std::min(1.0, static_cast<double>(*main_run_delay) / wall_ns));
+      }
     } else if (cpu_ok) {
       const uint64_t ticks = Delta(utime + stime, prev.cpu_ticks);
       emit(Metric::kCpuUtilization, static_cast<double>(ticks) / ticks_per_s_ * 1e9 / wall_ns);

@@ -116,6 +116,8 @@ TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kCpuUtilization, 4242), 0.75);
   // (400 + 100 + 100) ms of run delay over 2 s.
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kRunQueueDelayFraction, 4242), 0.3);
+  // The main thread's (tid 4242) alone: 400 ms over 2 s.
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kMainThreadRunQueueFraction, 4242), 0.2);
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kVoluntaryCtxSwitchesPerSec, 4242),
                    (20 + 50 + 20) / 2.0);
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kInvoluntaryCtxSwitchesPerSec, 4242),
@@ -125,7 +127,7 @@ TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
   EXPECT_DOUBLE_EQ(*Find(out, -1, Metric::kNicRxBytesPerSec, 2), 250'000);
   EXPECT_DOUBLE_EQ(*Find(out, -1, Metric::kNicTxBytesPerSec, 7), 0);
   EXPECT_FALSE(Find(out, -1, Metric::kNicTxBytesPerSec, 1).has_value()) << "loopback skipped";
-  EXPECT_EQ(out.size(), 5u + 4u);  // 5 per pid, 2 per interface
+  EXPECT_EQ(out.size(), 6u + 4u);  // 6 per pid, 2 per interface
   EXPECT_EQ(sampler.stats().vanished_pids, 0u);
   EXPECT_EQ(sampler.stats().unreadable_files, 0u) << sampler.stats().first_problem;
 }
