@@ -1,4 +1,5 @@
 #include "perftracker/cli/run_command.h"
+#include "perftracker/core/private_file_mode.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -281,6 +282,16 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
                   "Directory for the reports (window-<id>-<reason>.json / .html), created if "
                   "needed")
       ->default_val("perftracker-reports");
+  cmd->add_option_function<std::string>(
+         "--report-mode",
+         [](const std::string& mode) {
+           const Status st = SetPrivateFileMode(mode);
+           if (!st.ok()) throw CLI::ValidationError(st.message());
+         },
+         "Mode of the report files and of a new store (default 0600: the owner's only; they "
+         "name hosts, paths and code), e.g. 0640 to share them with the directory's group; "
+         "directories created for them get x where r is set")
+      ->type_name("MODE");
   cmd->add_option("--window-seconds", o->window_seconds, "Length of a profiling window")
       ->check(CLI::Range(0.1, 3600.0))
       ->default_val(20.0);

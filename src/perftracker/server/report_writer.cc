@@ -11,18 +11,23 @@
 
 #include <fmt/core.h>
 
+#include "perftracker/core/private_file_mode.h"
+
 namespace perftracker {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Reports name hosts, paths and code: files are readable by their owner only (0600).
+// Reports name hosts, paths and code: files are readable by their owner only (0600) unless
+// --report-mode says otherwise (PrivateFileMode).
 Status WriteAtomically(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  const mode_t mode = PrivateFileMode();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0)
     return Status::Internal(fmt::format("{}: cannot write: {}", tmp, std::strerror(errno)));
-  int err = ::fchmod(fd, 0600) == 0 ? 0 : errno;  // a leftover .tmp keeps its mode otherwise
+  // Exactly `mode`: a leftover .tmp keeps its mode otherwise, and the umask may take bits.
+  int err = ::fchmod(fd, mode) == 0 ? 0 : errno;
   for (size_t done = 0; err == 0 && done < content.size();) {
     const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
     if (n < 0 && errno == EINTR) continue;
@@ -49,12 +54,17 @@ Status WriteAtomically(const std::string& path, const std::string& content) {
 
 Status EnsureReportDir(const std::string& dir) {
   if (dir.empty()) return Status::InvalidArgument("the report directory is empty");
-  // Each directory created here is the owner's only (0700); existing ones are left as they are.
+  // Each directory created here is the owner's only (0700, or PrivateDirMode for
+  // --report-mode); existing ones are left as they are.
   std::error_code ec;
   fs::path partial;
   for (const fs::path& part : fs::path(dir)) {
     partial /= part;
-    if (::mkdir(partial.c_str(), 0700) == 0 || errno == EEXIST) continue;
+    if (::mkdir(partial.c_str(), PrivateDirMode()) == 0) {
+      ::chmod(partial.c_str(), PrivateDirMode());  // the umask may have taken bits
+      continue;
+    }
+    if (errno == EEXIST) continue;
     ec = std::error_code(errno, std::generic_category());
     break;
   }

@@ -1,6 +1,8 @@
 #include "perftracker/server/sqlite/sqlite_connection.h"
+#include "perftracker/core/private_file_mode.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -70,10 +72,13 @@ StatusOr<std::unique_ptr<SqliteConnection>> SqliteConnection::Open(const std::st
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
   if (create) flags |= SQLITE_OPEN_CREATE;
   if (create && !path.empty() && path != ":memory:" && path.rfind("file:", 0) != 0) {
-    // The store names hosts, paths and code: a new one is its owner's only (0600); SQLite
-    // gives its -wal and -shm files the database file's mode.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd >= 0) ::close(fd);
+    // The store names hosts, paths and code: a new one is its owner's only (0600, or
+    // --report-mode's PrivateFileMode); SQLite gives its -wal and -shm files its mode.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, PrivateFileMode());
+    if (fd >= 0) {
+      (void)::fchmod(fd, PrivateFileMode());  // the umask may have taken bits
+      ::close(fd);
+    }
   }
   const int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
   std::unique_ptr<SqliteConnection> conn(new SqliteConnection(path, db));
