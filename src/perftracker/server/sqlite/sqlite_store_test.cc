@@ -44,48 +44,6 @@ std::unique_ptr<SqliteStore> OpenOrDie(const std::string& path,
   return store.ok() ? std::move(store).value() : nullptr;
 }
 
-JobRecord Job(const std::string& id, int64_t created_ns = 1000) {
-  JobRecord job;
-  job.job_id = id;
-  job.title = "torchrun train.py " + id;
-  job.world_size = 4;
-  job.created_ns = created_ns;
-  job.last_seen_ns = created_ns + 5;
-  return job;
-}
-
-WindowRecord Window(const std::string& job, uint64_t id, WindowState state = WindowState::kOpen) {
-  WindowRecord w;
-  w.job_id = job;
-  w.window_id = id;
-  w.reason = "slowdown";
-  w.start_ns = static_cast<int64_t>(id) * 1'000'000'000;
-  w.duration_ns = 10'000'000'000;
-  w.triggers = {"rank 2: slowdown (mean 1.21x)", "rank \"3\": hang"};
-  w.state = state;
-  return w;
-}
-
-WorkerSummary Summary(int32_t rank) {
-  WorkerSummary s;
-  s.rank = rank;
-  s.host = "node-" + std::to_string(rank / 2);
-  s.source = "collector 10.0.0.1:7000";
-  s.window_start_ns = 1'000'000'000;
-  s.window_end_ns = 11'000'000'000;
-  s.iterations.push_back({1'000'000'000, 80'000'000, 50'000'000, 20'000'000, 5'000'000, 0, 0});
-  FunctionSummary f;
-  f.key = "python:train.py:99 Block2.forward";
-  f.name = "Block2.forward";
-  f.kind = EventKind::kPythonCall;
-  f.count = 120;
-  f.total_ns = 42'000'000LL * (rank + 1);
-  f.self_ns = f.total_ns;
-  for (int i = 0; i < 120; ++i) f.durations.Add(350'000.0 * (rank + 1));
-  s.functions.push_back(f);
-  return s;
-}
-
 // The Store contract (store/store_contract_test.cc) on SQLite files.
 StoreBackend SqliteBackend() {
   StoreBackend b;

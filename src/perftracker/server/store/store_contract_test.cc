@@ -40,9 +40,7 @@ std::unique_ptr<Store> StoreContractTest::OpenOrDie(const std::string& location,
   return store.ok() ? std::move(store).value() : nullptr;
 }
 
-namespace {
-
-JobRecord Job(const std::string& id, int64_t created_ns = 1000) {
+JobRecord Job(const std::string& id, int64_t created_ns) {
   JobRecord job;
   job.job_id = id;
   job.title = "torchrun train.py " + id;
@@ -52,7 +50,7 @@ JobRecord Job(const std::string& id, int64_t created_ns = 1000) {
   return job;
 }
 
-WindowRecord Window(const std::string& job, uint64_t id, WindowState state = WindowState::kOpen) {
+WindowRecord Window(const std::string& job, uint64_t id, WindowState state) {
   WindowRecord w;
   w.job_id = job;
   w.window_id = id;
@@ -83,6 +81,8 @@ WorkerSummary Summary(int32_t rank) {
   s.functions.push_back(f);
   return s;
 }
+
+namespace {
 
 TEST_P(StoreContractTest, JobsAndWorkers) {
   auto store = OpenOrDie(NewLocation());

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -38,6 +39,12 @@ class StoreContractTest : public ::testing::TestWithParam<StoreBackend> {
 
   std::string dir_;
 };
+
+// Records the contract tests write, for a backend's own tests too: job `id`, window `id` of
+// `job` (a slowdown of 10 s with two triggers), and rank `rank`'s summary of one function.
+JobRecord Job(const std::string& id, int64_t created_ns = 1000);
+WindowRecord Window(const std::string& job, uint64_t id, WindowState state = WindowState::kOpen);
+WorkerSummary Summary(int32_t rank);
 
 // For INSTANTIATE_TEST_SUITE_P's name generator.
 struct StoreBackendName {
