@@ -34,6 +34,27 @@ namespace perftracker {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Runs argv[0] with `argv`, its stderr to the file `err`; its wait status and that stderr.
+void RunWithStderrTo(const std::vector<std::string>& argv, const std::string& err, int* status,
+                     std::string* text) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const int out = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out, 2);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(out);
+  ASSERT_EQ(waitpid(pid, status, 0), pid);
+  std::ifstream in(err);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *text = ss.str();
+}
 constexpr int64_t kMs = 1'000'000;
 constexpr const char* kToken = "fleet-test-token-0123456789";
 
@@ -361,23 +382,9 @@ TEST_F(SharedStoreTest, TheServerCommandExitsWithOneLineForAStoreItCannotOpen) {
     const std::vector<std::string> argv = {binary,      "server",       "--store",
                                            url,         "--listen",     "127.0.0.1:0",
                                            "--no-http", "--report-dir", reports};
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    const int out = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      dup2(out, 2);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(out);
     int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    std::ifstream in(err);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string text = ss.str();
+    std::string text;
+    ASSERT_NO_FATAL_FAILURE(RunWithStderrTo(argv, err, &status, &text));
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << url << ": " << text;
     EXPECT_EQ(text.rfind("perftracker server: --store: " + expected, 0), 0u) << text;
     EXPECT_EQ(text.find('\n'), text.size() - 1) << "one line: " << text;
@@ -397,23 +404,10 @@ TEST_F(SharedStoreTest, ARunsStoreMayBeTheFleetsDatabase) {
       "--report-dir", (dir_ / "run").string(),
       "--",           "sh",
       "-c",           "echo fleet-run-marker >/dev/null; exit 3"};
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const int out = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out, 2);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(out);
   int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  std::ifstream in(err);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << ss.str();
+  std::string text;
+  ASSERT_NO_FATAL_FAILURE(RunWithStderrTo(argv, err, &status, &text));
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << text;
 
   ServerProcess* server = StartServer("reader");
   const nlohmann::json jobs = Get(server, "/api/v1/jobs");
