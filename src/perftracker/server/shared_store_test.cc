@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "perftracker/server/postgres/postgres_test_server.h"
+#include "perftracker/server/postgres/postgres_test_environment.h"
 #include "perftracker/server/server_process.h"
 #include "perftracker/wire/control_client.h"
 #include "perftracker/wire/summary_codec.h"
@@ -58,27 +58,7 @@ void RunWithStderrTo(const std::vector<std::string>& argv, const std::string& er
 constexpr int64_t kMs = 1'000'000;
 constexpr const char* kToken = "fleet-test-token-0123456789";
 
-PostgresTestServer* g_server = nullptr;
-
-class PostgresEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    StatusOr<std::unique_ptr<PostgresTestServer>> server = PostgresTestServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status().message();
-    server_ = std::move(server).value();
-    g_server = server_.get();
-  }
-  void TearDown() override {
-    g_server = nullptr;
-    server_.reset();
-  }
-
- private:
-  std::unique_ptr<PostgresTestServer> server_;
-};
-
-[[maybe_unused]] ::testing::Environment* const kEnvironment =
-    ::testing::AddGlobalTestEnvironment(new PostgresEnvironment);
+PERFTRACKER_POSTGRES_TEST_ENVIRONMENT();
 
 template <typename P>
 bool Eventually(P p, int ms = 30000) {
@@ -141,8 +121,9 @@ struct Collector {
 class SharedStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(g_server, nullptr) << "no PostgreSQL test server (see the environment's failure)";
-    StatusOr<std::string> url = g_server->CreateDatabase();
+    ASSERT_NE(PostgresTestEnvironment::server(), nullptr)
+        << "no PostgreSQL test server (see the environment's failure)";
+    StatusOr<std::string> url = PostgresTestEnvironment::server()->CreateDatabase();
     ASSERT_TRUE(url.ok()) << url.status().message();
     url_ = *url;
     dir_ = fs::temp_directory_path() / ("perftracker-shared-store-" + std::to_string(getpid()));
@@ -369,7 +350,7 @@ TEST_F(SharedStoreTest, ASigkilledServersJobIsStillServedAndGoesOnElsewhere) {
 TEST_F(SharedStoreTest, TheServerCommandExitsWithOneLineForAStoreItCannotOpen) {
   const char* binary = std::getenv("PERFTRACKER_BINARY");
   ASSERT_NE(binary, nullptr) << "PERFTRACKER_BINARY is not set";
-  const std::string no_db = g_server->Url("no_such_db");
+  const std::string no_db = PostgresTestEnvironment::server()->Url("no_such_db");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"postgresql://perftracker:hunter2@127.0.0.1:1/fleet",
        "store postgresql://perftracker:***@127.0.0.1:1/fleet: cannot connect"},

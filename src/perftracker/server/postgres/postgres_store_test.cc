@@ -12,37 +12,18 @@
 #include <thread>
 #include <vector>
 
-#include "perftracker/server/postgres/postgres_test_server.h"
+#include "perftracker/server/postgres/postgres_test_environment.h"
 #include "perftracker/server/store/store_contract_test.h"
 
 namespace perftracker {
 namespace {
 
-PostgresTestServer* g_server = nullptr;
-
-class PostgresEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    StatusOr<std::unique_ptr<PostgresTestServer>> server = PostgresTestServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status().message();
-    server_ = std::move(server).value();
-    g_server = server_.get();
-  }
-  void TearDown() override {
-    g_server = nullptr;
-    server_.reset();
-  }
-
- private:
-  std::unique_ptr<PostgresTestServer> server_;
-};
-
-[[maybe_unused]] ::testing::Environment* const kEnvironment =
-    ::testing::AddGlobalTestEnvironment(new PostgresEnvironment);
+PERFTRACKER_POSTGRES_TEST_ENVIRONMENT();
 
 StatusOr<std::string> NewDatabase() {
-  if (g_server == nullptr) return Status::Internal("no PostgreSQL test server (see above)");
-  return g_server->CreateDatabase();
+  if (PostgresTestEnvironment::server() == nullptr)
+    return Status::Internal("no PostgreSQL test server (see above)");
+  return PostgresTestEnvironment::server()->CreateDatabase();
 }
 
 StoreBackend PostgresBackend() {
@@ -142,7 +123,7 @@ TEST(PostgresStoreTest, UnreachableAndBadUrlsFailWithOneLineNamingThem) {
   EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 
   // A database that does not exist on a running server.
-  store = PostgresStore::Open(g_server->Url("no_such_db"));
+  store = PostgresStore::Open(PostgresTestEnvironment::server()->Url("no_such_db"));
   ASSERT_FALSE(store.ok());
   m = store.status().message();
   EXPECT_NE(m.find("no_such_db"), std::string::npos) << m;
@@ -201,7 +182,7 @@ TEST(PostgresStoreTest, DroppedConnectionsAreReopened) {
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->UpsertJob(Job("j")).ok());
   const std::string db = url->substr(url->rfind('/') + 1);
-  auto admin = Admin(g_server->Url("postgres"));
+  auto admin = Admin(PostgresTestEnvironment::server()->Url("postgres"));
   StatusOr<int64_t> killed = admin->QueryInt(
       "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1", {db});
   ASSERT_TRUE(killed.ok()) << killed.status().message();
