@@ -10,7 +10,8 @@ test_ui:         Debian's headless Chromium loads the UI with the login URL, run
                  --screenshot PATH also saves the diagnosis page as a PNG (docs/).
 test_ui_hostile: the same for a job whose every name is HTML / script: shown as text on
                  every page, never run.
-test_ui_wide:    a 64-rank job's chart shows min / median / max over ranks.
+test_ui_wide:    a 64-rank job's chart shows min / median / max over ranks, and its window,
+                 abandoned when a killed server restarted, shows that state and why.
 test_prometheus: Debian's Prometheus scrapes /metrics with the bearer token every second;
                  the value read back through Prometheus' HTTP API (/api/v1/query) must be
                  the one the server exposes, and a scrape with a wrong token must fail.
@@ -204,6 +205,13 @@ class WebTest(unittest.TestCase):
             self.assertIn(">%s</" % label, dom)
         self.assertNotIn(">rank 13</div>", dom)  # no per-rank legend entries
         self.assertEqual(len(re.findall(r"<td>node-\d+</td>", dom)), 64)
+        # Its window, abandoned when a killed server restarted, says so and why.
+        m = re.search(r'<span class="state abandoned" title="([^"]*)">abandoned</span>', dom)
+        self.assertIsNotNone(m, "no abandoned window shown:\n" + dom[-3000:])
+        self.assertIn("found open when the server restarted", m.group(1))
+        self.assertIn('<div class="muted state-reason">the server stopped before the window '
+                      'completed (killed or crashed: its summaries were lost); found open when '
+                      'the server restarted at 2026-11-26 00:41:02 UTC</div>', dom)
 
     def test_prometheus(self):
         f = self.fixture

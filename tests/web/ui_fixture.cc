@@ -25,6 +25,10 @@ using namespace perftracker;
 // could produce: the UI must show it as text and run none of it.
 constexpr const char* kHostile = "<img src=x onerror=\"document.body.dataset.pwned=1\">";
 
+constexpr const char* kAbandonedReason =
+    "the server stopped before the window completed (killed or crashed: its summaries were "
+    "lost); found open when the server restarted at 2026-11-26 00:41:02 UTC";
+
 Status AddHostileJob(Store* store) {
   const std::string h = kHostile;
   PERFTRACKER_RETURN_IF_ERROR(store->UpsertJob({"hostile",
@@ -86,6 +90,8 @@ Status AddHostileJob(Store* store) {
 
 // A 64-rank job with only iteration times (one every 100 ms per rank for 30 s; rank 13
 // takes 1.5x from the middle on): the job page's chart for jobs too wide for a line per rank.
+// Its one window was left open by a server that was killed, and closed as abandoned when the
+// server restarted (what WindowCoordinator writes then): the job page shows why.
 Status AddWideJob(Store* store) {
   constexpr int kRanks = 64;
   constexpr int kIterations = 300;
@@ -104,7 +110,17 @@ Status AddWideJob(Store* store) {
       points.push_back({r, start + (i + 1) * 100'000'000LL, duration});
     }
   }
-  return store->AppendIterations("wide", points);
+  PERFTRACKER_RETURN_IF_ERROR(store->AppendIterations("wide", points));
+  WindowRecord w;
+  w.job_id = "wide";
+  w.window_id = 1;
+  w.reason = "slowdown";
+  w.start_ns = start + 20'000'000'000LL;
+  w.duration_ns = 5'000'000'000LL;
+  w.triggers = {"rank 13: slowdown"};
+  w.state = WindowState::kAbandoned;
+  w.state_reason = kAbandonedReason;
+  return store->PutWindow(w);
 }
 
 volatile std::sig_atomic_t g_stop = 0;
