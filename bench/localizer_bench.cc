@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "perftracker/localize/localizer.h"
+#include "perftracker/pipeline/diagnosis_pipeline.h"
 
 namespace {
 
@@ -234,7 +234,10 @@ int main(int argc, char** argv) {
   const double rss_before = PeakRssMb();
 
   using Clock = std::chrono::steady_clock;
-  perftracker::Localizer localizer;
+  // Summaries are localized as they come (none kept): one worker's copy is reused for all.
+  perftracker::PipelineOptions pipeline_options;
+  pipeline_options.keep_summaries = false;
+  perftracker::DiagnosisPipeline pipeline(pipeline_options);
   WorkerSummary w = t.summary;
   WorkerSummary rotated = t.summary;
   std::vector<double> inclusive;
@@ -258,12 +261,12 @@ int main(int argc, char** argv) {
       rotated.host = w.host;
     }
     const auto a0 = Clock::now();
-    localizer.Add(rotate ? rotated : w);
+    pipeline.AddSummary(rotate ? rotated : w);
     add_time += Clock::now() - a0;
     if (slow) w.functions[t.slow_kernel].durations = t.summary.functions[t.slow_kernel].durations;
   }
   const auto f0 = Clock::now();
-  const perftracker::Diagnosis d = localizer.Finish();
+  const perftracker::Diagnosis d = pipeline.Diagnose();
   const auto f1 = Clock::now();
   const double add_s = std::chrono::duration<double>(add_time).count();
   const double finish_s = std::chrono::duration<double>(f1 - f0).count();

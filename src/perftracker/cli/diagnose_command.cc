@@ -2,31 +2,22 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
 #include "perftracker/core/input_file.h"
-#include "perftracker/localize/localizer.h"
+#include "perftracker/pipeline/diagnosis_pipeline.h"
 #include "perftracker/report/perfetto_writer.h"
-#include "perftracker/report/rank_trace.h"
 #include "perftracker/report/report.h"
-#include "perftracker/summary/window_summarizer.h"
 
 namespace perftracker {
 namespace {
@@ -74,60 +65,6 @@ StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& 
     }
   }
   return files;
-}
-
-struct ImportResult {
-  std::string path;
-  bool ok = false;
-  std::string error;
-  WorkerSummary summary;
-  std::unique_ptr<RankTrace> trace;  // the raw events, only for --perfetto
-};
-
-// `keep_events`: also record the raw events (for --perfetto), in the same pass.
-ImportResult ImportOne(const std::string& path, const KinetoImportOptions& import_options,
-                       bool keep_events) {
-  ImportResult result;
-  result.path = path;
-  FunctionTable own_functions;
-  if (keep_events) result.trace = std::make_unique<RankTrace>();
-  FunctionTable* functions = keep_events ? result.trace->functions() : &own_functions;
-  SummarizerOptions summarizer_options;
-  summarizer_options.offline = true;  // a file: every event in its place, whatever its order
-  WindowSummarizer summarizer(functions, summarizer_options);
-  EventSink* sink = &summarizer;
-  if (keep_events) {
-    result.trace->set_forward(&summarizer);
-    sink = result.trace.get();
-  }
-  StatusOr<KinetoTraceInfo> info = ImportKinetoFile(path, functions, sink, import_options);
-  if (keep_events) result.trace->set_forward(nullptr);  // the summarizer ends with this scope
-  if (!info.ok()) {
-    result.error = info.status().message();
-    return result;
-  }
-  result.summary = summarizer.Finish();
-  result.summary.rank = info->rank;
-  result.summary.source = path;
-  if (keep_events) {
-    result.trace->rank = info->rank;
-    result.trace->source = path;
-  }
-  if (info->events_malformed > 0) {
-    result.summary.stats.malformed_events += info->events_malformed;
-    if (result.summary.stats.first_problem.empty()) {
-      result.summary.stats.first_problem = info->first_malformed;
-    }
-  }
-  if (info->events_emitted == 0) {
-    result.error = fmt::format(
-        "{}: the trace holds no events perftracker can use (no complete \"X\" events); was "
-        "the profiler's active phase empty?",
-        path);
-    return result;
-  }
-  result.ok = true;
-  return result;
 }
 
 bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
@@ -207,72 +144,29 @@ int RunDiagnose(const DiagnoseOptions& options) {
     }
   }
 
-  KinetoImportOptions import_options;
-  import_options.rank = options.rank;
-  if (options.time_unit == "us") import_options.time_unit = TraceTimeUnit::kMicroseconds;
-  if (options.time_unit == "ns") import_options.time_unit = TraceTimeUnit::kNanoseconds;
-
-  // Import in parallel: each file has its own table and summarizer (bounded memory each).
-  std::vector<ImportResult> results(files->size());
-  std::atomic<size_t> next{0};
-  std::atomic<size_t> done{0};
-  std::mutex progress_mu;
-  const bool progress = StderrIsTerminal() && files->size() > 1;
-  const size_t threads = std::min<size_t>(
-      files->size(), options.jobs > 0 ? static_cast<size_t>(options.jobs)
-                                      : std::max(1u, std::thread::hardware_concurrency()));
-  auto worker = [&] {
-    for (size_t i = next++; i < files->size(); i = next++) {
-      results[i] = ImportOne((*files)[i], import_options, perfetto);
-      const size_t n = ++done;
-      if (progress) {
-        std::lock_guard<std::mutex> lock(progress_mu);
-        fmt::print(stderr, "\rperftracker: imported {}/{} trace files", n, files->size());
-        if (n == files->size()) fmt::print(stderr, "\n");
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-#if defined(__GLIBC__)
-  // The summarizers are gone; what they freed (every event of every file, the per-path
-  // accumulators) goes back to the system before the localizer allocates its tables, so that
-  // the two phases' memory does not add up in the peak (xdit_sd_3.5: 42.0 -> 38.9 MiB).
-  malloc_trim(0);
-#endif
-
-  // Keep the good ones; a rank claimed twice keeps its first file.
-  std::vector<WorkerSummary> workers;
-  std::vector<std::unique_ptr<RankTrace>> traces;
-  std::vector<std::pair<std::string, std::string>> skipped;
-  std::map<int32_t, std::string> rank_source;
-  for (auto& r : results) {
-    if (r.ok) {
-      auto [it, inserted] = rank_source.emplace(r.summary.rank, r.path);
-      if (!inserted) {
-        r.ok = false;
-        r.error = fmt::format(
-            "{}: rank {} was already read from {}; each rank needs its own "
-            "trace file",
-            r.path, r.summary.rank, it->second);
-      }
-    }
-    if (r.ok) {
-      workers.push_back(std::move(r.summary));
-      if (r.trace) traces.push_back(std::move(r.trace));
-    } else {
-      skipped.emplace_back(r.path, r.error);
-    }
+  PipelineOptions pipeline_options;
+  pipeline_options.kineto.rank = options.rank;
+  if (options.time_unit == "us") pipeline_options.kineto.time_unit = TraceTimeUnit::kMicroseconds;
+  if (options.time_unit == "ns") pipeline_options.kineto.time_unit = TraceTimeUnit::kNanoseconds;
+  pipeline_options.localizer.material_share = options.material_share;
+  pipeline_options.threads = options.jobs;
+  pipeline_options.keep_events = perfetto;
+  if (StderrIsTerminal() && files->size() > 1) {
+    pipeline_options.progress = [](size_t done, size_t total) {
+      fmt::print(stderr, "\rperftracker: imported {}/{} trace files", done, total);
+      if (done == total) fmt::print(stderr, "\n");
+    };
   }
+  DiagnosisPipeline pipeline(std::move(pipeline_options));
+  pipeline.AddTraceFiles(*files);
+  const std::vector<SkippedInput>& skipped = pipeline.skipped();
 
-  if (workers.empty()) {
+  if (pipeline.workers().empty()) {
     if (skipped.size() == 1) {
-      fmt::print(stderr, "perftracker: {}\n", skipped[0].second);
+      fmt::print(stderr, "perftracker: {}\n", skipped[0].error);
     } else {
-      for (const auto& [path, error] : skipped) {
-        fmt::print(stderr, "perftracker: skipped {}\n", error);
+      for (const SkippedInput& s : skipped) {
+        fmt::print(stderr, "perftracker: skipped {}\n", s.error);
       }
       fmt::print(stderr, "perftracker: none of the {} trace files could be read\n", skipped.size());
     }
@@ -283,25 +177,19 @@ int RunDiagnose(const DiagnoseOptions& options) {
     }
     return 2;
   }
-  for (const auto& [path, error] : skipped) {
-    fmt::print(stderr, "perftracker: skipped {}\n", error);
+  for (const SkippedInput& s : skipped) {
+    fmt::print(stderr, "perftracker: skipped {}\n", s.error);
   }
 
-  LocalizerOptions localizer_options;
-  localizer_options.material_share = options.material_share;
-  Localizer localizer(localizer_options);
-  for (const auto& w : workers) localizer.Add(w);
-  for (const auto& [path, error] : skipped) localizer.AddNote("skipped " + error);
-  Diagnosis diagnosis = localizer.Finish();
+  Diagnosis diagnosis = pipeline.Diagnose();
+  std::vector<std::unique_ptr<RankTrace>> traces = pipeline.TakeTraces();
 
   ReportInput input;
   input.diagnosis = &diagnosis;
-  input.workers = &workers;
+  input.workers = &pipeline.workers();
   input.title =
       options.paths.size() == 1 ? options.paths[0] : fmt::format("{} trace files", files->size());
-  std::vector<SkippedInput> skipped_inputs;
-  for (const auto& [path, error] : skipped) skipped_inputs.push_back({path, error});
-  input.skipped_inputs = &skipped_inputs;
+  input.skipped_inputs = &skipped;
 
   if (!options.html_path.empty()) {
     std::ofstream out(options.html_path, std::ios::binary | std::ios::trunc);

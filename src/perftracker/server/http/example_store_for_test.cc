@@ -7,12 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "perftracker/core/function_table.h"
 #include "perftracker/core/realtime_clock.h"
-#include "perftracker/localize/localizer.h"
+#include "perftracker/pipeline/diagnosis_pipeline.h"
 #include "perftracker/report/report.h"
-#include "perftracker/sources/kineto/kineto_importer.h"
-#include "perftracker/summary/window_summarizer.h"
 
 namespace perftracker {
 
@@ -31,18 +28,11 @@ StatusOr<ExampleJob> FillStoreWithExample(Store* store, const std::string& trace
   }
   std::sort(files.begin(), files.end());
 
-  std::vector<WorkerSummary> workers;
-  for (const std::string& path : files) {
-    FunctionTable functions;
-    WindowSummarizer summarizer(&functions);
-    StatusOr<KinetoTraceInfo> info = ImportKinetoFile(path, &functions, &summarizer, {});
-    if (!info.ok()) return info.status();
-    WorkerSummary summary = summarizer.Finish();
-    summary.rank = info->rank;
-    summary.source = path;
-    summary.host = fmt::format("node-{}", info->rank / 2);
-    workers.push_back(std::move(summary));
-  }
+  DiagnosisPipeline pipeline;
+  pipeline.AddTraceFiles(files);
+  if (!pipeline.skipped().empty()) return Status::InvalidArgument(pipeline.skipped()[0].error);
+  std::vector<WorkerSummary>& workers = pipeline.mutable_workers();
+  for (WorkerSummary& w : workers) w.host = fmt::format("node-{}", w.rank / 2);
   std::sort(workers.begin(), workers.end(),
             [](const WorkerSummary& a, const WorkerSummary& b) { return a.rank < b.rank; });
 
@@ -62,9 +52,7 @@ StatusOr<ExampleJob> FillStoreWithExample(Store* store, const std::string& trace
   window_start += shift;
   window_end += shift;
 
-  Localizer localizer;
-  for (const WorkerSummary& w : workers) localizer.Add(w);
-  const Diagnosis diagnosis = localizer.Finish();
+  const Diagnosis diagnosis = pipeline.Diagnose();
   ReportInput input;
   input.diagnosis = &diagnosis;
   input.workers = &workers;

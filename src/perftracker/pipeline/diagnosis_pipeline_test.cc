@@ -1,0 +1,120 @@
+#include "perftracker/pipeline/diagnosis_pipeline.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <fmt/core.h>
+#include <gtest/gtest.h>
+
+#include "perftracker/sources/sim/scenario.h"
+
+namespace perftracker {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string StragglerExample() {
+  const char* src = std::getenv("PERFTRACKER_SOURCE_DIR");
+  return std::string(src != nullptr ? src : ".") + "/examples/straggler";
+}
+
+std::vector<std::string> StragglerFiles() {
+  std::vector<std::string> files;
+  for (int r = 0; r < 4; ++r)
+    files.push_back(fmt::format("{}/rank{}.json.gz", StragglerExample(), r));
+  return files;
+}
+
+TEST(DiagnosisPipeline, TraceFilesNameTheStragglerRank) {
+  PipelineOptions options;
+  options.threads = 2;
+  DiagnosisPipeline pipeline(options);
+  pipeline.AddTraceFiles(StragglerFiles());
+  ASSERT_EQ(pipeline.workers().size(), 4u);
+  EXPECT_TRUE(pipeline.skipped().empty());
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(pipeline.workers()[i].rank, static_cast<int32_t>(i));
+  const Diagnosis d = pipeline.Diagnose();
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_TRUE(d.findings[0].material);
+  EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{2});
+}
+
+TEST(DiagnosisPipeline, AFileThatCannotBeReadOrRepeatsARankIsSkippedWithANote) {
+  const fs::path empty =
+      fs::temp_directory_path() / fmt::format("perftracker_{}_empty.json", ::getpid());
+  std::ofstream(empty) << "{\"traceEvents\": []}";
+  std::vector<std::string> files = StragglerFiles();
+  files.push_back(files[1]);  // rank 1 again
+  files.push_back(empty.string());
+  DiagnosisPipeline pipeline;
+  pipeline.AddTraceFiles(files);
+  fs::remove(empty);
+  EXPECT_EQ(pipeline.workers().size(), 4u);
+  ASSERT_EQ(pipeline.skipped().size(), 2u);
+  EXPECT_EQ(pipeline.skipped()[0].path, files[1]);
+  EXPECT_NE(pipeline.skipped()[0].error.find("rank 1 was already read from"), std::string::npos);
+  EXPECT_EQ(pipeline.skipped()[1].path, empty.string());
+  EXPECT_NE(pipeline.skipped()[1].error.find(empty.string()), std::string::npos)
+      << pipeline.skipped()[1].error;
+  const Diagnosis d = pipeline.Diagnose();
+  int skipped_notes = 0;
+  for (const std::string& note : d.notes) skipped_notes += note.rfind("skipped ", 0) == 0;
+  EXPECT_EQ(skipped_notes, 2);
+}
+
+TEST(DiagnosisPipeline, KeptEventsFollowTheWorkers) {
+  PipelineOptions options;
+  options.keep_events = true;
+  DiagnosisPipeline pipeline(options);
+  pipeline.AddTraceFiles({StragglerFiles()[3], StragglerFiles()[0]});
+  const std::vector<std::unique_ptr<RankTrace>> traces = pipeline.TakeTraces();
+  ASSERT_EQ(traces.size(), 2u);
+  EXPECT_EQ(traces[0]->rank, 3);
+  EXPECT_EQ(traces[1]->rank, 0);
+  EXPECT_FALSE(traces[0]->events().empty());
+}
+
+TEST(DiagnosisPipeline, SimulatedRanksComeInRankOrderWhateverTheThreads) {
+  StatusOr<Scenario> scenario = ParseScenario(R"({"name": "t", "job": {"ranks": 16, "tp": 4,
+      "pp": 1, "gpus_per_host": 8, "model_params_b": 13, "iterations": 5, "seed": 3},
+      "faults": [{"kind": "untraced_pause", "ranks": [5], "magnitude": 8}],
+      "expect": {"findings": [{"code": "PT-STRAGGLER-UNTRACED"}]}})",
+                                              "t.json");
+  ASSERT_TRUE(scenario.ok()) << scenario.status().message();
+  ClusterSimulator sim(*scenario);
+  sim.Run();
+  PipelineOptions options;
+  options.threads = 3;
+  DiagnosisPipeline pipeline(options);
+  pipeline.AddSimulation(sim);
+  ASSERT_EQ(pipeline.workers().size(), 16u);
+  for (size_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(pipeline.workers()[i].rank, static_cast<int32_t>(i));
+    EXPECT_EQ(pipeline.workers()[i].host, sim.HostName(static_cast<int32_t>(i)));
+  }
+  const Diagnosis d = pipeline.Diagnose();
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{5});
+}
+
+TEST(DiagnosisPipeline, WithoutKeptSummariesEachIsLocalizedAsItComes) {
+  DiagnosisPipeline files;
+  files.AddTraceFiles(StragglerFiles());
+  PipelineOptions options;
+  options.keep_summaries = false;
+  DiagnosisPipeline streamed(options);
+  for (const WorkerSummary& w : files.workers()) streamed.AddSummary(w);
+  EXPECT_TRUE(streamed.workers().empty());
+  const Diagnosis a = files.Diagnose();
+  const Diagnosis b = streamed.Diagnose();
+  ASSERT_EQ(a.findings.size(), b.findings.size());
+  for (size_t i = 0; i < a.findings.size(); ++i)
+    EXPECT_EQ(a.findings[i].title, b.findings[i].title);
+}
+
+}  // namespace
+}  // namespace perftracker
