@@ -20,7 +20,9 @@ Checks:
   - a window open when the server is SIGKILLed is shown abandoned, with its reason, after the
     restart;
   - security and failure paths: a wrong token is refused (and logged once per peer), an
-    unreachable server is one clear line while the job runs to its exit code.
+    unreachable server is one clear line while the job runs to its exit code;
+  - a job's exit code (3, or 128 + 15 when SIGTERM killed it) is what `run --server`
+    exits with, and the server's log says so.
 """
 import argparse
 import json
@@ -297,6 +299,26 @@ class MultiHostTest(unittest.TestCase):
         self.assertFalse(w["has_diagnosis"])
         after = read(server.log_path).split("--- start ---")[-1]
         self.assertIn(f"job {job}: window 1 abandoned: the server stopped", after)
+        server.stop()
+
+    def test_job_exit_code_passes_through_and_the_server_learns_it(self):
+        # `perftracker run --server` exits as plain `run` does: the job's code, 128 + N when
+        # signal N killed it; the collector tells the server (its log names host and code).
+        server = Server(self.dir, "127.0.0.1")
+        server.start(max_windows=1)
+        token = os.path.join(self.dir, "reports", "server.token")
+        for job, script, code in (("exits-3", "exit 3", 3),
+                                  ("killed", "kill -TERM $$; sleep 10", 128 + signal.SIGTERM)):
+            r = subprocess.run([CONFIG.perftracker, "run", "--server",
+                                f"127.0.0.1:{server.grpc_port}", "--token-file", token,
+                                "--job-id", job, "--report-dir", os.path.join(self.dir, "local"),
+                                "--", "sh", "-c", script],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, code, r.stderr)
+            self.assertNotIn("cannot reach", r.stderr)
+            wait_for(lambda: re.search(rf"job {job}: the command on \S+ \(\S+\) exited with "
+                                       rf"code {code}\b", read(server.log_path)), 20,
+                     f"the server's log line of job {job}'s exit")
         server.stop()
 
     def test_wrong_token_and_unreachable_server(self):

@@ -630,6 +630,9 @@ int RunJob(const RunOptions& options) {
       usleep(kRemoteDrainPollUs);
     }
     collector.Stop();
+    // The server learns how the job ended (a slow end that looked like a hang is retracted
+    // when it exited 0), after everything the collector queued before.
+    remote_link->JobExited(exit_code);
     remote_link->Stop(static_cast<int>(kFlushSeconds * 1000));
   } else if (live) {
     coordinator.Flush(Seconds(std::min(kFlushSeconds, options.wait_summaries_seconds)));

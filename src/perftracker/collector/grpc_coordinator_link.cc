@@ -143,6 +143,10 @@ void GrpcCoordinatorLink::OnTrainingEnded(int32_t rank, const std::string& detai
   Push(ControlTrainingEnded{rank, detail}, detail.size() + 64);
 }
 
+void GrpcCoordinatorLink::JobExited(int exit_code) {
+  Push(ControlJobExited{exit_code}, sizeof(ControlJobExited));
+}
+
 void GrpcCoordinatorLink::OnIteration(int32_t rank, int64_t end_ns, int64_t duration_ns) {
   bool full = false;
   {

@@ -80,6 +80,10 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   // Sends what is queued (at most flush_timeout_ms), says goodbye, joins the threads.
   void Stop(int flush_timeout_ms);
   GrpcLinkStats stats() const;
+  // The command this collector's host ran exited with `exit_code` (128 + N for signal N):
+  // queued like every message, after what the agents sent before (perftracker run --server,
+  // before Stop).
+  void JobExited(int exit_code);
 
   // CoordinatorLink (collector threads; never block).
   void OnWorkerJoined(const WorkerInfo& worker) override;

@@ -108,7 +108,9 @@ class ControlService::Job : public CollectorControl {
   std::map<uint64_t, WindowSpec> open_windows_;             // coordinator id -> spec
   std::set<uint64_t> diagnosed_;
   std::vector<std::string> triggers_;  // since the last report
+  int exit_code_ = 0;                  // the first non-zero exit code a collector reported, else 0
   size_t reports_stored_ = 0;
+  std::set<uint64_t> retracted_stored_;  // retracted reports whose rewrite is stored
   bool baseline_known_ = false;
 };
 
@@ -155,6 +157,20 @@ class ControlService::Session : public ControlSession {
     if (auto* e = std::get_if<ControlTrainingEnded>(&message)) {
       PERFTRACKER_RETURN_IF_ERROR(Known(e->rank, "training_ended"));
       job_->coordinator_->OnTrainingEnded(e->rank, e->detail);
+      return Status::Ok();
+    }
+    if (auto* e = std::get_if<ControlJobExited>(&message)) {
+      // One host's command ended. The job exited 0 only when every host that said so did:
+      // a non-zero exit anywhere (a user's Ctrl-C of a hung job) keeps its hang report.
+      int code = e->exit_code;
+      {
+        std::lock_guard<std::mutex> lock(job_->mu_);
+        if (job_->exit_code_ != 0) code = job_->exit_code_;
+        job_->exit_code_ = code;
+      }
+      job_->coordinator_->JobExited(code);
+      service_->Log(fmt::format("job {}: the command on {} ({}) exited with code {}", job_->id_,
+                                host_, peer_, e->exit_code));
       return Status::Ok();
     }
     if (auto* its = std::get_if<ControlIterations>(&message)) {
@@ -214,8 +230,7 @@ class ControlService::Session : public ControlSession {
                         s->rank, s->window, decoded->rank));
       }
       if (Store* store = service_->options_.store) {
-        const Status st =
-            store->PutSummaryBytes(job_->id_, s->window, s->rank, s->worker_summary);
+        const Status st = store->PutSummaryBytes(job_->id_, s->window, s->rank, s->worker_summary);
         if (!st.ok()) service_->LogStoreError(job_->id_, st);
       }
       if (ServerMetrics* m = service_->options_.metrics) {
@@ -455,6 +470,18 @@ void ControlService::StoreReports() {
         if (!st.ok()) LogStoreError(job->id_, st);
       }
       job->reports_stored_ = i + 1;
+      if (r.retracted) job->retracted_stored_.insert(r.id);
+    }
+    // A hang report retracted after it was stored (the job resumed, or ended and exited 0):
+    // the store gets the rewritten diagnosis, the hang a note in it.
+    for (size_t i = 0; i < job->reports_stored_ && i < reports.size(); ++i) {
+      const WindowReport& r = reports[i];
+      if (!r.retracted || job->retracted_stored_.count(r.id)) continue;
+      job->retracted_stored_.insert(r.id);
+      if (Store* store = options_.store) {
+        const Status st = store->PutDiagnosis(DiagnosisRecordOf(job->id_, r.id, r));
+        if (!st.ok()) LogStoreError(job->id_, st);
+      }
     }
   }
 }

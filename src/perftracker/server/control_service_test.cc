@@ -427,5 +427,77 @@ TEST_F(ControlServiceTest, AWindowOpenWhenTheServerShutsDownIsStoredAbandoned) {
   EXPECT_EQ(stored->state_reason, "the server was shut down before the window completed");
 }
 
+// perftracker run --server: a hang confirmed at the job's slow end (DataLoader workers
+// joining on a loaded machine), then every rank ends its training and the command exits 0:
+// the hang is retracted on the server, in its store too, as plain `perftracker run` does. A
+// non-zero exit on any host (a user's Ctrl-C of a hung job) keeps it.
+TEST_F(ControlServiceTest, AHangAtTheJobsEndIsRetractedInTheStoreOnlyWhenEveryHostExitedZero) {
+  StartServer();
+  Collector a = Connect("node-a", 0, 1, 2);
+  Collector b = Connect("node-b", 1, 1, 2);
+  a.stream->Write(ControlTrigger{0, "hang", "no progress for 31 s"});
+  const ControlWindow w = WaitWindow(a);
+  WaitWindow(b);
+  const std::string join =
+      "Thread 1 (MainThread) (most recent call last):\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py\", line 1479, in "
+      "_shutdown_workers\n    w.join(timeout=_utils.MP_STATUS_CHECK_INTERVAL)\n";
+  // Two stack samples that show no progress confirm the hang; then the window ends.
+  for (int sample = 0; sample < 2; ++sample) {
+    for (auto [c, rank] : {std::pair<Collector*, int>{&a, 0}, {&b, 1}}) {
+      while (!std::holds_alternative<ControlDumpStacks>(c->Next())) {
+      }
+      c->stream->Write(ControlStacks{w.id, rank, true, join});
+    }
+  }
+  for (auto [c, rank] : {std::pair<Collector*, int>{&a, 0}, {&b, 1}}) {
+    c->stream->Write(ControlSummary{
+        w.id, rank, EncodeWorkerSummary(Summary(rank, w.start_ns, w.start_ns + 100 * kMs))});
+  }
+  ASSERT_TRUE(Eventually([&] {
+    StatusOr<DiagnosisRecord> d = store_->GetDiagnosis("job-x", w.id);
+    return d.ok() && d->top_code == "PT-HANG";
+  })) << "no hang diagnosis stored";
+  a.stream->Write(ControlTrainingEnded{0, "destroy_process_group"});
+  b.stream->Write(ControlTrainingEnded{1, "destroy_process_group"});
+  // node-b's command was stopped (SIGINT: 130), node-a's exited 0: the job did not exit 0.
+  b.stream->Write(ControlJobExited{130});
+  ASSERT_TRUE(Eventually([&] { return Logged("the command on node-b"); }));
+  a.stream->Write(ControlJobExited{0});
+  ASSERT_TRUE(Eventually([&] { return Logged("the command on node-a"); }));
+  EXPECT_TRUE(Logged("job job-x: the command on node-a (") && Logged(") exited with code 0"));
+  EXPECT_FALSE(service_->Reports("job-x").at(0).retracted) << "a host exited 130";
+  StopServer();
+
+  // Again, every host exiting 0: retracted, and the store holds the rewritten report.
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  log_.clear();
+  StartServer();
+  Collector c = Connect("node-a", 0, 1, 1);
+  c.stream->Write(ControlTrigger{0, "hang", "no progress for 31 s"});
+  const ControlWindow w2 = WaitWindow(c);
+  for (int sample = 0; sample < 2;) {
+    if (std::holds_alternative<ControlDumpStacks>(c.Next())) {
+      c.stream->Write(ControlStacks{w2.id, 0, true, join});
+      ++sample;
+    }
+  }
+  c.stream->Write(ControlSummary{
+      w2.id, 0, EncodeWorkerSummary(Summary(0, w2.start_ns, w2.start_ns + 100 * kMs))});
+  ASSERT_TRUE(Eventually([&] {
+    StatusOr<DiagnosisRecord> d = store_->GetDiagnosis("job-x", w2.id);
+    return d.ok() && d->top_code == "PT-HANG";
+  })) << "no hang diagnosis stored";
+  c.stream->Write(ControlTrainingEnded{0, "interpreter exit"});
+  c.stream->Write(ControlJobExited{0});
+  ASSERT_TRUE(Eventually([&] {
+    StatusOr<DiagnosisRecord> d = store_->GetDiagnosis("job-x", w2.id);
+    return d.ok() && d->top_code.empty() &&
+           d->json.find("exited 0: its end was slow, it did not hang") != std::string::npos;
+  })) << "the stored diagnosis still names the hang";
+  EXPECT_TRUE(service_->Reports("job-x").at(0).retracted);
+}
+
 }  // namespace
 }  // namespace perftracker

@@ -92,6 +92,10 @@ void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
                    out->mutable_training_ended()->set_rank(m.rank);
                    out->mutable_training_ended()->set_detail(m.detail);
                  },
+                 [&](const ControlJobExited& m) {
+                   pb::JobExited* e = out->mutable_job_exited();
+                   e->set_exit_code(m.exit_code);
+                 },
                  [&](const ControlIterations& m) {
                    pb::Iterations* it = out->mutable_iterations();
                    for (const ControlIteration& p : m.points) {
@@ -180,6 +184,14 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
       }
       return CollectorMessage(
           ControlTrainingEnded{message.training_ended().rank(), message.training_ended().detail()});
+    case pb::CollectorMessage::kJobExited: {
+      const int32_t code = message.job_exited().exit_code();
+      if (code < 0 || code > 255) {
+        return Status::InvalidArgument("job_exited: exit code " + std::to_string(code) +
+                                       " is not in [0, 255]");
+      }
+      return CollectorMessage(ControlJobExited{code});
+    }
     case pb::CollectorMessage::kIterations: {
       const pb::Iterations& it = message.iterations();
       const int n = it.ranks_size();

@@ -58,6 +58,11 @@ struct ControlTrainingEnded {
   std::string detail;
 };
 
+// The job's command exited (perftracker run --server): 0..255, 128 + N for signal N.
+struct ControlJobExited {
+  int32_t exit_code = 0;
+};
+
 struct ControlIteration {
   int32_t rank = -1;
   int64_t end_ns = 0;
@@ -91,7 +96,7 @@ struct ControlSummary {
 using CollectorMessage =
     std::variant<ControlRegistration, ControlHeartbeat, ControlRank /* worker joined */,
                  ControlWorkerLeft, ControlIterations, ControlTrigger, ControlStacks,
-                 ControlSummary, ControlTrainingEnded>;
+                 ControlSummary, ControlTrainingEnded, ControlJobExited>;
 
 struct ControlRegistered {
   std::string collector_id;

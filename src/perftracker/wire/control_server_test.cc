@@ -134,12 +134,14 @@ TEST_F(ControlServerTest, RegistersStreamsMessagesBothWaysAndClosesTheSession) {
   ASSERT_TRUE((*stream)->Write(ControlIterations{{{0, 1000, 10}, {1, 1001, 11}}}));
   ASSERT_TRUE((*stream)->Write(ControlTrigger{1, "slowdown", "mean 1.3x"}));
   ASSERT_TRUE((*stream)->Write(ControlSummary{7, 1, std::string(100000, 'x')}));
-  ASSERT_TRUE(handler_.WaitUntil([&] { return handler_.messages_.size() == 3; }));
+  ASSERT_TRUE((*stream)->Write(ControlJobExited{143}));
+  ASSERT_TRUE(handler_.WaitUntil([&] { return handler_.messages_.size() == 4; }));
   const auto& its = std::get<ControlIterations>(handler_.messages_[0]);
   ASSERT_EQ(its.points.size(), 2u);
   EXPECT_EQ(its.points[1].duration_ns, 11);
   EXPECT_EQ(std::get<ControlTrigger>(handler_.messages_[1]).detail, "mean 1.3x");
   EXPECT_EQ(std::get<ControlSummary>(handler_.messages_[2]).worker_summary.size(), 100000u);
+  EXPECT_EQ(std::get<ControlJobExited>(handler_.messages_[3]).exit_code, 143);
 
   ASSERT_TRUE(handler_.sinks_[0]->Send(ControlWindow{3, 5000, 2000, "hang"}));
   ASSERT_TRUE(handler_.sinks_[0]->Send(ControlDumpStacks{3}));
@@ -172,10 +174,13 @@ TEST_F(ControlServerTest, ARejectedMessageIsAnsweredWithItsReasonAndTheStreamGoe
   ASSERT_TRUE((*stream)->Write(ControlWorkerLeft{-4, true}));
   ASSERT_TRUE((*stream)->Read(&m));
   EXPECT_EQ(std::get<ControlRejected>(m).error, "worker_left: rank is negative");
+  ASSERT_TRUE((*stream)->Write(ControlJobExited{256}));
+  ASSERT_TRUE((*stream)->Read(&m));
+  EXPECT_EQ(std::get<ControlRejected>(m).error, "job_exited: exit code 256 is not in [0, 255]");
   ASSERT_TRUE((*stream)->Write(ControlHeartbeat{1, 0}));
   ASSERT_TRUE(handler_.WaitUntil([&] { return handler_.messages_.size() == 1; }));
   EXPECT_TRUE(std::holds_alternative<ControlHeartbeat>(handler_.messages_[0]));
-  EXPECT_EQ(server_->stats().messages_rejected, 2u);
+  EXPECT_EQ(server_->stats().messages_rejected, 3u);
 }
 
 TEST_F(ControlServerTest, RefusedRegistrationsEndTheStreamWithTheReason) {
