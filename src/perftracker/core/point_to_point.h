@@ -37,4 +37,11 @@ PointToPoint PointToPointOf(std::string_view name, uint8_t flags = 0);
 // point to point): kEventFlagSend, kEventFlagReceive or 0.
 uint8_t PointToPointFlagsOfCollective(std::string_view collective_name);
 
+// Whether a torch operator is communication: c10d:: (ProcessGroup calls, DDP's all-reduce
+// inside AccumulateGrad hooks), torch 2.x's functional collectives (_c10d_functional::,
+// c10d_functional:: in torch 2.0-2.2, _c10d_functional_autograd::: FSDP2, DTensor,
+// torch.compile; their wait_tensor is where a rank waits for one) and record_param_comms
+// (which wraps NCCL's and gloo's calls). Their time waits like a collective's, never compute.
+bool IsTorchCommunicationOp(std::string_view name);
+
 }  // namespace perftracker

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string_view>
 
+#include "perftracker/core/point_to_point.h"
+
 namespace perftracker::localize {
 
 bool IsUserLevel(EventKind kind) {
@@ -119,11 +121,11 @@ uint32_t JobTable::NewFunction(const FunctionSummary& f, std::string_view name_s
   info.name = names_[InternName(name)];
   info.kind = f.kind;
   info.key_kind = f.kind;
-  // Communication issued through torch operators (c10d::allreduce_, record_param_comms)
-  // waits like a collective: DDP runs them inside AccumulateGrad hooks, under whichever
-  // gradient completes a bucket, so they must not read as compute.
-  if (f.kind == EventKind::kTorchOp &&
-      (info.name.starts_with("c10d::") || info.name == "record_param_comms")) {
+  // Communication issued through torch operators (c10d::allreduce_, functional collectives'
+  // wait_tensor, record_param_comms) waits like a collective: DDP runs them inside
+  // AccumulateGrad hooks, under whichever gradient completes a bucket, so they must not read
+  // as compute.
+  if (f.kind == EventKind::kTorchOp && IsTorchCommunicationOp(info.name)) {
     info.kind = EventKind::kCollective;
   }
   info.pageable = f.kind == EventKind::kMemcpy && (f.name.find("Pageable") != std::string::npos ||

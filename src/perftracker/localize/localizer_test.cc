@@ -459,6 +459,51 @@ TEST(Localizer, SlowCollectiveWithoutComputeExcessIsCommunication) {
   EXPECT_EQ(material[0]->function, "nccl:all_reduce");
 }
 
+// torch 2.x's functional collectives (FSDP2, DTensor, torch.compile) are operators: a rank
+// issues `_c10d_functional::all_reduce` and waits in `_c10d_functional::wait_tensor`; torch
+// 2.0-2.2 spell the namespace `c10d_functional`. Their time is communication like c10d::'s:
+// the victims' longer waits there must not read as compute on seven ranks.
+TEST(Localizer, FunctionalCollectiveWaitsAreCommunicationNotCompute) {
+  for (const std::string ns : {"_c10d_functional", "c10d_functional"}) {
+    SCOPED_TRACE(ns);
+    DpJob job;
+    auto specs = job.Make();
+    auto& w2 = specs[2];
+    w2.fn(DpJob::Key("annotation:block2")).ms = 48;
+    w2.fn(DpJob::Key("annotation:block2 > torch_op:aten::mm")).ms = 45.6;
+    job.Rebalance(w2);
+    for (auto& w : specs) {
+      for (auto& f : w.fns) {
+        if (f.key == DpJob::Key("collective:nccl:all_reduce")) {
+          f.key = DpJob::Key("torch_op:" + ns + "::wait_tensor");
+        }
+      }
+      w.fn(DpJob::Key("torch_op:" + ns + "::all_reduce")) = {
+          DpJob::Key("torch_op:" + ns + "::all_reduce"), 0.2, 1};
+    }
+    const Diagnosis d = Diagnose(specs);
+    SCOPED_TRACE(Describe(d));
+    auto material = Material(d);
+    ASSERT_EQ(material.size(), 1u);
+    EXPECT_EQ(material[0]->code, "PT-STRAGGLER-COMPUTE");
+    EXPECT_THAT(material[0]->workers, ElementsAre(2));
+    EXPECT_EQ(material[0]->function, "block2");
+    EXPECT_THAT(material[0]->victims, ElementsAre(0, 1, 3, 4, 5, 6, 7));
+  }
+}
+
+TEST(PointToPoint, TorchCommunicationOperatorsAreKnownByName) {
+  for (const char* name : {"c10d::allreduce_", "record_param_comms",
+                           "_c10d_functional::all_reduce", "_c10d_functional::wait_tensor",
+                           "c10d_functional::all_gather_into_tensor",
+                           "_c10d_functional_autograd::all_to_all_single"}) {
+    EXPECT_TRUE(IsTorchCommunicationOp(name)) << name;
+  }
+  for (const char* name : {"aten::mm", "c10d", "record_param_comms_x", "my_c10d::op"}) {
+    EXPECT_FALSE(IsTorchCommunicationOp(name)) << name;
+  }
+}
+
 TEST(Localizer, EarlyArrivalAtTheCollectiveIsNotAFinding) {
   // Regression (healthy 4-rank gloo job, 4 ranks on 2 cores): rank 1's blocks ran faster
   // than its peers', so it reached the all-reduce early and waited longer in it. It

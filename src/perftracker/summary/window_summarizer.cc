@@ -952,16 +952,15 @@ class WindowSummarizer::Impl {
     }
   }
 
-  // An outermost communication call (a collective; torch's c10d:: ops and
-  // record_param_comms, which wrap NCCL's and gloo's): a point-to-point call credits the
+  // An outermost communication call (a collective; torch's communication operators,
+  // IsTorchCommunicationOp): a point-to-point call credits the
   // collectives before it (receive_slack.h); any other waits for the next one.
   void TrackReceiveSlack(const TrackState& t, const Event& ev, uint32_t fn, bool on_device) {
     if (ev.kind != EventKind::kCollective && ev.kind != EventKind::kTorchOp) return;
     if (point_to_point_.size() <= fn) point_to_point_.resize(fn + 1, kUnclassified);
     if (point_to_point_[fn] == kUnclassified) {
       const std::string_view name = paths_.Get(fn).name;
-      const bool comm = ev.kind == EventKind::kCollective || name.starts_with("c10d::") ||
-                        name == "record_param_comms";
+      const bool comm = ev.kind == EventKind::kCollective || IsTorchCommunicationOp(name);
       point_to_point_[fn] = comm ? static_cast<uint8_t>(PointToPointOf(name)) : kNotCommunication;
     }
     if (point_to_point_[fn] == kNotCommunication) return;
