@@ -42,8 +42,8 @@ uint8_t PointToPointFlagsOfCollective(std::string_view collective_name) {
 
 bool IsTorchCommunicationOp(std::string_view name) {
   return name.starts_with("c10d::") || name.starts_with("_c10d_functional::") ||
-         name.starts_with("c10d_functional::") ||
-         name.starts_with("_c10d_functional_autograd::") || name == "record_param_comms";
+         name.starts_with("c10d_functional::") || name.starts_with("_c10d_functional_autograd::") ||
+         name == "record_param_comms";
 }
 
 }  // namespace perftracker
