@@ -7,6 +7,7 @@
 
 #include "perftracker/cli/bench_command.h"
 #include "perftracker/cli/collector_command.h"
+#include "perftracker/cli/compare_command.h"
 #include "perftracker/cli/diagnose_command.h"
 #include "perftracker/cli/probe_command.h"
 #include "perftracker/cli/run_command.h"
@@ -34,6 +35,8 @@ int main(int argc, char** argv) {
   CLI::App* bench_cmd = perftracker::AddBenchCommand(app, &bench);
   perftracker::ProbeOptions probe;
   CLI::App* probe_cmd = perftracker::AddProbeCommand(app, &probe);
+  perftracker::CompareCommandOptions compare;
+  CLI::App* compare_cmd = perftracker::AddCompareCommand(app, &compare);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
     if (collector_cmd->parsed()) return perftracker::RunCollector(collector);
     if (bench_cmd->parsed()) return perftracker::RunBenchAccuracy(bench);
     if (probe_cmd->parsed()) return perftracker::RunProbe(probe);
+    if (compare_cmd->parsed()) return perftracker::RunCompare(compare);
   } catch (const std::exception& e) {
     fmt::print(stderr, "perftracker: internal error: {}\n", e.what());
     return 2;

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "perftracker/compare/run_profile.h"
 #include "perftracker/report/format.h"
 #include "perftracker/report/report.h"
 #include "perftracker/report/report_model.h"
@@ -25,9 +28,7 @@ constexpr int kSchemaVersion = 1;
 double Ms(double ns) { return std::round(Finite(ns)) / 1e6; }
 
 // A share rounded to 1e-6 and clamped to 0..1.
-double Share(double share) {
-  return std::round(std::clamp(Finite(share), 0.0, 1.0) * 1e6) / 1e6;
-}
+double Share(double share) { return std::round(std::clamp(Finite(share), 0.0, 1.0) * 1e6) / 1e6; }
 
 ordered_json FindingJson(const report::ReportModel& model, const Finding& f) {
   ordered_json j;
@@ -51,6 +52,66 @@ ordered_json FindingJson(const report::ReportModel& model, const Finding& f) {
   return j;
 }
 
+// The `functions` table: every function that takes at least kMinFunctionShare of some
+// worker's median iteration, with its time per iteration on every worker (what `perftracker
+// compare` reads). At most kMaxFunctionCells numbers per column over all workers, but always
+// kMinFunctions functions; the largest shares first. An ancestor's inclusive time is at least
+// its descendants', so the table keeps every kept function's callers.
+constexpr double kMinFunctionShare = 0.005;
+constexpr size_t kMaxFunctionCells = 200'000;
+constexpr size_t kMinFunctions = 20;
+
+ordered_json FunctionsJson(const report::ReportModel& model) {
+  compare::CallPathTree tree;
+  compare::RunProfile profile(&tree, "");
+  for (const report::WorkerRow& row : model.workers()) profile.AddSummary(*row.summary);
+  std::unordered_map<uint32_t, double> max_share;
+  for (const compare::ProfileWorker& w : profile.workers()) {
+    if (w.median_iteration_ns <= 0) continue;
+    for (const auto& [node, t] : w.functions) {
+      const double share = t.inclusive_ns / w.median_iteration_ns;
+      if (share < kMinFunctionShare) continue;
+      double& m = max_share[node];
+      m = std::max(m, share);
+    }
+  }
+  std::vector<std::pair<double, uint32_t>> kept;
+  for (const auto& [node, share] : max_share) kept.emplace_back(share, node);
+  std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  const size_t workers = std::max<size_t>(1, profile.workers().size());
+  const size_t cap = std::max(kMinFunctions, kMaxFunctionCells / workers);
+  if (kept.size() > cap) kept.resize(cap);
+  // Callers first, then by key: stable across reports of one job.
+  std::vector<std::pair<std::string, uint32_t>> keyed;
+  for (const auto& [share, node] : kept) keyed.emplace_back(tree.Key(node), node);
+  std::sort(keyed.begin(), keyed.end());
+  ordered_json functions = ordered_json::array();
+  for (const auto& [key, node] : keyed) {
+    ordered_json inclusive = ordered_json::array();
+    ordered_json self = ordered_json::array();
+    ordered_json calls = ordered_json::array();
+    for (const compare::ProfileWorker& w : profile.workers()) {
+      auto it = w.functions.find(node);
+      const compare::FunctionTimes t =
+          it == w.functions.end() ? compare::FunctionTimes{} : it->second;
+      inclusive.push_back(Ms(t.inclusive_ns));
+      self.push_back(Ms(t.self_ns));
+      calls.push_back(std::round(Finite(t.calls) * 1000) / 1000);
+    }
+    ordered_json f;
+    f["key"] = SanitizeText(key);
+    f["name"] = SanitizeText(tree.name(node));
+    f["kind"] = SanitizeText(tree.kind(node));
+    f["ms_per_iteration"] = std::move(inclusive);
+    f["self_ms_per_iteration"] = std::move(self);
+    f["calls_per_iteration"] = std::move(calls);
+    functions.push_back(std::move(f));
+  }
+  return functions;
+}
+
 ordered_json WorkerJson(const report::WorkerRow& row) {
   const WorkerSummary& w = *row.summary;
   ordered_json j;
@@ -62,6 +123,10 @@ ordered_json WorkerJson(const report::WorkerRow& row) {
   j["iterations"] = row.iterations;
   j["median_iteration_ms"] = Ms(row.median_iteration_ns);
   j["mean_iteration_ms"] = Ms(row.mean_iteration_ns);
+  std::vector<double> durations;
+  for (const IterationSummary& it : w.iterations)
+    durations.push_back(static_cast<double>(it.duration_ns));
+  j["iteration_spread_ms"] = Ms(compare::RobustSpread(std::move(durations)));
   j["breakdown"] = {{"compute", Share(row.compute_share)},
                     {"communication", Share(row.communication_share)},
                     {"wait", Share(row.wait_share)},
@@ -98,6 +163,7 @@ std::string RenderJson(const ReportInput& input) {
   ordered_json workers = ordered_json::array();
   for (const report::WorkerRow& row : model.workers()) workers.push_back(WorkerJson(row));
   root["workers"] = std::move(workers);
+  root["functions"] = FunctionsJson(model);
   if (input.skipped_inputs != nullptr) {
     // Paths as given (they need not be UTF-8: dump() replaces bad bytes).
     ordered_json skipped = ordered_json::array();

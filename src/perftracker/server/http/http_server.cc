@@ -371,6 +371,15 @@ void HttpServer::Routes() {
     Respond(res, api_.GetSummaries(req.matches[1], std::string(req.matches[2]),
                                    req.get_param_value("top"), req.get_param_value("function")));
   });
+  s.Get(R"(/api/v1/jobs/([^/]+)/compare)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          Respond(res, api_.CompareWindows(req.matches[1], req.get_param_value("baseline"),
+                                           req.get_param_value("current")));
+        });
+  s.Post(R"(/api/v1/jobs/([^/]+)/baseline)",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           Respond(res, api_.SetBaseline(req.matches[1], req.get_param_value("window")));
+         });
   s.Post(R"(/api/v1/jobs/([^/]+)/trigger)",
          [this](const httplib::Request& req, httplib::Response& res) {
            Respond(res, api_.Trigger(req.matches[1]));

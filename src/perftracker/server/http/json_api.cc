@@ -11,6 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "perftracker/report/compare_report.h"
+#include "perftracker/server/http/window_comparison.h"
+
 namespace perftracker {
 namespace {
 
@@ -310,6 +313,55 @@ ApiResponse JsonApi::GetSummaries(const std::string& job_id, std::string_view wi
                  {"columns", {"function", "count", "total_ms", "p50_ms", "p99_ms"}},
                  {"functions", std::move(functions)},
                  {"workers", std::move(workers)}});
+}
+
+ApiResponse JsonApi::CompareWindows(const std::string& job_id, std::string_view baseline,
+                                    std::string_view current) {
+  StatusOr<JobRecord> job = store_->GetJob(job_id);
+  if (!job.ok()) return FromStatus(job.status());
+  std::optional<uint64_t> base;
+  if (!baseline.empty()) {
+    base = ParseWindowId(baseline);
+    if (!base) {
+      return Error(400, "bad baseline window " + Quote(baseline) + ": expected a positive integer");
+    }
+  } else {
+    StatusOr<uint64_t> b = BaselineWindow(store_, job_id);
+    if (!b.ok()) return FromStatus(b.status());
+    base = *b;
+  }
+  std::optional<uint64_t> cur;
+  if (!current.empty()) {
+    cur = ParseWindowId(current);
+    if (!cur) {
+      return Error(400, "bad current window " + Quote(current) + ": expected a positive integer");
+    }
+  } else {
+    StatusOr<std::vector<WindowRecord>> windows = store_->ListWindows(job_id);
+    if (!windows.ok()) return FromStatus(windows.status());
+    for (auto it = windows->rbegin(); it != windows->rend() && !cur; ++it) {
+      if (it->state == WindowState::kDiagnosed) cur = it->window_id;
+    }
+    if (!cur) return Error(404, fmt::format("job {} has no diagnosed window yet", job_id));
+  }
+  StatusOr<compare::Comparison> c = CompareStoredWindows(store_, job_id, base, *cur);
+  if (!c.ok()) return FromStatus(c.status());
+  json out = json::parse(RenderComparisonJson(*c));
+  out["job_id"] = job_id;
+  out["baseline_window"] = *base;
+  out["current_window"] = *cur;
+  return Ok(out);
+}
+
+ApiResponse JsonApi::SetBaseline(const std::string& job_id, std::string_view window) {
+  std::optional<uint64_t> id = ParseWindowId(window);
+  if (!id) {
+    return Error(400, "bad window " + Quote(window) +
+                          ": expected a positive integer (POST .../baseline?window=N)");
+  }
+  Status st = store_->SetBaseline(job_id, *id);
+  if (!st.ok()) return FromStatus(st);
+  return Ok(json{{"job_id", job_id}, {"baseline_window", *id}});
 }
 
 ApiResponse JsonApi::Trigger(const std::string& job_id) {

@@ -54,6 +54,15 @@ class JsonApi {
   // time over all workers, or only the function with key KEY (a finding's drill-down).
   ApiResponse GetSummaries(const std::string& job_id, std::string_view window_id,
                            std::string_view top, std::string_view function_key);
+  // GET /api/v1/jobs/{job}/compare?baseline=A&current=B: what changed from window A (default:
+  // the job's baseline window) to window B (default: the newest window with summaries), as
+  // `perftracker compare --format json` (docs/compare.md), with "job_id",
+  // "baseline_window" and "current_window" added.
+  ApiResponse CompareWindows(const std::string& job_id, std::string_view baseline,
+                             std::string_view current);
+  // POST /api/v1/jobs/{job}/baseline?window=N: makes window N the job's baseline (the
+  // window later windows are compared with).
+  ApiResponse SetBaseline(const std::string& job_id, std::string_view window);
   // POST /api/v1/jobs/{job}/trigger: asks for a window on every worker now (202).
   ApiResponse Trigger(const std::string& job_id);
 

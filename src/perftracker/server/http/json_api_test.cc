@@ -209,6 +209,87 @@ TEST_F(JsonApiTest, Trigger) {
   EXPECT_EQ(read_only.Trigger("job-17").status, 501);
 }
 
+// Window `id` of job-17: window 1's summaries, with block2 `factor` times as long on every
+// rank (a slowdown no rank shows against its peers).
+void PutSlowerWindow(Store* store, uint64_t id, double factor) {
+  StatusOr<WindowRecord> w = store->GetWindow("job-17", 1);
+  ASSERT_TRUE(w.ok());
+  WindowRecord record = *w;
+  record.window_id = id;
+  record.start_ns += static_cast<int64_t>(id) * 60'000'000'000;
+  ASSERT_TRUE(store->PutWindow(record).ok());
+  StatusOr<std::vector<WorkerSummary>> summaries = store->ListSummaries("job-17", 1);
+  ASSERT_TRUE(summaries.ok());
+  for (WorkerSummary ws : *summaries) {
+    std::vector<bool> slow(ws.functions.size(), false);
+    for (size_t i = 0; i < ws.functions.size(); ++i) {
+      const uint32_t p = ws.functions[i].parent;
+      slow[i] = ws.functions[i].name == "block2" || (p < i && slow[p]);
+    }
+    int64_t added = 0;
+    for (size_t i = 0; i < ws.functions.size(); ++i) {
+      if (!slow[i]) continue;
+      if (ws.functions[i].name == "block2") {
+        added += static_cast<int64_t>((factor - 1) * static_cast<double>(ws.functions[i].total_ns));
+      }
+      ws.functions[i].total_ns =
+          static_cast<int64_t>(factor * static_cast<double>(ws.functions[i].total_ns));
+      ws.functions[i].self_ns =
+          static_cast<int64_t>(factor * static_cast<double>(ws.functions[i].self_ns));
+    }
+    for (size_t i = 0; i < ws.functions.size(); ++i) {  // the callers of block2
+      if (slow[i]) continue;
+      for (size_t j = i + 1; j < ws.functions.size(); ++j) {
+        if (ws.functions[j].name == "block2" && ws.KeySize(j) > ws.KeySize(i) &&
+            ws.Key(j).rfind(ws.Key(i) + " > ", 0) == 0) {
+          ws.functions[i].total_ns += static_cast<int64_t>(
+              (factor - 1) * static_cast<double>(ws.functions[j].total_ns) / factor);
+        }
+      }
+    }
+    for (IterationSummary& it : ws.iterations) {
+      it.duration_ns += added / static_cast<int64_t>(ws.iteration_count());
+    }
+    ASSERT_TRUE(store->PutSummary("job-17", id, ws).ok());
+  }
+}
+
+TEST_F(JsonApiTest, CompareWindowsWithTheBaseline) {
+  ApiResponse none = api_->CompareWindows("job-17", "", "");
+  EXPECT_EQ(none.status, 404);
+  EXPECT_NE(Body(none)["error"].get<std::string>().find(
+                "mark one (POST /api/v1/jobs/job-17/baseline?window=N)"),
+            std::string::npos)
+      << none.body;
+
+  // block2 (4-17 ms per iteration) 6x as long: well above the example's noise (its
+  // iterations scatter by 6-13 ms; a bar of 7-14 ms per rank).
+  PutSlowerWindow(store_.get(), 2, 6.0);
+  ApiResponse marked = api_->SetBaseline("job-17", "1");
+  ASSERT_EQ(marked.status, 200) << marked.body;
+  EXPECT_EQ(Body(api_->GetJob("job-17"))["baseline_window"], 1);
+
+  ApiResponse r = api_->CompareWindows("job-17", "", "");  // baseline 1, newest window 2
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = Body(r);
+  EXPECT_EQ(j["kind"], "comparison");
+  EXPECT_EQ(j["baseline_window"], 1);
+  EXPECT_EQ(j["current_window"], 2);
+  ASSERT_FALSE(j["changes"].empty()) << r.body;
+  EXPECT_EQ(j["changes"][0]["function"], "block2");
+  EXPECT_EQ(j["changes"][0]["direction"], "slower");
+  EXPECT_EQ(j["changes"][0]["workers"], json({0, 1, 2, 3})) << r.body;
+
+  json same = Body(api_->CompareWindows("job-17", "1", "1"));
+  EXPECT_FALSE(same["has_material_change"].get<bool>()) << same.dump();
+
+  EXPECT_EQ(api_->CompareWindows("job-17", "x", "").status, 400);
+  EXPECT_EQ(api_->CompareWindows("job-17", "1", "9").status, 404);
+  EXPECT_EQ(api_->CompareWindows("ghost", "1", "2").status, 404);
+  EXPECT_EQ(api_->SetBaseline("job-17", "").status, 400);
+  EXPECT_EQ(api_->SetBaseline("job-17", "7").status, 404);
+}
+
 TEST_F(JsonApiTest, InvalidUtf8FromUserCodeIsReplacedNotThrown) {
   ASSERT_TRUE(store_->UpsertJob({"bad-utf8", "python3 \xff\xfe train.py", 1, 5, 5}).ok());
   ApiResponse r = api_->GetJob("bad-utf8");

@@ -1,0 +1,166 @@
+#include "perftracker/cli/compare_command.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
+
+#include "perftracker/cli/trace_inputs.h"
+#include "perftracker/compare/report_json_reader.h"
+#include "perftracker/compare/run_comparer.h"
+#include "perftracker/core/input_file.h"
+#include "perftracker/report/compare_report.h"
+#include "perftracker/sources/kineto/kineto_importer.h"
+#include "perftracker/summary/window_summarizer.h"
+
+namespace perftracker {
+namespace {
+
+// A report JSON is read whole; larger files are traces.
+constexpr size_t kMaxReportBytes = size_t{1} << 30;
+
+// The first `n` bytes of a regular file (fewer when it is shorter).
+StatusOr<std::string> ReadPrefix(const std::string& path, size_t n) {
+  StatusOr<int> fd = OpenInputFile(path);
+  if (!fd.ok()) return fd.status();
+  std::string data(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(*fd, data.data() + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  ::close(*fd);
+  data.resize(got);
+  return data;
+}
+
+// One run from a report JSON, or from a trace set (files and directories).
+Status LoadRun(const std::string& path, compare::RunProfile* profile) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return InputPathError(path, errno);
+  if (!S_ISDIR(st.st_mode)) {
+    StatusOr<std::string> prefix = ReadPrefix(path, 256);
+    if (!prefix.ok()) return prefix.status();
+    if (compare::LooksLikeReportJson(*prefix)) {
+      StatusOr<std::string> text = ReadInputFile(path, kMaxReportBytes);
+      if (!text.ok()) return text.status();
+      return compare::ReadReportJson(*text, path, profile);
+    }
+  }
+  StatusOr<std::vector<std::string>> files = ExpandTraceInputs({path});
+  if (!files.ok()) return files.status();
+  std::map<int32_t, std::string> rank_source;
+  std::string first_error;
+  for (const std::string& file : *files) {
+    FunctionTable functions;
+    SummarizerOptions summarizer_options;
+    summarizer_options.offline = true;  // a file: every event in its place, whatever its order
+    WindowSummarizer summarizer(&functions, summarizer_options);
+    StatusOr<KinetoTraceInfo> info = ImportKinetoFile(file, &functions, &summarizer);
+    std::string error;
+    if (!info.ok()) {
+      error = info.status().message();
+    } else if (info->events_emitted == 0) {
+      error = fmt::format("{}: the trace holds no events perftracker can use", file);
+    } else if (auto [it, inserted] = rank_source.emplace(info->rank, file); !inserted) {
+      error = fmt::format("{}: rank {} was already read from {}", file, info->rank, it->second);
+    }
+    if (!error.empty()) {
+      profile->AddNote("skipped " + error);
+      if (first_error.empty()) first_error = error;
+      continue;
+    }
+    WorkerSummary summary = summarizer.Finish();
+    summary.rank = info->rank;
+    summary.source = file;
+    profile->AddSummary(summary);
+  }
+  if (profile->workers().empty()) {
+    return Status::InvalidArgument(files->size() == 1
+                                       ? first_error
+                                       : fmt::format("{}: none of the {} trace files could be "
+                                                     "read (first: {})",
+                                                     path, files->size(), first_error));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+CLI::App* AddCompareCommand(CLI::App& app, CompareCommandOptions* options) {
+  CLI::App* cmd = app.add_subcommand(
+      "compare",
+      "Compare two runs of one job: what got slower or faster per function and per rank, by "
+      "how much per iteration, largest first. Each run is a trace set (trace files or a "
+      "directory of them, as diagnose takes) or a report JSON (diagnose --format json, a live "
+      "window's report).");
+  cmd->add_option("baseline", options->baseline, "The run to compare against (the good one)")
+      ->required();
+  cmd->add_option("current", options->current, "The run to explain")->required();
+  cmd->add_option("--format", options->format, "Report on stdout: text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->default_val("text");
+  cmd->add_option("--html", options->html_path, "Also write a self-contained HTML page here");
+  cmd->add_option("--material-share", options->material_share,
+                  "A change counts when it is at least this share of the baseline iteration "
+                  "(and above the noise)")
+      ->check(CLI::Range(0.0001, 1.0))
+      ->default_val(0.05);
+  cmd->add_option("--noise-sigmas", options->noise_sigmas,
+                  "A change counts when it is at least this many standard errors of the mean "
+                  "iteration (1.4826 x MAD of the iteration times / sqrt(iterations), both runs "
+                  "combined)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->default_val(3.0);
+  return cmd;
+}
+
+int RunCompare(const CompareCommandOptions& options) {
+  compare::CallPathTree tree;
+  compare::RunProfile baseline(&tree, options.baseline);
+  compare::RunProfile current(&tree, options.current);
+  for (auto [path, profile] :
+       {std::pair{&options.baseline, &baseline}, std::pair{&options.current, &current}}) {
+    Status loaded = LoadRun(*path, profile);
+    if (!loaded.ok()) {
+      fmt::print(stderr, "perftracker: {}\n", loaded.message());
+      return 2;
+    }
+  }
+  compare::CompareOptions compare_options;
+  compare_options.material_share = options.material_share;
+  compare_options.noise_sigmas = options.noise_sigmas;
+  StatusOr<compare::Comparison> comparison =
+      compare::RunComparer(compare_options).Compare(baseline, current);
+  if (!comparison.ok()) {
+    fmt::print(stderr, "perftracker: {}\n", comparison.status().message());
+    return 2;
+  }
+  if (!options.html_path.empty()) {
+    std::ofstream out(options.html_path, std::ios::binary | std::ios::trunc);
+    out << RenderComparisonHtml(*comparison);
+    out.close();
+    if (!out) {
+      fmt::print(stderr, "perftracker: {}: cannot write the HTML page: {}\n", options.html_path,
+                 std::strerror(errno));
+      return 2;
+    }
+  }
+  if (options.format == "json") {
+    fmt::print("{}", RenderComparisonJson(*comparison));
+  } else {
+    fmt::print("{}", RenderComparisonText(*comparison));
+    if (!options.html_path.empty()) fmt::print("HTML page: {}\n", options.html_path);
+  }
+  return 0;
+}
+
+}  // namespace perftracker

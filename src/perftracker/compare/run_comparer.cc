@@ -1,0 +1,354 @@
+#include "perftracker/compare/run_comparer.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/core.h>
+
+namespace perftracker::compare {
+namespace {
+
+// Below this share of the baseline's time in functions the current run also has, the
+// comparison says that the code changed (a Python frame's line number moves with any edit).
+constexpr double kLowOverlap = 0.5;
+// Functions whose self time is below this share of the iteration in both runs do not vote on
+// the shared scale: their ratio is mostly noise.
+constexpr double kSharedMinShare = 0.01;
+// At most this many changes per direction are listed; the rest are counted in a note.
+constexpr size_t kMaxChanges = 50;
+
+std::string RankList(const std::vector<int32_t>& ranks) {
+  std::string s;
+  size_t shown = 0;
+  for (int32_t r : ranks) {
+    if (shown == 8) {
+      s += fmt::format(", … ({} ranks)", ranks.size());
+      break;
+    }
+    if (!s.empty()) s += ", ";
+    s += std::to_string(r);
+    ++shown;
+  }
+  return s.empty() ? "none" : s;
+}
+
+// The noise of a worker's mean iteration time over its window: spread / sqrt(iterations).
+double StandardError(const ProfileWorker& w) {
+  return w.iteration_spread_ns / std::sqrt(static_cast<double>(std::max<size_t>(1, w.iterations)));
+}
+
+bool IsAnnotation(const std::string& kind) { return kind == "annotation"; }
+bool IsUserLevel(const std::string& kind) {
+  return kind == "python" || kind == "data_load" || kind == "optimizer_step";
+}
+
+struct MaterialRanks {
+  std::vector<int32_t> ranks;
+  std::vector<double> deltas;  // signed, as the ranks
+  double size = 0;             // median |delta|
+};
+
+// The pair of workers of one rank in both runs.
+struct RankPair {
+  const ProfileWorker* baseline = nullptr;
+  const ProfileWorker* current = nullptr;
+  double bar_ns = 0;
+};
+
+const FunctionTimes* Find(const ProfileWorker& w, uint32_t node) {
+  auto it = w.functions.find(node);
+  return it == w.functions.end() ? nullptr : &it->second;
+}
+
+class Walker {
+ public:
+  Walker(const CallPathTree& tree, const std::vector<RankPair>& pairs, double scale,
+         double baseline_iteration_ns)
+      : tree_(tree), pairs_(pairs), scale_(scale), baseline_iteration_ns_(baseline_iteration_ns) {}
+
+  // The changes in one direction, largest first; `dropped` counts those beyond kMaxChanges.
+  std::vector<FunctionChange> Changes(ChangeDirection direction, size_t* dropped) {
+    const double sign = direction == ChangeDirection::kSlower ? 1 : -1;
+    std::unordered_map<uint32_t, MaterialRanks> material;
+    for (const RankPair& p : pairs_) {
+      auto visit = [&](uint32_t node) {
+        const FunctionTimes* b = Find(*p.baseline, node);
+        const FunctionTimes* c = Find(*p.current, node);
+        const double delta = (c ? c->inclusive_ns : 0) - scale_ * (b ? b->inclusive_ns : 0);
+        if (sign * delta < p.bar_ns) return;
+        MaterialRanks& m = material[node];
+        m.ranks.push_back(p.baseline->rank);
+        m.deltas.push_back(delta);
+      };
+      for (const auto& [node, t] : p.baseline->functions) visit(node);
+      for (const auto& [node, t] : p.current->functions) {
+        if (p.baseline->functions.count(node) == 0) visit(node);
+      }
+    }
+    for (auto& [node, m] : material) {
+      std::vector<double> abs;
+      for (double d : m.deltas) abs.push_back(std::fabs(d));
+      m.size = Median(std::move(abs));
+    }
+
+    std::unordered_set<uint32_t> consumed;
+    // The nearest unconsumed material node above `node`, or kRoot.
+    auto nearest = [&](uint32_t node) {
+      for (uint32_t n = tree_.parent(node); n != CallPathTree::kRoot; n = tree_.parent(n)) {
+        if (material.count(n) != 0 && consumed.count(n) == 0) return n;
+      }
+      return static_cast<uint32_t>(CallPathTree::kRoot);
+    };
+    auto larger = [&](uint32_t a, uint32_t b) {
+      const double sa = material.at(a).size;
+      const double sb = material.at(b).size;
+      return sa != sb ? sa > sb : a < b;  // ties by node: deterministic
+    };
+
+    std::vector<FunctionChange> changes;
+    while (consumed.size() < material.size()) {
+      uint32_t root = CallPathTree::kRoot;
+      for (const auto& [node, m] : material) {
+        if (consumed.count(node) != 0 || nearest(node) != CallPathTree::kRoot) continue;
+        if (root == CallPathTree::kRoot || larger(node, root)) root = node;
+      }
+      assert(root != CallPathTree::kRoot);
+      std::vector<uint32_t> path{root};
+      while (true) {
+        const uint32_t cur = path.back();
+        uint32_t best = CallPathTree::kRoot;
+        for (const auto& [node, m] : material) {
+          if (consumed.count(node) != 0 || node == cur || nearest(node) != cur) continue;
+          if (best == CallPathTree::kRoot || larger(node, best)) best = node;
+        }
+        if (best == CallPathTree::kRoot ||
+            material.at(best).size < kExplainsMost * material.at(cur).size) {
+          break;
+        }
+        path.push_back(best);
+      }
+      size_t named_pos = 0;
+      bool annotated = false;
+      for (size_t i = 0; i < path.size(); ++i) {
+        const std::string& kind = tree_.kind(path[i]);
+        if (IsAnnotation(kind)) {
+          named_pos = i;
+          annotated = true;
+        } else if (!annotated && IsUserLevel(kind)) {
+          named_pos = i;
+        }
+      }
+      const uint32_t named = path[named_pos];
+      changes.push_back(Change(direction, named, path.back(), material.at(named)));
+      for (uint32_t n : path) consumed.insert(n);
+      for (const auto& [node, m] : material) {
+        if (tree_.IsAncestor(named, node)) consumed.insert(node);
+      }
+    }
+    std::sort(changes.begin(), changes.end(), [](const FunctionChange& a, const FunctionChange& b) {
+      return std::fabs(a.delta_ns) > std::fabs(b.delta_ns);
+    });
+    *dropped = changes.size() > kMaxChanges ? changes.size() - kMaxChanges : 0;
+    if (changes.size() > kMaxChanges) changes.resize(kMaxChanges);
+    return changes;
+  }
+
+ private:
+  FunctionChange Change(ChangeDirection direction, uint32_t named, uint32_t leaf,
+                        const MaterialRanks& m) const {
+    FunctionChange c;
+    c.direction = direction;
+    c.function = tree_.name(named);
+    c.function_key = tree_.Key(named);
+    c.kind = tree_.kind(named);
+    if (leaf != named) c.time_goes_into = tree_.name(leaf);
+    c.workers = m.ranks;
+    std::sort(c.workers.begin(), c.workers.end());
+    std::vector<double> base;
+    std::vector<double> cur;
+    for (const RankPair& p : pairs_) {
+      const FunctionTimes* b = Find(*p.baseline, named);
+      const FunctionTimes* now = Find(*p.current, named);
+      RankChange r;
+      r.rank = p.baseline->rank;
+      r.baseline_ns = b ? b->inclusive_ns : 0;
+      r.current_ns = now ? now->inclusive_ns : 0;
+      r.delta_ns = r.current_ns - scale_ * r.baseline_ns;
+      r.material = std::binary_search(c.workers.begin(), c.workers.end(), r.rank);
+      if (r.material) {
+        base.push_back(r.baseline_ns);
+        cur.push_back(r.current_ns);
+      }
+      c.ranks.push_back(r);
+    }
+    c.baseline_ns = Median(std::move(base));
+    c.current_ns = Median(std::move(cur));
+    c.delta_ns = Median(m.deltas);
+    c.delta_share = baseline_iteration_ns_ > 0 ? std::fabs(c.delta_ns) / baseline_iteration_ns_ : 0;
+    return c;
+  }
+
+  const CallPathTree& tree_;
+  const std::vector<RankPair>& pairs_;
+  double scale_;
+  double baseline_iteration_ns_;
+};
+
+}  // namespace
+
+StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
+                                          const RunProfile& current) const {
+  assert(baseline.tree() == current.tree());
+  const CallPathTree& tree = *baseline.tree();
+  if (baseline.workers().empty()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: the baseline has no workers", baseline.title()));
+  }
+  if (current.workers().empty()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: the current run has no workers", current.title()));
+  }
+  std::map<int32_t, const ProfileWorker*> base_by_rank;
+  std::map<int32_t, const ProfileWorker*> cur_by_rank;
+  for (const ProfileWorker& w : baseline.workers()) base_by_rank.emplace(w.rank, &w);
+  for (const ProfileWorker& w : current.workers()) cur_by_rank.emplace(w.rank, &w);
+  std::vector<RankPair> pairs;
+  std::vector<int32_t> only_base;
+  std::vector<int32_t> only_cur;
+  for (const auto& [rank, w] : base_by_rank) {
+    auto it = cur_by_rank.find(rank);
+    if (it == cur_by_rank.end()) {
+      only_base.push_back(rank);
+    } else {
+      pairs.push_back({w, it->second, 0});
+    }
+  }
+  for (const auto& [rank, w] : cur_by_rank) {
+    if (base_by_rank.count(rank) == 0) only_cur.push_back(rank);
+  }
+  if (pairs.empty()) {
+    std::vector<int32_t> b;
+    std::vector<int32_t> c;
+    for (const auto& [rank, w] : base_by_rank) b.push_back(rank);
+    for (const auto& [rank, w] : cur_by_rank) c.push_back(rank);
+    return Status::InvalidArgument(fmt::format(
+        "{} and {} are not runs of one job: the baseline's ranks ({}) and the current run's ({}) "
+        "have none in common",
+        baseline.title(), current.title(), RankList(b), RankList(c)));
+  }
+
+  Comparison out;
+  out.baseline_title = baseline.title();
+  out.current_title = current.title();
+  out.baseline_workers = static_cast<int32_t>(baseline.workers().size());
+  out.current_workers = static_cast<int32_t>(current.workers().size());
+  out.baseline_iteration_ns = baseline.median_iteration_ns();
+  out.current_iteration_ns = current.median_iteration_ns();
+  out.material_share = options_.material_share;
+  out.noise_sigmas = options_.noise_sigmas;
+  for (const std::string& n : baseline.notes()) out.notes.push_back("baseline: " + n);
+  for (const std::string& n : current.notes()) out.notes.push_back("current: " + n);
+  if (!only_base.empty()) {
+    out.notes.push_back(
+        fmt::format("ranks only in the baseline (not compared): {}", RankList(only_base)));
+  }
+  if (!only_cur.empty()) {
+    out.notes.push_back(
+        fmt::format("ranks only in the current run (not compared): {}", RankList(only_cur)));
+  }
+
+  out.compared_functions = baseline.has_functions() && current.has_functions();
+  if (!out.compared_functions) {
+    out.notes.push_back(
+        "a report carries no function times (written by an older perftracker): only iteration "
+        "times are compared; compare the trace sets for per-function changes");
+  }
+
+  // What every function shares, and how much of the baseline the current run still has.
+  std::vector<double> ratios;
+  double total_self = 0;
+  double shared_self = 0;
+  if (out.compared_functions) {
+    for (const RankPair& p : pairs) {
+      for (const auto& [node, b] : p.baseline->functions) {
+        total_self += b.self_ns;
+        const FunctionTimes* c = Find(*p.current, node);
+        if (c == nullptr) continue;
+        shared_self += b.self_ns;
+        const double floor = kSharedMinShare * p.baseline->median_iteration_ns;
+        if (b.self_ns > 0 && c->self_ns > 0 && std::max(b.self_ns, c->self_ns) >= floor) {
+          ratios.push_back(c->self_ns / b.self_ns);
+        }
+      }
+    }
+    if (total_self > 0 && shared_self == 0) {
+      return Status::InvalidArgument(
+          fmt::format("{} and {} are not runs of one job: they have no function in common",
+                      baseline.title(), current.title()));
+    }
+    if (total_self > 0 && shared_self < kLowOverlap * total_self) {
+      out.notes.push_back(fmt::format(
+          "only {:.0f}% of the baseline's time is in functions the current run also has: the "
+          "code changed (a Python frame's line number moves with any edit), so functions that "
+          "moved show as one slower and one faster",
+          100 * shared_self / total_self));
+    }
+    out.shared_scale = ratios.empty() ? 1 : Median(std::move(ratios));
+  } else {
+    out.shared_scale =
+        out.baseline_iteration_ns > 0 ? out.current_iteration_ns / out.baseline_iteration_ns : 1;
+  }
+
+  std::vector<double> bars;
+  for (RankPair& p : pairs) {
+    const ProfileWorker& b = *p.baseline;
+    const ProfileWorker& c = *p.current;
+    p.bar_ns = std::max(options_.material_share * b.median_iteration_ns,
+                        options_.noise_sigmas * std::hypot(StandardError(b), StandardError(c)));
+    WorkerChange w;
+    w.rank = b.rank;
+    w.host = c.host.empty() ? b.host : c.host;
+    w.baseline_iteration_ns = b.median_iteration_ns;
+    w.current_iteration_ns = c.median_iteration_ns;
+    w.baseline_spread_ns = b.iteration_spread_ns;
+    w.current_spread_ns = c.iteration_spread_ns;
+    w.bar_ns = p.bar_ns;
+    w.material = std::fabs(c.median_iteration_ns - b.median_iteration_ns) >= p.bar_ns;
+    out.workers.push_back(std::move(w));
+    bars.push_back(p.bar_ns);
+  }
+  out.median_bar_ns = Median(std::move(bars));
+  out.shared_delta_ns = (out.shared_scale - 1) * out.baseline_iteration_ns;
+  // The shared factor is a change of the job only when the iteration itself moved beyond the
+  // bar the same way: self-time ratios of a few large functions scatter on a loaded machine
+  // while the iteration stays put (waits shrink as work grows).
+  const double iteration_delta = out.current_iteration_ns - out.baseline_iteration_ns;
+  out.shared_material = std::fabs(out.shared_delta_ns) >= out.median_bar_ns &&
+                        std::fabs(iteration_delta) >= out.median_bar_ns &&
+                        (iteration_delta > 0) == (out.shared_delta_ns > 0);
+
+  if (out.compared_functions) {
+    Walker walker(tree, pairs, out.shared_scale, out.baseline_iteration_ns);
+    for (ChangeDirection d : {ChangeDirection::kSlower, ChangeDirection::kFaster}) {
+      size_t dropped = 0;
+      std::vector<FunctionChange> changes = walker.Changes(d, &dropped);
+      for (FunctionChange& c : changes) out.changes.push_back(std::move(c));
+      if (dropped > 0) {
+        out.notes.push_back(fmt::format("{} more {} functions not listed", dropped,
+                                        d == ChangeDirection::kSlower ? "slower" : "faster"));
+      }
+    }
+    std::stable_sort(out.changes.begin(), out.changes.end(),
+                     [](const FunctionChange& a, const FunctionChange& b) {
+                       return std::fabs(a.delta_ns) > std::fabs(b.delta_ns);
+                     });
+  }
+  return out;
+}
+
+}  // namespace perftracker::compare

@@ -1,0 +1,64 @@
+// RunComparer: what got slower or faster from a baseline run to a current one, per function
+// and per rank, and by how much per iteration.
+//
+// The runs are two windows of the same job (two trace sets, two stored windows, two report
+// JSONs). Two healthy runs are never equal: on a loaded machine a run's iterations scatter by
+// several percent and a later run may be slower as a whole. So a change must pass two bars:
+//
+// 1. Shared scale. Machine load, clock speed or a library that slows everything makes every
+//    function slower by about the same factor. That factor is the median of the ratio
+//    current / baseline self time over every (function, rank) pair the runs share whose self
+//    time is at least kSharedMinShare of the iteration: an unweighted median, so that one
+//    function that changes, however large, is one vote (a weighted one followed a function
+//    that held 46 % of the time from 255 ms to 50 ms and called everything 2.4x faster). A
+//    function's change is measured beyond it: delta = current - scale x baseline (inclusive
+//    time per iteration). The scale itself is reported as a change that every function
+//    shares when its cost, (scale - 1) x the baseline iteration, passes the bar and the
+//    median iteration moved beyond the bar the same way (on a loaded machine the ratios of a
+//    few large functions scatter by 20 % while the iteration stays put).
+// 2. Materiality per rank: |delta| >= max(material_share x the rank's baseline iteration,
+//    noise_sigmas x hypot(standard error of the rank's mean iteration in the baseline, in the
+//    current run)). The standard error is the spread of one iteration (1.4826 x MAD of the
+//    iteration times) over sqrt(iterations). A function's time per iteration scatters less
+//    than the whole iteration it is part of, so the iteration's noise bounds it from above.
+//    On a quiet machine the share decides; on a loaded one (iterations that scatter by 20 %)
+//    the noise does. What shifts between two runs as a whole (load that comes and goes) is
+//    the shared scale's part, not a function's.
+//
+// A slowdown shows in a function and in every caller above it. Functions whose delta is
+// material on some rank form a forest along the call paths; from each root the comparer
+// follows the child that explains at least kExplainsMost of its parent's delta, and names
+// what the user wrote on that path: the deepest annotation (record_function), else the deepest
+// Python function / data load / optimizer step, else the path's top; the path's end is where
+// the time goes. Material functions outside the named subtree start new roots. Slowdowns and
+// speedups are walked separately. A change's size is the median delta over the ranks on which
+// it is material; changes are ranked by it.
+#pragma once
+
+#include "perftracker/compare/comparison.h"
+#include "perftracker/compare/run_profile.h"
+#include "perftracker/core/status.h"
+
+namespace perftracker::compare {
+
+struct CompareOptions {
+  double material_share = 0.05;  // of the baseline iteration, as the localizer's default
+  double noise_sigmas = 3;       // standard errors of the mean iteration
+};
+
+inline constexpr double kExplainsMost = 0.7;
+
+class RunComparer {
+ public:
+  explicit RunComparer(CompareOptions options = {}) : options_(options) {}
+
+  // Both profiles must share one CallPathTree. Fails (InvalidArgument, one line) when they
+  // cannot be two runs of one job: a run without workers, no rank in common, or no function
+  // in common.
+  StatusOr<Comparison> Compare(const RunProfile& baseline, const RunProfile& current) const;
+
+ private:
+  CompareOptions options_;
+};
+
+}  // namespace perftracker::compare

@@ -1,0 +1,296 @@
+#include "perftracker/compare/run_comparer.h"
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "perftracker/compare/report_json_reader.h"
+
+namespace perftracker::compare {
+namespace {
+
+constexpr double kMs = 1e6;
+
+// One worker: its iteration (median and spread, ms) and its functions' inclusive ms per
+// iteration by key; self time is inclusive minus the children's.
+ProfileWorker Worker(CallPathTree* tree, int32_t rank, double iteration_ms, double spread_ms,
+                     const std::map<std::string, double>& inclusive_ms) {
+  ProfileWorker w;
+  w.rank = rank;
+  w.iterations = 10;
+  w.median_iteration_ns = iteration_ms * kMs;
+  w.iteration_spread_ns = spread_ms * kMs;
+  for (const auto& [key, ms] : inclusive_ms) {
+    FunctionTimes& t = w.functions[tree->InternKey(key)];
+    t.inclusive_ns = ms * kMs;
+    t.self_ns = ms * kMs;
+    t.calls = 1;
+  }
+  for (const auto& [key, ms] : inclusive_ms) {
+    const uint32_t node = tree->InternKey(key);
+    const uint32_t parent = tree->parent(node);
+    if (parent != CallPathTree::kRoot) w.functions[parent].self_ns -= ms * kMs;
+  }
+  return w;
+}
+
+const std::string kStep = "python:train.py(40): step";
+const std::string kBlock1 = kStep + " > annotation:block1";
+const std::string kBlock2 = kStep + " > annotation:block2";
+const std::string kMm1 = kBlock1 + " > torch_op:aten::addmm";
+const std::string kMm2 = kBlock2 + " > torch_op:aten::addmm";
+const std::string kRelu2 = kBlock2 + " > torch_op:aten::relu";
+const std::string kAllReduce = kStep + " > collective:gloo:all_reduce";
+
+// A healthy iteration of ~40 ms: block1 12, block2 12 (addmm 10, relu 1), all_reduce 10.
+std::map<std::string, double> Healthy(double scale = 1, double block2_extra = 0) {
+  return {{kStep, scale * 36 + block2_extra},
+          {kBlock1, scale * 12},
+          {kMm1, scale * 11},
+          {kBlock2, scale * 12 + block2_extra},
+          {kMm2, scale * 10 + block2_extra},
+          {kRelu2, scale * 1},
+          {kAllReduce, scale * 10}};
+}
+
+TEST(RunComparer, SlowerFunctionOnEveryRankIsNamedWithWhereItsTimeGoes) {
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) {
+    base.AddWorker(Worker(&tree, r, 40, 0.5, Healthy()));
+    cur.AddWorker(Worker(&tree, r, 60, 0.5, Healthy(1, 20)));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_EQ(c->changes.size(), 1u);
+  const FunctionChange& f = c->changes[0];
+  EXPECT_EQ(f.direction, ChangeDirection::kSlower);
+  EXPECT_EQ(f.function, "block2");
+  EXPECT_EQ(f.function_key, kBlock2);
+  EXPECT_EQ(f.time_goes_into, "aten::addmm");
+  EXPECT_EQ(f.workers, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_NEAR(f.delta_ns, 20 * kMs, 0.01 * kMs);
+  EXPECT_NEAR(f.baseline_ns, 12 * kMs, 0.01 * kMs);
+  EXPECT_NEAR(f.current_ns, 32 * kMs, 0.01 * kMs);
+  EXPECT_NEAR(c->shared_scale, 1.0, 1e-9);  // one function does not move the shared factor
+  EXPECT_FALSE(c->shared_material);
+  ASSERT_EQ(f.ranks.size(), 4u);
+  EXPECT_TRUE(f.ranks[3].material);
+  EXPECT_TRUE(c->has_material_change());
+}
+
+TEST(RunComparer, TwoHealthyRunsWithinTheNoiseHaveNoMaterialChange) {
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) {
+    // Each function up to 1.5 ms off, the iteration scatters by 2 ms: nothing stands out.
+    std::map<std::string, double> now = Healthy();
+    now[kMm2] += (r % 2 == 0 ? 1.5 : -1.5);
+    now[kBlock2] += (r % 2 == 0 ? 1.5 : -1.5);
+    now[kAllReduce] -= 1.0;
+    base.AddWorker(Worker(&tree, r, 40, 2, Healthy()));
+    cur.AddWorker(Worker(&tree, r, 40.5, 2, now));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->changes.empty()) << c->changes[0].function;
+  EXPECT_FALSE(c->has_material_change());
+}
+
+TEST(RunComparer, NoisyRunsRaiseTheBarAboveTheMaterialShare) {
+  // block2 +6 ms per iteration: 15 % of a 40 ms iteration. Iterations that scatter by 0.5 ms
+  // make it material; iterations that scatter by 6 ms (10 iterations: a standard error of
+  // 1.9 ms per run, 3 x hypot(1.9, 1.9) = 8.0 ms) do not.
+  for (double spread : {0.5, 6.0}) {
+    CallPathTree tree;
+    RunProfile base(&tree, "base");
+    RunProfile cur(&tree, "cur");
+    for (int32_t r = 0; r < 2; ++r) {
+      base.AddWorker(Worker(&tree, r, 40, spread, Healthy()));
+      cur.AddWorker(Worker(&tree, r, 46, spread, Healthy(1, 6)));
+    }
+    StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->changes.size(), spread < 1 ? 1u : 0u) << "spread " << spread;
+    const double se = spread / std::sqrt(10.0);
+    EXPECT_NEAR(c->median_bar_ns, std::max(2.0, 3 * std::hypot(se, se)) * kMs, 1);
+  }
+}
+
+TEST(RunComparer, ASlowdownEveryFunctionSharesIsReportedAsSharedNotPerFunction) {
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 2; ++r) {
+    base.AddWorker(Worker(&tree, r, 40, 0.5, Healthy()));
+    cur.AddWorker(Worker(&tree, r, 52, 0.5, Healthy(1.3)));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->changes.empty());
+  EXPECT_NEAR(c->shared_scale, 1.3, 1e-6);
+  EXPECT_NEAR(c->shared_delta_ns, 12 * kMs, 0.01 * kMs);
+  EXPECT_TRUE(c->shared_material);
+  EXPECT_TRUE(c->has_material_change());
+}
+
+TEST(RunComparer, ASlowdownOnOneRankNamesThatRankOnly) {
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 8; ++r) {
+    base.AddWorker(Worker(&tree, r, 40, 0.5, Healthy()));
+    cur.AddWorker(Worker(&tree, r, r == 5 ? 55 : 40, 0.5, Healthy(1, r == 5 ? 15 : 0)));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->changes.size(), 1u);
+  EXPECT_EQ(c->changes[0].function, "block2");
+  EXPECT_EQ(c->changes[0].workers, std::vector<int32_t>{5});
+  EXPECT_NEAR(c->changes[0].delta_ns, 15 * kMs, 0.01 * kMs);
+  ASSERT_EQ(c->workers.size(), 8u);
+  EXPECT_TRUE(c->workers[5].material);
+  EXPECT_FALSE(c->workers[4].material);
+}
+
+TEST(RunComparer, FasterAndSlowerAreSeparateChangesRankedBySize) {
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 2; ++r) {
+    std::map<std::string, double> now = Healthy(1, 4);
+    now[kBlock1] = 4;  // 12 -> 4 ms: faster by 8
+    now[kMm1] = 3;
+    base.AddWorker(Worker(&tree, r, 40, 0.2, Healthy()));
+    cur.AddWorker(Worker(&tree, r, 36, 0.2, now));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->changes.size(), 2u);
+  EXPECT_EQ(c->changes[0].function, "block1");
+  EXPECT_EQ(c->changes[0].direction, ChangeDirection::kFaster);
+  EXPECT_NEAR(c->changes[0].delta_ns, -8 * kMs, 0.01 * kMs);
+  EXPECT_EQ(c->changes[1].function, "block2");
+  EXPECT_EQ(c->changes[1].direction, ChangeDirection::kSlower);
+}
+
+TEST(RunComparer, ANewFunctionIsNamed) {
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  std::map<std::string, double> now = Healthy();
+  now[kStep] += 9;
+  now[kStep + " > python:metrics.py(3): compute_metrics"] = 9;
+  now[kStep + " > python:metrics.py(3): compute_metrics > torch_op:aten::tanh"] = 8;
+  base.AddWorker(Worker(&tree, 0, 40, 0.2, Healthy()));
+  cur.AddWorker(Worker(&tree, 0, 49, 0.2, now));
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->changes.size(), 1u);
+  EXPECT_EQ(c->changes[0].function, "metrics.py(3): compute_metrics");
+  EXPECT_EQ(c->changes[0].time_goes_into, "aten::tanh");
+  EXPECT_NEAR(c->changes[0].baseline_ns, 0, 1);
+}
+
+TEST(RunComparer, RunsOfDifferentJobsAreRefusedInOneLine) {
+  CallPathTree tree;
+  RunProfile base(&tree, "a/");
+  RunProfile cur(&tree, "b/");
+  base.AddWorker(Worker(&tree, 0, 40, 0.2, Healthy()));
+  cur.AddWorker(Worker(&tree, 4, 40, 0.2, Healthy()));
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "a/ and b/ are not runs of one job: the baseline's ranks (0) and the current run's "
+            "(4) have none in common");
+
+  RunProfile other(&tree, "c/");
+  other.AddWorker(Worker(&tree, 0, 40, 0.2, {{"python:eval.py(1): main", 40}}));
+  c = RunComparer().Compare(base, other);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "a/ and c/ are not runs of one job: they have no function in common");
+
+  RunProfile empty(&tree, "d/");
+  c = RunComparer().Compare(base, empty);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "d/: the current run has no workers");
+}
+
+TEST(RunComparer, RanksInOneRunOnlyAreNotedNotCompared) {
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) base.AddWorker(Worker(&tree, r, 40, 0.2, Healthy()));
+  for (int32_t r = 0; r < 2; ++r) cur.AddWorker(Worker(&tree, r, 40, 0.2, Healthy()));
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->workers.size(), 2u);
+  ASSERT_EQ(c->notes.size(), 1u);
+  EXPECT_EQ(c->notes[0], "ranks only in the baseline (not compared): 2, 3");
+}
+
+TEST(CallPathTree, KeysRoundTripAndShareFrames) {
+  CallPathTree tree;
+  const uint32_t a = tree.InternKey(kMm2);
+  const uint32_t b = tree.InternKey(kRelu2);
+  EXPECT_EQ(tree.Key(a), kMm2);
+  EXPECT_EQ(tree.parent(a), tree.parent(b));
+  EXPECT_EQ(tree.Key(tree.parent(a)), kBlock2);
+  EXPECT_EQ(tree.kind(a), "torch_op");
+  EXPECT_EQ(tree.name(a), "aten::addmm");
+  EXPECT_TRUE(tree.IsAncestor(tree.InternKey(kStep), a));
+  EXPECT_FALSE(tree.IsAncestor(a, tree.InternKey(kStep)));
+  EXPECT_EQ(tree.InternKey(kMm2), a);
+}
+
+TEST(ReportJsonReader, RefusesWhatIsNotAReportInOneLine) {
+  CallPathTree tree;
+  RunProfile p(&tree, "x");
+  EXPECT_EQ(ReadReportJson("{", "r.json", &p).message(), "r.json: not valid JSON");
+  EXPECT_EQ(ReadReportJson("{\"traceEvents\": []}", "t.json", &p).message(),
+            "t.json: not a perftracker report (no \"generator\": \"perftracker\"); give compare a "
+            "report from `perftracker diagnose --format json` or a live window, or a trace set");
+  EXPECT_EQ(ReadReportJson(R"({"schema_version": 1, "generator": "perftracker",
+                               "kind": "comparison"})",
+                           "c.json", &p)
+                .message(),
+            "c.json: is a comparison, not a report; compare two reports or two trace sets");
+  EXPECT_EQ(ReadReportJson(R"({"schema_version": 1, "generator": "perftracker",
+                               "workers": []})",
+                           "e.json", &p)
+                .message(),
+            "e.json: the report lists no workers (written without the workers' summaries); "
+            "nothing to compare");
+  EXPECT_TRUE(LooksLikeReportJson("{\n  \"schema_version\": 1,\n  \"generator\": \"perftracker\""));
+  EXPECT_FALSE(LooksLikeReportJson("{\"traceEvents\": [{\"name\": \"schema_version\"}]"));
+}
+
+TEST(ReportJsonReader, ReadsWorkersAndTheFunctionTable) {
+  CallPathTree tree;
+  RunProfile p(&tree, "r.json");
+  Status s = ReadReportJson(R"({"schema_version": 1, "generator": "perftracker",
+    "workers": [{"rank": 0, "host": "n0", "iterations": 10, "median_iteration_ms": 40,
+                 "iteration_spread_ms": 0.5},
+                {"rank": 1, "host": "n0", "iterations": 10, "median_iteration_ms": 41,
+                 "iteration_spread_ms": 0.7}],
+    "functions": [{"key": "annotation:block2", "name": "block2", "kind": "annotation",
+                   "ms_per_iteration": [12, 13], "self_ms_per_iteration": [1, 2],
+                   "calls_per_iteration": [1, 1]}]})",
+                            "r.json", &p);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(p.workers().size(), 2u);
+  EXPECT_TRUE(p.has_functions());
+  EXPECT_EQ(p.workers()[1].rank, 1);
+  EXPECT_DOUBLE_EQ(p.workers()[1].iteration_spread_ns, 0.7e6);
+  const FunctionTimes& t = p.workers()[1].functions.at(tree.InternKey("annotation:block2"));
+  EXPECT_DOUBLE_EQ(t.inclusive_ns, 13e6);
+  EXPECT_DOUBLE_EQ(t.self_ns, 2e6);
+}
+
+}  // namespace
+}  // namespace perftracker::compare

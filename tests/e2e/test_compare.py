@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""End-to-end tests of `perftracker compare` on traces written by a real torch job.
+
+The same 4-rank gloo/DDP job (train_job.py) runs three times: healthy, healthy again, and with
+block2 slower on every rank (slow_compute on ranks 0-3: no rank differs from its peers, so
+diagnose cannot see it). Comparing the slow run with a healthy one must name block2 on every
+rank; comparing the two healthy runs must find no material change, on a loaded machine too.
+Traces are generated with test_diagnose.py's cache (keyed by train_job.py and its arguments).
+
+  /usr/bin/python3 tests/e2e/test_compare.py --perftracker build/src/perftracker/cli/perftracker \
+      --cache-dir build/tests/e2e/traces [unittest options]
+"""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_diagnose as td  # noqa: E402  (shares its trace cache and helpers)
+
+# The healthy job again: an independent second run (without a fault --fault-rank changes
+# nothing; it keeps the cache key apart from "healthy").
+td.SCENARIOS["healthy_rerun"] = ["--fault", "none", "--fault-rank", "0"]
+td.SCENARIOS["slow_compute_all"] = ["--fault", "slow_compute", "--fault-rank", "0,1,2,3"]
+
+
+def compare_json(*args):
+    r = td.perftracker("compare", "--format", "json", *args)
+    return r, (r.json() if r.rc == 0 else None)
+
+
+class CompareRealJobTest(unittest.TestCase):
+    def assert_block2_slower_everywhere(self, r, c):
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertEqual(c["kind"], "comparison")
+        self.assertTrue(c["has_material_change"], json.dumps(c, indent=1)[:3000])
+        top = c["changes"][0]
+        self.assertEqual((top["function"], top["direction"], top["workers"]),
+                         ("block2", "slower", [0, 1, 2, 3]), json.dumps(top, indent=1)[:3000])
+        self.assertGreater(top["delta_ms_per_iteration"], 0)
+        self.assertGreaterEqual(top["delta_ms_per_iteration"], c["bar_ms_per_iteration"])
+        self.assertTrue(c["verdict"].startswith("block2 is slower on all 4 workers"), c["verdict"])
+
+    def test_slower_function_on_every_rank_is_named(self):
+        r, c = compare_json(td.traces("healthy"), td.traces("slow_compute_all"))
+        self.assert_block2_slower_everywhere(r, c)
+        # ... and back: faster.
+        r, c = compare_json(td.traces("slow_compute_all"), td.traces("healthy"))
+        self.assertEqual(r.rc, 0, r.describe())
+        top = c["changes"][0]
+        self.assertEqual((top["function"], top["direction"]), ("block2", "faster"),
+                         json.dumps(top, indent=1)[:3000])
+
+    def test_two_healthy_runs_have_no_material_change(self):
+        for a, b in (("healthy", "healthy_rerun"), ("healthy_rerun", "healthy")):
+            r, c = compare_json(td.traces(a), td.traces(b))
+            self.assertEqual(r.rc, 0, r.describe())
+            self.assertFalse(c["has_material_change"], json.dumps(c, indent=1)[:4000])
+            self.assertEqual(c["changes"], [])
+            self.assertTrue(c["verdict"].startswith("no material change"), c["verdict"])
+
+    def test_reports_compare_like_their_traces(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for name in ("healthy", "slow_compute_all"):
+                r = td.perftracker("diagnose", "--format", "json", td.traces(name))
+                self.assertEqual(r.rc, 0, r.describe())
+                path = os.path.join(tmp, name + ".json")
+                with open(path, "w") as f:
+                    f.write(r.stdout)
+                paths.append(path)
+            r, c = compare_json(*paths)
+            self.assert_block2_slower_everywhere(r, c)
+            # A report against a trace set works too.
+            r, c = compare_json(paths[0], td.traces("slow_compute_all"))
+            self.assert_block2_slower_everywhere(r, c)
+
+    def test_text_and_html(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            html = os.path.join(tmp, "compare.html")
+            r = td.perftracker("compare", "--html", html, td.traces("healthy"),
+                               td.traces("slow_compute_all"))
+            self.assertEqual(r.rc, 0, r.describe())
+            self.assertTrue(r.stdout.startswith("block2 is slower on all 4 workers"), r.stdout)
+            with open(html, encoding="utf-8") as f:
+                page = f.read()
+            self.assertIn("block2 is slower on all 4 workers", page)
+            self.assertNotIn("http", page.replace("http-equiv", ""))
+
+
+class CompareBadInputTest(unittest.TestCase):
+    def assert_one_line(self, r, *needles):
+        self.assertEqual(r.rc, 2, r.describe())
+        lines = r.stderr_lines()
+        self.assertEqual(len(lines), 1, r.describe())
+        for n in needles:
+            self.assertIn(n, lines[0], r.describe())
+
+    def test_missing_file(self):
+        r = td.perftracker("compare", "/nonexistent/a", td.traces("healthy"))
+        self.assert_one_line(r, "/nonexistent/a", "no such file")
+
+    def test_not_a_report_nor_a_trace(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "notes.json")
+            with open(path, "w") as f:
+                f.write('{"schema_version": 3, "generator": "someone else"}')
+            r = td.perftracker("compare", path, td.traces("healthy"))
+            self.assert_one_line(r, path, "not a perftracker report")
+
+    def test_a_comparison_is_not_a_report(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r, _ = compare_json(td.traces("healthy"), td.traces("healthy_rerun"))
+            path = os.path.join(tmp, "c.json")
+            with open(path, "w") as f:
+                f.write(r.stdout)
+            r = td.perftracker("compare", path, td.traces("healthy"))
+            self.assert_one_line(r, path, "is a comparison, not a report")
+
+    def test_different_jobs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "rank0.json")
+            with open(path, "w") as f:
+                json.dump({"traceEvents": [
+                    {"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, "pid": 1,
+                     "tid": 1, "cat": "user_annotation"},
+                    {"ph": "X", "name": "evaluate", "ts": 10, "dur": 900, "pid": 1, "tid": 1,
+                     "cat": "user_annotation"}]}, f)
+            r = td.perftracker("compare", td.traces("healthy"), path)
+            self.assert_one_line(r, "are not runs of one job")
+
+    def test_help(self):
+        r = td.perftracker("compare", "--help")
+        self.assertEqual(r.rc, 0, r.describe())
+        for word in ("baseline", "current", "--format", "--html", "--material-share",
+                     "--noise-sigmas"):
+            self.assertIn(word, r.stdout)
+        r = td.perftracker("compare", td.traces("healthy"))
+        self.assertEqual(r.rc, 2, r.describe())
+
+
+if __name__ == "__main__":
+    td.main()
