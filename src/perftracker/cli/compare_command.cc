@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <map>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -15,9 +14,8 @@
 #include "perftracker/compare/report_json_reader.h"
 #include "perftracker/compare/run_comparer.h"
 #include "perftracker/core/input_file.h"
+#include "perftracker/pipeline/diagnosis_pipeline.h"
 #include "perftracker/report/compare_report.h"
-#include "perftracker/sources/kineto/kineto_importer.h"
-#include "perftracker/summary/window_summarizer.h"
 
 namespace perftracker {
 namespace {
@@ -57,39 +55,19 @@ Status LoadRun(const std::string& path, compare::RunProfile* profile) {
   }
   StatusOr<std::vector<std::string>> files = ExpandTraceInputs({path});
   if (!files.ok()) return files.status();
-  std::map<int32_t, std::string> rank_source;
-  std::string first_error;
-  for (const std::string& file : *files) {
-    FunctionTable functions;
-    SummarizerOptions summarizer_options;
-    summarizer_options.offline = true;  // a file: every event in its place, whatever its order
-    WindowSummarizer summarizer(&functions, summarizer_options);
-    StatusOr<KinetoTraceInfo> info = ImportKinetoFile(file, &functions, &summarizer);
-    std::string error;
-    if (!info.ok()) {
-      error = info.status().message();
-    } else if (info->events_emitted == 0) {
-      error = fmt::format("{}: the trace holds no events perftracker can use", file);
-    } else if (auto [it, inserted] = rank_source.emplace(info->rank, file); !inserted) {
-      error = fmt::format("{}: rank {} was already read from {}", file, info->rank, it->second);
-    }
-    if (!error.empty()) {
-      profile->AddNote("skipped " + error);
-      if (first_error.empty()) first_error = error;
-      continue;
-    }
-    WorkerSummary summary = summarizer.Finish();
-    summary.rank = info->rank;
-    summary.source = file;
-    profile->AddSummary(summary);
+  PipelineOptions pipeline_options;
+  pipeline_options.threads = 0;  // one per core
+  DiagnosisPipeline pipeline(pipeline_options);
+  pipeline.AddTraceFiles(*files);
+  for (const SkippedInput& s : pipeline.skipped()) profile->AddNote("skipped " + s.error);
+  if (pipeline.workers().empty()) {
+    const std::string& first = pipeline.skipped().empty() ? path : pipeline.skipped()[0].error;
+    return Status::InvalidArgument(
+        files->size() == 1 ? first
+                           : fmt::format("{}: none of the {} trace files could be read (first: {})",
+                                         path, files->size(), first));
   }
-  if (profile->workers().empty()) {
-    return Status::InvalidArgument(files->size() == 1
-                                       ? first_error
-                                       : fmt::format("{}: none of the {} trace files could be "
-                                                     "read (first: {})",
-                                                     path, files->size(), first_error));
-  }
+  for (const WorkerSummary& w : pipeline.workers()) profile->AddSummary(w);
   return Status::Ok();
 }
 

@@ -14,6 +14,7 @@
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
+#include "perftracker/cli/trace_inputs.h"
 #include "perftracker/core/input_file.h"
 #include "perftracker/pipeline/diagnosis_pipeline.h"
 #include "perftracker/report/perfetto_writer.h"
@@ -23,49 +24,6 @@ namespace perftracker {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool IsTraceFileName(const fs::path& p) {
-  const std::string name = p.filename().string();
-  auto ends_with = [&](std::string_view suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends_with(".json") || ends_with(".json.gz");
-}
-
-// Expands files and directories (recursively) into a sorted list of trace files.
-StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& paths) {
-  std::vector<std::string> files;
-  for (const auto& path : paths) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return InputPathError(path, errno);
-    std::error_code ec;
-    if (S_ISDIR(st.st_mode)) {
-      std::vector<std::string> found;
-      for (auto it = fs::recursive_directory_iterator(
-               path, fs::directory_options::skip_permission_denied, ec);
-           !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (it->is_regular_file(ec) && IsTraceFileName(it->path())) {
-          found.push_back(it->path().string());
-        }
-      }
-      if (ec)
-        return Status::InvalidArgument(
-            fmt::format("{}: cannot read directory: {}", path, ec.message()));
-      if (found.empty()) {
-        return Status::NotFound(fmt::format(
-            "{}: no trace files (*.json, *.json.gz) in this directory; point diagnose at the "
-            "files torch.profiler's export_chrome_trace wrote",
-            path));
-      }
-      std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
-    } else {
-      files.push_back(path);
-    }
-  }
-  return files;
-}
 
 bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
 
@@ -117,7 +75,7 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, DiagnoseOptions* options) {
 }
 
 int RunDiagnose(const DiagnoseOptions& options) {
-  StatusOr<std::vector<std::string>> files = ExpandInputs(options.paths);
+  StatusOr<std::vector<std::string>> files = ExpandTraceInputs(options.paths);
   if (!files.ok()) {
     fmt::print(stderr, "perftracker: {}\n", files.status().message());
     return 2;

@@ -10,6 +10,8 @@
 
 #include <fmt/core.h>
 
+#include "perftracker/core/point_to_point.h"
+
 namespace perftracker::compare {
 namespace {
 
@@ -42,6 +44,14 @@ double StandardError(const ProfileWorker& w) {
   return w.iteration_spread_ns / std::sqrt(static_cast<double>(std::max<size_t>(1, w.iterations)));
 }
 
+// A frame whose time is a wait for the other ranks: a collective, a synchronization, a torch
+// communication operator (c10d::, record_param_comms, ...).
+bool IsWait(const CallPathTree& tree, uint32_t node) {
+  const std::string& kind = tree.kind(node);
+  return kind == "collective" || kind == "sync" ||
+         (kind == "torch_op" && IsTorchCommunicationOp(tree.name(node)));
+}
+
 bool IsAnnotation(const std::string& kind) { return kind == "annotation"; }
 bool IsUserLevel(const std::string& kind) {
   return kind == "python" || kind == "data_load" || kind == "optimizer_step";
@@ -69,17 +79,18 @@ class Walker {
  public:
   Walker(const CallPathTree& tree, const std::vector<RankPair>& pairs, double scale,
          double baseline_iteration_ns)
-      : tree_(tree), pairs_(pairs), scale_(scale), baseline_iteration_ns_(baseline_iteration_ns) {}
+      : tree_(tree), pairs_(pairs), scale_(scale), baseline_iteration_ns_(baseline_iteration_ns) {
+    for (int side = 0; side < 2; ++side) SetAsideWaits(side);
+  }
 
   // The changes in one direction, largest first; `dropped` counts those beyond kMaxChanges.
   std::vector<FunctionChange> Changes(ChangeDirection direction, size_t* dropped) {
     const double sign = direction == ChangeDirection::kSlower ? 1 : -1;
     std::unordered_map<uint32_t, MaterialRanks> material;
     for (const RankPair& p : pairs_) {
+      const size_t pair = static_cast<size_t>(&p - pairs_.data());
       auto visit = [&](uint32_t node) {
-        const FunctionTimes* b = Find(*p.baseline, node);
-        const FunctionTimes* c = Find(*p.current, node);
-        const double delta = (c ? c->inclusive_ns : 0) - scale_ * (b ? b->inclusive_ns : 0);
+        const double delta = Time(1, pair, node) - scale_ * Time(0, pair, node);
         if (sign * delta < p.bar_ns) return;
         MaterialRanks& m = material[node];
         m.ranks.push_back(p.baseline->rank);
@@ -143,6 +154,13 @@ class Walker {
           named_pos = i;
         }
       }
+      // A change in a wait is the communication's: named by the outermost wait on the path.
+      for (size_t i = 0; i < path.size(); ++i) {
+        if (IsWait(tree_, path[i])) {
+          named_pos = i;
+          break;
+        }
+      }
       const uint32_t named = path[named_pos];
       changes.push_back(Change(direction, named, path.back(), material.at(named)));
       for (uint32_t n : path) consumed.insert(n);
@@ -171,13 +189,12 @@ class Walker {
     std::sort(c.workers.begin(), c.workers.end());
     std::vector<double> base;
     std::vector<double> cur;
-    for (const RankPair& p : pairs_) {
-      const FunctionTimes* b = Find(*p.baseline, named);
-      const FunctionTimes* now = Find(*p.current, named);
+    for (size_t i = 0; i < pairs_.size(); ++i) {
+      const RankPair& p = pairs_[i];
       RankChange r;
       r.rank = p.baseline->rank;
-      r.baseline_ns = b ? b->inclusive_ns : 0;
-      r.current_ns = now ? now->inclusive_ns : 0;
+      r.baseline_ns = Time(0, i, named);
+      r.current_ns = Time(1, i, named);
       r.delta_ns = r.current_ns - scale_ * r.baseline_ns;
       r.material = std::binary_search(c.workers.begin(), c.workers.end(), r.rank);
       if (r.material) {
@@ -193,10 +210,74 @@ class Walker {
     return c;
   }
 
+  // Waits (see the header): a wait's time on a rank is its own part, which every rank
+  // spends, plus the time it waits for slower ranks. Only the first is the wait's; the rest
+  // moves between ranks from run to run (which rank arrives last) and belongs to whatever
+  // made the others late. So every wait frame counts as its minimum over the ranks, in each
+  // run, and its callers lose the excess: Time() of a wait (or a frame inside one) is that
+  // minimum, of any other frame its inclusive time minus the excess of the waits below it.
+  void SetAsideWaits(int side) {
+    auto worker = [&](const RankPair& p) -> const ProfileWorker& {
+      return side == 0 ? *p.baseline : *p.current;
+    };
+    std::unordered_map<uint32_t, bool> inside_wait;  // node -> is or lies inside a wait
+    auto in_wait = [&](uint32_t node) {
+      auto it = inside_wait.find(node);
+      if (it != inside_wait.end()) return it->second;
+      bool w = false;
+      for (uint32_t n = node; n != CallPathTree::kRoot && !w; n = tree_.parent(n)) {
+        w = IsWait(tree_, n);
+      }
+      inside_wait.emplace(node, w);
+      return w;
+    };
+    std::unordered_map<uint32_t, double>& minimum = wait_minimum_[side];
+    for (const RankPair& p : pairs_) {
+      for (const auto& [node, t] : worker(p).functions) {
+        if (!in_wait(node)) continue;
+        auto [it, inserted] = minimum.emplace(node, t.inclusive_ns);
+        if (!inserted) it->second = std::min(it->second, t.inclusive_ns);
+      }
+    }
+    // A rank without the frame spent nothing in it: the minimum is 0.
+    for (auto& [node, m] : minimum) {
+      for (const RankPair& p : pairs_) {
+        if (worker(p).functions.count(node) == 0) m = 0;
+      }
+    }
+    excess_[side].resize(pairs_.size());
+    for (size_t i = 0; i < pairs_.size(); ++i) {
+      for (const auto& [node, t] : worker(pairs_[i]).functions) {
+        // The outermost wait frames only: a wait inside a wait is part of it.
+        if (!IsWait(tree_, node) || in_wait(tree_.parent(node))) continue;
+        const double e = t.inclusive_ns - minimum.at(node);
+        if (e <= 0) continue;
+        for (uint32_t n = tree_.parent(node); n != CallPathTree::kRoot; n = tree_.parent(n)) {
+          excess_[side][i][n] += e;
+        }
+      }
+    }
+  }
+
+  // The time per iteration of `node` on pair `pair`'s rank in run `side` (0 baseline, 1
+  // current), waits set aside.
+  double Time(int side, size_t pair, uint32_t node) const {
+    auto m = wait_minimum_[side].find(node);
+    if (m != wait_minimum_[side].end()) return m->second;
+    const RankPair& p = pairs_[pair];
+    const FunctionTimes* t = Find(side == 0 ? *p.baseline : *p.current, node);
+    if (t == nullptr) return 0;
+    const auto& excess = excess_[side][pair];
+    auto e = excess.find(node);
+    return e == excess.end() ? t->inclusive_ns : std::max(0.0, t->inclusive_ns - e->second);
+  }
+
   const CallPathTree& tree_;
   const std::vector<RankPair>& pairs_;
   double scale_;
   double baseline_iteration_ns_;
+  std::unordered_map<uint32_t, double> wait_minimum_[2];
+  std::vector<std::unordered_map<uint32_t, double>> excess_[2];
 };
 
 }  // namespace

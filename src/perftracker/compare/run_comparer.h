@@ -25,12 +25,21 @@
 //    the noise does. What shifts between two runs as a whole (load that comes and goes) is
 //    the shared scale's part, not a function's.
 //
+// Waits. In synchronous training a rank's time in a collective (or a synchronization, or a
+// torch communication operator) is the collective's own part, which every rank spends, plus
+// the time it waits for the slowest rank; which rank arrives last, and so who waits, changes
+// from run to run on a loaded machine (two healthy runs: one rank's all_reduce +76 ms per
+// iteration, another's -70 ms). So a wait frame counts as its minimum over the ranks in each
+// run, and its callers without the excess: a slower network raises every rank's wait and is
+// found; a straggler's victims wait longer but the straggler's work is what is named.
+//
 // A slowdown shows in a function and in every caller above it. Functions whose delta is
 // material on some rank form a forest along the call paths; from each root the comparer
 // follows the child that explains at least kExplainsMost of its parent's delta, and names
 // what the user wrote on that path: the deepest annotation (record_function), else the deepest
-// Python function / data load / optimizer step, else the path's top; the path's end is where
-// the time goes. Material functions outside the named subtree start new roots. Slowdowns and
+// Python function / data load / optimizer step, else the path's top (but the outermost wait
+// on the path when there is one: that is communication); the path's end is where the time
+// goes. Material functions outside the named subtree start new roots. Slowdowns and
 // speedups are walked separately. A change's size is the median delta over the ranks on which
 // it is material; changes are ranked by it.
 #pragma once

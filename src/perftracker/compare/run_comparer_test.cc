@@ -196,6 +196,73 @@ TEST(RunComparer, ANewFunctionIsNamed) {
   EXPECT_NEAR(c->changes[0].baseline_ns, 0, 1);
 }
 
+// Healthy(), with rank `late`'s all_reduce shortened by `wait_ms` (it arrives last, the others
+// wait for it) and the step with it.
+std::map<std::string, double> WaitedFor(int32_t rank, int32_t late, double wait_ms) {
+  std::map<std::string, double> m = Healthy();
+  if (rank == late) {
+    m[kAllReduce] -= wait_ms;
+    m[kStep] -= wait_ms;
+  }
+  return m;
+}
+
+TEST(RunComparer, WaitThatMovesBetweenRanksIsNoChange) {
+  // Baseline: rank 0 arrives last; current: rank 2 does. Ranks 0's and 2's all_reduce (and
+  // step) change by 8 ms, 20 % of the iteration: no work changed, only who waits.
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) {
+    base.AddWorker(Worker(&tree, r, 40, 0.2, WaitedFor(r, 0, 8)));
+    cur.AddWorker(Worker(&tree, r, 40, 0.2, WaitedFor(r, 2, 8)));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->changes.empty()) << c->changes[0].function << " on rank "
+                                  << c->changes[0].workers[0];
+}
+
+TEST(RunComparer, ASlowerCollectiveOnEveryRankIsFound) {
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) {
+    std::map<std::string, double> slow = WaitedFor(r, 1, 8);
+    slow[kAllReduce] += 10;  // the network: every rank's own part of the all_reduce
+    slow[kStep] += 10;
+    base.AddWorker(Worker(&tree, r, 40, 0.2, WaitedFor(r, 1, 8)));
+    cur.AddWorker(Worker(&tree, r, 50, 0.2, slow));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->changes.size(), 1u);
+  EXPECT_EQ(c->changes[0].function_key, kAllReduce);
+  EXPECT_EQ(c->changes[0].workers, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_NEAR(c->changes[0].delta_ns, 10 * kMs, 0.01 * kMs);
+}
+
+TEST(RunComparer, AStragglersVictimsAreNotNamedItsWorkIs) {
+  // Current: rank 3's block2 +12 ms; the others wait for it in the all_reduce.
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) {
+    std::map<std::string, double> now = Healthy(1, r == 3 ? 12 : 0);
+    if (r != 3) {
+      now[kAllReduce] += 12;
+      now[kStep] += 12;
+    }
+    base.AddWorker(Worker(&tree, r, 40, 0.2, Healthy()));
+    cur.AddWorker(Worker(&tree, r, 52, 0.2, now));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->changes.size(), 1u) << c->changes[1].function;
+  EXPECT_EQ(c->changes[0].function, "block2");
+  EXPECT_EQ(c->changes[0].workers, std::vector<int32_t>{3});
+}
+
 TEST(RunComparer, RunsOfDifferentJobsAreRefusedInOneLine) {
   CallPathTree tree;
   RunProfile base(&tree, "a/");
