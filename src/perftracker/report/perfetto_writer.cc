@@ -1,9 +1,12 @@
 #include "perftracker/report/perfetto_writer.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -147,22 +150,127 @@ int SortIndexOf(TrackKind kind) {
   return 0;
 }
 
+// A rank whose first event lies within a day of 0 has a clock that counts from its trace's
+// start (torch 1.13 traces); later ones count from a shared origin (the epoch: NTP keeps
+// hosts within milliseconds of each other).
+constexpr int64_t kRelativeClockNs = 86'400'000'000'000;
+// A rank's trace may hold a few more or fewer calls of a collective than the reference's at
+// either end (a live window's span cut by a skewed clock, a trace started a call later):
+// the n-th call is paired with the (n + s)-th, for the shift s within this bound whose
+// offset is nearest the prior.
+constexpr int kMaxCallShift = 3;
+
+int64_t MedianOf(std::vector<int64_t> v) {
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+int64_t Distance(int64_t a, int64_t b) { return a > b ? a - b : b - a; }
+
+struct SideAlignment {
+  int64_t offset_ns = 0;
+  size_t sync_points = 0;
+  int64_t spread_ns = 0;
+  bool device_side = false;
+  size_t shifted_keys = 0;  // collectives paired with a call shift
+};
+
+// The offset of `mine` against `reference` from the collectives both have: per name, the
+// call shift whose median end difference is nearest `prior`; then the median and the median
+// absolute deviation of all the paired differences.
+std::optional<SideAlignment> AlignSide(
+    const std::map<std::string_view, std::vector<int64_t>>& mine,
+    const std::map<std::string_view, std::vector<int64_t>>& reference, int64_t prior) {
+  std::vector<int64_t> diffs;
+  size_t shifted = 0;
+  for (const auto& [name, a] : mine) {
+    auto it = reference.find(name);
+    if (it == reference.end()) continue;
+    const std::vector<int64_t>& b = it->second;
+    const size_t want = std::max<size_t>(1, std::min(a.size(), b.size()) / 2);
+    std::vector<int64_t> best;
+    int best_shift = 0;
+    int64_t best_distance = 0;
+    for (int s = -kMaxCallShift; s <= kMaxCallShift; ++s) {
+      std::vector<int64_t> d;
+      for (size_t k = s < 0 ? static_cast<size_t>(-s) : 0; k < b.size(); ++k) {
+        const size_t j = static_cast<size_t>(static_cast<int64_t>(k) + s);
+        if (j >= a.size()) break;
+        d.push_back(a[j] - b[k]);
+      }
+      if (d.size() < want) continue;
+      const int64_t distance = Distance(MedianOf(d), prior);
+      if (best.empty() || distance < best_distance ||
+          (distance == best_distance && std::abs(s) < std::abs(best_shift))) {
+        best = std::move(d);
+        best_shift = s;
+        best_distance = distance;
+      }
+    }
+    if (best_shift != 0) ++shifted;
+    diffs.insert(diffs.end(), best.begin(), best.end());
+  }
+  if (diffs.empty()) return std::nullopt;
+  SideAlignment out;
+  out.offset_ns = MedianOf(diffs);
+  out.sync_points = diffs.size();
+  for (int64_t& d : diffs) d = Distance(d, out.offset_ns);
+  out.spread_ns = MedianOf(std::move(diffs));
+  out.shifted_keys = shifted;
+  return out;
+}
+
+// Ranks on one host read one clock when it counts from the epoch: their offsets are one
+// estimate (the median of theirs; 0 on the reference's host), which takes the noise of a
+// single rank's collective ends out.
+void PoolByHost(size_t reference, const std::vector<int64_t>& first,
+                std::vector<PerfettoRankAlignment>* alignment) {
+  std::vector<PerfettoRankAlignment>& out = *alignment;
+  std::map<std::string, std::vector<size_t>> by_host;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].host.empty() && first[i] >= kRelativeClockNs) by_host[out[i].host].push_back(i);
+  }
+  for (const auto& [host, members] : by_host) {
+    if (members.size() < 2) continue;
+    const bool has_reference =
+        std::find(members.begin(), members.end(), reference) != members.end();
+    std::vector<int64_t> offsets;
+    for (size_t i : members) {
+      if (i != reference && out[i].sync_points > 0) offsets.push_back(out[i].offset_ns);
+    }
+    if (!has_reference && offsets.empty()) continue;
+    const int64_t offset = has_reference ? 0 : MedianOf(offsets);
+    for (size_t i : members) {
+      if (i == reference) continue;
+      out[i].offset_ns = offset;
+      out[i].host_ranks = members.size();
+    }
+  }
+}
+
 }  // namespace
 
 void PerfettoWriter::AddRank(const RankTrace* rank) { ranks_.push_back(rank); }
 
 std::vector<PerfettoRankAlignment> PerfettoWriter::EstimateAlignment() const {
-  // Per rank: (device side?, collective name) -> its calls' end times, in time order.
-  using Key = std::pair<bool, std::string_view>;
-  std::vector<std::map<Key, std::vector<int64_t>>> ends(ranks_.size());
+  // Per rank and side (host, device): collective name -> its calls' end times, in order.
+  using Ends = std::map<std::string_view, std::vector<int64_t>>;
+  std::vector<std::array<Ends, 2>> ends(ranks_.size());
+  std::vector<int64_t> first(ranks_.size(), 0);
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const RankTrace& r = *ranks_[i];
+    bool any = false;
     for (const Event& e : r.events()) {
+      first[i] = any ? std::min(first[i], e.start_ns) : e.start_ns;
+      any = true;
       if (e.kind != EventKind::kCollective || e.function_id >= r.functions().size()) continue;
-      ends[i][{(e.flags & kEventFlagOnDevice) != 0, r.functions().Get(e.function_id).name}]
-          .push_back(e.end_ns);
+      const size_t side = (e.flags & kEventFlagOnDevice) != 0 ? 1 : 0;
+      ends[i][side][r.functions().Get(e.function_id).name].push_back(e.end_ns);
     }
-    for (auto& [key, v] : ends[i]) std::sort(v.begin(), v.end());
+    for (Ends& side : ends[i]) {
+      for (auto& [name, v] : side) std::sort(v.begin(), v.end());
+    }
   }
   size_t reference = 0;
   for (size_t i = 1; i < ranks_.size(); ++i) {
@@ -171,23 +279,33 @@ std::vector<PerfettoRankAlignment> PerfettoWriter::EstimateAlignment() const {
   std::vector<PerfettoRankAlignment> out(ranks_.size());
   for (size_t i = 0; i < ranks_.size(); ++i) {
     out[i].rank = ranks_[i]->rank;
+    out[i].host = ranks_[i]->host;
     if (i == reference) continue;
-    std::vector<int64_t> diffs;
-    for (const auto& [key, mine] : ends[i]) {
-      auto it = ends[reference].find(key);
-      if (it == ends[reference].end()) continue;
-      const size_t n = std::min(mine.size(), it->second.size());
-      for (size_t k = 0; k < n; ++k) diffs.push_back(mine[k] - it->second[k]);
+    // What the offset should be near: 0 for clocks that count from the epoch (NTP keeps
+    // hosts within milliseconds), the difference of the first events for relative clocks
+    // (each rank's trace starts with the same step).
+    const bool absolute = first[i] >= kRelativeClockNs && first[reference] >= kRelativeClockNs;
+    const int64_t prior = absolute ? 0 : first[i] - first[reference];
+    std::optional<SideAlignment> best;
+    for (size_t side = 0; side < 2; ++side) {
+      std::optional<SideAlignment> a = AlignSide(ends[i][side], ends[reference][side], prior);
+      if (!a) continue;
+      // Device-side ends (the collective's kernel) are the true sync points; host-side ones
+      // of asynchronous collectives end at enqueue. Take the side whose ends agree best.
+      if (!best || a->spread_ns < best->spread_ns ||
+          (a->spread_ns == best->spread_ns && side == 1)) {
+        best = a;
+        best->device_side = side == 1;
+      }
     }
-    if (diffs.empty()) continue;
-    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
-    const int64_t median = diffs[diffs.size() / 2];
-    out[i].offset_ns = median;
-    out[i].sync_points = diffs.size();
-    for (int64_t& d : diffs) d = d > median ? d - median : median - d;
-    std::nth_element(diffs.begin(), diffs.begin() + diffs.size() / 2, diffs.end());
-    out[i].spread_ns = diffs[diffs.size() / 2];
+    if (!best) continue;
+    out[i].offset_ns = best->offset_ns;
+    out[i].sync_points = best->sync_points;
+    out[i].spread_ns = best->spread_ns;
+    out[i].device_side = best->device_side;
+    out[i].shifted_keys = best->shifted_keys;
   }
+  PoolByHost(reference, first, &out);
   return out;
 }
 
@@ -201,7 +319,12 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
   int32_t reference_rank = -1;
   if (!by_rank.empty()) reference_rank = ranks_[by_rank.front()]->rank;
 
-  for (const RankTrace* r : ranks_) stats_.events_total += r->events().size();
+  // Events a live recording did not keep (over its per-rank cap) count as aggregated.
+  uint64_t not_recorded = 0;
+  for (const RankTrace* r : ranks_) {
+    stats_.events_total += r->events().size();
+    not_recorded += r->not_recorded_count();
+  }
   // Traces with relative times (each rank's starts near 0) would get negative times once
   // aligned: every rank is then shifted by the same amount, which keeps the alignment.
   int64_t global_shift_ns = 0;
@@ -278,9 +401,18 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
       return x.end_ns > y.end_ns;  // parents before their children
     });
     if (!ev.empty()) global_shift_ns = std::max(global_shift_ns, -p.first_ns);
+    for (const auto& [track_id, n] : r.not_recorded()) {
+      auto it = p.track_index.find(track_id);
+      const size_t t = it == p.track_index.end() ? r.tracks().size() : it->second;
+      p.aggregated_count[t] += n.count;
+      p.aggregated_ns[t] += n.ns;
+      p.aggregated += n.count;
+      p.aggregated_total_ns += n.ns;
+    }
     stats_.events_written += p.order.size();
     stats_.events_aggregated += p.aggregated;
   }
+  stats_.events_total += not_recorded;
 
   for (RankPlan& p : plans) {
     p.shift_ns -= global_shift_ns;
@@ -305,7 +437,10 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
                          {"clock_offset_ns", p.alignment.offset_ns},
                          {"sync_points", p.alignment.sync_points},
                          {"sync_spread_ns", p.alignment.spread_ns},
-                         {"events", p.trace->events().size()},
+                         {"sync_side", p.alignment.device_side ? "device" : "host"},
+                         {"host_ranks_pooled", p.alignment.host_ranks},
+                         {"events", p.trace->events().size() + p.trace->not_recorded_count()},
+                         {"events_not_recorded", p.trace->not_recorded_count()},
                          {"events_aggregated", p.aggregated},
                          {"aggregated_ns", p.aggregated_total_ns}});
   }
@@ -329,27 +464,39 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
     std::string clock;
     if (r.rank == reference_rank) {
       clock = "clock reference";
+    } else if (p.alignment.host_ranks > 1 && p.alignment.sync_points == 0) {
+      clock = fmt::format("clock offset {:+.3f} ms vs rank {} (the clock of its host's {} ranks)",
+                          static_cast<double>(p.alignment.offset_ns) / 1e6, reference_rank,
+                          p.alignment.host_ranks);
     } else if (p.alignment.sync_points == 0) {
       clock =
           fmt::format("clock not aligned: no collective in common with rank {}", reference_rank);
     } else {
-      clock =
-          fmt::format("clock offset {:+.3f} ms vs rank {} ({} collective ends, spread {:.3f} ms)",
-                      static_cast<double>(p.alignment.offset_ns) / 1e6, reference_rank,
-                      p.alignment.sync_points, static_cast<double>(p.alignment.spread_ns) / 1e6);
+      clock = fmt::format(
+          "clock offset {:+.3f} ms vs rank {} ({} {}-side collective ends, spread {:.3f} ms{})",
+          static_cast<double>(p.alignment.offset_ns) / 1e6, reference_rank, p.alignment.sync_points,
+          p.alignment.device_side ? "device" : "host",
+          static_cast<double>(p.alignment.spread_ns) / 1e6,
+          p.alignment.host_ranks > 1
+              ? fmt::format("; shared by its host's {} ranks", p.alignment.host_ranks)
+              : std::string());
     }
-    if (p.aggregated > 0) {
-      clock += fmt::format("; {} short events aggregated (over the {} event cap)", p.aggregated,
-                           options_.max_events);
+    if (p.aggregated > p.trace->not_recorded_count()) {
+      clock += fmt::format("; {} short events aggregated (over the {} event cap)",
+                           p.aggregated - p.trace->not_recorded_count(), options_.max_events);
+    }
+    if (p.trace->not_recorded_count() > 0) {
+      clock += fmt::format("; {} events not recorded (over the live recording's cap), counted",
+                           p.trace->not_recorded_count());
     }
     o.Add(fmt::format(
         R"({{"ph":"M","pid":{},"tid":0,"name":"process_labels","args":{{"labels":{}}}}})", p.pid,
         JsonString(clock)));
     o.Add(fmt::format(
-        R"({{"ph":"M","pid":{},"tid":0,"name":"perftracker_rank","args":{{"rank":{},"clock_offset_ns":{},"sync_points":{},"sync_spread_ns":{},"clock_reference_rank":{},"events":{},"events_aggregated":{},"aggregated_ns":{},"source":{}}}}})",
+        R"({{"ph":"M","pid":{},"tid":0,"name":"perftracker_rank","args":{{"rank":{},"clock_offset_ns":{},"sync_points":{},"sync_spread_ns":{},"sync_side":"{}","host_ranks_pooled":{},"clock_reference_rank":{},"events":{},"events_aggregated":{},"aggregated_ns":{},"source":{}}}}})",
         p.pid, r.rank, p.alignment.offset_ns, p.alignment.sync_points, p.alignment.spread_ns,
-        reference_rank, r.events().size(), p.aggregated, p.aggregated_total_ns,
-        JsonString(r.source)));
+        p.alignment.device_side ? "device" : "host", p.alignment.host_ranks, reference_rank,
+        r.events().size(), p.aggregated, p.aggregated_total_ns, JsonString(r.source)));
     for (size_t t = 0; t < r.tracks().size(); ++t) {
       const TrackInfo& track = r.tracks()[t];
       const int64_t tid = static_cast<int64_t>(t) + 1;

@@ -13,16 +13,24 @@
 //
 // Clock alignment: ranks on different hosts have different clocks. A collective ends at about
 // the same moment on every rank that takes part, so collective end times are sync points:
-// the n-th call of the same collective (same name, host or device side) on rank r and on the
-// reference rank (the lowest) are paired, and rank r's offset is the median of their end
-// differences. Every timestamp of rank r is written minus its offset; the offset and the
-// number of sync points are in the rank's metadata (process_labels, "perftracker_rank" args)
-// and in otherData, with the spread of the differences (their median absolute deviation) so
-// that a reader can judge the alignment. A rank with no collective in common with the
+// the calls of the same collective (same name) on rank r and on the reference rank (the
+// lowest) are paired in order, and rank r's offset is the median of their end differences.
+// The pairing tolerates a few calls more or fewer at either end (a live window cut by a
+// skewed clock): of the call shifts within +-3, the one whose median difference is nearest
+// the prior is taken (prior: 0 for clocks counting from the epoch, which NTP keeps within
+// milliseconds; the difference of the first events for relative clocks). This assumes the
+// true skew is below half a collective's period. Host-side and device-side ends are
+// estimated apart and the side whose differences agree best (smallest spread) is used:
+// device-side ends (the collective's kernel) are the true sync points, while host-side ends
+// of asynchronous collectives are enqueue times. Ranks on one host with epoch clocks read
+// one clock: they get one offset (the median of theirs; 0 on the reference's host). Every
+// timestamp of rank r is written minus its offset; the offset, the number of sync points and
+// the spread of the differences (their median absolute deviation: how far a collective's end
+// may sit from the reference's after alignment) are in the rank's metadata (process_labels,
+// "perftracker_rank" args) and in otherData. A rank with no collective in common with the
 // reference keeps offset 0, and says so. Traces whose times are relative (each rank's start
-// near 0) would get negative times: every rank is then shifted by the same amount
-// (otherData.time_shift_ns), which keeps the alignment. This assumes every rank's trace covers the
-// same steps (torch.profiler's schedule is the same on every rank).
+// near 0) could get negative times: every rank is then shifted by the same amount
+// (otherData.time_shift_ns), which keeps the alignment.
 //
 // Size cap: at most options.max_events slices are written (2 M by default: a file Perfetto UI
 // and chrome://tracing still open). Beyond it each rank keeps its share of the cap, chosen
@@ -35,6 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "perftracker/core/status.h"
@@ -57,6 +66,12 @@ struct PerfettoRankAlignment {
   // end may sit from the reference's after alignment (large when the ends are not in step,
   // e.g. asynchronous collectives recorded at their enqueue).
   int64_t spread_ns = 0;
+  std::string host;          // the rank's host ("" when unknown)
+  bool device_side = false;  // the sync points are device-side collective ends (kernels)
+  size_t shifted_keys = 0;   // collectives whose calls were paired with a shift (see below)
+  // > 1: the offset is shared by this many ranks of the host (one clock), the median of
+  // their estimates (0 on the reference's host).
+  size_t host_ranks = 0;
 };
 
 struct PerfettoStats {

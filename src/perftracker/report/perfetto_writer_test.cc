@@ -21,8 +21,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr int64_t kMs = 1'000'000;
-constexpr int64_t kBase = 1'700'000'000'000 * kMs / 1000;  // a realistic epoch-ish time, ns
-constexpr int64_t kSkew = 5 * kMs;                         // rank 1's clock runs 5 ms ahead
+// 20 days after the epoch (an absolute clock, still exact in ns when JSON holds µs as a double)
+constexpr int64_t kBase = 1'700'000'000'000 * kMs / 1000;
+constexpr int64_t kSkew = 5 * kMs;  // rank 1's clock runs 5 ms ahead
 constexpr int kSteps = 4;
 constexpr int64_t kStep = 100 * kMs;
 
@@ -256,6 +257,128 @@ TEST(PerfettoWriterTest, RelativeClocksThatWouldGoNegativeAreShiftedTogether) {
   }
   EXPECT_EQ(mm[0], mm[1]);
   EXPECT_EQ(mm[0].front(), kSkew);
+}
+
+// --- Alignment: the sync points chosen, on trace sets with a known skew. ---
+
+struct RankSpec {
+  int32_t rank = 0;
+  std::string host;
+  int64_t clock = 0;       // this rank's clock reads true time + clock
+  int64_t end_jitter = 0;  // its collective ends sit this far from the true end
+  int first_step = 0;      // the first step its trace holds (of 0..kSteps-1)
+  // Host-side collectives end at enqueue (asynchronous, like NCCL's), this far after their
+  // start on this rank; the device-side kernel ends at the true sync point. 0: only the
+  // host-side collective, which ends at the sync point (gloo).
+  int64_t enqueue_ns = 0;
+};
+
+std::unique_ptr<RankTrace> MakeAlignedRank(const RankSpec& spec) {
+  auto r = std::make_unique<RankTrace>();
+  r->rank = spec.rank;
+  r->host = spec.host;
+  r->source = "synthetic";
+  TrackInfo t;
+  t.track_id = 0;
+  t.kind = TrackKind::kHostThread;
+  t.name = "thread 7";
+  r->OnTrack(t);
+  t.track_id = 1;
+  t.kind = TrackKind::kDeviceStream;
+  t.name = "stream 7";
+  t.device = 0;
+  r->OnTrack(t);
+  const uint32_t mm = r->functions()->Intern(EventKind::kTorchOp, "aten::mm");
+  const uint32_t ar = r->functions()->Intern(EventKind::kCollective, "nccl:all_reduce");
+  const uint32_t kernel =
+      r->functions()->Intern(EventKind::kCollective, "ncclKernel_AllReduce_RING_LL_Sum_float");
+  for (int i = spec.first_step; i < kSteps; ++i) {
+    const int64_t s = kBase + i * kStep + spec.clock;
+    Event e;
+    e.kind = EventKind::kTorchOp;
+    e.function_id = mm;
+    e.start_ns = s;
+    e.end_ns = s + 10 * kMs;
+    r->OnEvent(e);
+    e.kind = EventKind::kCollective;
+    e.function_id = ar;
+    e.start_ns = s + 10 * kMs;
+    // Asynchronous enqueues end at a time that says nothing about the other ranks: vary it.
+    e.end_ns = spec.enqueue_ns > 0 ? e.start_ns + spec.enqueue_ns * (1 + (i + spec.rank) % 3)
+                                   : s + 50 * kMs + spec.end_jitter;
+    r->OnEvent(e);
+    if (spec.enqueue_ns > 0) {
+      e.function_id = kernel;
+      e.track_id = 1;
+      e.flags = kEventFlagOnDevice;
+      e.start_ns = s + 11 * kMs;
+      e.end_ns = s + 50 * kMs + spec.end_jitter;
+      r->OnEvent(e);
+    }
+  }
+  return r;
+}
+
+std::vector<PerfettoRankAlignment> AlignmentOf(const std::vector<RankSpec>& specs) {
+  std::vector<std::unique_ptr<RankTrace>> ranks;
+  PerfettoWriter writer;
+  for (const RankSpec& spec : specs) {
+    ranks.push_back(MakeAlignedRank(spec));
+    writer.AddRank(ranks.back().get());
+  }
+  return writer.EstimateAlignment();
+}
+
+TEST(PerfettoWriterTest, AWindowCutByASkewedClockIsAlignedOnTheSameCalls) {
+  // Rank 1's clock is 5 ms ahead and its trace starts a step earlier (a live window's span
+  // read on its clock caught one more all_reduce): its n-th all_reduce is rank 0's (n-1)-th.
+  const std::vector<PerfettoRankAlignment> a =
+      AlignmentOf({{.rank = 0, .host = "node-a", .first_step = 1},
+                   {.rank = 1, .host = "node-b", .clock = kSkew, .first_step = 0}});
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[1].offset_ns, kSkew);
+  EXPECT_EQ(a[1].spread_ns, 0);
+  EXPECT_EQ(a[1].sync_points, static_cast<size_t>(kSteps - 1));
+  EXPECT_EQ(a[1].shifted_keys, 1u);
+}
+
+TEST(PerfettoWriterTest, DeviceSideCollectiveEndsWinOverAsynchronousHostEnqueues) {
+  // The host-side all_reduce ends at enqueue (1-3 ms after its start, not in step across
+  // ranks); the NCCL kernel ends when every rank's data is in.
+  const std::vector<PerfettoRankAlignment> a =
+      AlignmentOf({{.rank = 0, .host = "node-a", .enqueue_ns = kMs},
+                   {.rank = 1, .host = "node-b", .clock = kSkew, .enqueue_ns = kMs}});
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[1].offset_ns, kSkew);
+  EXPECT_TRUE(a[1].device_side);
+  EXPECT_EQ(a[1].spread_ns, 0);
+}
+
+TEST(PerfettoWriterTest, RanksOfOneHostShareTheirHostsClock) {
+  // node-b's clock is 5 ms ahead; each rank's collective ends jitter a little. Ranks on one
+  // host read one clock: one offset per host, the reference's host exactly 0.
+  auto r0 = MakeAlignedRank({.rank = 0, .host = "node-a"});
+  auto r1 = MakeAlignedRank({.rank = 1, .host = "node-a", .end_jitter = kMs / 4});
+  auto r2 = MakeAlignedRank({.rank = 2, .host = "node-b", .clock = kSkew, .end_jitter = kMs / 5});
+  auto r3 = MakeAlignedRank({.rank = 3, .host = "node-b", .clock = kSkew});
+  auto r4 = MakeAlignedRank({.rank = 4, .host = "node-b", .clock = kSkew, .end_jitter = -kMs / 10});
+  PerfettoWriter writer;
+  for (RankTrace* r : {r0.get(), r1.get(), r2.get(), r3.get(), r4.get()}) writer.AddRank(r);
+  const std::vector<PerfettoRankAlignment> a = writer.EstimateAlignment();
+  ASSERT_EQ(a.size(), 5u);
+  EXPECT_EQ(a[1].offset_ns, 0);
+  EXPECT_EQ(a[1].host_ranks, 2u);
+  for (size_t i = 2; i < 5; ++i) {
+    EXPECT_EQ(a[i].offset_ns, kSkew) << "rank " << i;
+    EXPECT_EQ(a[i].host_ranks, 3u);
+  }
+  // The export says so, and aligns every rank of node-b by the same offset.
+  const json doc = Export(&writer, Diagnosis{});
+  EXPECT_EQ(Metadata(doc, "perftracker_rank", 3)["clock_offset_ns"], kSkew);
+  EXPECT_EQ(Metadata(doc, "perftracker_rank", 3)["host_ranks_pooled"], 3);
+  EXPECT_NE(Metadata(doc, "process_labels", 3)["labels"].get<std::string>().find(
+                "shared by its host's 3 ranks"),
+            std::string::npos);
 }
 
 // --- Round trip of real traces through perftracker's own importer. ---
