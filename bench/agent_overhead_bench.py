@@ -122,7 +122,7 @@ def run_once(mode, args, tmp):
     measured = times[args.skip:]
     gaps = [b - a for a, b in zip(measured, measured[1:])]
     dropped = events = 0
-    reports = glob.glob(os.path.join(report_dir, "window-*.json"))
+    reports = glob.glob(os.path.join(report_dir, "window-*-*.json"))  # not the .perfetto.json
     for path in reports:
         with open(path) as f:
             report = json.load(f)

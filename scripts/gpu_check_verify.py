@@ -30,7 +30,8 @@ class CheckFailed(Exception):
 
 
 def window_reports(report_dir):
-    paths = sorted(glob.glob(os.path.join(report_dir, "window-*.json")))
+    # window-<id>-<reason>.json; not window-<id>.perfetto.json (the timeline)
+    paths = sorted(glob.glob(os.path.join(report_dir, "window-*-*.json")))
     if not paths:
         raise CheckFailed("no window report (window-*.json) in %s" % report_dir)
     reports = []

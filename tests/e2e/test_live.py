@@ -348,7 +348,8 @@ class LiveRun:
             return f.read()
 
     def report_paths(self):
-        return sorted(glob.glob(os.path.join(self.report_dir, "window-*.json")))
+        # window-<id>-<reason>.json, not the timeline window-<id>.perfetto.json
+        return sorted(glob.glob(os.path.join(self.report_dir, "window-*-*.json")))
 
     def report(self, reason=None, exclude=(), first=False):
         """The last (or first) window's JSON report (of that reason, when given), leaving
@@ -820,6 +821,66 @@ class NoFalseHangTest(LiveChecks):
                       + run.describe())
         self.assertIn("not a hang", run.stderr() + run.stdout(), run.describe())
         self.check_no_hang_diagnosed(run)
+
+
+class PerfettoTimelineTest(LiveChecks):
+    """The window's timeline (window-<id>.perfetto.json, docs/perfetto-export.md): every
+    rank's recorded events merged by the embedded server, linked from the HTML report."""
+
+    def test_window_timeline_opens_and_reimports_with_the_windows_event_counts(self):
+        run = self.new_run("perfetto", ["--trigger-at-seconds", "3", "--window-seconds", "4",
+                                        "--max-windows", "1", "--window-iterations", "20",
+                                        "--slowdown-ratio", "0.15"], [], steps=150)
+        run.start()
+        self.assertEqual(run.wait(600), 0, run.describe())
+        report = run.report()
+        self.check_schema(report, run)
+        path = os.path.join(run.report_dir, "window-1.perfetto.json")
+        self.assertTrue(os.path.exists(path), run.describe())
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)  # Trace Event Format: an object with traceEvents
+        events = doc["traceEvents"]
+        self.assertIsInstance(events, list)
+        names = {e["pid"]: e["args"]["name"] for e in events
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        self.assertEqual(sorted(names), [0, 1, 2, 3], names)
+        for rank, name in names.items():
+            self.assertRegex(name, rf"^rank {rank} \(.+\)$")
+        # Every rank's clock offset is in the metadata (one host: the same clock, offset 0).
+        ranks = {r["rank"]: r for r in doc["otherData"]["ranks"]}
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3])
+        for r in ranks.values():
+            self.assertIn("clock_offset_ns", r)
+        self.assertEqual(doc["otherData"]["events_aggregated"], 0, doc["otherData"])
+        # The recordings were merged and removed.
+        self.assertEqual(glob.glob(os.path.join(run.report_dir, "recordings", "*")), [])
+        # Linked from the HTML report next to it.
+        html_path = glob.glob(os.path.join(run.report_dir, "window-1-*.html"))[0]
+        with open(html_path, encoding="utf-8") as f:
+            self.assertIn('href="window-1.perfetto.json"', f.read())
+
+        # Each rank's events, re-imported by perftracker's own importer (`diagnose`), are the
+        # events the window summarized: the same count per rank.
+        window_events = {w["rank"]: w["stats"]["events"] for w in report["workers"]}
+        per_rank = {}
+        for e in events:
+            if e["ph"] != "M" and e.get("cat") != "perftracker":
+                per_rank.setdefault(e["pid"], []).append(e)
+        files = []
+        for rank, evs in sorted(per_rank.items()):
+            self.assertEqual(len(evs), window_events[rank], f"rank {rank}")
+            f = os.path.join(run.dir, f"exported_rank{rank}.json")
+            with open(f, "w", encoding="utf-8") as out:
+                json.dump({"distributedInfo": {"rank": rank, "world_size": 4},
+                           "traceEvents": evs}, out)
+            files.append(f)
+        r = subprocess.run([CONFIG.perftracker, "diagnose", "--format", "json", *files],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        back = json.loads(r.stdout)
+        reimported = {w["rank"]: w["stats"]["events"] for w in back["workers"]}
+        log(f"perfetto: window events per rank {window_events}, re-imported {reimported}")
+        self.assertEqual(reimported, window_events)
 
 
 class PerftrackerFaultTest(LiveChecks):

@@ -351,6 +351,13 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
                   "drops and counts")
       ->check(CLI::Validator(PowerOfTwoEvents, "POWER_OF_TWO"))
       ->default_val(1u << 16);
+  cmd->add_option("--perfetto-events-per-rank", o->perfetto_events_per_rank,
+                  "Each window's timeline (window-<id>.perfetto.json, for ui.perfetto.dev): "
+                  "keep at most this many events per rank (40 bytes each, in memory and on "
+                  "disk until merged; later ones are counted, not drawn); 0: no timeline "
+                  "(docs/perfetto-export.md)")
+      ->check(CLI::Range(size_t{0}, size_t{100'000'000}))
+      ->default_val(o->perfetto_events_per_rank);
   cmd->add_option("--rings", o->rings, "Agent: thread rings per process")
       ->check(CLI::Range(1, 1024))
       ->default_val(16);
@@ -436,6 +443,8 @@ int RunJob(const RunOptions& options) {
   co.localizer.material_share = options.material_share;
   co.title = CommandLine(options.command);
   co.text.color = options.color;
+  // The ranks' window recordings are files on this host: the embedded server merges them.
+  co.perfetto = !remote && options.perfetto_events_per_rank > 0;
   WindowCoordinator coordinator(co);
 
   // The embedded store: what a server would keep of this run, for `perftracker server
@@ -467,6 +476,10 @@ int RunJob(const RunOptions& options) {
   CollectorOptions collector_options;
   collector_options.socket_path = socket_dir.empty() ? "" : socket_dir + "/collector.sock";
   collector_options.sampler = MakeHostSampler();
+  if (co.perfetto) {
+    collector_options.record_dir = (fs::path(options.report_dir) / "recordings").string();
+    collector_options.record_events = options.perfetto_events_per_rank;
+  }
   CoordinatorLink* link = remote     ? static_cast<CoordinatorLink*>(remote_link.get())
                           : recorder ? static_cast<CoordinatorLink*>(recorder.get())
                                      : &coordinator;

@@ -51,6 +51,9 @@ struct RunOptions {
   // --server and the options that go with it: run only the collector here.
   RemoteOptions remote;
   bool color = false;
+  // Live Perfetto export: each rank's window events kept (at most this many per rank and
+  // window) and merged into window-<id>.perfetto.json; 0 = off. Embedded server only.
+  size_t perfetto_events_per_rank = 250'000;
 };
 
 // Registers the subcommand; `options` must outlive the app.

@@ -127,10 +127,12 @@ void AgentRings::Route(Source& source, int ring, const Event& event) {
     const uint64_t tid = source.shm->ring_header(ring)->thread_id;
     track.name = fmt::format("thread {}", tid != 0 ? tid : ev.track_id);
     summarizer_->OnTrack(track);
+    if (recording_) recording_->OnTrack(track);
   }
   if (ev.kind == EventKind::kIteration) saw_iteration_event_ = true;
   ++stats_.events_in_window;
   summarizer_->OnEvent(ev);
+  if (recording_) recording_->OnEvent(ev);
 }
 
 void AgentRings::BeginWindow(const WindowSpec& window) {
@@ -146,6 +148,12 @@ void AgentRings::BeginWindow(const WindowSpec& window) {
   agent_events_ = 0;
   saw_iteration_event_ = false;
   iterations_.clear();
+  recording_.reset();
+  finished_recording_.reset();
+  if (record_cap_ > 0) {
+    recording_ = std::make_unique<RankTrace>();
+    recording_->set_max_events(record_cap_);
+  }
 }
 
 void AgentRings::TruncateWindow(int64_t end_ns) {
@@ -202,6 +210,21 @@ WorkerSummary AgentRings::FinishWindow() {
         "{} events were dropped by the agent (full rings): raise --ring-events or --rings",
         summary.stats.dropped_events);
   }
+  if (recording_) {
+    // Self-contained: a copy of the function table (same ids: interned in id order).
+    auto trace = std::make_unique<RankTrace>();
+    for (uint32_t id = 0; id < functions_.size(); ++id) {
+      const FunctionTable::Entry& f = functions_.Get(id);
+      trace->functions()->Intern(f.kind, f.name, f.parent);
+    }
+    trace->rank = worker_.rank;
+    trace->host = worker_.host;
+    trace->source = summary.source;
+    for (const TrackInfo& t : recording_->tracks()) trace->OnTrack(t);
+    *trace->mutable_not_recorded() = recording_->not_recorded();
+    trace->AdoptEvents(recording_->TakeEvents());
+    finished_recording_ = std::move(trace);
+  }
   AbandonWindow();
   return summary;
 }
@@ -211,6 +234,7 @@ void AgentRings::AbandonWindow() {
   summarizer_.reset();
   tracks_announced_.clear();
   iterations_.clear();
+  recording_.reset();
 }
 
 }  // namespace perftracker

@@ -20,6 +20,11 @@
 // of their own in the same format (docs/gpu-sources.md); AttachSource() adds one, and its
 // events go through the same routing into the same window, with the file's own function map.
 //
+// Recording (for the live Perfetto export, docs/perfetto-export.md): with a cap set
+// (set_record_cap), a window's events are also kept as they were routed, at most `cap`
+// (40 B each; later ones are counted per track), and FinishWindow() leaves them, with a copy
+// of the function table, for TakeRecording().
+//
 // Not thread-safe: one owner (the collector serializes access per agent).
 #pragma once
 
@@ -33,6 +38,7 @@
 #include "perftracker/collector/coordinator_link.h"
 #include "perftracker/core/agent_shm.h"
 #include "perftracker/core/function_table.h"
+#include "perftracker/report/rank_trace.h"
 #include "perftracker/summary/window_summarizer.h"
 
 namespace perftracker {
@@ -75,6 +81,12 @@ class AgentRings {
   // Drops the open window without a summary.
   void AbandonWindow();
 
+  // Record each window's events, at most `cap` per window (0: do not record).
+  void set_record_cap(size_t cap) { record_cap_ = cap; }
+  // The last finished window's recorded events (null when not recording). Self-contained:
+  // the trace owns a copy of the function table its events refer to.
+  std::unique_ptr<RankTrace> TakeRecording() { return std::move(finished_recording_); }
+
   const WorkerInfo& worker() const { return worker_; }
   void set_worker(const WorkerInfo& worker) { worker_ = worker; }
   const AgentRingsStats& stats() const { return stats_; }
@@ -115,6 +127,10 @@ class AgentRings {
   bool saw_iteration_event_ = false;
   std::vector<std::pair<int64_t, int64_t>> iterations_;  // (start, end) from messages
   uint32_t iteration_function_ = FunctionTable::kNoParent;
+
+  size_t record_cap_ = 0;
+  std::unique_ptr<RankTrace> recording_;  // the open window's (ids in functions_)
+  std::unique_ptr<RankTrace> finished_recording_;
 };
 
 }  // namespace perftracker

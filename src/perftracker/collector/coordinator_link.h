@@ -69,6 +69,14 @@ class CoordinatorLink {
   virtual void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) = 0;
   // A worker's summary of window `window` (rank, host and source are filled in).
   virtual void OnSummary(uint64_t window, WorkerSummary summary) = 0;
+  // The worker's raw window events are in `path`, a file on the collector's host
+  // (report/rank_trace_file.h), for the window's Perfetto export. Sent before OnSummary.
+  // A link that cannot reach that file (another host) ignores it: the default.
+  virtual void OnWindowRecording(uint64_t window, int32_t rank, const std::string& path) {
+    (void)window;
+    (void)rank;
+    (void)path;
+  }
 };
 
 // What the server tells a collector. Called from server threads; must not block.

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <iterator>
 #include <unordered_map>
 #include <utility>
@@ -23,7 +24,9 @@
 #include "perftracker/collector/agent_message.h"
 #include "perftracker/collector/agent_rings.h"
 #include "perftracker/collector/line_reader.h"
+#include "perftracker/core/private_file_mode.h"
 #include "perftracker/core/realtime_clock.h"
+#include "perftracker/report/rank_trace_file.h"
 #include "perftracker/sources/host/tcp_sampler.h"
 #include "perftracker/sources/ib/ib_sampler.h"
 #include "perftracker/sources/nvml/nvml_sampler.h"
@@ -36,6 +39,8 @@ constexpr size_t kMaxReadPerWake = 1 << 20;  // per connection per poll round: f
 constexpr size_t kMaxOutbox = 1 << 20;
 constexpr size_t kDrainPerRound = 1 << 18;  // events per agent per drain round
 constexpr int kIoPollMs = 200;
+// Recordings of this many windows (the latest) are kept in CollectorOptions::record_dir.
+constexpr uint64_t kKeptRecordingWindows = 3;
 // Sampling starts this long before a window so that the first in-window sample has a rate.
 constexpr int64_t kSampleLeadNs = 250'000'000;
 
@@ -194,6 +199,36 @@ void NodeCollector::Stop() {
   listen_fd_ = wake_fd_ = -1;
   unlink(options_.socket_path.c_str());
   started_ = false;
+}
+
+void NodeCollector::WriteRecording(uint64_t window, const RankTrace& trace) {
+  namespace fs = std::filesystem;
+  const fs::path dir(options_.record_dir);
+  std::error_code ec;
+  if (::mkdir(dir.c_str(), PrivateDirMode()) == 0) ::chmod(dir.c_str(), PrivateDirMode());
+  const std::string path =
+      (dir / fmt::format("window-{}-rank-{}.ptrace", window, trace.rank)).string();
+  Status written = WriteRankTraceFile(path, trace, nullptr, PrivateFileMode());
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++(written.ok() ? stats_.recordings_written : stats_.recordings_failed);
+  }
+  if (!written.ok()) {
+    Log(fmt::format("rank {}: window {}'s events not kept for the Perfetto export: {}", trace.rank,
+                    window, written.message()));
+    return;
+  }
+  // Disk stays bounded when nobody merges the files: only the last kKeptRecordingWindows
+  // windows' recordings are kept.
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    unsigned long long id = 0;
+    const std::string name = e.path().filename().string();
+    if (std::sscanf(name.c_str(), "window-%llu-rank-", &id) == 1 &&
+        id + kKeptRecordingWindows <= window && name.ends_with(".ptrace")) {
+      fs::remove(e.path(), ec);
+    }
+  }
+  coordinator_->OnWindowRecording(window, trace.rank, path);
 }
 
 void NodeCollector::Log(const std::string& line) {
@@ -529,6 +564,7 @@ void NodeCollector::HandleHello(const std::shared_ptr<Session>& s, const AgentMe
     std::lock_guard<std::mutex> lock(s->mu);
     if (shm) {
       s->rings = std::make_unique<AgentRings>(std::move(shm), worker);
+      if (!options_.record_dir.empty()) s->rings->set_record_cap(options_.record_events);
     } else {
       s->rings->set_worker(worker);
     }
@@ -653,6 +689,7 @@ void NodeCollector::DrainLoop(int index) {
     const int64_t now = RealtimeNs();
     bool sampling = false;
     std::vector<std::pair<uint64_t, WorkerSummary>> summaries;
+    std::vector<std::pair<uint64_t, std::unique_ptr<RankTrace>>> recordings;
     std::vector<std::pair<int32_t, bool>> left;  // (rank, clean)
     std::vector<std::shared_ptr<Session>> retired;
     uint64_t drained = 0;
@@ -683,6 +720,9 @@ void NodeCollector::DrainLoop(int index) {
                    now >= w.end_ns() + grace_ns || last_round) {
           const uint64_t id = w.id;
           summaries.emplace_back(id, s->rings->FinishWindow());
+          if (std::unique_ptr<RankTrace> r = s->rings->TakeRecording()) {
+            recordings.emplace_back(id, std::move(r));
+          }
           s->finish_now = false;
         } else if (now + kSampleLeadNs >= w.start_ns && now <= w.end_ns()) {
           sampling = true;
@@ -712,7 +752,9 @@ void NodeCollector::DrainLoop(int index) {
       stats_.summaries_sent += summaries.size();
       stats_.summaries_lost += lost;
     }
-    // Outside every lock: the coordinator may call back into StartWindow etc.
+    // Outside every lock: the coordinator may call back into StartWindow etc. A rank's
+    // recording is announced before its summary (the summary may complete the window).
+    for (auto& [id, trace] : recordings) WriteRecording(id, *trace);
     for (auto& [id, summary] : summaries) coordinator_->OnSummary(id, std::move(summary));
     for (const auto& [rank, clean] : left) coordinator_->OnWorkerLeft(rank, clean);
 

@@ -40,6 +40,7 @@
 #include "perftracker/collector/coordinator_link.h"
 #include "perftracker/core/metric_sample.h"
 #include "perftracker/core/status.h"
+#include "perftracker/report/rank_trace.h"
 #include "perftracker/sources/host/host_sampler.h"
 
 namespace perftracker {
@@ -69,6 +70,12 @@ struct CollectorOptions {
   HostSampleFn sampler;
   // Where log lines go (default: stderr, prefixed "perftracker: ").
   LogFn log;
+  // Live Perfetto export (docs/perfetto-export.md): each rank's window events, at most
+  // record_events per rank and window (40 B each in memory and on disk), are written to
+  // <record_dir>/window-<id>-rank-<r>.ptrace on this host and announced with
+  // CoordinatorLink::OnWindowRecording. Off when record_dir is empty or record_events is 0.
+  std::string record_dir;
+  size_t record_events = 0;
 };
 
 struct CollectorStats {
@@ -82,6 +89,8 @@ struct CollectorStats {
   uint64_t events_drained = 0;
   uint64_t summaries_sent = 0;
   uint64_t summaries_lost = 0;  // agents gone mid-window
+  uint64_t recordings_written = 0;
+  uint64_t recordings_failed = 0;
 };
 
 class NodeCollector : public CollectorControl {
@@ -127,6 +136,9 @@ class NodeCollector : public CollectorControl {
   void Log(const std::string& line);
   void LogOnce(Session& s, int kind, const std::string& line);
   void SampleHost(int64_t now_ns, const std::vector<std::shared_ptr<Session>>& sessions);
+  // Writes a rank's window recording into options_.record_dir and announces it (drain
+  // thread, no lock held).
+  void WriteRecording(uint64_t window, const RankTrace& trace);
   // Attaches the files of the session's in-process sources (NCCL plugin, CUPTI) that appeared.
   // Called with the session's mutex held.
   void AttachSources(Session& s);

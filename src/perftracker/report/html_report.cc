@@ -247,8 +247,8 @@ double Median(std::vector<double> v) {
 
 class HtmlWriter {
  public:
-  HtmlWriter(const ReportModel& model, const HtmlOptions& options)
-      : model_(model), options_(options) {}
+  HtmlWriter(const ReportModel& model, const HtmlOptions& options, std::string perfetto_file)
+      : model_(model), options_(options), perfetto_file_(std::move(perfetto_file)) {}
 
   std::string Render() {
     const std::string title = model_.title().empty() ? "diagnosis" : model_.title();
@@ -291,6 +291,13 @@ class HtmlWriter {
     if (!d.notes.empty()) {
       out_ += fmt::format("<span><b>{}</b> note{}</span>", d.notes.size(),
                           d.notes.size() == 1 ? "" : "s");
+    }
+    if (!perfetto_file_.empty()) {
+      // Next to this file: a relative link works wherever the report directory is opened.
+      out_ += fmt::format(
+          "<span class=\"timeline\"><a href=\"{0}\" download>timeline: {0}</a> (open it in "
+          "ui.perfetto.dev or chrome://tracing)</span>",
+          EscapeHtml(perfetto_file_));
     }
     out_ += "</div></header>\n";
   }
@@ -781,6 +788,7 @@ class HtmlWriter {
 
   const ReportModel& model_;
   const HtmlOptions& options_;
+  std::string perfetto_file_;
   std::string out_;
 };
 
@@ -788,7 +796,7 @@ class HtmlWriter {
 
 std::string RenderHtml(const ReportInput& input, const HtmlOptions& options) {
   const ReportModel model(input);
-  return HtmlWriter(model, options).Render();
+  return HtmlWriter(model, options, input.perfetto_file).Render();
 }
 
 }  // namespace perftracker

@@ -421,7 +421,7 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
 
   Output o(out);
   nlohmann::ordered_json other;
-  other["generator"] = "perftracker diagnose --perfetto";
+  other["generator"] = options_.generator;
   other["max_events"] = options_.max_events;
   other["events_total"] = stats_.events_total;
   other["events_written"] = stats_.events_written;

@@ -56,6 +56,7 @@ struct PerfettoOptions {
   size_t max_events = 2'000'000;         // trace slices written, all ranks together
   size_t max_slices_per_finding = 4096;  // merged call intervals drawn per finding and rank
   size_t max_flows_per_finding = 64;     // culprit -> victim arrows per finding
+  std::string generator = "perftracker diagnose --perfetto";  // otherData.generator
 };
 
 struct PerfettoRankAlignment {

@@ -26,6 +26,8 @@ struct ReportInput {
   // When set, the JSON report ends with `skipped_inputs` (what `diagnose --format json` and
   // the server's window reports write; an empty array when nothing was skipped).
   const std::vector<SkippedInput>* skipped_inputs = nullptr;
+  // The window's Perfetto / Chrome trace, a file next to the HTML report: linked from it.
+  std::string perfetto_file{};
 };
 
 struct TextOptions {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -40,8 +41,10 @@ class LivePipelineTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  void Start(int64_t wait_summaries_ms) {
+  // record_events > 0: the window's timeline (recordings merged into a Perfetto trace).
+  void Start(int64_t wait_summaries_ms, size_t record_events = 0) {
     CoordinatorOptions co;
+    co.perfetto = record_events > 0;
     co.report_dir = (dir_ / "reports").string();
     co.window_ns = 400 * kMs;
     co.delay_ns = 100 * kMs;
@@ -53,6 +56,10 @@ class LivePipelineTest : public ::testing::Test {
     o.drain_interval_ms = 10;
     o.finish_grace_ms = 300;
     o.log = [](std::string_view) {};
+    if (record_events > 0) {
+      o.record_dir = (dir_ / "reports" / "recordings").string();
+      o.record_events = record_events;
+    }
     collector_ = std::make_unique<NodeCollector>(o, coordinator_.get());
     coordinator_->AddCollector(collector_.get());
     ASSERT_TRUE(coordinator_->Start().ok());
@@ -136,6 +143,85 @@ TEST_F(LivePipelineTest, ATriggerFromOneRankDiagnosesTheSlowRankFromEveryRanksRi
   for (const auto& w : j["workers"]) {
     EXPECT_EQ(w["iterations"].get<int>(), 9) << w.dump();
     EXPECT_EQ(w["stats"]["dropped_events"], 0);
+  }
+}
+
+TEST_F(LivePipelineTest, TheWindowsTimelineMergesEveryRanksRecordingAndDrawsTheFinding) {
+  Start(5000, 100'000);
+  std::vector<std::unique_ptr<FakeAgent>> agents;
+  for (int r = 0; r < 4; ++r) {
+    agents.push_back(std::make_unique<FakeAgent>(r, 4, "timeline"));
+    ASSERT_TRUE(agents.back()->Connect(socket_));
+    agents.back()->Hello();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  agents[2]->SendJson({{"type", "trigger"}, {"rank", 2}, {"reason", "slowdown"}, {"detail", "x"}});
+  for (auto& a : agents) {
+    auto w = a->WaitFor("window", 3000);
+    ASSERT_TRUE(w) << "rank " << a->rank() << " got no window";
+    Play(*a, *w, a->rank() == 2 ? 30 : 10);
+  }
+  ASSERT_TRUE(WaitForReport(5000));
+  const WindowReport report = *coordinator_->last_report();
+  ASSERT_EQ(report.perfetto_path, (dir_ / "reports" / "window-1.perfetto.json").string());
+  const nlohmann::json j = ReadJson(report.json_path);
+  const nlohmann::json doc = ReadJson(report.perfetto_path);
+  // One process per rank; each rank's events are the events its window summarized.
+  std::map<int, int64_t> events;
+  std::map<int, std::string> names;
+  int64_t finding_slices = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") {
+      names[e["pid"].get<int>()] = e["args"]["name"].get<std::string>();
+    } else if (e["ph"] == "X" && e["cat"] != "perftracker") {
+      ++events[e["pid"].get<int>()];
+    } else if (e["ph"] == "X" && e["pid"] == 2 &&
+               e["name"].get<std::string>().find("model.py:20 forward") != std::string::npos) {
+      ++finding_slices;
+    }
+  }
+  ASSERT_EQ(names.size(), 4u);
+  for (const auto& w : j["workers"]) {
+    const int rank = w["rank"].get<int>();
+    EXPECT_EQ(names[rank].rfind("rank " + std::to_string(rank) + " (", 0), 0u) << names[rank];
+    EXPECT_EQ(events[rank], w["stats"]["events"].get<int64_t>()) << "rank " << rank;
+  }
+  EXPECT_EQ(finding_slices, 9) << "one slice per forward call of the culprit";
+  EXPECT_EQ(doc["otherData"]["events_aggregated"], 0);
+  // Merged and removed; linked from the HTML report.
+  EXPECT_TRUE(fs::is_empty(dir_ / "reports" / "recordings"));
+  std::ifstream html(report.html_path);
+  std::stringstream ss;
+  ss << html.rdbuf();
+  EXPECT_NE(ss.str().find("href=\"window-1.perfetto.json\""), std::string::npos);
+}
+
+TEST_F(LivePipelineTest, EventsOverTheRecordingCapAreCountedNotSilentlyCut) {
+  Start(5000, 10);
+  std::vector<std::unique_ptr<FakeAgent>> agents;
+  for (int r = 0; r < 2; ++r) {
+    agents.push_back(std::make_unique<FakeAgent>(r, 2, "capped"));
+    ASSERT_TRUE(agents.back()->Connect(socket_));
+    agents.back()->Hello();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  agents[0]->SendJson({{"type", "trigger"}, {"rank", 0}, {"reason", "manual"}, {"detail", "x"}});
+  for (auto& a : agents) {
+    auto w = a->WaitFor("window", 3000);
+    ASSERT_TRUE(w);
+    Play(*a, *w, 10);
+  }
+  ASSERT_TRUE(WaitForReport(5000));
+  const WindowReport report = *coordinator_->last_report();
+  const nlohmann::json j = ReadJson(report.json_path);
+  const nlohmann::json doc = ReadJson(report.perfetto_path);
+  int64_t window_events = 0;
+  for (const auto& w : j["workers"]) window_events += w["stats"]["events"].get<int64_t>();
+  EXPECT_EQ(doc["otherData"]["events_total"].get<int64_t>(), window_events);
+  EXPECT_EQ(doc["otherData"]["events_written"], 20);
+  EXPECT_EQ(doc["otherData"]["events_aggregated"].get<int64_t>(), window_events - 20);
+  for (const auto& r : doc["otherData"]["ranks"]) {
+    EXPECT_EQ(r["events_not_recorded"].get<int64_t>(), r["events"].get<int64_t>() - 10);
   }
 }
 

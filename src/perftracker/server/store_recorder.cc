@@ -136,6 +136,10 @@ void StoreRecorder::OnSummary(uint64_t window, WorkerSummary summary) {
   next_->OnSummary(window, std::move(summary));
 }
 
+void StoreRecorder::OnWindowRecording(uint64_t window, int32_t rank, const std::string& path) {
+  next_->OnWindowRecording(window, rank, path);  // a file on this host: not stored
+}
+
 WindowRecord StoreRecorder::Record(const WindowSpec& spec, WindowState state) const {
   auto it = window_triggers_.find(spec.id);
   return WindowRecordOf(

@@ -63,6 +63,7 @@ class StoreRecorder : public CoordinatorLink, public CollectorControl {
   void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) override;
   void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) override;
   void OnSummary(uint64_t window, WorkerSummary summary) override;
+  void OnWindowRecording(uint64_t window, int32_t rank, const std::string& path) override;
 
   // CollectorControl: the coordinator opened a window.
   void StartWindow(const WindowSpec& window) override;

@@ -1,21 +1,32 @@
 #include "perftracker/server/window_coordinator.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 
+#include "perftracker/core/private_file_mode.h"
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/localize/hang_analyzer.h"
+#include "perftracker/report/perfetto_writer.h"
+#include "perftracker/report/rank_trace_file.h"
 #include "perftracker/report/report.h"
 #include "perftracker/server/report_writer.h"
 
 namespace perftracker {
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr auto kTick = std::chrono::milliseconds(50);
 // A hang window ended once its stacks were in waits at most this long for the summaries.
@@ -293,6 +304,89 @@ void WindowCoordinator::OnStacks(uint64_t window, int32_t rank, bool available,
   if (!window_ || window_->spec.id != window) return;
   (available ? window_->stacks : window_->no_stacks)[rank] = text;
   cv_.notify_all();
+}
+
+void WindowCoordinator::OnWindowRecording(uint64_t window, int32_t rank, const std::string& path) {
+  std::error_code ec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (options_.perfetto && window_ && window_->spec.id == window) {
+      window_->recordings[rank] = path;
+      return;
+    }
+  }
+  // Not wanted, or a late recording of a finished window: nothing will merge it.
+  if (options_.perfetto) std::filesystem::remove(path, ec);
+}
+
+std::string WindowCoordinator::WritePerfetto(const OpenWindow& w, const Diagnosis& diagnosis,
+                                             std::vector<std::string>* notes) const {
+  std::error_code ec;
+  if (w.recordings.empty()) {
+    notes->push_back(
+        "no Perfetto timeline: no rank's window events were recorded on this host (the "
+        "collectors of other hosts keep theirs: docs/perfetto-export.md)");
+    return "";
+  }
+  std::vector<std::unique_ptr<RankTrace>> traces;
+  std::vector<std::string> unread;
+  for (const auto& [rank, path] : w.recordings) {
+    StatusOr<std::unique_ptr<RankTrace>> trace = ReadRankTraceFile(path);
+    std::filesystem::remove(path, ec);
+    if (!trace.ok()) {
+      unread.push_back(fmt::format("rank {}: {}", rank, trace.status().message()));
+      continue;
+    }
+    traces.push_back(std::move(*trace));
+  }
+  PerfettoOptions perfetto_options;
+  perfetto_options.max_events = options_.perfetto_max_events;
+  perfetto_options.generator = fmt::format("perftracker live window {}", w.spec.id);
+  PerfettoWriter writer(perfetto_options);
+  for (const auto& t : traces) writer.AddRank(t.get());
+  const std::string path =
+      (fs::path(options_.report_dir) / fmt::format("window-{}.perfetto.json", w.spec.id)).string();
+  const std::string tmp = path + ".tmp";
+  Status written = Status::Ok();
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      written = Status::Internal(fmt::format("{}: cannot write: {}", tmp, std::strerror(errno)));
+    } else {
+      ::chmod(tmp.c_str(), PrivateFileMode());
+      written = writer.Write(diagnosis, &out);
+      out.close();
+      if (written.ok() && !out) written = Status::Internal(fmt::format("{}: cannot write", tmp));
+    }
+  }
+  if (written.ok()) {
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) written = Status::Internal(fmt::format("{}: cannot rename: {}", path, ec.message()));
+  }
+  if (!written.ok()) {
+    std::filesystem::remove(tmp, ec);
+    Log(fmt::format("window {}: no Perfetto timeline: {}", w.spec.id, written.message()));
+    notes->push_back(fmt::format("no Perfetto timeline: {}", written.message()));
+    return "";
+  }
+  std::vector<int32_t> without;
+  for (int32_t rank : w.expected) {
+    if (!w.recordings.count(rank)) without.push_back(rank);
+  }
+  const PerfettoStats& st = writer.stats();
+  std::string note =
+      fmt::format("Perfetto timeline: {} ({} ranks, {} events{})",
+                  fs::path(path).filename().string(), traces.size(), st.events_total,
+                  st.events_aggregated > 0
+                      ? fmt::format(", {} not drawn but counted per track", st.events_aggregated)
+                      : std::string());
+  if (!without.empty()) {
+    note +=
+        fmt::format("; without rank(s) {} (no recording on this host)", fmt::join(without, ", "));
+  }
+  if (!unread.empty()) note += "; unreadable: " + fmt::format("{}", fmt::join(unread, "; "));
+  notes->push_back(note);
+  return path;
 }
 
 void WindowCoordinator::OnSummary(uint64_t window, WorkerSummary summary) {
@@ -819,12 +913,16 @@ void WindowCoordinator::Finalize(OpenWindow w) {
                               hang.Analyze(RealtimeNs(), mean_iteration));
   }
 
+  std::string perfetto_path;
+  if (options_.perfetto) perfetto_path = WritePerfetto(w, diagnosis, &diagnosis.notes);
+
   ReportInput input;
   input.diagnosis = &diagnosis;
   input.workers = &summaries;
   input.title =
       fmt::format("{}{}window {} ({})", options_.title, options_.title.empty() ? "" : " — ",
                   w.spec.id, WindowReasonName(w.spec.reason));
+  if (!perfetto_path.empty()) input.perfetto_file = fs::path(perfetto_path).filename().string();
 
   WindowReport report;
   report.id = w.spec.id;
@@ -839,6 +937,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     report.json_path = written->json_path;
     report.html_path = written->html_path;
     report.stacks_path = written->stacks_path;
+    report.perfetto_path = perfetto_path;
     Log(fmt::format("window {} diagnosed ({} of {} ranks): {}", w.spec.id, summaries.size(),
                     w.expected.size(), report.json_path));
   } else {
@@ -864,6 +963,7 @@ void WindowCoordinator::RetractHangReport(const std::string& why) {
   std::vector<WorkerSummary> summaries;
   std::map<int32_t, std::string> stacks;
   std::string title;
+  std::string perfetto_path;
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = retract_report_window_;
@@ -871,6 +971,7 @@ void WindowCoordinator::RetractHangReport(const std::string& why) {
                            [&](const WindowReport& r) { return r.id == id; });
     if (it == reports_.end()) return;
     diagnosis = it->diagnosis;
+    perfetto_path = it->perfetto_path;
     summaries = hang_report_summaries_;
     stacks = hang_report_stacks_;
     title = hang_report_title_;
@@ -891,6 +992,7 @@ void WindowCoordinator::RetractHangReport(const std::string& why) {
   input.diagnosis = &diagnosis;
   input.workers = &summaries;
   input.title = title + " — hang retracted: the job made progress again";
+  if (!perfetto_path.empty()) input.perfetto_file = fs::path(perfetto_path).filename().string();
   const std::string text = RenderText(input, options_.text);
   StatusOr<WrittenReport> written =
       WriteWindowReport(options_.report_dir, id, WindowReason::kHang, input, stacks);

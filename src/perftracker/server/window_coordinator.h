@@ -41,7 +41,9 @@
 // happen on the coordinator's own thread, never on a collector's.
 //
 // Reports: for every window, <report_dir>/window-<id>-<reason>.json (the schema of
-// `perftracker diagnose --format json`) and .html, plus window-<id>-stacks.txt for hangs.
+// `perftracker diagnose --format json`) and .html, plus window-<id>-stacks.txt for hangs,
+// and window-<id>.perfetto.json when the collectors recorded the window's events
+// (options.perfetto; docs/perfetto-export.md).
 //
 // Threading: the CoordinatorLink calls come from collector threads and only take the state
 // mutex briefly; calls into collectors (CollectorControl) are made without holding it.
@@ -90,6 +92,11 @@ struct CoordinatorOptions {
   std::string title;                          // what is diagnosed (the command line)
   TextOptions text;                           // for WindowReport::text
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
+  // Live Perfetto export: the ranks' window recordings (OnWindowRecording, files on this
+  // host) are merged into <report_dir>/window-<id>.perfetto.json, linked from the HTML
+  // report; each recording is removed once merged. Off: recordings are left where they are.
+  bool perfetto = false;
+  size_t perfetto_max_events = 2'000'000;  // the export's cap (report/PerfettoWriter)
 };
 
 // One window's outcome.
@@ -99,8 +106,9 @@ struct WindowReport {
   std::string json;  // the JSON file's contents ("" when it could not be written)
   std::string json_path;
   std::string html_path;
-  std::string stacks_path;  // hangs only
-  std::string text;         // RenderText of the diagnosis
+  std::string stacks_path;    // hangs only
+  std::string perfetto_path;  // the window's Perfetto export ("" when none was written)
+  std::string text;           // RenderText of the diagnosis
   Diagnosis diagnosis;
   std::vector<int32_t> missing_ranks;
   bool retracted = false;  // a hang report the job's progress proved wrong (rewritten)
@@ -156,6 +164,7 @@ class WindowCoordinator : public CoordinatorLink {
   void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) override;
   void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) override;
   void OnSummary(uint64_t window, WorkerSummary summary) override;
+  void OnWindowRecording(uint64_t window, int32_t rank, const std::string& path) override;
 
  private:
   struct Worker {
@@ -176,8 +185,9 @@ class WindowCoordinator : public CoordinatorLink {
     std::set<int32_t> expected;
     std::map<int32_t, WorkerSummary> summaries;
     std::map<int32_t, std::string> stacks;
-    std::map<int32_t, std::string> no_stacks;  // rank -> the agent's explanation
-    std::vector<std::string> triggers;         // "rank 2: slowdown (detail)"
+    std::map<int32_t, std::string> no_stacks;   // rank -> the agent's explanation
+    std::map<int32_t, std::string> recordings;  // rank -> its window events' file (this host)
+    std::vector<std::string> triggers;          // "rank 2: slowdown (detail)"
     // Hang confirmation (see the header comment). opened_for: the reason the window was
     // opened with (a hang may join a slowdown window and be retracted again).
     WindowReason opened_for = WindowReason::kManual;
@@ -212,6 +222,10 @@ class WindowCoordinator : public CoordinatorLink {
   // Rewrites the last hang report without its PT-HANG finding (coordinator thread).
   void RetractHangReport(const std::string& why);
   void Finalize(OpenWindow window);
+  // Merges the window's recordings into window-<id>.perfetto.json (coordinator thread);
+  // returns its path, or "" with a note in *notes saying why there is none.
+  std::string WritePerfetto(const OpenWindow& w, const Diagnosis& diagnosis,
+                            std::vector<std::string>* notes) const;
   static std::map<int32_t, std::string> StacksFile(const OpenWindow& w);
   void Log(const std::string& line) const;
 
