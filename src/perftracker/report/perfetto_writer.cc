@@ -594,7 +594,13 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
         for (const Event& e : r.events()) {
           if (e.function_id >= matches.size()) continue;
           int8_t& m = matches[e.function_id];
-          if (m < 0) m = LeafOf(r.functions().Key(e.function_id)) == leaf ? 1 : 0;
+          // A call path's leaf is "kind:name"; a finding without one names the function only.
+          if (m < 0) {
+            m = (finding.function_key.empty() ? r.functions().Get(e.function_id).name
+                                              : LeafOf(r.functions().Key(e.function_id))) == leaf
+                    ? 1
+                    : 0;
+          }
           if (m == 1) {
             calls.push_back({e.start_ns - p.shift_ns, e.end_ns - p.shift_ns, 1});
           }
