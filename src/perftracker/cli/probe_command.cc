@@ -14,6 +14,7 @@
 #include "perftracker/cli/run_command.h"
 #include "perftracker/core/metric_sample.h"
 #include "perftracker/core/realtime_clock.h"
+#include "perftracker/core/units.h"
 #include "perftracker/sources/ib/ib_sampler.h"
 #include "perftracker/sources/nvml/nvml_sampler.h"
 #ifdef PERFTRACKER_HAVE_CUPTI
@@ -23,23 +24,13 @@
 namespace perftracker {
 namespace {
 
-std::string Rate(double bytes_per_s) {
-  const char* units[] = {"B/s", "KB/s", "MB/s", "GB/s", "TB/s"};
-  int u = 0;
-  while (bytes_per_s >= 1000 && u < 4) {
-    bytes_per_s /= 1000;
-    ++u;
-  }
-  return fmt::format("{:.3g} {}", bytes_per_s, units[u]);
-}
-
 std::string Value(Metric metric, double v) {
   switch (metric) {
     case Metric::kGpuUtilization:
     case Metric::kGpuMemoryUtilization:
     case Metric::kGpuSmActivity:
     case Metric::kGpuDramActivity:
-      return fmt::format("{:.0f} %", v * 100);
+      return FormatShare(v);
     case Metric::kGpuSmClockMhz:
     case Metric::kGpuSmClockMaxMhz:
       return fmt::format("{:.0f} MHz", v);
@@ -54,7 +45,7 @@ std::string Value(Metric metric, double v) {
     case Metric::kNvlinkBytesPerSec:
     case Metric::kIbTxBytesPerSec:
     case Metric::kIbRxBytesPerSec:
-      return Rate(v);
+      return FormatByteRate(v);
     default:
       return fmt::format("{:g}", v);
   }

@@ -63,23 +63,13 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "perftracker/core/units.h"
+
 namespace perftracker {
 namespace {
 
 const char* MarkerName(Marker marker) {
   return marker == Marker::kDataLoaderNext ? "data-loader next" : "optimizer step";
-}
-
-std::string FormatDuration(double ns) {
-  char buf[32];
-  if (ns >= 1e9) {
-    std::snprintf(buf, sizeof(buf), "%.2f s", ns / 1e9);
-  } else if (ns >= 1e6) {
-    std::snprintf(buf, sizeof(buf), "%.1f ms", ns / 1e6);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.1f us", ns / 1e3);
-  }
-  return buf;
 }
 
 DetectorOptions Sanitized(DetectorOptions o) {

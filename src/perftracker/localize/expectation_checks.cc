@@ -123,12 +123,12 @@ void RunExpectationChecks(const RuleContext& ctx, std::vector<RenderedFinding>& 
     const std::vector<uint32_t> top = TopFunctions(job, e.cites, e.by_critical, e.cited);
     Finding f = JobFinding(ctx, e.code, e.category, std::string(e.resource), lost,
                            top.empty() ? kNone : top[0]);
-    f.title =
-        fmt::format(fmt::runtime(e.title),
-                    fmt::arg("function", f.function.empty() ? "" : " (" + f.function + ")"),
-                    fmt::arg("lost", FormatNs(lost)), fmt::arg("share", FormatShare(f.lost_share)));
+    f.title = fmt::format(fmt::runtime(e.title),
+                          fmt::arg("function", f.function.empty() ? "" : " (" + f.function + ")"),
+                          fmt::arg("lost", FormatDuration(lost)),
+                          fmt::arg("share", FormatShare(f.lost_share)));
     f.evidence.push_back(
-        {std::string(e.median_label), fmt::format("{} ({})", FormatNs(lost), median_of)});
+        {std::string(e.median_label), fmt::format("{} ({})", FormatDuration(lost), median_of)});
     for (uint32_t fid : top) {
       const FunctionInfo& fn = functions[fid];
       const double rate = fn.sum_time_ns > 0 ? fn.sum_bytes * 1e9 / fn.sum_time_ns : 0;
@@ -136,8 +136,8 @@ void RunExpectationChecks(const RuleContext& ctx, std::vector<RenderedFinding>& 
       f.evidence.push_back(
           {std::string(e.cite_label),
            fmt::format(fmt::runtime(e.cite), fmt::arg("name", fn.name),
-                       fmt::arg("time", FormatNs(fn.sum_time_ns / num_workers)),
-                       fmt::arg("critical", FormatNs(fn.sum_critical_ns / num_workers)),
+                       fmt::arg("time", FormatDuration(fn.sum_time_ns / num_workers)),
+                       fmt::arg("critical", FormatDuration(fn.sum_critical_ns / num_workers)),
                        fmt::arg("calls", FormatCount(fn.sum_calls / num_workers)),
                        fmt::arg("bytes", FormatBytes(fn.sum_bytes / num_workers)),
                        fmt::arg("rate", FormatBytes(rate)),
@@ -145,7 +145,7 @@ void RunExpectationChecks(const RuleContext& ctx, std::vector<RenderedFinding>& 
                                 p == kNone ? std::string()
                                            : fmt::format(", called from {}", functions[p].name)))});
     }
-    f.evidence.push_back({"median iteration (job)", FormatNs(ctx.iteration_ns)});
+    f.evidence.push_back({"median iteration (job)", FormatDuration(ctx.iteration_ns)});
     RenderedFinding r;
     r.finding = std::move(f);
     out.push_back(std::move(r));

@@ -62,7 +62,7 @@ void FindingWording::FillVictims(Finding& f, const std::vector<uint32_t>& culpri
   f.victims = ranks;
   f.evidence.push_back(
       {"victims (wait for it)", fmt::format("{} (waiting at least {} more per iteration)",
-                                            victims.size(), FormatNs(min_extra_wait))});
+                                            victims.size(), FormatDuration(min_extra_wait))});
 }
 
 std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFinding>& wfs) const {
@@ -134,11 +134,11 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
         over_iteration ? fmt::format(
                              "+{} summed over threads or streams that run at once: at most the "
                              "whole iteration",
-                             FormatNs(excess))
+                             FormatDuration(excess))
         : f.lost_ns_per_iteration < excess
-            ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatNs(excess),
-                          FormatNs(f.lost_ns_per_iteration), FormatShare(f.lost_share))
-            : fmt::format("+{}{}, {} of the iteration", FormatNs(excess), since,
+            ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatDuration(excess),
+                          FormatDuration(f.lost_ns_per_iteration), FormatShare(f.lost_share))
+            : fmt::format("+{}{}, {} of the iteration", FormatDuration(excess), since,
                           FormatShare(f.lost_share));
     if (top.run_queue_only) {
       // Run-queue evidence alone (see MarkCpuContention).
@@ -148,7 +148,7 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       f.evidence.push_back({"time lost per iteration",
                             fmt::format("at most {}: the extra share of wall time {} was "
                                         "runnable but not running, times the median iteration",
-                                        FormatNs(a.excess()), who)});
+                                        FormatDuration(a.excess()), who)});
       f.evidence.push_back({"traced functions",
                             "none is longer than its peers': the delay is "
                             "spread over the whole step"});
@@ -160,13 +160,13 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
         f.title = fmt::format(
             "{} has {}/iter of untraced time before {}: no traced function covers it, and its "
             "peers wait for it ({} of the iteration)",
-            who, FormatNs(f.lost_ns_per_iteration), before, FormatShare(f.lost_share));
+            who, FormatDuration(f.lost_ns_per_iteration), before, FormatShare(f.lost_share));
         f.evidence.push_back(
             {"where in the iteration",
              fmt::format("its thread idles {}/iter before {} (peers' median {}): a sleep, "
                          "Python the profiler did not record, or a stalled thread",
-                         FormatNs(top.untraced_gap_ns), before,
-                         FormatNs(top.untraced_peer_gap_ns))});
+                         FormatDuration(top.untraced_gap_ns), before,
+                         FormatDuration(top.untraced_peer_gap_ns))});
       } else {
         f.title = fmt::format(
             "{} is the worker its peers wait for ({}), but none of its traced functions is "
@@ -174,8 +174,9 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
             who, effect);
       }
       f.evidence.push_back({"collective + sync wait per iteration",
-                            fmt::format("{} on {}", FormatNs(wr.wait_fn_ns), who)});
-      f.evidence.push_back({fmt::format("peer median ({} workers)", a.peers), FormatNs(a.value)});
+                            fmt::format("{} on {}", FormatDuration(wr.wait_fn_ns), who)});
+      f.evidence.push_back(
+          {fmt::format("peer median ({} workers)", a.peers), FormatDuration(a.value)});
       double gap_median = 0;
       {
         std::vector<float> gaps;
@@ -184,9 +185,9 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
         }
         gap_median = MedianInPlace(gaps);
       }
-      f.evidence.push_back(
-          {"idle gaps before calls per iteration",
-           fmt::format("{} (peers' median {})", FormatNs(wr.idle_gap_ns), FormatNs(gap_median))});
+      f.evidence.push_back({"idle gaps before calls per iteration",
+                            fmt::format("{} (peers' median {})", FormatDuration(wr.idle_gap_ns),
+                                        FormatDuration(gap_median))});
     } else {
       const FunctionInfo& fn = functions[a.fid];
       f.function = fn.name;
@@ -203,27 +204,28 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       } else if (a.only_on_some) {
         f.title = fmt::format(
             "only {} run{} {} ({}/iter); the other {} ranks of {} peer group do not ({})", who,
-            plural ? "" : "s", fn.name, FormatNs(a.value), a.peers - a.present,
+            plural ? "" : "s", fn.name, FormatDuration(a.value), a.peers - a.present,
             plural ? "their" : "its", effect);
       } else if (a.median < kAlmostNothingShare * a.value) {
         // A ratio to almost nothing ("47697.3x its peers") says nothing.
         f.title = fmt::format("only {} run{} {} for real: {}/iter against {} peers' median {} ({})",
-                              who, plural ? "" : "s", fn.name, FormatNs(a.value),
-                              plural ? "their" : "its", FormatNs(a.median), effect);
+                              who, plural ? "" : "s", fn.name, FormatDuration(a.value),
+                              plural ? "their" : "its", FormatDuration(a.median), effect);
       } else {
         f.title =
             fmt::format("{} spend{} {}/iter in {}, {:.1f}x {} peers ({})", who, plural ? "" : "s",
-                        FormatNs(a.value), fn.name, a.median > 0 ? a.value / a.median : 0.0,
+                        FormatDuration(a.value), fn.name, a.median > 0 ? a.value / a.median : 0.0,
                         plural ? "their" : "its", effect);
       }
-      f.evidence.push_back({"time per iteration", fmt::format("{} in {} on {}", FormatNs(a.value),
-                                                              fn.name, job.WorkerName(w))});
+      f.evidence.push_back(
+          {"time per iteration",
+           fmt::format("{} in {} on {}", FormatDuration(a.value), fn.name, job.WorkerName(w))});
       if (a.only_on_some) {
         f.evidence.push_back(
             {"peer group workers running it", fmt::format("{} of {}", a.present, a.peers)});
       } else {
         f.evidence.push_back(
-            {fmt::format("peer median ({} workers)", a.peers), FormatNs(a.median)});
+            {fmt::format("peer median ({} workers)", a.peers), FormatDuration(a.median)});
         f.evidence.push_back(
             {"robust z-score", fmt::format("{:.1f}", a.scale > 0 ? a.excess() / a.scale : 0.0)});
         // How: slower calls or more calls.
@@ -234,23 +236,23 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
           how = fmt::format(
               "same calls ({} per iteration, p50 {} vs {}): the extra time is "
               "work between or inside them",
-              FormatCount(a.calls), FormatNs(a.p50), FormatNs(a.peer_p50));
+              FormatCount(a.calls), FormatDuration(a.p50), FormatDuration(a.peer_p50));
         } else if (call_ratio >= 1.2 && call_ratio >= p50_ratio) {
-          how =
-              fmt::format("more calls: {} per iteration vs {} (p50 {} vs {})", FormatCount(a.calls),
-                          FormatCount(a.peer_calls), FormatNs(a.p50), FormatNs(a.peer_p50));
+          how = fmt::format("more calls: {} per iteration vs {} (p50 {} vs {})",
+                            FormatCount(a.calls), FormatCount(a.peer_calls), FormatDuration(a.p50),
+                            FormatDuration(a.peer_p50));
         } else {
           how = fmt::format("slower calls: p50 {} vs {} ({:.1f}x), {} calls per iteration vs {}",
-                            FormatNs(a.p50), FormatNs(a.peer_p50), p50_ratio, FormatCount(a.calls),
-                            FormatCount(a.peer_calls));
+                            FormatDuration(a.p50), FormatDuration(a.peer_p50), p50_ratio,
+                            FormatCount(a.calls), FormatCount(a.peer_calls));
         }
         f.evidence.push_back({"how it differs", how});
       }
       for (const Anomaly& b : top.below) {
         f.evidence.push_back(
-            {"time goes into",
-             fmt::format("{}: {} -> {} per iteration (+{})", functions[b.fid].name,
-                         FormatNs(b.median), FormatNs(b.value), FormatNs(b.excess()))});
+            {"time goes into", fmt::format("{}: {} -> {} per iteration (+{})",
+                                           functions[b.fid].name, FormatDuration(b.median),
+                                           FormatDuration(b.value), FormatDuration(b.excess()))});
       }
       if (top.onset_iteration > 0) {
         f.evidence.push_back(
@@ -258,21 +260,22 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
              fmt::format("from iteration {} of {} on: {}/iter in {} (peers' median {}), +{} per "
                          "iteration; before it at its peers' level; averaged over the window "
                          "+{}",
-                         top.onset_iteration + 1, top.onset_of, FormatNs(top.onset_value),
-                         functions[top.onset_function].name, FormatNs(top.onset_median),
-                         FormatNs(top.onset_excess), FormatNs(a.excess()))});
+                         top.onset_iteration + 1, top.onset_of, FormatDuration(top.onset_value),
+                         functions[top.onset_function].name, FormatDuration(top.onset_median),
+                         FormatDuration(top.onset_excess), FormatDuration(a.excess()))});
       }
       for (const Anomaly& p : top.parts) {
-        f.evidence.push_back(
-            {"same layer, also in",
-             fmt::format("{}: {} -> {} per iteration (+{})", job.PathName(p.fid),
-                         FormatNs(p.median), FormatNs(p.value), FormatNs(p.excess()))});
+        f.evidence.push_back({"same layer, also in",
+                              fmt::format("{}: {} -> {} per iteration (+{})", job.PathName(p.fid),
+                                          FormatDuration(p.median), FormatDuration(p.value),
+                                          FormatDuration(p.excess()))});
       }
       for (size_t k = 0; k < top.children.size() && k < 3; ++k) {
         const Anomaly& c = top.children[k];
         f.evidence.push_back(
             {"of which", fmt::format("{}: {} -> {} per iteration (+{})", functions[c.fid].name,
-                                     FormatNs(c.median), FormatNs(c.value), FormatNs(c.excess()))});
+                                     FormatDuration(c.median), FormatDuration(c.value),
+                                     FormatDuration(c.excess()))});
       }
       if (top.below.empty() && top.children.empty() && has_children_[a.fid]) {
         f.evidence.push_back({"where", fmt::format("in {}'s own code: none of its traced "
@@ -291,14 +294,14 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       }
       if (a.critical > 0 || a.peer_critical > 0) {
         f.evidence.push_back({"on the critical path per iteration",
-                              fmt::format("{} (peers' median {})", FormatNs(a.critical),
-                                          FormatNs(a.peer_critical))});
+                              fmt::format("{} (peers' median {})", FormatDuration(a.critical),
+                                          FormatDuration(a.peer_critical))});
       }
     }
     if (top.gc_peer_ns >= 0) {
       const std::string gc =
-          fmt::format("{}/iter on {} vs {} (peers' median)", FormatNs(workers[w].gc_ns),
-                      job.WorkerName(w), FormatNs(top.gc_peer_ns));
+          fmt::format("{}/iter on {} vs {} (peers' median)", FormatDuration(workers[w].gc_ns),
+                      job.WorkerName(w), FormatDuration(top.gc_peer_ns));
       f.title = fmt::format("{} (GC pauses: {})", f.title, gc);
       f.evidence.insert(f.evidence.begin(), Evidence{"GC pauses", gc});
     }
@@ -332,15 +335,15 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       f.evidence.push_back({"its collective + sync wait",
                             fmt::format("{}/iter on {} (peers' median {}): the others wait "
                                         "for it",
-                                        FormatNs(wr.wait_fn_ns), job.WorkerName(w),
-                                        FormatNs(ctx_.peers->group_wait_median[a.group]))});
+                                        FormatDuration(wr.wait_fn_ns), job.WorkerName(w),
+                                        FormatDuration(ctx_.peers->group_wait_median[a.group]))});
     }
     if (f.category == FindingCategory::kCommunication) {
       f.evidence.push_back({"compute anomalies on other workers",
                             "none: the time is lost "
                             "in communication itself"});
     }
-    f.evidence.push_back({"median iteration (job)", FormatNs(ctx_.iteration_ns)});
+    f.evidence.push_back({"median iteration (job)", FormatDuration(ctx_.iteration_ns)});
     f.material = f.lost_ns_per_iteration >= ctx_.material_ns;
     // Consistency: a straggler's median call is slower, or it makes more calls. When neither
     // explains at least half of the material bar, the excess comes from a few slow calls
@@ -369,7 +372,7 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
              fmt::format("the median call is not slower (p50 {} vs peers' {}) and there are "
                          "no extra calls: a few slow calls make the excess; below {:.0f}% of "
                          "the iteration this is treated as noise",
-                         FormatNs(a.p50), FormatNs(a.peer_p50),
+                         FormatDuration(a.p50), FormatDuration(a.peer_p50),
                          100.0 * kIntermittentFactor * ctx_.options->material_share)});
       }
     }

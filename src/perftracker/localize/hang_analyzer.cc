@@ -35,6 +35,7 @@
 #include <charconv>
 #include <map>
 
+#include "perftracker/core/units.h"
 #include "perftracker/localize/finding_catalogue.h"
 
 namespace perftracker {
@@ -101,11 +102,6 @@ std::string Basename(std::string_view path) {
 
 std::string FrameText(const StackFrame& f) {
   return fmt::format("{}:{} {}", f.file, f.line, f.function);
-}
-
-std::string FormatSeconds(int64_t ns) {
-  const double s = static_cast<double>(ns) / 1e9;
-  return s >= 10 ? fmt::format("{:.0f} s", s) : fmt::format("{:.1f} s", s);
 }
 
 std::string RankList(std::vector<int32_t> ranks) {
@@ -371,8 +367,7 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
   const std::string who = culprits.empty() ? "no rank" : RankList(ranks_of(culprits));
   const std::string silence =
       f.lost_ns_per_iteration > 0
-          ? fmt::format(", no progress for {}",
-                        FormatSeconds(static_cast<int64_t>(f.lost_ns_per_iteration)))
+          ? fmt::format(", no progress for {}", FormatDuration(f.lost_ns_per_iteration))
           : "";
 
   if (worst != nullptr && worst->where == Where::kOwnCode) {
@@ -442,7 +437,7 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
       }
       if (v.empty()) return "";
       std::sort(v.begin(), v.end());
-      return FormatSeconds(v[v.size() / 2]) + " ago";
+      return FormatDuration(static_cast<double>(v[v.size() / 2])) + " ago";
     };
     std::vector<const Classified*> others;
     for (const auto& c : all) {
@@ -464,7 +459,7 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
     f.evidence.push_back(
         {"silence", fmt::format("{:.1f}x the mean iteration ({})",
                                 f.lost_ns_per_iteration / static_cast<double>(mean_iteration_ns),
-                                FormatSeconds(mean_iteration_ns))});
+                                FormatDuration(static_cast<double>(mean_iteration_ns)))});
   }
   for (const auto* c : missing) {
     f.evidence.push_back({fmt::format("rank {}", c->rank), c->why_no_stacks});

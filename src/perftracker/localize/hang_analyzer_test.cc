@@ -183,15 +183,15 @@ TEST(HangAnalyzerTest, CulpritStuckInOwnCodeOthersInAllReduce) {
   EXPECT_EQ(f.function_key, "/work/job/model.py:27 forward");
   EXPECT_EQ(f.title,
             "rank 2 hangs in model.py:27 forward while ranks 0, 1, 3 wait in all_reduce, no "
-            "progress for 4.0 s");
+            "progress for 4.00 s");
   std::string all;
   for (const auto& e : f.evidence) all += e.label + ": " + e.value + "\n";
   EXPECT_THAT(all, HasSubstr("innermost user frames on rank 2: /work/job/model.py:27 forward <- "
                              "/work/job/model.py:42 forward <- /work/job/train.py:115 main"));
   EXPECT_THAT(all, HasSubstr("source line: /work/job/model.py:27 forward: time.sleep(3600)"));
   EXPECT_THAT(all, HasSubstr("waiting in a collective: ranks 0, 1, 3 wait in all_reduce"));
-  EXPECT_THAT(all, HasSubstr("last progress (iteration end): rank 2: 4.0 s ago; the others: "
-                             "3.0 s ago (median)"));
+  EXPECT_THAT(all, HasSubstr("last progress (iteration end): rank 2: 4.00 s ago; the others: "
+                             "3.00 s ago (median)"));
   EXPECT_THAT(all, HasSubstr("silence: 8.0x the mean iteration"));
   EXPECT_THAT(all, HasSubstr("main-thread stack on rank 2 (innermost first): "
                              "/work/job/model.py:27 forward\n"));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "perftracker/core/units.h"
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/robust_stats.h"
 
@@ -49,27 +50,6 @@ constexpr double kSlowLinkExplains = 0.5;
 // Kernels with a median call below this are tiny (launch overhead dominates).
 constexpr double kTinyKernelNs = 20e3;
 constexpr double kTinyKernelJobShare = 0.5;
-
-std::string FormatNs(double ns) {
-  const double a = std::fabs(ns);
-  if (a < 1e3) return fmt::format("{:.0f} ns", ns);
-  if (a < 1e6) return fmt::format("{:.1f} us", ns / 1e3);
-  if (a < 1e9) return fmt::format("{:.1f} ms", ns / 1e6);
-  return fmt::format("{:.2f} s", ns / 1e9);
-}
-
-std::string FormatRate(double bytes_per_s) {
-  if (bytes_per_s >= 1e9) return fmt::format("{:.1f} GB/s", bytes_per_s / 1e9);
-  return fmt::format("{:.0f} MB/s", bytes_per_s / 1e6);
-}
-
-std::string FormatBits(double bytes_per_s) {
-  const double bits = bytes_per_s * 8;
-  if (bits >= 1e9) return fmt::format("{:.1f} Gbit/s", bits / 1e9);
-  return fmt::format("{:.0f} Mbit/s", bits / 1e6);
-}
-
-std::string FormatShare(double share) { return fmt::format("{:.0f}%", share * 100); }
 
 double Median(std::vector<float> v) { return v.empty() ? 0 : MedianInPlace(v); }
 
@@ -275,17 +255,17 @@ Finding HardwareFindings::LinkFinding(const Context& ctx, const char* link,
   f.lost_share = ctx.iteration_ns > 0 ? f.lost_ns_per_iteration / ctx.iteration_ns : 0;
   f.evidence.push_back(
       {fmt::format("{} throughput during its transfers", link),
-       fmt::format("{} mean, bursts at {} on rank {}{}", FormatRate(p.mean),
-                   FormatRate(p.BurstRate()), wr.rank,
+       fmt::format("{} mean, bursts at {} on rank {}{}", FormatByteRate(p.mean),
+                   FormatByteRate(p.BurstRate()), wr.rank,
                    hosts_[wr.host].empty() ? "" : fmt::format(" ({})", hosts_[wr.host]))});
-  f.evidence.push_back(
-      {fmt::format("{} burst rate of the other workers (median)", link), FormatRate(median_rate)});
+  f.evidence.push_back({fmt::format("{} burst rate of the other workers (median)", link),
+                        FormatByteRate(median_rate)});
   f.evidence.push_back({"time in transfers over it per iteration",
-                        fmt::format("{} on rank {}", FormatNs(p.time_ns), wr.rank)});
+                        fmt::format("{} on rank {}", FormatDuration(p.time_ns), wr.rank)});
   f.evidence.push_back(
       {"how the time is estimated",
        fmt::format("its bytes per iteration at its rate minus at the median rate = {}",
-                   FormatNs(f.lost_ns_per_iteration))});
+                   FormatDuration(f.lost_ns_per_iteration))});
   return f;
 }
 
@@ -410,16 +390,19 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
             "{}: the GPU is throttled ({}), device compute {}/iter vs {} on its peers (+{})", who,
             r.clock > 0 ? fmt::format("SM clock {:.0f} of {:.0f} MHz", r.clock, r.clock_max)
                         : "throttle reasons set",
-            FormatNs(r.compute_ns), FormatNs(centers[g].median), FormatNs(excess[w]));
+            FormatDuration(r.compute_ns), FormatDuration(centers[g].median),
+            FormatDuration(excess[w]));
       } else {
         f.title = fmt::format(
             "{}: the GPU is slow: every kernel runs longer, device compute {}/iter vs {} on its "
             "peers (+{}), with no clock or throttle evidence",
-            who, FormatNs(r.compute_ns), FormatNs(centers[g].median), FormatNs(excess[w]));
+            who, FormatDuration(r.compute_ns), FormatDuration(centers[g].median),
+            FormatDuration(excess[w]));
       }
-      f.evidence.push_back({"device compute per iteration",
-                            fmt::format("{} on rank {}, peers' median {}", FormatNs(r.compute_ns),
-                                        r.rank, FormatNs(centers[g].median))});
+      f.evidence.push_back(
+          {"device compute per iteration",
+           fmt::format("{} on rank {}, peers' median {}", FormatDuration(r.compute_ns), r.rank,
+                       FormatDuration(centers[g].median))});
       if (r.clock > 0) {
         f.evidence.push_back(
             {"SM clock",
@@ -495,8 +478,8 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
         "{} {} on a degraded {} link: transfers run flat at {} while the others' links reach {} "
         "(+{} per iteration)",
         culprits.size() == 1 ? "rank" : "ranks", who, link,
-        FormatRate((records_[culprits[0]].*pool).BurstRate()), FormatRate(median_rate),
-        FormatNs(f.lost_ns_per_iteration));
+        FormatByteRate((records_[culprits[0]].*pool).BurstRate()), FormatByteRate(median_rate),
+        FormatDuration(f.lost_ns_per_iteration));
     absorb(absorbs, culprits, code == fc::kNicDegraded, f);
     name_hosts(f, culprits);
     material(f);
@@ -538,7 +521,7 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
           FormatShare(down));
       f.evidence.push_back(
           {"link-down samples", fmt::format("{} of the samples", FormatShare(down))});
-      f.evidence.push_back({"inter-node transfer time per iteration", FormatNs(comm)});
+      f.evidence.push_back({"inter-node transfer time per iteration", FormatDuration(comm)});
       absorb({fc::kStragglerComm, fc::kStragglerUntraced}, culprits, true, f);
       name_hosts(f, culprits);
       material(f);
@@ -589,15 +572,15 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       f.title = fmt::format(
           "{} on a slow network link: its connections deliver at {} while its peers' reach {}; "
           "every collective waits for it (+{} per iteration)",
-          WhoIsAtFault(culprits.size(), r.rank), FormatBits(r.tcp_rate),
-          FormatBits(peer_rates[worst]), FormatNs(lost[worst]));
+          WhoIsAtFault(culprits.size(), r.rank), FormatBitRate(r.tcp_rate),
+          FormatBitRate(peer_rates[worst]), FormatDuration(lost[worst]));
       std::string rates;  // in worker order, the first 8
       size_t listed = 0;
       for (uint32_t w = 0; w < n && listed < 8; ++w) {
         const Record& m = records_[w];
         if (m.tcp_rate <= 0) continue;
-        rates +=
-            fmt::format("{}rank {} {}", listed++ > 0 ? ", " : "", m.rank, FormatBits(m.tcp_rate));
+        rates += fmt::format("{}rank {} {}", listed++ > 0 ? ", " : "", m.rank,
+                             FormatBitRate(m.tcp_rate));
       }
       if (measured.size() > 8) rates += fmt::format(", ... ({} workers)", measured.size());
       f.evidence.push_back({"TCP delivery rate of the busiest connection", rates});
@@ -605,7 +588,8 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
           {"bytes it sends per iteration",
            fmt::format("{:.2f} MB: {} at its rate, of {} communication per iteration",
                        r.tcp_send * r.iteration_ns / 1e15,
-                       FormatNs(r.tcp_send * r.iteration_ns / r.tcp_rate), FormatNs(r.comm_ns))});
+                       FormatDuration(r.tcp_send * r.iteration_ns / r.tcp_rate),
+                       FormatDuration(r.comm_ns))});
       f.evidence.push_back(
           {"how the time is estimated",
            "its bytes per iteration at its rate minus at its peers' median rate, at most its "
@@ -637,12 +621,12 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
         if (drop[i] || f.code != fc::kHostBound) continue;
         f.code = fc::kLaunchBound;
         f.title = fmt::format("{} of the kernel launches are tiny (median call under {}): {}",
-                              FormatShare(share), FormatNs(kTinyKernelNs), f.title);
+                              FormatShare(share), FormatDuration(kTinyKernelNs), f.title);
         f.evidence.insert(f.evidence.begin(),
                           Evidence{"tiny kernels",
                                    fmt::format("{} of kernel calls have a median duration under {} "
                                                "(median of workers)",
-                                               FormatShare(share), FormatNs(kTinyKernelNs))});
+                                               FormatShare(share), FormatDuration(kTinyKernelNs))});
       }
     }
   }

@@ -57,19 +57,20 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out) {
   f.title = fmt::format(
       "the GPU is idle {} of each iteration while the host works ({}/iter, {}): "
       "the job is host / launch-bound",
-      FormatShare(share), FormatNs(lost),
+      FormatShare(share), FormatDuration(lost),
       device_workers < num_workers ? fmt::format("{} workers with a device", device_workers)
                                    : std::string("all workers"));
-  f.evidence.push_back(
-      {"device idle, host busy", fmt::format("{} ({} of the iteration, median of {} workers with a "
-                                             "device; host events that are not waits)",
-                                             FormatNs(lost), FormatShare(share), device_workers)});
+  f.evidence.push_back({"device idle, host busy",
+                        fmt::format("{} ({} of the iteration, median of {} workers with a "
+                                    "device; host events that are not waits)",
+                                    FormatDuration(lost), FormatShare(share), device_workers)});
   values.clear();
   for (const auto& wr : workers) values.push_back(wr.compute_ns);
-  f.evidence.push_back({"device compute per iteration", FormatNs(MedianInPlace(values))});
+  f.evidence.push_back({"device compute per iteration", FormatDuration(MedianInPlace(values))});
   const double data_idle = MedianInPlace(data_idle_ns);
   if (data_idle > 0) {
-    f.evidence.push_back({"device idle while data loads (not counted here)", FormatNs(data_idle)});
+    f.evidence.push_back(
+        {"device idle while data loads (not counted here)", FormatDuration(data_idle)});
   }
   f.evidence.push_back({"threshold", FormatShare(kHostBoundShare)});
   for (uint32_t fid : TopFunctions(
@@ -78,9 +79,9 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out) {
     f.evidence.push_back(
         {"host function on the critical path",
          fmt::format("{}: {}/iter (mean of workers)", fn.name,
-                     FormatNs(fn.sum_critical_ns / static_cast<double>(num_workers)))});
+                     FormatDuration(fn.sum_critical_ns / static_cast<double>(num_workers)))});
   }
-  f.evidence.push_back({"median iteration (job)", FormatNs(ctx.iteration_ns)});
+  f.evidence.push_back({"median iteration (job)", FormatDuration(ctx.iteration_ns)});
   RenderedFinding r;
   r.finding = std::move(f);
   out.push_back(std::move(r));

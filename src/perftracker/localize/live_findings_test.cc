@@ -111,11 +111,11 @@ TEST(LiveFindingsTest, StragglerWithRunQueueEvidenceIsCpuContention) {
   EXPECT_EQ(f.function, "forward");
   EXPECT_TRUE(f.material);
   EXPECT_THAT(f.title, HasSubstr("CPU contention: run-queue delay 38% of wall time on rank 2 "
-                                 "vs 2% on peers; rank 2 spends 80.0 ms/iter in forward"));
+                                 "vs 2.0% on peers; rank 2 spends 80.0 ms/iter in forward"));
   ASSERT_GE(f.evidence.size(), 2u);
   EXPECT_EQ(f.evidence[0].label, "run-queue delay");
   EXPECT_EQ(f.evidence[0].value,
-            "run-queue delay 38% of wall time on rank 2 vs 2% on peers (median)");
+            "run-queue delay 38% of wall time on rank 2 vs 2.0% on peers (median)");
   EXPECT_EQ(f.evidence[1].value, "0.60 cores on rank 2");
   EXPECT_EQ(FindCode(d, "PT-STRAGGLER-COMPUTE"), nullptr) << "contention, not slow code";
   EXPECT_NE(FindCatalogueEntry(f.code), nullptr);
@@ -133,7 +133,7 @@ TEST(LiveFindingsTest, PerFunctionLevelsAreTheFallback) {
   EXPECT_EQ(d.findings[0].code, "PT-CPU-CONTENTION");
   EXPECT_THAT(d.findings[0].workers, ElementsAre(1));
   // Only train_step carries a level: 50% on rank 1 vs 5% on its peers.
-  EXPECT_THAT(d.findings[0].title, HasSubstr("run-queue delay 50% of wall time on rank 1 vs 5%"));
+  EXPECT_THAT(d.findings[0].title, HasSubstr("run-queue delay 50% of wall time on rank 1 vs 5.0%"));
 }
 
 TEST(LiveFindingsTest, ModestOrSharedRunQueueDelayIsNotContention) {
@@ -441,7 +441,7 @@ TEST(LiveFindingsTest, GcSpreadOverCallPathsIsStillAGcStraggler) {
   EXPECT_EQ(f.category, FindingCategory::kGc);
   EXPECT_THAT(f.workers, ElementsAre(3));
   EXPECT_TRUE(f.material);
-  EXPECT_THAT(f.title, HasSubstr("(GC pauses: 30.0 ms/iter on rank 3 vs 600 us (peers' median))"));
+  EXPECT_THAT(f.title, HasSubstr("(GC pauses: 30.0 ms/iter on rank 3 vs 600 µs (peers' median))"));
   ASSERT_FALSE(f.evidence.empty());
   EXPECT_EQ(f.evidence[0].label, "GC pauses");
   EXPECT_EQ(FindCode(d, "PT-STRAGGLER-COMPUTE"), nullptr);

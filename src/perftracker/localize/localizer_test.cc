@@ -990,7 +990,7 @@ TEST(Localizer, OneSlowLayerIsOneFindingWithItsForwardAndBackward) {
   EXPECT_THAT(f.title, HasSubstr("rank 2 runs layer2 slower than its peers in 2 places"));
   EXPECT_THAT(f.title, HasSubstr("gemm_dgrad 4.0x, gemm_fprop 4.0x"));
   EXPECT_TRUE(HasEvidence(f,
-                          "same layer, also in: forward > layer2 > gemm_fprop: 6.0 ms -> "
+                          "same layer, also in: forward > layer2 > gemm_fprop: 6.00 ms -> "
                           "24.0 ms per iteration (+18.0 ms)"));
   for (size_t i = 1; i < d.findings.size(); ++i) {
     EXPECT_FALSE(d.findings[i].workers == std::vector<int32_t>{2}) << "a second finding for rank 2";

@@ -151,16 +151,16 @@ void DiscountPipelineSlack(const RuleContext& ctx, std::vector<RenderedFinding>&
              ? fmt::format("{} of its calls' time was followed by a wait in the stage's next "
                            "point-to-point receive, before any send: that much of its extra "
                            "time ({}/iter) fell where its stage waits for another stage anyway",
-                           FormatShare(r.absorbed_share), FormatNs(absorbed))
+                           FormatShare(r.absorbed_share), FormatDuration(absorbed))
              : fmt::format("{} waits {}/iter less than its peers in point-to-point receives: "
                            "that much of its extra time fell where its stage waits for another "
                            "stage anyway",
-                           who, FormatNs(absorbed))});
+                           who, FormatDuration(absorbed))});
     f.evidence.push_back(
         {"cost to the job per iteration",
-         fmt::format("{} ({} of the iteration): {} lost minus {} absorbed", FormatNs(cost),
+         fmt::format("{} ({} of the iteration): {} lost minus {} absorbed", FormatDuration(cost),
                      FormatShare(ctx.iteration_ns > 0 ? cost / ctx.iteration_ns : 0),
-                     FormatNs(f.lost_ns_per_iteration), FormatNs(absorbed))});
+                     FormatDuration(f.lost_ns_per_iteration), FormatDuration(absorbed))});
     if (cost >= ctx.material_ns) continue;
     f.material = false;
     r.wants_victims = false;
@@ -168,11 +168,11 @@ void DiscountPipelineSlack(const RuleContext& ctx, std::vector<RenderedFinding>&
                   ? fmt::format(
                         "{}; absorbed by the pipeline: its stage's next receive waits out {}/iter "
                         "of it, so the job loses {}/iter",
-                        f.title, FormatNs(absorbed), FormatNs(cost))
+                        f.title, FormatDuration(absorbed), FormatDuration(cost))
                   : fmt::format(
                         "{}; absorbed by the pipeline: {} waits {}/iter less for another stage, "
                         "so the job loses {}/iter",
-                        f.title, who, FormatNs(absorbed), FormatNs(cost));
+                        f.title, who, FormatDuration(absorbed), FormatDuration(cost));
   }
 }
 

@@ -23,8 +23,6 @@ using compare::WorkerChange;
 using nlohmann::ordered_json;
 using report::EscapeHtml;
 using report::Finite;
-using report::FormatDuration;
-using report::FormatShare;
 using report::RanksLabel;
 using report::SanitizeText;
 using report::TruncateEnd;

@@ -83,43 +83,7 @@ std::vector<std::string_view> CodePoints(std::string_view text) {
   return out;
 }
 
-// Three significant digits of value (>= 0, < 1000 after rounding is checked by caller).
-std::string ThreeDigits(double value) {
-  if (value < 9.995) return fmt::format("{:.2f}", value);
-  if (value < 99.95) return fmt::format("{:.1f}", value);
-  return fmt::format("{:.0f}", value);
-}
-
 }  // namespace
-
-std::string FormatDuration(double ns) {
-  if (!std::isfinite(ns)) return "n/a";
-  if (ns < 0) return "-" + FormatDuration(-ns);
-  if (ns < 999.5) return fmt::format("{:.0f} ns", ns);
-  struct Unit {
-    double scale;
-    std::string_view name;
-  };
-  constexpr double kMaxSeconds = 599.5;  // then minutes
-  static constexpr Unit kUnits[] = {{1e3, "µs"}, {1e6, "ms"}, {1e9, "s"}};
-  for (const Unit& unit : kUnits) {
-    const double v = ns / unit.scale;
-    if (v < 999.5 && (unit.scale < 1e9 || v < kMaxSeconds)) {
-      return fmt::format("{} {}", ThreeDigits(v), unit.name);
-    }
-  }
-  const double minutes = ns / 60e9;
-  if (minutes < 99.95) return fmt::format("{:.1f} min", minutes);
-  return fmt::format("{:.0f} min", minutes);
-}
-
-std::string FormatShare(double share) {
-  if (!std::isfinite(share) || share <= 0) return "0%";
-  const double pct = share * 100;
-  if (pct < 0.1) return "<0.1%";
-  if (pct < 9.95) return fmt::format("{:.1f}%", pct);
-  return fmt::format("{:.0f}%", pct);
-}
 
 std::string FormatRanks(std::vector<int32_t> ranks, size_t max_chars) {
   std::sort(ranks.begin(), ranks.end());

@@ -1,6 +1,5 @@
-// Formatting helpers shared by the text, JSON and HTML reports: durations a person reads
-// (µs / ms / s), shares, compressed rank lists ("0-3,5,7-1023"), UTF-8 sanitizing, HTML
-// escaping and word wrapping by display columns.
+// Formatting helpers shared by the text, JSON and HTML reports: compressed rank lists
+// ("0-3,5,7-1023"), UTF-8 sanitizing, HTML escaping and word wrapping by display columns.
 //
 // Strings that come from the data (function names, evidence, notes, file paths) may hold
 // anything a trace held: invalid UTF-8, control characters (a raw ESC would let a trace
@@ -13,14 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include "perftracker/core/units.h"  // durations and shares: FormatDuration, FormatShare
+
 namespace perftracker::report {
-
-// "812 ns", "41.2 µs", "12.8 ms", "1.52 s", "12.5 min"; three significant digits.
-// Negative values get a leading '-'; non-finite values give "n/a".
-std::string FormatDuration(double ns);
-
-// A share 0..1 as a percentage: "31%", "4.2%", "0.3%", "<0.1%", "0%".
-std::string FormatShare(double share);
 
 // Sorted, de-duplicated ranks with runs of three or more compressed: "0-3,5,7-1023".
 // When the result would exceed max_chars, it is cut at a comma and ends

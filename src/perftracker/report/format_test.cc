@@ -1,34 +1,9 @@
 #include "perftracker/report/format.h"
 
-#include <cmath>
-#include <limits>
-
 #include <gtest/gtest.h>
 
 namespace perftracker::report {
 namespace {
-
-TEST(FormatDurationTest, PicksAUnitAndThreeDigits) {
-  EXPECT_EQ(FormatDuration(0), "0 ns");
-  EXPECT_EQ(FormatDuration(812), "812 ns");
-  EXPECT_EQ(FormatDuration(41'234), "41.2 µs");
-  EXPECT_EQ(FormatDuration(12'800'000), "12.8 ms");
-  EXPECT_EQ(FormatDuration(1'523'000'000), "1.52 s");
-  EXPECT_EQ(FormatDuration(750e9), "12.5 min");
-  EXPECT_EQ(FormatDuration(-2e6), "-2.00 ms");
-  // Rounding up crosses into the next unit instead of printing "1000 µs".
-  EXPECT_EQ(FormatDuration(999'700), "1.00 ms");
-  EXPECT_EQ(FormatDuration(999.7), "1.00 µs");
-  EXPECT_EQ(FormatDuration(std::numeric_limits<double>::quiet_NaN()), "n/a");
-}
-
-TEST(FormatShareTest, Percentages) {
-  EXPECT_EQ(FormatShare(0.31), "31%");
-  EXPECT_EQ(FormatShare(0.042), "4.2%");
-  EXPECT_EQ(FormatShare(0.0004), "<0.1%");
-  EXPECT_EQ(FormatShare(0), "0%");
-  EXPECT_EQ(FormatShare(std::numeric_limits<double>::infinity()), "0%");
-}
 
 TEST(FormatRanksTest, CompressesRuns) {
   std::vector<int32_t> ranks = {7, 0, 1, 2, 3, 5};

@@ -30,8 +30,6 @@ namespace {
 
 using report::EscapeHtml;
 using report::Finite;
-using report::FormatDuration;
-using report::FormatShare;
 using report::RanksLabel;
 using report::ReportModel;
 using report::TruncateEnd;

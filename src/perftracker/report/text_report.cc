@@ -18,8 +18,6 @@ namespace {
 
 using report::DisplayWidth;
 using report::Finite;
-using report::FormatDuration;
-using report::FormatShare;
 using report::RanksLabel;
 using report::SanitizeText;
 using report::TruncateEnd;

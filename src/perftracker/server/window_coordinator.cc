@@ -17,6 +17,7 @@
 
 #include "perftracker/core/private_file_mode.h"
 #include "perftracker/core/realtime_clock.h"
+#include "perftracker/core/units.h"
 #include "perftracker/localize/hang_analyzer.h"
 #include "perftracker/report/perfetto_writer.h"
 #include "perftracker/report/rank_trace_file.h"
@@ -37,8 +38,6 @@ constexpr size_t kIterationHistory = 10000;
 constexpr size_t kFramesInNote = 4;
 constexpr size_t kMaxRanksInIterationNote = 16;
 constexpr size_t kIterationsForNote = 50;
-
-std::string Ms(double ns) { return fmt::format("{:.1f} ms", ns / 1e6); }
 
 std::string UtcTime(int64_t ns) {
   const time_t secs = static_cast<time_t>(ns / 1'000'000'000);
@@ -804,10 +803,9 @@ void WindowCoordinator::Finalize(OpenWindow w) {
         "no rank completed an iteration in this window (the job was starting, or between "
         "phases): its figures are for the window as a whole, not per training iteration");
   }
-  const double seconds = static_cast<double>(w.spec.duration_ns) / 1e9;
-  localizer.AddNote(fmt::format("live window {} ({}) from {} for {:.1f} s{}; trigger: {}",
-                                w.spec.id, WindowReasonName(w.spec.reason),
-                                UtcTime(w.spec.start_ns), seconds,
+  localizer.AddNote(fmt::format("live window {} ({}) from {} for {}{}; trigger: {}", w.spec.id,
+                                WindowReasonName(w.spec.reason), UtcTime(w.spec.start_ns),
+                                FormatDuration(static_cast<double>(w.spec.duration_ns)),
                                 w.ended_for_hang ? " (ended once every rank's stacks were in)"
                                 : w.ending       ? " (cut short: the job ended)"
                                                  : "",
@@ -850,7 +848,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
         break;
       }
       note += fmt::format("{}rank {} {}", note.empty() ? "" : ", ", rank,
-                          Ms(sum / static_cast<double>(n)));
+                          FormatDuration(sum / static_cast<double>(n)));
     }
     if (!note.empty()) {
       localizer.AddNote(fmt::format(
