@@ -9,6 +9,7 @@
 #include "perftracker/core/units.h"
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/robust_stats.h"
+#include "perftracker/summary/iteration_breakdown.h"
 
 namespace perftracker {
 namespace {
@@ -90,18 +91,12 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
   ++host_workers_[r.host];
   const double iters = static_cast<double>(worker.iteration_count());
   if (!worker.iterations.empty()) {
-    double compute = 0, comm = 0, duration = 0;
-    for (const auto& i : worker.iterations) {
-      compute += static_cast<double>(i.compute_ns);
-      comm += static_cast<double>(i.communication_ns);
-      duration += static_cast<double>(i.duration_ns);
-    }
-    const auto k = static_cast<double>(worker.iterations.size());
+    const IterationBreakdown mean = MeanBreakdown(worker);
     // Device compute: on a worker without a device track the iterations' compute is the
     // host's, and there is no GPU to call slow.
-    r.compute_ns = worker.has_device ? static_cast<float>(compute / k) : 0.0f;
-    r.comm_ns = static_cast<float>(comm / k);
-    r.iteration_ns = static_cast<float>(duration / k);
+    r.compute_ns = worker.has_device ? static_cast<float>(mean.compute_ns) : 0.0f;
+    r.comm_ns = static_cast<float>(mean.communication_ns);
+    r.iteration_ns = static_cast<float>(mean.duration_ns);
   }
   for (const FunctionMetric& m : worker.worker_metrics) {
     switch (m.metric) {

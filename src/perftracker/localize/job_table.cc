@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "perftracker/core/point_to_point.h"
+#include "perftracker/summary/iteration_breakdown.h"
 
 namespace perftracker::localize {
 
@@ -273,22 +274,13 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   if (median_iter <= 0) median_iter = static_cast<double>(worker.window_ns());
   wr.median_iteration_ns = static_cast<float>(std::max(median_iter, 0.0));
   if (!worker.iterations.empty()) {
-    double dur = 0, compute = 0, comm = 0, wait = 0, data = 0, host_only = 0;
-    for (const auto& it : worker.iterations) {
-      dur += static_cast<double>(it.duration_ns);
-      compute += static_cast<double>(it.compute_ns);
-      comm += static_cast<double>(it.communication_ns);
-      wait += static_cast<double>(it.wait_ns);
-      data += static_cast<double>(it.data_ns);
-      host_only += static_cast<double>(it.host_only_ns);
-    }
-    const double n = static_cast<double>(worker.iterations.size());
-    wr.mean_iteration_ns = static_cast<float>(dur / n);
-    wr.compute_ns = static_cast<float>(compute / n);
-    wr.communication_ns = static_cast<float>(comm / n);
-    wr.wait_ns = static_cast<float>(wait / n);
-    wr.data_ns = static_cast<float>(data / n);
-    wr.host_only_ns = static_cast<float>(host_only / n);
+    const IterationBreakdown mean = MeanBreakdown(worker);
+    wr.mean_iteration_ns = static_cast<float>(mean.duration_ns);
+    wr.compute_ns = static_cast<float>(mean.compute_ns);
+    wr.communication_ns = static_cast<float>(mean.communication_ns);
+    wr.wait_ns = static_cast<float>(mean.wait_ns);
+    wr.data_ns = static_cast<float>(mean.data_ns);
+    wr.host_only_ns = static_cast<float>(mean.host_only_ns);
   } else {
     wr.mean_iteration_ns = wr.median_iteration_ns;
   }

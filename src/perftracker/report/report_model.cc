@@ -8,6 +8,7 @@
 
 #include "perftracker/localize/pipeline_slack.h"
 #include "perftracker/report/format.h"
+#include "perftracker/summary/iteration_breakdown.h"
 
 namespace perftracker::report {
 namespace {
@@ -97,24 +98,14 @@ ReportModel::ReportModel(const ReportInput& input)
       row.role = RoleOf(w.rank);
       row.iterations = w.iterations.size();
       row.median_iteration_ns = static_cast<double>(w.median_iteration_ns());
-      double total = 0, compute = 0, comm = 0, wait = 0, data = 0, host = 0;
-      for (const IterationSummary& it : w.iterations) {
-        total += static_cast<double>(it.duration_ns);
-        compute += static_cast<double>(it.compute_ns);
-        comm += static_cast<double>(it.communication_ns);
-        wait += static_cast<double>(it.wait_ns);
-        data += static_cast<double>(it.data_ns);
-        host += static_cast<double>(it.host_only_ns);
-      }
-      row.mean_iteration_ns = w.iterations.empty()
-                                  ? row.median_iteration_ns
-                                  : total / static_cast<double>(w.iterations.size());
-      if (total > 0) {
-        row.compute_share = compute / total;
-        row.communication_share = comm / total;
-        row.wait_share = wait / total;
-        row.data_share = data / total;
-        row.host_only_share = host / total;
+      const IterationBreakdown mean = MeanBreakdown(w);
+      row.mean_iteration_ns = w.iterations.empty() ? row.median_iteration_ns : mean.duration_ns;
+      if (mean.duration_ns > 0) {
+        row.compute_share = mean.compute_ns / mean.duration_ns;
+        row.communication_share = mean.communication_ns / mean.duration_ns;
+        row.wait_share = mean.wait_ns / mean.duration_ns;
+        row.data_share = mean.data_ns / mean.duration_ns;
+        row.host_only_share = mean.host_only_ns / mean.duration_ns;
       }
       workers_.push_back(row);
     }
