@@ -15,13 +15,9 @@
 #include <vector>
 
 #include "perftracker/core/metric_sample.h"
+#include "perftracker/core/metric_sampler.h"
 
 namespace perftracker {
-
-struct PidSample {
-  int32_t pid = -1;  // -1 for host-wide samples (network interfaces)
-  MetricSample sample;
-};
 
 struct HostSamplerStats {
   uint64_t samples = 0;           // Sample() calls
@@ -30,7 +26,7 @@ struct HostSamplerStats {
   std::string first_problem;      // the first unreadable file, with why
 };
 
-class HostSampler {
+class HostSampler : public MetricSampler {
  public:
   explicit HostSampler(std::string proc_root = "/proc", std::string sys_root = "/sys");
 
@@ -45,7 +41,8 @@ class HostSampler {
   //   kInvoluntaryCtxSwitchesPerSec summed over threads
   //   kMemoryRssBytes               resident set size
   //   kNicTxBytesPerSec / kNicRxBytesPerSec  per interface except loopback (pid -1)
-  void Sample(int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out);
+  void Sample(int64_t now_ns, const std::vector<int32_t>& pids,
+              std::vector<PidSample>* out) override;
 
   const HostSamplerStats& stats() const { return stats_; }
 

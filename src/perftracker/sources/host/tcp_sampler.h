@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "perftracker/sources/host/host_sampler.h"
+#include "perftracker/core/metric_sampler.h"
 
 namespace perftracker {
 
@@ -30,7 +30,7 @@ struct TcpSamplerStats {
   std::string first_problem;
 };
 
-class TcpSampler {
+class TcpSampler : public MetricSampler {
  public:
   // Sockets read per pid and sample at most (a bound on the cost of a process with very
   // many connections; the largest senders are almost always among the first fds).
@@ -49,7 +49,8 @@ class TcpSampler {
   //   kTcpDeliveryRateBytesPerSec  the kernel's latest delivery-rate estimate of the
   //                                connection that delivered the most, when it was busy
   //                                (>= kBusyBytes in the interval)
-  void Sample(int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out);
+  void Sample(int64_t now_ns, const std::vector<int32_t>& pids,
+              std::vector<PidSample>* out) override;
 
   const TcpSamplerStats& stats() const { return stats_; }
 

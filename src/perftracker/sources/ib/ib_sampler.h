@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "perftracker/core/metric_sample.h"
-#include "perftracker/sources/host/host_sampler.h"
+#include "perftracker/core/metric_sampler.h"
 
 namespace perftracker {
 
@@ -38,13 +38,14 @@ struct IbSamplerStats {
   std::string first_problem;
 };
 
-class IbSampler {
+class IbSampler : public MetricSampler {
  public:
   explicit IbSampler(std::string sys_root = "/sys");
 
   void Sample(int64_t now_ns, std::vector<MetricSample>* out);
-  // HostSampleFn shape: host-wide samples (pid -1); `pids` is unused.
-  void Sample(int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out);
+  // MetricSampler: host-wide samples (pid -1); `pids` is unused.
+  void Sample(int64_t now_ns, const std::vector<int32_t>& pids,
+              std::vector<PidSample>* out) override;
 
   const IbSamplerStats& stats() const { return stats_; }
   // The source id of IB port `port` of the n-th device (sorted by name).

@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "perftracker/core/metric_sample.h"
-#include "perftracker/sources/host/host_sampler.h"
+#include "perftracker/core/metric_sampler.h"
 #include "perftracker/sources/nvml/nvml_types.h"
 
 namespace perftracker {
@@ -68,7 +68,7 @@ struct NvmlSamplerStats {
   bool available = false;  // library loaded and nvmlInit_v2 succeeded
 };
 
-class NvmlSampler {
+class NvmlSampler : public MetricSampler {
  public:
   explicit NvmlSampler(NvmlSamplerOptions options = {});
   ~NvmlSampler();
@@ -77,8 +77,9 @@ class NvmlSampler {
 
   // Every device's metrics at now_ns (source = device index).
   void SampleDevices(int64_t now_ns, std::vector<MetricSample>* out);
-  // The same metrics, each device's given to the pids running on it (HostSampleFn shape).
-  void Sample(int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out);
+  // MetricSampler: the same metrics, each device's given to the pids running on it.
+  void Sample(int64_t now_ns, const std::vector<int32_t>& pids,
+              std::vector<PidSample>* out) override;
   // A pid's device when NVML does not list the pid (containers: other pid namespace).
   void SetDeviceOfPid(int32_t pid, uint32_t device) { device_hint_[pid] = device; }
 
