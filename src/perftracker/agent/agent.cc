@@ -149,9 +149,9 @@ void Agent::PushTrigger(const Trigger& trigger) {
   OutMessage m;
   m.type = OutMessage::Type::kTrigger;
   m.reason = static_cast<uint8_t>(trigger.reason);
-  const size_t n = std::min(trigger.detail.size(), sizeof(m.text) - 1);
-  std::memcpy(m.text, trigger.detail.data(), n);
-  m.text[n] = '\0';
+  const size_t n = std::min(trigger.detail.size(), sizeof(m.detail) - 1);
+  std::memcpy(m.detail, trigger.detail.data(), n);
+  m.detail[n] = '\0';
   triggers_.fetch_add(1, std::memory_order_relaxed);
   Push(m);
 }
@@ -163,9 +163,9 @@ void Agent::TrainingEnded(std::string_view detail) {
   }
   OutMessage m;
   m.type = OutMessage::Type::kEnded;
-  const size_t n = std::min(detail.size(), sizeof(m.text) - 1);
-  std::memcpy(m.text, detail.data(), n);
-  m.text[n] = '\0';
+  const size_t n = std::min(detail.size(), sizeof(m.detail) - 1);
+  std::memcpy(m.detail, detail.data(), n);
+  m.detail[n] = '\0';
   Push(m);
   Wake();
 }
@@ -197,8 +197,8 @@ void Agent::OnMarker(Marker marker, std::string_view name, int64_t start_ns, int
     iterations_.fetch_add(1, std::memory_order_relaxed);
     OutMessage m;
     m.type = OutMessage::Type::kIteration;
-    m.a = it_end;
-    m.b = it_end - it_start;
+    m.iteration_end_ns = it_end;
+    m.iteration_ns = it_end - it_start;
     Push(m);
     if (rec) profiler_->Record(EventKind::kIteration, kIterationName, false, it_start, it_end, 0);
     if (!rec && !window_open_.load(std::memory_order_relaxed)) {
@@ -377,23 +377,26 @@ void Agent::DrainOutbox() {
     json j;
     switch (m.type) {
       case OutMessage::Type::kIteration:
-        j = {{"type", "iteration"}, {"rank", rank}, {"end_ns", m.a}, {"duration_ns", m.b}};
+        j = {{"type", "iteration"},
+             {"rank", rank},
+             {"end_ns", m.iteration_end_ns},
+             {"duration_ns", m.iteration_ns}};
         break;
       case OutMessage::Type::kTrigger:
         j = {{"type", "trigger"},
              {"rank", rank},
              {"reason", ReasonName(m.reason)},
-             {"detail", std::string(m.text)}};
+             {"detail", std::string(m.detail)}};
         break;
       case OutMessage::Type::kEnded:
-        j = {{"type", "ended"}, {"rank", rank}, {"detail", std::string(m.text)}};
+        j = {{"type", "ended"}, {"rank", rank}, {"detail", std::string(m.detail)}};
         break;
       case OutMessage::Type::kWindowDone:
         j = {{"type", "window_done"},
              {"rank", rank},
-             {"window", m.a},
-             {"events", m.b},
-             {"dropped", m.c}};
+             {"window", m.window_id},
+             {"events", m.window_events},
+             {"dropped", m.window_dropped}};
         break;
     }
     SendJson(Dump(j));
@@ -405,9 +408,9 @@ void Agent::FinishWindowLocked(int64_t window, const ProfilerCounts& counts) {
   window_dropped_ += counts.dropped;
   OutMessage m;
   m.type = OutMessage::Type::kWindowDone;
-  m.a = window;
-  m.b = static_cast<int64_t>(counts.events);
-  m.c = static_cast<int64_t>(counts.dropped);
+  m.window_id = window;
+  m.window_events = counts.events;
+  m.window_dropped = counts.dropped;
   Push(m);
   rearm_pending_ = true;
   window_open_ = false;

@@ -136,14 +136,18 @@ class Agent {
   AgentStats stats() const;
 
  private:
+  // A message to the collector: queued by the hooks (fixed size, no allocation), sent as
+  // JSON by the control thread. Each type fills only its own fields.
   struct OutMessage {
     enum class Type : uint8_t { kIteration, kTrigger, kWindowDone, kEnded };
     Type type = Type::kIteration;
-    uint8_t reason = 0;  // TriggerReason
-    int64_t a = 0;
-    int64_t b = 0;
-    int64_t c = 0;
-    char text[200] = {};
+    uint8_t reason = 0;            // kTrigger: a TriggerReason
+    int64_t iteration_end_ns = 0;  // kIteration
+    int64_t iteration_ns = 0;      // kIteration: its duration
+    int64_t window_id = 0;         // kWindowDone
+    uint64_t window_events = 0;    // kWindowDone: events recorded in the window
+    uint64_t window_dropped = 0;   // kWindowDone: events dropped (ProfilerCounts::dropped)
+    char detail[200] = {};         // kTrigger, kEnded: what happened, NUL-terminated
   };
   struct Window {
     enum class State : uint8_t { kScheduled, kActive, kStopping };
