@@ -77,8 +77,8 @@ class Localizer::Impl {
 
  private:
   void ApplyHardwareFindings(const localize::RuleContext& ctx,
-                             std::vector<RenderedFinding>& all) const;
-  void Rank(const localize::FindingWording& wording, std::vector<RenderedFinding>& all,
+                             std::vector<RenderedFinding>& candidates) const;
+  void Rank(const localize::FindingWording& wording, std::vector<RenderedFinding>& candidates,
             Diagnosis& d) const;
 
   LocalizerOptions options_;
@@ -119,65 +119,65 @@ Diagnosis Localizer::Impl::Finish() {
   const PeerAssignment peers = AssignPeerGroups(job_, options_, ctx.iteration_ns, d.notes);
   ctx.peers = &peers;
 
-  std::vector<WorkerFinding> wfs = CollapseCallPaths(ctx, ComparePeers(ctx));
-  ResolveVictims(ctx, wfs);
-  FindUntracedStragglers(ctx, wfs);
-  MarkGcStragglers(ctx, wfs);
-  MarkCpuContention(ctx, wfs);
-  JudgeLateOnsets(ctx, wfs);
-  MergeLayerParts(ctx, wfs);
+  std::vector<WorkerFinding> worker_findings = CollapseCallPaths(ctx, ComparePeers(ctx));
+  ResolveVictims(ctx, worker_findings);
+  FindUntracedStragglers(ctx, worker_findings);
+  MarkGcStragglers(ctx, worker_findings);
+  MarkCpuContention(ctx, worker_findings);
+  JudgeLateOnsets(ctx, worker_findings);
+  MergeLayerParts(ctx, worker_findings);
   const FindingWording wording(ctx);
-  std::vector<RenderedFinding> all = wording.Render(wfs);
-  CheckHostBound(ctx, all);
-  RunExpectationChecks(ctx, all);
-  ApplyHardwareFindings(ctx, all);
-  DiscountPipelineSlack(ctx, all);
+  std::vector<RenderedFinding> candidates = wording.Render(worker_findings);
+  CheckHostBound(ctx, candidates);
+  RunExpectationChecks(ctx, candidates);
+  ApplyHardwareFindings(ctx, candidates);
+  DiscountPipelineSlack(ctx, candidates);
   // The data-quality finding ranks with the others.
   for (auto& f : d.findings) {
     RenderedFinding r;
     r.finding = std::move(f);
-    all.push_back(std::move(r));
+    candidates.push_back(std::move(r));
   }
   d.findings.clear();
-  Rank(wording, all, d);
+  Rank(wording, candidates, d);
   return d;
 }
 
 // Hardware evidence relabels, absorbs and adds findings (hardware_findings.h); the findings it
 // adds get their victims like any straggler finding.
 void Localizer::Impl::ApplyHardwareFindings(const localize::RuleContext& ctx,
-                                            std::vector<RenderedFinding>& all) const {
+                                            std::vector<RenderedFinding>& candidates) const {
   HardwareFindings::Context hw;
   hw.iteration_ns = ctx.iteration_ns;
   hw.material_ns = ctx.material_ns;
   hw.report_ns = ctx.report_ns;
   hw.worker_group = &ctx.peers->worker_group;
   std::vector<Finding*> view;
-  for (auto& r : all) view.push_back(&r.finding);
+  for (auto& r : candidates) view.push_back(&r.finding);
   std::vector<bool> drop(view.size(), false);
   std::vector<HardwareFindings::Added> added = hardware_.Apply(hw, view, drop);
   size_t kept = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
     if (drop[i]) continue;
-    if (kept != i) all[kept] = std::move(all[i]);
+    if (kept != i) candidates[kept] = std::move(candidates[i]);
     ++kept;
   }
-  all.resize(kept);
+  candidates.resize(kept);
   for (auto& a : added) {
     RenderedFinding r;
     r.finding = std::move(a.finding);
     r.wants_victims = true;
     r.culprits = std::move(a.culprits);
     r.absorbed_share = a.absorbed_share;
-    all.push_back(std::move(r));
+    candidates.push_back(std::move(r));
   }
 }
 
 // Material first, then time lost per iteration; the top max_findings go into `d`, with their
 // victims.
 void Localizer::Impl::Rank(const localize::FindingWording& wording,
-                           std::vector<RenderedFinding>& all, Diagnosis& d) const {
-  std::stable_sort(all.begin(), all.end(), [](const RenderedFinding& x, const RenderedFinding& y) {
+                           std::vector<RenderedFinding>& candidates, Diagnosis& d) const {
+  const auto ranks_higher = [](const RenderedFinding& x, const RenderedFinding& y) {
     const Finding& a = x.finding;
     const Finding& b = y.finding;
     if (a.material != b.material) return a.material;
@@ -186,13 +186,15 @@ void Localizer::Impl::Rank(const localize::FindingWording& wording,
     }
     if (a.code != b.code) return a.code < b.code;
     return a.workers < b.workers;
-  });
-  if (all.size() > options_.max_findings) {
+  };
+  std::stable_sort(candidates.begin(), candidates.end(), ranks_higher);
+  if (candidates.size() > options_.max_findings) {
     d.notes.push_back(fmt::format("{} more findings below the top {} were left out",
-                                  all.size() - options_.max_findings, options_.max_findings));
-    all.resize(options_.max_findings);
+                                  candidates.size() - options_.max_findings,
+                                  options_.max_findings));
+    candidates.resize(options_.max_findings);
   }
-  for (auto& r : all) {
+  for (auto& r : candidates) {
     if (r.wants_victims) wording.FillVictims(r.finding, r.culprits, r.extra_victims);
     d.findings.push_back(std::move(r.finding));
   }
