@@ -1,4 +1,5 @@
-// Anomaly: one (worker, function) that the peer comparison found unlike its peer group.
+// Anomaly: one (worker, function) that the peer comparison found unlike its peer group; or,
+// from OfWorker(), a worker unlike its group as a whole, with no function to name.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,19 @@ struct Anomaly {
   float calls = 0, peer_calls = 0;
   float critical = 0, peer_critical = 0;
   double excess() const { return static_cast<double>(value) - median; }
+
+  // A worker that costs its group excess_ns per iteration with no function to blame (its
+  // untraced time, its run-queue delay): fid kNone, value = excess_ns over a median of 0, so
+  // that it ranks and merges with the function anomalies by excess().
+  static Anomaly OfWorker(uint32_t worker, uint32_t group, uint32_t peers, double excess_ns) {
+    Anomaly a;
+    a.worker = worker;
+    a.fid = UINT32_MAX;  // kNone (job_table.h)
+    a.group = group;
+    a.peers = peers;
+    a.value = static_cast<float>(excess_ns);
+    return a;
+  }
 };
 
 }  // namespace perftracker::localize

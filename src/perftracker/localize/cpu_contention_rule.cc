@@ -147,12 +147,8 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) 
       wf.resource = "CPU (run queue)";
       wf.contention_peer_run_queue = peer;
       wf.run_queue_only = true;
-      wf.named.worker = w;
-      wf.named.fid = kNone;
-      wf.named.group = g;
-      wf.named.peers = static_cast<uint32_t>(members[g].size());
-      wf.named.median = 0;
-      wf.named.value = static_cast<float>(excess * ctx.iteration_ns);  // excess() == lost time
+      wf.named = Anomaly::OfWorker(w, g, static_cast<uint32_t>(members[g].size()),
+                                   excess * ctx.iteration_ns);
       wfs.push_back(std::move(wf));
     }
   }

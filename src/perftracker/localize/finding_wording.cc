@@ -175,8 +175,8 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       }
       f.evidence.push_back({"collective + sync wait per iteration",
                             fmt::format("{} on {}", FormatDuration(wr.wait_fn_ns), who)});
-      f.evidence.push_back(
-          {fmt::format("peer median ({} workers)", a.peers), FormatDuration(a.value)});
+      f.evidence.push_back({fmt::format("peer median ({} workers)", a.peers),
+                            FormatDuration(top.untraced_peer_wait_ns)});
       double gap_median = 0;
       {
         std::vector<float> gaps;

@@ -95,12 +95,8 @@ void FindUntracedStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& 
       // (cpu_contention_rule.h relabels it when there is some).
       wf.category = FindingCategory::kHostOverhead;
       wf.resource = "host thread (untraced)";
-      wf.named.worker = w;
-      wf.named.fid = kNone;
-      wf.named.group = g;
-      wf.named.peers = static_cast<uint32_t>(ws.size());
-      wf.named.value = static_cast<float>(c.median);  // so that excess() == deficit
-      wf.named.median = workers[w].wait_fn_ns;
+      wf.named = Anomaly::OfWorker(w, g, static_cast<uint32_t>(ws.size()), deficit);
+      wf.untraced_peer_wait_ns = static_cast<float>(c.median);
       PlaceUntraced(*ctx.job, ws, w, wf);
       wfs.push_back(std::move(wf));
     }

@@ -42,6 +42,9 @@ struct WorkerFinding {
   uint32_t untraced_before = UINT32_MAX;
   float untraced_gap_ns = 0;
   float untraced_peer_gap_ns = 0;
+  // ... and the peers' median collective + sync wait per iteration, which the worker's falls
+  // short of by named.excess().
+  float untraced_peer_wait_ns = 0;
   // A fault that began inside the window (JudgeLateOnsets): the first iteration of the higher
   // level (0 = none), the worker's iterations, the function that stepped up (the named one or
   // one on the path below it), its time per iteration from then on and its peers' median, and
