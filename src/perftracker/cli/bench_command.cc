@@ -1,3 +1,15 @@
+// `perftracker bench accuracy`: runs each fault scenario (scenarios/*.json, docs/scenarios.md)
+// with the simulated executor (a generated cluster, summarized and localized in-process) and /
+// or the real one (a torch job under `perftracker run`), and judges its diagnosis against
+// the scenario's ground truth:
+//  - a healthy scenario passes when no finding is material (a false alarm fails it);
+//  - a fault scenario passes when each of its k expected findings matches (code or category,
+//    materiality, workers) one of the top k findings, each finding matching at most one
+//    expectation; a material finding nobody expected is reported, not failed;
+//  - any finding listed as absent (e.g. a hang in a job that only pauses) fails it.
+// It prints a line per scenario (text) or a JSON object with one row per scenario, and the
+// totals: top-1 accuracy on fault scenarios, healthy scenarios with a material finding, and
+// the median time from a real fault's onset to its diagnosis.
 #include "perftracker/cli/bench_command.h"
 
 #include <unistd.h>
@@ -80,10 +92,10 @@ void JudgeAbsent(Outcome& o) {
 
 void JudgeExpected(Outcome& o) {
   const Scenario& s = *o.scenario;
-  const auto& fs = o.run.findings;
-  std::vector<bool> used(fs.size(), false);
+  const std::vector<DiagnosedFinding>& findings = o.run.findings;
+  std::vector<bool> used(findings.size(), false);
   if (s.healthy) {
-    for (const auto& f : fs) {
+    for (const DiagnosedFinding& f : findings) {
       if (f.material) o.unexpected.push_back(Describe(f));
     }
     o.pass = o.unexpected.empty();
@@ -94,21 +106,21 @@ void JudgeExpected(Outcome& o) {
   o.pass = true;
   for (const auto& e : s.expected) {
     bool found = false;
-    for (size_t i = 0; i < fs.size() && i < k && !found; ++i) {
-      if (!used[i] && Matches(e, fs[i])) used[i] = found = true;
+    for (size_t i = 0; i < findings.size() && i < k && !found; ++i) {
+      if (!used[i] && Matches(e, findings[i])) used[i] = found = true;
     }
     if (!found) {
       o.pass = false;
       o.detail += fmt::format("{}expected {} in the top {}, got {}", o.detail.empty() ? "" : "; ",
                               DescribeExpected(e), k,
-                              fs.empty() ? std::string("no finding") : Describe(fs[0]));
+                              findings.empty() ? std::string("no finding") : Describe(findings[0]));
     }
   }
-  for (size_t i = 0; i < fs.size(); ++i) {
-    if (!used[i] && fs[i].material) {
+  for (size_t i = 0; i < findings.size(); ++i) {
+    if (!used[i] && findings[i].material) {
       bool expected = false;
-      for (const auto& e : s.expected) expected |= Matches(e, fs[i]);
-      if (!expected) o.unexpected.push_back(Describe(fs[i]));
+      for (const auto& e : s.expected) expected |= Matches(e, findings[i]);
+      if (!expected) o.unexpected.push_back(Describe(findings[i]));
     }
   }
 }
