@@ -80,6 +80,9 @@ HANG_MIN_SECONDS = 3
 # come: the second stack sample that confirms it (1 s after the first), the stacks, the
 # summaries of the short window and the report, on a loaded 2-core machine.
 HANG_REPORT_SLACK_S = 5
+# A job that made no step for this long (and is past its timeout) is stuck; one that makes
+# steps is waited for (LiveRun.wait).
+STALL_SECONDS = 120
 
 
 def log(msg):
@@ -280,12 +283,24 @@ class LiveRun:
                 if pgid == pid:  # perftracker starts the job in its own process group
                     self.job_pid = pid
 
-    def wait(self, timeout):
+    def wait(self, timeout, stall=None):
+        """Waits for `perftracker run` to end: within `timeout` s, or, with `stall`, for as
+        long as the job keeps making progress, until no new step came for `stall` s. A loaded
+        machine stretches every step (455 ms instead of 100 here at load 20, 2 s in a
+        window's tracing): a job of a fixed number of steps has no fixed duration."""
         deadline = time.monotonic() + timeout
+        seen = -1
         while self.proc.poll() is None:
+            if stall is not None:
+                step = self.last_step()
+                if step != seen:
+                    seen = step
+                    deadline = max(deadline, time.monotonic() + stall)
             if time.monotonic() > deadline:
                 raise AssertionError(f"{self.name}: perftracker run did not end within "
-                                     f"{timeout} s\n{self.describe()}")
+                                     f"{timeout} s" + (f" nor {stall} s after its last step"
+                                                       if stall is not None else "") +
+                                     f"\n{self.describe()}")
             self.track()
             time.sleep(0.1)
         self.rc = self.proc.returncode
@@ -475,7 +490,7 @@ class LiveChecks(unittest.TestCase):
         run = self.new_run(name, FAULT_RUN_OPTIONS + list(run_args),
                            ["--fault-after-steps", str(FAULT_AFTER_STEPS)] + job_args, steps)
         run.start()
-        rc = run.wait(timeout)
+        rc = run.wait(timeout, stall=STALL_SECONDS)
         self.assertEqual(rc, 0, run.describe())
         return run
 
@@ -496,7 +511,7 @@ class LiveFaultTest(LiveChecks):
                                        "--window-iterations", "20", "--slowdown-ratio",
                                        "0.15"], [], steps=250)
         run.start()
-        self.assertEqual(run.wait(900), 0, run.describe())
+        self.assertEqual(run.wait(900, stall=STALL_SECONDS), 0, run.describe())
         paths = run.report_paths()
         self.assertEqual(len(paths), 1, run.describe())
         report = run.report()
@@ -655,7 +670,7 @@ class LiveFaultTest(LiveChecks):
             for p in busy:  # the job runs on at its normal pace
                 p.kill()
                 p.wait()
-        rc = run.wait(240)
+        rc = run.wait(240, stall=STALL_SECONDS)
         self.assertEqual(rc, 0, run.describe())
         delay = {r: (after[r][1] - before[r][1]) / 1e9 / dt for r in ranks}
         cpu = {r: (after[r][0] - before[r][0]) / 1e9 / dt for r in ranks}
@@ -785,7 +800,7 @@ class NoFalseHangTest(LiveChecks):
             "--min-hang-seconds", "2"], ["--loader-workers", "2", "--teardown-seconds", "6"],
             steps=120)
         run.start()
-        self.assertEqual(run.wait(300), 0, run.describe())
+        self.assertEqual(run.wait(300, stall=STALL_SECONDS), 0, run.describe())
         self.assertEqual(len(run.steps()), 120, run.describe())
         # On a loaded machine the end itself (8 DataLoader workers joining on 2 busy cores)
         # can outlast the minimum silence and the confirmation: that report is then retracted
@@ -801,7 +816,7 @@ class NoFalseHangTest(LiveChecks):
                             "--pause-every", "40", "--fault-after-steps", str(FAULT_AFTER_STEPS)],
                            steps=200)
         run.start()
-        self.assertEqual(run.wait(300), 0, run.describe())
+        self.assertEqual(run.wait(300, stall=STALL_SECONDS), 0, run.describe())
         self.assertGreaterEqual(run.stderr().count("live_job: rank 1 pauses 3 s"), 3,
                                 run.describe())
         self.check_no_hang_diagnosed(run)
@@ -816,7 +831,7 @@ class NoFalseHangTest(LiveChecks):
                             "--pause-every", "60", "--fault-after-steps", str(FAULT_AFTER_STEPS)],
                            steps=160)
         run.start()
-        self.assertEqual(run.wait(300), 0, run.describe())
+        self.assertEqual(run.wait(300, stall=STALL_SECONDS), 0, run.describe())
         self.assertIn("(hang) opens", run.stderr(), "the pause never triggered the detector:\n"
                       + run.describe())
         self.assertIn("not a hang", run.stderr() + run.stdout(), run.describe())
@@ -994,9 +1009,9 @@ class GpuSourcesTest(LiveChecks):
     def gpu_run(self, name, env):
         run = self.new_run(name, ["--gpu-tracing", "always", "--trigger-at-seconds", "3",
                                   "--window-seconds", "3", "--max-windows", "1",
-                                  "--window-iterations", "20"], [], steps=150, env=env)
+                                  "--window-iterations", "20"], [], steps=100, env=env)
         run.start()
-        self.assertEqual(run.wait(180), 0, run.describe())
+        self.assertEqual(run.wait(180, stall=STALL_SECONDS), 0, run.describe())
         return run
 
     def test_gpu_kernels_traced_in_the_window_reach_the_report(self):
@@ -1052,7 +1067,7 @@ class GpuSourcesTest(LiveChecks):
         run = self.new_run("gpu_auto_cpu", ["--trigger-at-seconds", "3", "--window-seconds", "2",
                                             "--max-windows", "1"], [], steps=100, env=env)
         run.start()
-        self.assertEqual(run.wait(180), 0, run.describe())
+        self.assertEqual(run.wait(180, stall=STALL_SECONDS), 0, run.describe())
         self.assertEqual(len(run.report_paths()), 1, run.describe())
         self.assertFalse(os.path.exists(os.path.join(tmp, "cupti-calls.txt")))
 

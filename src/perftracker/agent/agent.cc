@@ -663,7 +663,18 @@ void Agent::ControlLoop() {
                      "reconnecting in the background\n",
                      channel_.last_error().c_str());
       }
-      if (!ok) next_connect_ns_ = RealtimeNs() + kFirstBackoffNs;
+      if (!ok) {
+        next_connect_ns_ = RealtimeNs() + kFirstBackoffNs;
+        // The collector that asked for the window is gone and nobody drains the rings: the
+        // hooks go off now, not at the window's planned end (which a coordinator that ends
+        // windows by iterations sets to --window-max-seconds).
+        int64_t open = 0;
+        {
+          std::lock_guard<std::mutex> lock(window_mu_);
+          if (window_) open = window_->id;
+        }
+        if (open != 0) EndWindowNow(open, RealtimeNs());
+      }
     }
   }
   // Stop: the final window_done and bye, flushed for a short while at most.

@@ -295,6 +295,18 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
   cmd->add_option("--window-seconds", o->window_seconds, "Length of a profiling window")
       ->check(CLI::Range(0.1, 3600.0))
       ->default_val(20.0);
+  cmd->add_option(
+         "--window-min-iterations", o->window_min_iterations,
+         "A window lasts --window-seconds and, when some rank has completed fewer than this "
+         "many iterations in it by then, until every rank has (at most "
+         "--window-max-seconds): a length in seconds alone may hold no whole iteration "
+         "of a job with long iterations; 0: exactly --window-seconds")
+      ->check(CLI::Range(0, 1000))
+      ->default_val(3);
+  cmd->add_option("--window-max-seconds", o->window_max_seconds,
+                  "The longest a window waits for --window-min-iterations")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->default_val(120.0);
   cmd->add_option("--window-delay-ms", o->window_delay_ms,
                   "A window starts this long after its trigger, at the same wall-clock time on "
                   "every rank")
@@ -435,6 +447,8 @@ int RunJob(const RunOptions& options) {
   CoordinatorOptions co;
   co.report_dir = options.report_dir;
   co.window_ns = Seconds(options.window_seconds);
+  co.window_min_iterations = options.window_min_iterations;
+  co.window_max_ns = Seconds(std::max(options.window_max_seconds, options.window_seconds));
   co.delay_ns = int64_t{options.window_delay_ms} * 1'000'000;
   co.wait_summaries_ns = Seconds(options.wait_summaries_seconds);
   if (options.trigger_at_seconds) co.trigger_at_ns = Seconds(*options.trigger_at_seconds);

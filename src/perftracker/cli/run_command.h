@@ -26,6 +26,8 @@ struct RunOptions {
   std::vector<std::string> command;
   std::string report_dir = "perftracker-reports";
   double window_seconds = 20;
+  int window_min_iterations = 3;
+  double window_max_seconds = 120;
   int window_delay_ms = 300;
   double wait_summaries_seconds = 10;
   std::optional<double> trigger_at_seconds;

@@ -22,6 +22,8 @@ struct ServerCommandOptions {
   std::string tls_key;
   std::string report_dir = "perftracker-server";
   double window_seconds = 20;
+  int window_min_iterations = 3;
+  double window_max_seconds = 120;
   int window_delay_ms = 300;
   double wait_summaries_seconds = 10;
   double cooldown_seconds = 30;

@@ -30,6 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr auto kTick = std::chrono::milliseconds(50);
+constexpr int64_t kTickNs = 50'000'000;
 // A hang window ended once its stacks were in waits at most this long for the summaries.
 constexpr int64_t kHangSummaryWaitNs = 1'000'000'000;
 constexpr size_t kIterationHistory = 10000;
@@ -431,6 +432,13 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
   w.spec.duration_ns = reason == WindowReason::kHang
                            ? std::min(options_.window_ns, options_.hang_window_ns)
                            : options_.window_ns;
+  w.min_end_ns = w.spec.end_ns();
+  if (reason != WindowReason::kHang && options_.window_min_iterations > 0 &&
+      options_.window_max_ns > options_.window_ns) {
+    // The collectors are told the latest end; the coordinator ends it earlier (see Loop).
+    w.stretchable = true;
+    w.spec.duration_ns = options_.window_max_ns;
+  }
   w.stacks_requested = reason == WindowReason::kHang;
   w.opened_for = reason;
   if (reason == WindowReason::kHang) {
@@ -449,10 +457,16 @@ bool WindowCoordinator::OpenLocked(WindowReason reason, std::string trigger, int
   }
   w.triggers.push_back(std::move(trigger));
   logged_cooldown_ = false;
-  Log(fmt::format("window {} ({}) opens in {:.1f} s for {:.1f} s on {} ranks: {}", w.spec.id,
+  Log(fmt::format("window {} ({}) opens in {:.1f} s for {:.1f} s{} on {} ranks: {}", w.spec.id,
                   WindowReasonName(reason), static_cast<double>(delay) / 1e9,
-                  static_cast<double>(w.spec.duration_ns) / 1e9, w.expected.size(),
-                  w.triggers.front()));
+                  static_cast<double>(w.min_end_ns - w.spec.start_ns) / 1e9,
+                  w.stretchable
+                      ? fmt::format(" (longer until every rank completed {} iterations in it, at "
+                                    "most {:.0f} s)",
+                                    options_.window_min_iterations,
+                                    static_cast<double>(options_.window_max_ns) / 1e9)
+                      : std::string(),
+                  w.expected.size(), w.triggers.front()));
   window_ = std::move(w);
   return true;
 }
@@ -476,6 +490,29 @@ bool WindowCoordinator::ReadyLocked(int64_t now_ns) const {
     }
   }
   return true;
+}
+
+bool WindowCoordinator::IterationsInLocked() const {
+  const OpenWindow& w = *window_;
+  for (int32_t rank : w.expected) {
+    auto it = workers_.find(rank);
+    if (it == workers_.end()) continue;
+    const Worker& worker = it->second;
+    if (worker.left || worker.ended_ns != 0 || worker.iterations.empty()) continue;
+    int in_window = 0;
+    for (auto i = worker.iterations.rbegin();
+         i != worker.iterations.rend() && in_window < options_.window_min_iterations; ++i) {
+      if (i->first - i->second < w.spec.start_ns) break;  // began before the window
+      ++in_window;
+    }
+    if (in_window < options_.window_min_iterations) return false;
+  }
+  return true;
+}
+
+bool WindowCoordinator::AnyIterationLocked() const {
+  return std::any_of(workers_.begin(), workers_.end(),
+                     [](const auto& w) { return !w.second.iterations.empty(); });
 }
 
 bool WindowCoordinator::StacksInLocked() const {
@@ -640,8 +677,14 @@ void WindowCoordinator::Loop() {
     cv_.wait_for(lock, kTick);
     if (stop_) break;
     const int64_t now = RealtimeNs();
-    if (options_.trigger_at_ns && !manual_done_ && first_hello_ns_ > 0 &&
-        now >= first_hello_ns_ + *options_.trigger_at_ns) {
+    // The requested window waits for the job's first iteration (a window of the start-up,
+    // imports and the DataLoader workers starting, shows no training iteration), at most
+    // window_max more.
+    const int64_t manual_at = first_hello_ns_ + options_.trigger_at_ns.value_or(0);
+    const bool manual_due =
+        now >= manual_at && (options_.window_min_iterations == 0 || AnyIterationLocked() ||
+                             now >= manual_at + options_.window_max_ns);
+    if (options_.trigger_at_ns && !manual_done_ && first_hello_ns_ > 0 && manual_due) {
       manual_done_ = true;
       const std::string what = fmt::format(
           "requested {:.1f} s after the first rank started "
@@ -690,6 +733,21 @@ void WindowCoordinator::Loop() {
       w.ended_for_hang = true;
       w.spec.duration_ns = std::clamp<int64_t>(now - w.spec.start_ns, 0, w.spec.duration_ns);
       w.deadline_ns = std::min(w.deadline_ns, now + kHangSummaryWaitNs);
+      const uint64_t id = w.spec.id;
+      const auto collectors = collectors_;
+      lock.unlock();
+      for (CollectorControl* c : collectors) c->EndWindowNow(id);
+      lock.lock();
+      continue;
+    }
+    if (window_ && window_->stretchable && !window_->ending && !window_->stacks_requested &&
+        now >= window_->min_end_ns && now < window_->spec.end_ns() && IterationsInLocked()) {
+      // --window-seconds are over and every rank completed its iterations in the window.
+      OpenWindow& w = *window_;
+      w.ending = true;
+      w.ended_at_iterations = true;
+      w.spec.duration_ns = now - w.spec.start_ns;
+      w.deadline_ns = std::min(w.deadline_ns, now + options_.wait_summaries_ns);
       const uint64_t id = w.spec.id;
       const auto collectors = collectors_;
       lock.unlock();
@@ -803,13 +861,27 @@ void WindowCoordinator::Finalize(OpenWindow w) {
         "no rank completed an iteration in this window (the job was starting, or between "
         "phases): its figures are for the window as a whole, not per training iteration");
   }
+  // Why the window lasted as long as it did ("" when it lasted --window-seconds).
+  std::string length_note;
+  if (w.ended_for_hang) {
+    length_note = " (ended once every rank's stacks were in)";
+  } else if (w.ended_at_iterations) {
+    if (w.spec.duration_ns > options_.window_ns + kTickNs) {
+      length_note = fmt::format(
+          " (longer than --window-seconds, until every rank completed {} iterations in it)",
+          options_.window_min_iterations);
+    }
+  } else if (w.ending) {
+    length_note = " (cut short: the job ended)";
+  } else if (w.stretchable) {
+    length_note =
+        fmt::format(" (--window-max-seconds: some rank completed fewer than {} iterations in it)",
+                    options_.window_min_iterations);
+  }
   localizer.AddNote(fmt::format("live window {} ({}) from {} for {}{}; trigger: {}", w.spec.id,
                                 WindowReasonName(w.spec.reason), UtcTime(w.spec.start_ns),
                                 FormatDuration(static_cast<double>(w.spec.duration_ns)),
-                                w.ended_for_hang ? " (ended once every rank's stacks were in)"
-                                : w.ending       ? " (cut short: the job ended)"
-                                                 : "",
-                                w.triggers.empty() ? "none" : w.triggers.front()));
+                                length_note, w.triggers.empty() ? "none" : w.triggers.front()));
   if (w.triggers.size() > 1) {
     std::string more;
     for (size_t i = 1; i < w.triggers.size() && i < 8; ++i) {

@@ -3,7 +3,8 @@
 //
 // Windows. Any rank's trigger (slowdown or hang), or the --trigger-at-seconds timer, opens
 // ONE window on every worker of the job: the same wall-clock start (now + delay, so that
-// the `window` message reaches every agent before it begins) and length on every collector.
+// the `window` message reaches every agent before it begins) and length on every collector
+// (window_ns; longer until every rank completed window_min_iterations in it, when set).
 // Triggers that arrive while a window is open join it (recorded in the report); after a
 // window's report, triggers are ignored for a cooldown (the agents rearm their detectors,
 // and the job needs time to show new evidence); at most max_windows windows per job. A
@@ -73,6 +74,15 @@ namespace perftracker {
 struct CoordinatorOptions {
   std::string report_dir = "perftracker-reports";
   int64_t window_ns = 20'000'000'000;
+  // A window that is not a hang's lasts window_ns and, when a rank that reports iterations
+  // has completed fewer than window_min_iterations in it by then, until every such rank has
+  // (ended with EndWindowNow), at most window_max_ns: a length in seconds alone holds no
+  // whole iteration of a job whose iterations are longer (a large model; a loaded machine,
+  // where the window's tracing stretches them further). 0: window_ns exactly (the default
+  // here; perftracker run and server default to 3). A --trigger-at-seconds window also
+  // waits for the job's first iteration then (at most window_max_ns).
+  int window_min_iterations = 0;
+  int64_t window_max_ns = 120'000'000'000;
   int64_t hang_window_ns = 2'000'000'000;  // windows opened by a hang last at most this long
   // The second stack sample that confirms a hang is taken this long (or one mean iteration,
   // whichever is longer) after the first one is in.
@@ -178,6 +188,11 @@ class WindowCoordinator : public CoordinatorLink {
   };
   struct OpenWindow {
     WindowSpec spec;
+    // Not before this (start + window_ns); spec's end is then the latest end (window_max_ns)
+    // and the window ends once every rank completed window_min_iterations (stretchable).
+    int64_t min_end_ns = 0;
+    bool stretchable = false;
+    bool ended_at_iterations = false;
     bool stacks_requested = false;
     bool ending = false;  // Flush, or a hang whose stacks are all in: ended early
     bool ended_for_hang = false;
@@ -203,6 +218,12 @@ class WindowCoordinator : public CoordinatorLink {
   // Opens a window (state mutex held); false when cooldown or --max-windows refuse it.
   bool OpenLocked(WindowReason reason, std::string trigger, int64_t now_ns);
   bool ReadyLocked(int64_t now_ns) const;
+  // A stretchable window's ranks that report iterations have each completed
+  // window_min_iterations in it (a rank that left, ended its training or never reported an
+  // iteration is not waited for).
+  bool IterationsInLocked() const;
+  // Some joined rank has reported an iteration (its detector learned the loop).
+  bool AnyIterationLocked() const;
   // A hang window whose every expected rank has answered dump_stacks (or is gone).
   bool StacksInLocked() const;
   // Hang confirmation steps (state mutex held). Each returns the collectors to call (with

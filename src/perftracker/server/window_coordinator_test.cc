@@ -591,6 +591,84 @@ TEST_F(WindowCoordinatorTest, ATriggerWaitsForMissingRanksAtMostTheJoinGrace) {
   EXPECT_EQ(c1_.Started().size(), 1u) << "ranks that never join must not block windows forever";
 }
 
+// The window's length in iterations (issue 11 §5): on a loaded machine (or with a large
+// model) a window of --window-seconds held no whole iteration (e2e_live: 0 iterations in a
+// 4 s window at 2.9 s per step). It lasts --window-seconds, then until every rank that
+// reports iterations completed window_min_iterations in it, at most window_max.
+TEST_F(WindowCoordinatorTest, AWindowLastsUntilEveryRankCompletedItsMinimumIterations) {
+  CoordinatorOptions o = Options();
+  o.window_min_iterations = 3;
+  o.window_max_ns = 60'000 * kMs;
+  Start(o);
+  for (int r = 0; r < 2; ++r) Join(r, 2);
+  const int64_t before = NowNs();
+  for (int r = 0; r < 2; ++r) coordinator_->OnIteration(r, before, 500 * kMs);
+  coordinator_->OnTrigger(1, WindowReason::kSlowdown, "mean 1.3x");
+  ASSERT_EQ(c1_.Started().size(), 1u);
+  const WindowSpec w = c1_.Started()[0];
+  EXPECT_EQ(w.duration_ns, 60'000 * kMs) << "the collectors are told the latest end";
+  // Rank 0 completes 3 iterations in the window, rank 1 two: the window goes on past
+  // --window-seconds (200 ms).
+  for (int i = 1; i <= 3; ++i) coordinator_->OnIteration(0, w.start_ns + i * 100 * kMs, 90 * kMs);
+  for (int i = 1; i <= 2; ++i) coordinator_->OnIteration(1, w.start_ns + i * 100 * kMs, 90 * kMs);
+  while (NowNs() < w.start_ns + 600 * kMs)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(c1_.Ended().empty()) << "ended before rank 1's third iteration";
+  coordinator_->OnIteration(1, w.start_ns + 300 * kMs, 90 * kMs);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (c1_.Ended().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(c1_.Ended(), std::vector<uint64_t>{w.id});
+  EXPECT_EQ(c2_.Ended(), std::vector<uint64_t>{w.id});
+  for (int r = 0; r < 2; ++r) coordinator_->OnSummary(w.id, MakeSummary(r, w.start_ns, 10, 3));
+  ASSERT_TRUE(WaitForReports(1));
+  EXPECT_TRUE(HasNote(ReadJson(coordinator_->last_report()->json_path),
+                      "(longer than --window-seconds, until every rank completed 3 iterations "
+                      "in it)"));
+  EXPECT_TRUE(
+      LogContains("for 0.2 s (longer until every rank completed 3 iterations in it, at "
+                  "most 60 s) on 2 ranks"));
+}
+
+TEST_F(WindowCoordinatorTest, AWindowWhoseRanksNeverCompleteTheIterationsEndsAtItsLongest) {
+  CoordinatorOptions o = Options();
+  o.window_min_iterations = 3;
+  o.window_max_ns = 500 * kMs;
+  Start(o);
+  for (int r = 0; r < 2; ++r) Join(r, 2);
+  for (int r = 0; r < 2; ++r) coordinator_->OnIteration(r, NowNs(), 900 * kMs);
+  coordinator_->OnTrigger(0, WindowReason::kSlowdown, "mean 1.3x");
+  const WindowSpec w = c1_.Started().at(0);
+  for (int r = 0; r < 2; ++r) coordinator_->OnSummary(w.id, MakeSummary(r, w.start_ns, 10, 1));
+  ASSERT_TRUE(WaitForReports(1));
+  EXPECT_TRUE(c1_.Ended().empty());
+  EXPECT_TRUE(HasNote(ReadJson(coordinator_->last_report()->json_path),
+                      " (--window-max-seconds: some rank completed fewer than 3 iterations in "
+                      "it)"));
+}
+
+TEST_F(WindowCoordinatorTest, ARequestedWindowWaitsForTheJobsFirstIteration) {
+  // --trigger-at-seconds 0: due at the first hello, but a window of the job's start-up
+  // (imports, DataLoader workers starting) holds no iteration: it opens at the first one.
+  CoordinatorOptions o = Options();
+  o.trigger_at_ns = 0;
+  o.window_min_iterations = 3;
+  o.window_max_ns = 60'000 * kMs;
+  Start(o);
+  Join(0, 1);
+  const int64_t joined = NowNs();
+  while (NowNs() < joined + 300 * kMs) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(c1_.Started().empty()) << "a window before the first iteration";
+  coordinator_->OnIteration(0, NowNs(), 100 * kMs);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (c1_.Started().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(c1_.Started().size(), 1u);
+  EXPECT_EQ(c1_.Started()[0].reason, WindowReason::kManual);
+}
+
 }  // namespace
 }  // namespace perftracker
 
