@@ -83,6 +83,9 @@ HANG_REPORT_SLACK_S = 5
 # A job that made no step for this long (and is past its timeout) is stuck; one that makes
 # steps is waited for (LiveRun.wait).
 STALL_SECONDS = 120
+# What a wait that includes the job's start-up allows: importing torch and forming the
+# process group took over 120 s at load 35 on 2 cores (ASan), before any step.
+STARTUP_SECONDS = 600
 
 
 def log(msg):
@@ -652,7 +655,7 @@ class LiveFaultTest(LiveChecks):
                             "--fault-after-steps", str(FAULT_AFTER_STEPS)], steps=200)
         run.start()
         run.poll_until(f"step {FAULT_AFTER_STEPS}",
-                       lambda: run.last_step() >= FAULT_AFTER_STEPS, timeout=120)
+                       lambda: run.last_step() >= FAULT_AFTER_STEPS, timeout=STARTUP_SECONDS)
         ranks = rank_pids(run.proc.pid)
         # The window to check is the first one that opens once the CPU is contended: the
         # one the run-queue measurement below covers (windows before are start-up noise,
@@ -729,7 +732,7 @@ class LiveFaultTest(LiveChecks):
                             str(HANG_STEP_SLEEP_MS), "--fault-after-steps",
                             str(HANG_AFTER_STEPS)], steps=400)
         run.start()
-        hang_start = run.poll_until("hang", run.fault_start_time, timeout=120)
+        hang_start = run.poll_until("hang", run.fault_start_time, timeout=STARTUP_SECONDS)
         opened = run.poll_until("hang window", lambda: "(hang) opens" in run.stderr() and
                                 time.time(), timeout=60, interval=0.01)
         report_path = run.poll_until("hang report", lambda: glob.glob(
@@ -912,7 +915,7 @@ class PerftrackerFaultTest(LiveChecks):
                            steps=steps)
         run.start()
         opened = run.poll_until("window", lambda: "opens in" in run.stderr() and time.time(),
-                                timeout=120, interval=0.02)
+                                timeout=STARTUP_SECONDS, interval=0.02)
         # Killed 1.5 s into the window, once the job has a pace to compare with (on a
         # loaded machine the first steps can come after the window has opened).
         time.sleep(1.5)
@@ -926,12 +929,19 @@ class PerftrackerFaultTest(LiveChecks):
         os.kill(run.proc.pid, signal.SIGKILL)
         run.wait(30)
         # The job's main process is now our child (subreaper): its exit code is the job's.
-        code = wait_pid(job_pid, 240)
+        # Waited for while it makes steps (500 steps of 0.8 s at load 30 outlast any fixed
+        # deadline that is short on an idle machine).
+        code, seen = None, -1
+        while code is None and run.last_step() != seen:
+            seen = run.last_step()
+            code = wait_pid(job_pid, STALL_SECONDS)
         self.assertEqual(code, 0, f"job exit {code}\n{run.describe()}")
         done = run.steps()
         self.assertEqual(len(done), steps, run.describe())
         window_end = opened + 0.3 + window_s  # the hooks turn themselves off by then
-        before = [s for s in done if s[0] >= 5 and s[1] < killed_at]
+        # From step 3 (the first steps are the start-up's): the window opens once the job
+        # iterates (issue 11 §5), so at 0.8 s/step it is killed ~13 steps in.
+        before = [s for s in done if s[0] >= 3 and s[1] < killed_at]
         during = [s for s in done if killed_at < s[1] < window_end]
         after = [s for s in done if s[1] > window_end + 0.5]
         b, a = median_interval(before), median_interval(after)
@@ -939,7 +949,7 @@ class PerftrackerFaultTest(LiveChecks):
         log(f"kill_collector: killed at step {killed_step}; median step {b * 1000:.1f} ms "
             f"before the window, {a * 1000:.1f} ms after it (ratio {a / b:.3f}); longest "
             f"step between the kill and the window's end {max(gaps) * 1000:.0f} ms")
-        self.assertGreater(len(before), 10, run.describe())
+        self.assertGreater(len(before), 8, run.describe())
         self.assertLess(killed_at, window_end, "killed after the window")
         self.assertGreater(len(after), 20, run.describe())
         # Same pace, and no stall while the dead collector's window was still open. The
