@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "perftracker/core/point_to_point.h"
 #include "perftracker/core/units.h"
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/robust_stats.h"
@@ -145,10 +146,17 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
     if (!transfer || f.total_ns <= 0) continue;
     const double achieved = f.achieved_bytes_per_s();
     const double t = static_cast<double>(f.total_ns);
+    const PointToPoint p2p = f.kind == EventKind::kCollective
+                                 ? PointToPointOf(f.name, f.event_flags)
+                                 : PointToPoint::kNone;
     for (const FunctionMetric& m : f.metrics) {
       Acc* acc = nullptr;
       if (f.kind == EventKind::kCollective &&
           (m.metric == Metric::kIbTxBytesPerSec || m.metric == Metric::kNicTxBytesPerSec)) {
+        // The NIC's samples are its transmit rate: a point-to-point receive transmits
+        // nothing (its time is a wait for its sender; what the NIC carried meanwhile is not
+        // its own), a send transmits its payload once.
+        if (p2p == PointToPoint::kReceive) continue;
         acc = &nic;
       } else if (f.kind == EventKind::kCollective && m.metric == Metric::kNvlinkBytesPerSec) {
         acc = &nvlink;
@@ -160,8 +168,12 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
       acc->t += t;
       acc->slack += static_cast<double>(std::clamp<int64_t>(f.slack_after_ns, 0, f.total_ns));
       // On the wire a ring all-reduce moves about twice its payload (2 (n-1) / n, NCCL's
-      // bus-bandwidth convention); copies move their payload.
-      acc->bytes += static_cast<double>(f.bytes) * (f.kind == EventKind::kCollective ? 2 : 1);
+      // bus-bandwidth convention); copies move their payload, and so do point-to-point sends
+      // on the NIC. (On NVLink, whose samples count both directions, receives and sends are
+      // still counted like all-reduces: docs/accuracy.md.)
+      const bool once =
+          f.kind != EventKind::kCollective || (acc == &nic && p2p != PointToPoint::kNone);
+      acc->bytes += static_cast<double>(f.bytes) * (once ? 1 : 2);
       acc->s += t * m.mean;
       acc->s2 += t * (m.mean * m.mean + m.stddev * m.stddev);
     }

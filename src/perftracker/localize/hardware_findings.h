@@ -22,11 +22,12 @@
 //    below kDegradedRateShare of the job's median is on a degraded link, and loses
 //    bytes / rate - bytes / median rate per iteration (the bytes its transfer-carrying
 //    functions move on the wire per iteration: twice the payload for collectives, as a
-//    ring all-reduce sends; D their time per iteration). NIC: PT-NIC-DEGRADED; NVLink or
-//    PCIe: PT-LINK-DEGRADED. The burst rate must also be consistent with the bytes moved (bytes /
-//    rate at most kConsistentShare x D): a worker that mostly waited inside its collectives has
-//    only background samples there, and a low rate that could not have moved its bytes is no
-//    evidence.
+//    ring all-reduce sends; D their time per iteration). The NIC's samples are transmit rates: a
+//    point-to-point receive, which transmits nothing and mostly waits for its sender, is not in its
+//    pool, and a point-to-point send moves its payload once. NIC: PT-NIC-DEGRADED; NVLink or PCIe:
+//    PT-LINK-DEGRADED. The burst rate must also be consistent with the bytes moved (bytes / rate at
+//    most kConsistentShare x D): a worker that mostly waited inside its collectives has only
+//    background samples there, and a low rate that could not have moved its bytes is no evidence.
 //  - Slow network link (TCP, per process: TcpSampler): the delivery rate of a worker's
 //    busiest connection is below kSlowLinkShare of its peers' median, and the bytes it
 //    sends per iteration take at that rate at least kSlowLinkExplains of its communication

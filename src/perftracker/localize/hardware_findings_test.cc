@@ -195,6 +195,62 @@ TEST(HardwareFindingsTest, SlowNetworkLinkNeedsARateThatExplainsTheTime) {
   for (const auto& f : d.findings) EXPECT_NE(f.code, finding_codes::kNetSlowLink) << f.title;
 }
 
+// A transfer-carrying function over the NIC, per iteration (10 iterations): its time, the
+// bytes it moved and the transmit throughput sampled during it.
+void Nic(FunctionSummary& f, double ms, double mb, double gbps_mean, double gbps_sd) {
+  f.total_ns = static_cast<int64_t>(ms * 1e7);
+  f.self_ns = f.total_ns;
+  f.critical_ns = f.total_ns;
+  f.bytes = static_cast<uint64_t>(mb * 1e7);
+  f.metrics = {{Metric::kIbTxBytesPerSec, gbps_mean * 1e9, gbps_sd * 1e9}};
+}
+
+FunctionSummary PointToPointCall(const std::string& name) {
+  FunctionSummary f;
+  f.key = "collective:" + name;
+  f.name = name;
+  f.kind = EventKind::kCollective;
+  f.count = 10;
+  return f;
+}
+
+// A middle pipeline stage's NIC transmits its gradient all-reduce (20 MB per iteration, 40 MB
+// on the wire) and its activation send (8 MB), and waits 30 ms per iteration in its receive
+// while the NIC carries only background traffic (1 GB/s). Host node2's NIC runs at 1/3 (13.3
+// GB/s, flat). The NIC's samples are its transmit rate: a receive transmits nothing, and a send
+// transmits its payload once (not twice, as a ring all-reduce does). The host's transfers take
+// 48 MB / 13.3 GB/s - 48 MB / 40 GB/s = 2.4 ms longer per iteration, 2.4 % of the iteration,
+// minor. Counting the receive's wait (which dragged the burst rates down) and its bytes, and
+// the send's payload twice, made it 5.5 ms, material.
+TEST(HardwareFindingsTest, ADegradedNicLosesTheTimeOfWhatItTransmits) {
+  auto ws = Job(16, 4);
+  for (WorkerSummary& w : ws) {
+    const bool degraded = w.host == "node2";
+    for (FunctionSummary& f : w.functions) {
+      if (f.name != "nccl:all_reduce") continue;
+      // Healthy: 1 ms of bursts at 40 GB/s in its 20 ms; degraded: 3 ms flat at 13.3 GB/s.
+      Nic(f, 20, 20, 2, degraded ? 4.761 : 8.718);
+    }
+    FunctionSummary send = PointToPointCall("nccl:send");
+    Nic(send, degraded ? 0.6 : 0.2, 8, degraded ? 40.0 / 3 : 40, 0);
+    w.functions.push_back(send);
+    FunctionSummary recv = PointToPointCall("nccl:recv");
+    Nic(recv, 30, 8, 1, 0);
+    w.functions.push_back(recv);
+  }
+  const Diagnosis d = Localize(ws);
+  const Finding* f = nullptr;
+  for (const auto& x : d.findings) {
+    if (x.code == finding_codes::kNicDegraded) f = &x;
+  }
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->workers, (std::vector<int32_t>{8, 9, 10, 11}));
+  EXPECT_THAT(f->title, HasSubstr("node2 (all 4 ranks)"));
+  EXPECT_THAT(f->title, HasSubstr("(+2.4"));
+  EXPECT_NEAR(f->lost_ns_per_iteration, 2.4e6, 0.05e6);
+  EXPECT_FALSE(f->material);
+}
+
 TEST(HardwareFindingsTest, EveryHardwareCodeIsInTheCatalogue) {
   for (auto code :
        {finding_codes::kGpuThrottled, finding_codes::kGpuSlow, finding_codes::kLinkDegraded,
