@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <optional>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -16,6 +19,8 @@
 #include "perftracker/core/input_file.h"
 #include "perftracker/pipeline/diagnosis_pipeline.h"
 #include "perftracker/report/compare_report.h"
+#include "perftracker/server/http/window_comparison.h"
+#include "perftracker/server/open_store.h"
 
 namespace perftracker {
 namespace {
@@ -83,6 +88,12 @@ CLI::App* AddCompareCommand(CLI::App& app, CompareCommandOptions* options) {
   cmd->add_option("baseline", options->baseline, "The run to compare against (the good one)")
       ->required();
   cmd->add_option("current", options->current, "The run to explain")->required();
+  cmd->add_option("--store", options->store,
+                  "Compare two stored windows of a live job: the store `perftracker server "
+                  "--store` (or run) keeps, an SQLite file or a postgresql:// URL; BASELINE and "
+                  "CURRENT are then window ids (BASELINE may be 'baseline', the job's baseline "
+                  "window)");
+  cmd->add_option("--job", options->job, "The job whose windows --store compares");
   cmd->add_option("--format", options->format, "Report on stdout: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->default_val("text");
@@ -101,7 +112,53 @@ CLI::App* AddCompareCommand(CLI::App& app, CompareCommandOptions* options) {
   return cmd;
 }
 
+namespace {
+
+int Render(const CompareCommandOptions& options, const compare::Comparison& comparison);
+
+// Two windows of a stored job.
+StatusOr<compare::Comparison> CompareStored(const CompareCommandOptions& options,
+                                            const compare::CompareOptions& compare_options) {
+  if (options.job.empty()) {
+    return Status::InvalidArgument("--store needs --job ID: the job whose windows to compare");
+  }
+  std::optional<uint64_t> ids[2];
+  const std::string* given[2] = {&options.baseline, &options.current};
+  for (int i = 0; i < 2; ++i) {
+    if (i == 0 && *given[i] == "baseline") continue;
+    uint64_t id = 0;
+    const char* end = given[i]->data() + given[i]->size();
+    auto [ptr, ec] = std::from_chars(given[i]->data(), end, id);
+    if (ec != std::errc() || ptr != end || id == 0) {
+      return Status::InvalidArgument(
+          fmt::format("with --store, {} must be a window id (a positive integer{}), not '{}'",
+                      i == 0 ? "BASELINE" : "CURRENT", i == 0 ? " or 'baseline'" : "", *given[i]));
+    }
+    ids[i] = id;
+  }
+  StatusOr<std::unique_ptr<Store>> store = OpenStore(options.store);
+  if (!store.ok()) return store.status();
+  return CompareStoredWindows(store->get(), options.job, ids[0], *ids[1], compare_options);
+}
+
+}  // namespace
+
 int RunCompare(const CompareCommandOptions& options) {
+  compare::CompareOptions compare_options;
+  compare_options.material_share = options.material_share;
+  compare_options.noise_sigmas = options.noise_sigmas;
+  if (!options.store.empty()) {
+    StatusOr<compare::Comparison> stored = CompareStored(options, compare_options);
+    if (!stored.ok()) {
+      fmt::print(stderr, "perftracker: {}\n", stored.status().message());
+      return 2;
+    }
+    return Render(options, *stored);
+  }
+  if (!options.job.empty()) {
+    fmt::print(stderr, "perftracker: --job applies to --store only\n");
+    return 2;
+  }
   compare::CallPathTree tree;
   compare::RunProfile baseline(&tree, options.baseline);
   compare::RunProfile current(&tree, options.current);
@@ -113,18 +170,21 @@ int RunCompare(const CompareCommandOptions& options) {
       return 2;
     }
   }
-  compare::CompareOptions compare_options;
-  compare_options.material_share = options.material_share;
-  compare_options.noise_sigmas = options.noise_sigmas;
   StatusOr<compare::Comparison> comparison =
       compare::RunComparer(compare_options).Compare(baseline, current);
   if (!comparison.ok()) {
     fmt::print(stderr, "perftracker: {}\n", comparison.status().message());
     return 2;
   }
+  return Render(options, *comparison);
+}
+
+namespace {
+
+int Render(const CompareCommandOptions& options, const compare::Comparison& comparison) {
   if (!options.html_path.empty()) {
     std::ofstream out(options.html_path, std::ios::binary | std::ios::trunc);
-    out << RenderComparisonHtml(*comparison);
+    out << RenderComparisonHtml(comparison);
     out.close();
     if (!out) {
       fmt::print(stderr, "perftracker: {}: cannot write the HTML page: {}\n", options.html_path,
@@ -133,12 +193,14 @@ int RunCompare(const CompareCommandOptions& options) {
     }
   }
   if (options.format == "json") {
-    fmt::print("{}", RenderComparisonJson(*comparison));
+    fmt::print("{}", RenderComparisonJson(comparison));
   } else {
-    fmt::print("{}", RenderComparisonText(*comparison));
+    fmt::print("{}", RenderComparisonText(comparison));
     if (!options.html_path.empty()) fmt::print("HTML page: {}\n", options.html_path);
   }
   return 0;
 }
+
+}  // namespace
 
 }  // namespace perftracker

@@ -13,6 +13,10 @@ namespace perftracker {
 struct CompareCommandOptions {
   std::string baseline;  // a trace file, a directory of them, or a report JSON
   std::string current;
+  // With --store: BASELINE and CURRENT are window ids of job `job` in that store (BASELINE
+  // may be "baseline": the job's baseline window).
+  std::string store;
+  std::string job;
   std::string format = "text";
   std::string html_path;
   double material_share = 0.05;

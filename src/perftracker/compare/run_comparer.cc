@@ -52,6 +52,14 @@ bool IsWait(const CallPathTree& tree, uint32_t node) {
          (kind == "torch_op" && IsTorchCommunicationOp(tree.name(node)));
 }
 
+// True when `node` is a wait or lies inside one.
+bool InsideWait(const CallPathTree& tree, uint32_t node) {
+  for (uint32_t n = node; n != CallPathTree::kRoot; n = tree.parent(n)) {
+    if (IsWait(tree, n)) return true;
+  }
+  return false;
+}
+
 bool IsAnnotation(const std::string& kind) { return kind == "annotation"; }
 bool IsUserLevel(const std::string& kind) {
   return kind == "python" || kind == "data_load" || kind == "optimizer_step";
@@ -362,7 +370,8 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
         if (c == nullptr) continue;
         shared_self += b.self_ns;
         const double floor = kSharedMinShare * p.baseline->median_iteration_ns;
-        if (b.self_ns > 0 && c->self_ns > 0 && std::max(b.self_ns, c->self_ns) >= floor) {
+        if (!InsideWait(tree, node) && b.self_ns > 0 && c->self_ns > 0 &&
+            std::max(b.self_ns, c->self_ns) >= floor) {
           ratios.push_back(c->self_ns / b.self_ns);
         }
       }
@@ -414,7 +423,10 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
                         (iteration_delta > 0) == (out.shared_delta_ns > 0);
 
   if (out.compared_functions) {
-    Walker walker(tree, pairs, out.shared_scale, out.baseline_iteration_ns);
+    // A shared factor that is not a change of the job is noise: functions are measured
+    // against their baseline times as they are.
+    Walker walker(tree, pairs, out.shared_material ? out.shared_scale : 1.0,
+                  out.baseline_iteration_ns);
     for (ChangeDirection d : {ChangeDirection::kSlower, ChangeDirection::kFaster}) {
       size_t dropped = 0;
       std::vector<FunctionChange> changes = walker.Changes(d, &dropped);

@@ -8,14 +8,16 @@
 // 1. Shared scale. Machine load, clock speed or a library that slows everything makes every
 //    function slower by about the same factor. That factor is the median of the ratio
 //    current / baseline self time over every (function, rank) pair the runs share whose self
-//    time is at least kSharedMinShare of the iteration: an unweighted median, so that one
+//    time is at least kSharedMinShare of the iteration, waits (below) left out: an
+//    unweighted median, so that one
 //    function that changes, however large, is one vote (a weighted one followed a function
 //    that held 46 % of the time from 255 ms to 50 ms and called everything 2.4x faster). A
 //    function's change is measured beyond it: delta = current - scale x baseline (inclusive
 //    time per iteration). The scale itself is reported as a change that every function
 //    shares when its cost, (scale - 1) x the baseline iteration, passes the bar and the
 //    median iteration moved beyond the bar the same way (on a loaded machine the ratios of a
-//    few large functions scatter by 20 % while the iteration stays put).
+//    few large functions scatter by 20 % while the iteration stays put). A factor that is not
+//    such a change is noise and is not applied: delta = current - baseline.
 // 2. Materiality per rank: |delta| >= max(material_share x the rank's baseline iteration,
 //    noise_sigmas x hypot(standard error of the rank's mean iteration in the baseline, in the
 //    current run)). The standard error is the spread of one iteration (1.4826 x MAD of the

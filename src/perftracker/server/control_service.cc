@@ -11,8 +11,11 @@
 #include <fmt/core.h>
 
 #include "perftracker/core/realtime_clock.h"
+#include "perftracker/report/compare_report.h"
 #include "perftracker/server/http/rate_limited_log.h"
+#include "perftracker/server/http/window_comparison.h"
 #include "perftracker/server/metrics/server_metrics.h"
+#include "perftracker/server/report_writer.h"
 #include "perftracker/server/store/store.h"
 #include "perftracker/server/store_recorder.h"
 #include "perftracker/wire/summary_codec.h"
@@ -468,6 +471,7 @@ void ControlService::StoreReports() {
           job->baseline_known_ = true;
         }
         if (!st.ok()) LogStoreError(job->id_, st);
+        if (st.ok()) CompareWithBaseline(*store, job->id_, record.window_id);
       }
       job->reports_stored_ = i + 1;
       if (r.retracted) job->retracted_stored_.insert(r.id);
@@ -484,6 +488,26 @@ void ControlService::StoreReports() {
       }
     }
   }
+}
+
+void ControlService::CompareWithBaseline(Store& store, const std::string& job_id, uint64_t window) {
+  StatusOr<std::optional<uint64_t>> baseline = store.GetBaseline(job_id);
+  if (!baseline.ok() || !baseline->has_value() || **baseline == window) return;
+  StatusOr<compare::Comparison> c = CompareStoredWindows(&store, job_id, **baseline, window);
+  if (!c.ok()) {
+    Log(fmt::format("job {}: window {} not compared with baseline window {}: {}", job_id, window,
+                    **baseline, c.status().message()));
+    return;
+  }
+  std::string where;
+  if (!options_.coordinator.report_dir.empty()) {
+    StatusOr<std::string> path = WriteComparisonReport(
+        (std::filesystem::path(options_.coordinator.report_dir) / JobDirName(job_id)).string(),
+        window, **baseline, *c);
+    where = path.ok() ? " (" + *path + ")" : " (not written: " + path.status().message() + ")";
+  }
+  Log(fmt::format("job {}: window {} vs baseline window {}: {}{}", job_id, window, **baseline,
+                  ComparisonVerdict(*c), where));
 }
 
 StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(

@@ -122,6 +122,10 @@ class ControlService : public ControlHandler, public JobActions {
   // server, abandoned with `why`; `only_stale`: only those whose wait ended kOrphanSlackNs ago.
   void AbandonLeftOpen(const std::string& job_id, const std::string& why, bool only_stale);
   void Log(const std::string& line) const;
+  // After window `window` of the job is stored: what changed since the job's baseline window
+  // (none yet, or this one: nothing), written next to the window's report
+  // (window-<id>-vs-<base>.json/.html) and logged in one line.
+  void CompareWithBaseline(Store& store, const std::string& job_id, uint64_t window);
   // A failed store write: logged through store_log_, so a store that is down (PostgreSQL
   // restarting) costs a few lines per period, not one per collector message.
   void LogStoreError(const std::string& job_id, const Status& status) const;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -339,6 +340,67 @@ TEST_F(ControlServiceTest, ACollectorGoneMidWindowIsNamedAndTheWindowDoesNotWait
   auto d = store_->GetDiagnosis("job-x", 1);
   EXPECT_EQ(d->missing_ranks, (std::vector<int32_t>{2, 3}));
   EXPECT_NE(d->json.find("rank 2 sent no summary"), std::string::npos);
+}
+
+// A worker of ten 40 ms iterations in step > block1, block2 (+ extra_ms per iteration),
+// block3, loss.
+WorkerSummary StepSummary(int32_t rank, int64_t start, int64_t end, double extra_ms) {
+  WorkerSummary s = Summary(rank, start, end);
+  constexpr int kIterations = 10;
+  const int64_t iteration = static_cast<int64_t>((40 + extra_ms) * kMs);
+  for (int i = 0; i < kIterations; ++i) {
+    s.iterations.push_back({start + i * iteration, iteration + (i % 3) * 100'000, 0, 0, 0, 0, 0});
+  }
+  auto add = [&](const char* name, EventKind kind, uint32_t parent, double ms) {
+    FunctionSummary f;
+    f.name = name;
+    f.kind = kind;
+    f.parent = parent;
+    f.count = kIterations;
+    f.total_ns = static_cast<int64_t>(ms * kMs) * kIterations;
+    f.self_ns = f.total_ns;
+    s.functions.push_back(std::move(f));
+    return static_cast<uint32_t>(s.functions.size() - 1);
+  };
+  const uint32_t step =
+      add("train.py(9): step", EventKind::kPythonCall, FunctionSummary::kNoParent, 40 + extra_ms);
+  add("block1", EventKind::kUserAnnotation, step, 10);
+  add("block2", EventKind::kUserAnnotation, step, 12 + extra_ms);
+  add("block3", EventKind::kUserAnnotation, step, 10);
+  add("loss", EventKind::kUserAnnotation, step, 8);
+  s.functions[step].self_ns = 0;
+  return s;
+}
+
+TEST_F(ControlServiceTest, EachLaterWindowIsComparedWithTheJobsBaseline) {
+  StartServer();
+  Collector a = Connect("node-a", 0, 2, 2);
+  for (uint64_t id : {1u, 2u}) {
+    a.stream->Write(ControlTrigger{0, "manual", ""});
+    const ControlWindow w = WaitWindow(a);
+    ASSERT_EQ(w.id, id);
+    for (int r = 0; r < 2; ++r) {
+      // Window 2: block2 30 ms slower on both ranks, which no rank shows against its peer.
+      a.stream->Write(
+          ControlSummary{w.id, r,
+                         EncodeWorkerSummary(StepSummary(r, w.start_ns, w.start_ns + w.duration_ns,
+                                                         id == 2 ? 30 : 0))});
+    }
+    ASSERT_TRUE(Eventually([&] { return store_->GetDiagnosis("job-x", id).ok(); }));
+  }
+  ASSERT_EQ(store_->GetBaseline("job-x")->value_or(0), 1u);
+  const fs::path compared = dir_ / "reports" / "job-x" / "window-2-vs-1.json";
+  ASSERT_TRUE(Eventually([&] { return fs::exists(compared); }));
+  std::ifstream in(compared);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_FALSE(j["changes"].empty()) << j.dump(1);
+  EXPECT_EQ(j["changes"][0]["function"], "block2");
+  EXPECT_EQ(j["changes"][0]["workers"], nlohmann::json({0, 1}));
+  EXPECT_TRUE(fs::exists(dir_ / "reports" / "job-x" / "window-2-vs-1.html"));
+  EXPECT_FALSE(fs::exists(dir_ / "reports" / "job-x" / "window-1-vs-1.json"));
+  EXPECT_TRUE(Eventually([&] {
+    return Logged("job job-x: window 2 vs baseline window 1: block2 is slower on all 2 workers");
+  }));
 }
 
 TEST_F(ControlServiceTest, ARestartedServerContinuesTheJobsWindowIds) {

@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include "perftracker/core/private_file_mode.h"
+#include "perftracker/report/compare_report.h"
 
 namespace perftracker {
 namespace {
@@ -79,6 +80,17 @@ Status EnsureReportDir(const std::string& dir) {
     return Status::InvalidArgument(fmt::format("{}: not writable: {}", dir, std::strerror(errno)));
   }
   return Status::Ok();
+}
+
+StatusOr<std::string> WriteComparisonReport(const std::string& dir, uint64_t window,
+                                            uint64_t baseline,
+                                            const compare::Comparison& comparison) {
+  PERFTRACKER_RETURN_IF_ERROR(EnsureReportDir(dir));
+  const std::string base =
+      (fs::path(dir) / fmt::format("window-{}-vs-{}", window, baseline)).string();
+  PERFTRACKER_RETURN_IF_ERROR(WriteAtomically(base + ".json", RenderComparisonJson(comparison)));
+  PERFTRACKER_RETURN_IF_ERROR(WriteAtomically(base + ".html", RenderComparisonHtml(comparison)));
+  return base + ".json";
 }
 
 StatusOr<WrittenReport> WriteWindowReport(const std::string& dir, uint64_t window,

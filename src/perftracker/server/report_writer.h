@@ -3,6 +3,8 @@
 //                               (report/RenderJson with diagnose's `skipped_inputs`, empty)
 //   window-<id>-<reason>.html   report/RenderHtml
 //   window-<id>-stacks.txt      the per-rank Python stacks (hang windows only)
+//   window-<id>-vs-<base>.json  what changed since the job's baseline window <base>
+//   window-<id>-vs-<base>.html  (`perftracker compare --format json` / --html, docs/compare.md)
 // Each file is written to a temporary name and renamed, so a reader never sees half a file.
 #pragma once
 
@@ -11,6 +13,7 @@
 #include <string>
 
 #include "perftracker/collector/coordinator_link.h"
+#include "perftracker/compare/comparison.h"
 #include "perftracker/core/status.h"
 #include "perftracker/report/report.h"
 
@@ -25,6 +28,12 @@ struct WrittenReport {
 
 // Creates `dir` (and parents) if needed; an error names the directory.
 Status EnsureReportDir(const std::string& dir);
+
+// The comparison of window `window` with the baseline window `baseline`; returns the JSON
+// file's path.
+StatusOr<std::string> WriteComparisonReport(const std::string& dir, uint64_t window,
+                                            uint64_t baseline,
+                                            const compare::Comparison& comparison);
 
 StatusOr<WrittenReport> WriteWindowReport(const std::string& dir, uint64_t window,
                                           WindowReason reason, const ReportInput& input,
