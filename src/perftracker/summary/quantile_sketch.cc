@@ -1,6 +1,7 @@
 #include "perftracker/summary/quantile_sketch.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -21,28 +22,89 @@ double QuantileSketch::BucketValue(int32_t index) {
   return 2 * std::pow(kGamma, index) / (kGamma + 1);
 }
 
+QuantileSketch::QuantileSketch(const QuantileSketch& other) { *this = other; }
+
+// A moved-from sketch is empty.
+QuantileSketch::QuantileSketch(QuantileSketch&& other) noexcept { *this = std::move(other); }
+
+QuantileSketch& QuantileSketch::operator=(const QuantileSketch& other) {
+  if (this == &other) return *this;
+  Assign(other.data(), other.size_);
+  offset_ = other.offset_;
+  zero_count_ = other.zero_count_;
+  count_ = other.count_;
+  sum_ = other.sum_;
+  min_ = other.min_;
+  max_ = other.max_;
+  return *this;
+}
+
+QuantileSketch& QuantileSketch::operator=(QuantileSketch&& other) noexcept {
+  if (this == &other) return *this;
+  Release();
+  if (other.size_ > 1) {
+    heap_ = other.heap_;
+  } else {
+    inline_bucket_ = other.inline_bucket_;
+  }
+  size_ = other.size_;
+  offset_ = other.offset_;
+  zero_count_ = other.zero_count_;
+  count_ = other.count_;
+  sum_ = other.sum_;
+  min_ = other.min_;
+  max_ = other.max_;
+  // The source is left empty (not half of a sketch: counts without buckets).
+  other.size_ = 0;
+  other.inline_bucket_ = 0;
+  other.offset_ = 0;
+  other.zero_count_ = other.count_ = 0;
+  other.sum_ = other.min_ = other.max_ = 0;
+  return *this;
+}
+
+QuantileSketch::~QuantileSketch() { Release(); }
+
+uint32_t QuantileSketch::Capacity(uint32_t size) {
+  if (size <= 1) return 0;
+  return std::min(std::bit_ceil(size), static_cast<uint32_t>(kDefaultMaxBuckets));
+}
+
+void QuantileSketch::Release() {
+  if (size_ > 1) delete[] heap_;
+  size_ = 0;
+  inline_bucket_ = 0;
+}
+
+void QuantileSketch::Assign(const uint64_t* from, uint32_t size) {
+  if (Capacity(size) != Capacity(size_)) {
+    Release();
+    if (size > 1) heap_ = new uint64_t[Capacity(size)];
+  }
+  size_ = size;
+  std::copy(from, from + size, data());
+}
+
 void QuantileSketch::EnsureRange(int32_t index) {
-  if (buckets_.empty()) {
+  if (size_ == 0) {
     offset_ = index;
-    buckets_.assign(1, 0);
+    size_ = 1;
+    inline_bucket_ = 0;
     return;
   }
-  const int32_t top = offset_ + static_cast<int32_t>(buckets_.size()) - 1;
-  if (index > top) {
-    buckets_.resize(buckets_.size() + static_cast<size_t>(index - top), 0);
-  } else if (index < offset_) {
-    buckets_.insert(buckets_.begin(), static_cast<size_t>(offset_ - index), 0);
-    offset_ = index;
+  const int64_t top = int64_t{offset_} + size_ - 1;
+  if (index >= offset_ && index <= top) return;
+  const int64_t hi = std::max<int64_t>(top, index);
+  // At most kDefaultMaxBuckets remain: the lowest buckets collapse into the lowest kept one.
+  const int64_t lo =
+      std::max<int64_t>(std::min<int64_t>(offset_, index), hi - kDefaultMaxBuckets + 1);
+  uint64_t next[kDefaultMaxBuckets] = {};
+  const uint64_t* cur = data();
+  for (uint32_t i = 0; i < size_; ++i) {
+    next[std::max<int64_t>(offset_ + int64_t{i}, lo) - lo] += cur[i];
   }
-  // Collapse the lowest buckets so that at most kDefaultMaxBuckets remain.
-  if (buckets_.size() > static_cast<size_t>(kDefaultMaxBuckets)) {
-    const size_t excess = buckets_.size() - kDefaultMaxBuckets;
-    uint64_t folded = 0;
-    for (size_t i = 0; i <= excess; ++i) folded += buckets_[i];
-    buckets_.erase(buckets_.begin(), buckets_.begin() + static_cast<std::ptrdiff_t>(excess));
-    buckets_[0] = folded;
-    offset_ += static_cast<int32_t>(excess);
-  }
+  Assign(next, static_cast<uint32_t>(hi - lo + 1));
+  offset_ = static_cast<int32_t>(lo);
 }
 
 void QuantileSketch::Add(double value, uint64_t times) {
@@ -62,7 +124,7 @@ void QuantileSketch::Add(double value, uint64_t times) {
   int32_t index = BucketIndex(value);
   EnsureRange(index);
   index = std::max(index, offset_);  // a value below a collapsed range lands in the lowest bucket
-  buckets_[static_cast<size_t>(index - offset_)] += times;
+  data()[index - offset_] += times;
 }
 
 void QuantileSketch::Merge(const QuantileSketch& other) {
@@ -76,12 +138,13 @@ void QuantileSketch::Merge(const QuantileSketch& other) {
   count_ += other.count_;
   sum_ += other.sum_;
   zero_count_ += other.zero_count_;
-  for (size_t i = 0; i < other.buckets_.size(); ++i) {
-    if (other.buckets_[i] == 0) continue;
+  const uint64_t* theirs = other.data();
+  for (uint32_t i = 0; i < other.size_; ++i) {
+    if (theirs[i] == 0) continue;
     int32_t index = other.offset_ + static_cast<int32_t>(i);
     EnsureRange(index);
     index = std::max(index, offset_);
-    buckets_[static_cast<size_t>(index - offset_)] += other.buckets_[i];
+    data()[index - offset_] += theirs[i];
   }
 }
 
@@ -93,8 +156,9 @@ double QuantileSketch::Quantile(double q) const {
   const auto rank = static_cast<uint64_t>(q * static_cast<double>(count_ - 1));
   if (rank < zero_count_) return std::min(0.0, max_);
   uint64_t seen = zero_count_;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    seen += buckets_[i];
+  const uint64_t* buckets = data();
+  for (uint32_t i = 0; i < size_; ++i) {
+    seen += buckets[i];
     if (seen > rank) {
       return std::clamp(BucketValue(offset_ + static_cast<int32_t>(i)), min_, max_);
     }
@@ -102,7 +166,7 @@ double QuantileSketch::Quantile(double q) const {
   return max_;
 }
 
-bool QuantileSketch::Restore(int32_t offset, std::vector<uint64_t> buckets, uint64_t zero_count,
+bool QuantileSketch::Restore(int32_t offset, std::span<const uint64_t> buckets, uint64_t zero_count,
                              double sum, double min, double max) {
   if (buckets.size() > static_cast<size_t>(kDefaultMaxBuckets)) return false;
   // The highest bucket index must be representable.
@@ -118,7 +182,7 @@ bool QuantileSketch::Restore(int32_t offset, std::vector<uint64_t> buckets, uint
   if (!std::isfinite(sum)) return false;
   if (total > 0 && (!std::isfinite(min) || !std::isfinite(max) || min > max)) return false;
   offset_ = offset;
-  buckets_ = std::move(buckets);
+  Assign(buckets.data(), static_cast<uint32_t>(buckets.size()));
   zero_count_ = zero_count;
   count_ = total;
   sum_ = sum;

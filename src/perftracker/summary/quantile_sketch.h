@@ -14,10 +14,15 @@
 // are collapsed into one ("collapsing lowest" DDSketch): the upper quantiles, where
 // stragglers show, stay exact to alpha; only quantiles inside the collapsed low tail lose
 // accuracy. Values <= 0 are counted in zero_count_.
+//
+// Memory: a summary holds one sketch per call path, and with Python stacks most paths run
+// once (one bucket), so a single bucket lives inline; more go to the heap, in a buffer of
+// Capacity(size) entries (a power of two up to kDefaultMaxBuckets). 56 bytes, no
+// allocation for a one-bucket sketch.
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <span>
 
 namespace perftracker {
 
@@ -27,6 +32,11 @@ class QuantileSketch {
   static constexpr int kDefaultMaxBuckets = 96;
 
   QuantileSketch() = default;
+  QuantileSketch(const QuantileSketch& other);
+  QuantileSketch(QuantileSketch&& other) noexcept;
+  QuantileSketch& operator=(const QuantileSketch& other);
+  QuantileSketch& operator=(QuantileSketch&& other) noexcept;
+  ~QuantileSketch();
 
   void Add(double value, uint64_t times = 1);
   // Exact merge; both sketches must share relative accuracy (all perftracker sketches do).
@@ -42,10 +52,10 @@ class QuantileSketch {
 
   // Raw state, for the wire form and tests.
   int32_t offset() const { return offset_; }
-  const std::vector<uint64_t>& buckets() const { return buckets_; }
+  std::span<const uint64_t> buckets() const { return {data(), size_}; }
   uint64_t zero_count() const { return zero_count_; }
   // Rebuilds a sketch from its raw state (the wire decoder). Returns false if inconsistent.
-  bool Restore(int32_t offset, std::vector<uint64_t> buckets, uint64_t zero_count, double sum,
+  bool Restore(int32_t offset, std::span<const uint64_t> buckets, uint64_t zero_count, double sum,
                double min, double max);
 
   static int32_t BucketIndex(double value);
@@ -53,8 +63,19 @@ class QuantileSketch {
 
  private:
   void EnsureRange(int32_t index);
+  // Heap entries allocated for `size` buckets (0 for at most one: it is inline).
+  static uint32_t Capacity(uint32_t size);
+  uint64_t* data() { return size_ <= 1 ? &inline_bucket_ : heap_; }
+  const uint64_t* data() const { return size_ <= 1 ? &inline_bucket_ : heap_; }
+  // Replaces the buckets with `size` copies from `from`, reallocating as needed.
+  void Assign(const uint64_t* from, uint32_t size);
+  void Release();
 
-  std::vector<uint64_t> buckets_;
+  union {
+    uint64_t inline_bucket_ = 0;  // size_ <= 1
+    uint64_t* heap_;              // size_ > 1: Capacity(size_) entries
+  };
+  uint32_t size_ = 0;
   int32_t offset_ = 0;
   uint64_t zero_count_ = 0;
   uint64_t count_ = 0;

@@ -11,6 +11,8 @@
 namespace perftracker {
 namespace {
 
+using Buckets = std::vector<uint64_t>;
+
 // The exact quantile under the sketch's rank convention: sorted[floor(q * (n - 1))].
 double Exact(const std::vector<double>& sorted, double q) {
   return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
@@ -59,7 +61,7 @@ TEST(QuantileSketchTest, MergeOfPartsEqualsSketchOfWhole) {
   QuantileSketch merged;
   for (const auto& p : parts) merged.Merge(p);
   EXPECT_EQ(merged.offset(), whole.offset());
-  EXPECT_EQ(merged.buckets(), whole.buckets());
+  EXPECT_TRUE(std::ranges::equal(merged.buckets(), whole.buckets()));
   EXPECT_EQ(merged.zero_count(), whole.zero_count());
   EXPECT_EQ(merged.count(), whole.count());
   EXPECT_DOUBLE_EQ(merged.min(), whole.min());
@@ -70,7 +72,7 @@ TEST(QuantileSketchTest, MergeOfPartsEqualsSketchOfWhole) {
   // Merging into an empty sketch, and merging an empty one, change nothing.
   QuantileSketch empty;
   merged.Merge(empty);
-  EXPECT_EQ(merged.buckets(), whole.buckets());
+  EXPECT_TRUE(std::ranges::equal(merged.buckets(), whole.buckets()));
 }
 
 TEST(QuantileSketchTest, CollapseKeepsUpperQuantilesAccurate) {
@@ -130,27 +132,56 @@ TEST(QuantileSketchTest, RestoreRoundTripsAndValidates) {
   ASSERT_TRUE(restored.Restore(original.offset(), original.buckets(), original.zero_count(),
                                original.sum(), original.min(), original.max()));
   EXPECT_EQ(restored.count(), original.count());
-  EXPECT_EQ(restored.buckets(), original.buckets());
+  EXPECT_TRUE(std::ranges::equal(restored.buckets(), original.buckets()));
   for (double q : kQuantiles) EXPECT_DOUBLE_EQ(restored.Quantile(q), original.Quantile(q));
 
   QuantileSketch bad;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   // Too many buckets.
-  EXPECT_FALSE(bad.Restore(0, std::vector<uint64_t>(QuantileSketch::kDefaultMaxBuckets + 1, 1),
-                           0, 1, 1, 2));
+  EXPECT_FALSE(
+      bad.Restore(0, std::vector<uint64_t>(QuantileSketch::kDefaultMaxBuckets + 1, 1), 0, 1, 1, 2));
   // min above max, NaN or infinite bounds on a non-empty sketch.
-  EXPECT_FALSE(bad.Restore(0, {1, 2}, 0, 3, 5, 1));
-  EXPECT_FALSE(bad.Restore(0, {1}, 0, 1, nan, 1));
-  EXPECT_FALSE(bad.Restore(0, {1}, 0, 1, 1, inf));
-  EXPECT_FALSE(bad.Restore(0, {1}, 0, nan, 1, 1));
+  EXPECT_FALSE(bad.Restore(0, Buckets{1, 2}, 0, 3, 5, 1));
+  EXPECT_FALSE(bad.Restore(0, Buckets{1}, 0, 1, nan, 1));
+  EXPECT_FALSE(bad.Restore(0, Buckets{1}, 0, 1, 1, inf));
+  EXPECT_FALSE(bad.Restore(0, Buckets{1}, 0, nan, 1, 1));
   // Counts that overflow when added up.
-  EXPECT_FALSE(bad.Restore(0, {UINT64_MAX, 2}, 0, 1, 1, 2));
+  EXPECT_FALSE(bad.Restore(0, Buckets{UINT64_MAX, 2}, 0, 1, 1, 2));
   // Bucket range that overflows the index type.
-  EXPECT_FALSE(bad.Restore(INT32_MAX - 1, {1, 1, 1}, 0, 1, 1, 2));
+  EXPECT_FALSE(bad.Restore(INT32_MAX - 1, Buckets{1, 1, 1}, 0, 1, 1, 2));
   // An empty sketch restores fine.
-  EXPECT_TRUE(bad.Restore(0, {}, 0, 0, 0, 0));
+  EXPECT_TRUE(bad.Restore(0, Buckets{}, 0, 0, 0, 0));
   EXPECT_EQ(bad.count(), 0u);
+}
+
+TEST(QuantileSketchTest, CopiesAndMovesKeepTheirOwnBuckets) {
+  // One bucket (inline) and many (on the heap): a copy is independent of its source, a
+  // moved-from sketch is empty and usable.
+  for (const std::vector<double>& values :
+       {std::vector<double>{7.0, 7.0}, LogNormal(2000, std::log(1e4), 1.0, 5)}) {
+    QuantileSketch a;
+    for (double v : values) a.Add(v);
+    const Buckets before(a.buckets().begin(), a.buckets().end());
+    QuantileSketch copy = a;
+    copy.Add(1e9);
+    copy.Add(1.0);
+    EXPECT_TRUE(std::ranges::equal(a.buckets(), before));
+    EXPECT_EQ(copy.count(), a.count() + 2);
+
+    QuantileSketch moved = std::move(a);
+    EXPECT_TRUE(std::ranges::equal(moved.buckets(), before));
+    EXPECT_EQ(moved.count(), values.size());
+    EXPECT_EQ(a.count(), 0u);  // NOLINT(bugprone-use-after-move): moved-from is empty
+    EXPECT_TRUE(a.buckets().empty());
+    a.Add(3.0);
+    EXPECT_EQ(a.buckets().size(), 1u);
+
+    copy = moved;  // assigning over a sketch that has buckets of its own
+    EXPECT_TRUE(std::ranges::equal(copy.buckets(), before));
+    moved = QuantileSketch();
+    EXPECT_TRUE(moved.buckets().empty());
+  }
 }
 
 }  // namespace

@@ -31,6 +31,10 @@ struct FunctionSummary {
   std::string key;
   std::string name;  // the leaf name, for display
   EventKind kind = EventKind::kTorchOp;
+  // kEventFlagPageable / kEventFlagDeviceToDevice when any of its calls carried it;
+  // kEventFlagOnDevice when its calls ran on a device stream. (Next to `kind`: one summary
+  // per call path, padding counts.)
+  uint8_t event_flags = 0;
   uint32_t parent = kNoParent;  // index of the enclosing function in WorkerSummary::functions
 
   // Calls and their times count inside the window's iterations only (from the first marker's
@@ -44,10 +48,7 @@ struct FunctionSummary {
   int64_t critical_ns = 0;
   int64_t idle_gap_before_ns = 0;  // idle time of the track just before each call, summed
   uint64_t bytes = 0;              // bytes moved (memcpy, memset, collectives)
-  // kEventFlagPageable / kEventFlagDeviceToDevice when any of its calls carried it;
-  // kEventFlagOnDevice when its calls ran on a device stream.
-  uint8_t event_flags = 0;
-  QuantileSketch durations;  // per-call duration, ns
+  QuantileSketch durations;        // per-call duration, ns
   std::vector<FunctionMetric> metrics;
   // Where its time per iteration steps up and stays up (summary/step_onset.h): the index of
   // the first iteration of the higher level in WorkerSummary::iterations (0 = no such step)
