@@ -851,8 +851,11 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   summaries.reserve(w.summaries.size());
   for (auto& [rank, s] : w.summaries) summaries.push_back(std::move(s));
 
+  using SteadyClock = std::chrono::steady_clock;
+  const auto t_start = SteadyClock::now();
   Localizer localizer(options_.localizer);
   for (const auto& s : summaries) localizer.Add(s);
+  const auto t_added = SteadyClock::now();
   const bool no_iterations =
       !summaries.empty() && std::all_of(summaries.begin(), summaries.end(),
                                         [](const auto& s) { return s.iterations.empty(); });
@@ -952,6 +955,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     }
   }
   Diagnosis diagnosis = localizer.Finish();
+  const auto t_localized = SteadyClock::now();
   if (w.stacks_requested) {
     HangAnalyzer hang;
     std::vector<double> means;
@@ -1002,14 +1006,21 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   report.text = RenderText(input, options_.text);
   StatusOr<WrittenReport> written =
       WriteWindowReport(options_.report_dir, w.spec.id, w.spec.reason, input, StacksFile(w));
+  const auto seconds_between = [](SteadyClock::time_point a, SteadyClock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   if (written.ok()) {
     report.json = std::move(written->json);
     report.json_path = written->json_path;
     report.html_path = written->html_path;
     report.stacks_path = written->stacks_path;
     report.perfetto_path = perfetto_path;
-    Log(fmt::format("window {} diagnosed ({} of {} ranks): {}", w.spec.id, summaries.size(),
-                    w.expected.size(), report.json_path));
+    Log(fmt::format(
+        "window {} diagnosed ({} of {} ranks; localizer input {:.2f} s, localizing {:.2f} s, "
+        "reports {:.2f} s): {}",
+        w.spec.id, summaries.size(), w.expected.size(), seconds_between(t_start, t_added),
+        seconds_between(t_added, t_localized), seconds_between(t_localized, SteadyClock::now()),
+        report.json_path));
   } else {
     Log(fmt::format("window {}: the report could not be written: {}", w.spec.id,
                     written.status().message()));
