@@ -1,0 +1,158 @@
+// Progressive disclosure against the full path on every simulated scenario of the suite
+// (scenarios/sim, and scenarios/ci's simulated ones): the localizer on every full summary,
+// and the localizer on the full summaries the DigestScreen asks for after it screened every
+// worker's digest, must give the same material findings (code, culprit workers, function).
+// Minor findings (below the material share, as small as 0.5 % of an iteration) may be
+// below what the digests resolve: their differences are printed, and counted in
+// docs/performance.md, not asserted.
+// PERFTRACKER_DIGEST_MAX_RANKS (default 256) skips larger scenarios, and
+// PERFTRACKER_DIGEST_SAMPLE (default 32) is the screen's sample_workers: small, so that
+// scenarios of 128 and 256 ranks take the progressive path in the sanitized build's time.
+// docs/performance.md gives the Release command that runs every scenario at the defaults.
+#include "perftracker/localize/digest_screen.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "perftracker/localize/localizer.h"
+#include "perftracker/sources/sim/cluster_simulator.h"
+#include "perftracker/sources/sim/scenario.h"
+#include "perftracker/summary/window_summarizer.h"
+
+namespace perftracker {
+namespace {
+
+WorkerSummary Summarize(ClusterSimulator& sim, int32_t r) {
+  WindowSummarizer summarizer(&sim.functions());
+  sim.Emit(r, summarizer);
+  WorkerSummary w = summarizer.Finish();
+  w.rank = r;
+  w.host = sim.HostName(r);
+  w.source = "sim";
+  return w;
+}
+
+using FindingId = std::tuple<std::string, std::vector<int32_t>, std::string, bool>;
+
+std::vector<FindingId> Ids(const Diagnosis& d, bool material) {
+  std::vector<FindingId> out;
+  for (const Finding& f : d.findings) {
+    if (f.material != material) continue;
+    std::vector<int32_t> w = f.workers;
+    std::sort(w.begin(), w.end());
+    out.emplace_back(f.code, w, f.function_key, f.material);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string Describe(const std::vector<FindingId>& ids) {
+  std::string out;
+  for (const auto& [code, workers, key, material] : ids) {
+    out += fmt::format("  {} {} ranks [{}] {}\n", code, material ? "material" : "minor",
+                       fmt::join(workers, ","), key.substr(0, 120));
+  }
+  return out;
+}
+
+std::vector<std::string> ScenarioFiles() {
+  std::vector<std::string> out;
+  const char* src = std::getenv("PERFTRACKER_SOURCE_DIR");
+  const std::string root = src ? src : ".";
+  for (const char* dir : {"scenarios/sim", "scenarios/ci"}) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root + "/" + dir, ec)) {
+      if (e.path().extension() == ".json") out.push_back(e.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(DigestScreen, EveryDigestFitsItsBudget) {
+  StatusOr<Scenario> s = ParseScenario(
+      R"({"name": "t", "job": {"ranks": 8, "iterations": 40}, "expect": {"healthy": true}})",
+      "t.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ClusterSimulator sim(*s);
+  sim.Run();
+  const WorkerDigest d = MakeWorkerDigest(Summarize(sim, 3));
+  EXPECT_EQ(d.rank, 3);
+  EXPECT_LE(d.functions.size(), kMaxDigestFunctions);
+  EXPECT_LE(d.iterations.size(), kMaxDigestIterations);
+  EXPECT_EQ(d.iteration_total, 40u);
+}
+
+TEST(DigestScreen, ProgressiveFindingsEqualTheFullPathOnEverySimulatedScenario) {
+  const char* max_env = std::getenv("PERFTRACKER_DIGEST_MAX_RANKS");
+  const int32_t max_ranks = max_env ? std::atoi(max_env) : 256;
+  const std::vector<std::string> files = ScenarioFiles();
+  ASSERT_FALSE(files.empty()) << "no scenarios: set PERFTRACKER_SOURCE_DIR";
+  // PERFTRACKER_DIGEST_SAMPLE: DigestScreenOptions::sample_workers (a smaller sample takes
+  // the progressive path on smaller scenarios).
+  DigestScreenOptions options;
+  options.sample_workers = 32;
+  if (const char* sample = std::getenv("PERFTRACKER_DIGEST_SAMPLE"))
+    options.sample_workers = static_cast<size_t>(std::atoi(sample));
+  int progressive = 0, full = 0, undecided = 0, skipped = 0, minor_differ = 0;
+  for (const std::string& path : files) {
+    StatusOr<Scenario> s = LoadScenario(path);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    if (s->executor != ScenarioExecutor::kSim) continue;
+    if (s->job.ranks > max_ranks) {
+      ++skipped;
+      continue;
+    }
+    SCOPED_TRACE(path);
+    ClusterSimulator sim(*s);
+    sim.Run();
+    Localizer all;
+    DigestScreen screen(options);
+    for (int32_t r = 0; r < sim.num_ranks(); ++r) {
+      const WorkerSummary w = Summarize(sim, r);
+      all.Add(w);
+      screen.Add(MakeWorkerDigest(w));
+    }
+    const Diagnosis full_path = all.Finish();
+    const std::vector<FindingId> want = Ids(full_path, true);
+    const ScreenResult result = screen.Finish();
+    if (result.full) {
+      ++full;
+      continue;
+    }
+    Localizer some;
+    for (int32_t r : result.ranks) some.Add(Summarize(sim, r));
+    Diagnosis partial = some.Finish();
+    if (!GeneralizeToGroups(result, &partial)) {
+      ++undecided;  // the caller asks every worker: the full path's findings by construction
+      continue;
+    }
+    ++progressive;
+    const std::vector<FindingId> got = Ids(partial, true);
+    EXPECT_EQ(got, want) << result.reason << "\nfull path:\n"
+                         << Describe(want) << "progressive path:\n"
+                         << Describe(got);
+    if (Ids(partial, false) != Ids(full_path, false)) {
+      ++minor_differ;
+      fmt::print("{}: minor findings differ\n  full path:\n{}  progressive path:\n{}", path,
+                 Describe(Ids(full_path, false)), Describe(Ids(partial, false)));
+    }
+  }
+  fmt::print(
+      "{} scenarios on the progressive path ({} with different minor findings), {} on the full "
+      "path by the screen, {} after the second pass, {} skipped\n",
+      progressive, minor_differ, full, undecided, skipped);
+}
+
+}  // namespace
+}  // namespace perftracker
