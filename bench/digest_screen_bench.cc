@@ -144,10 +144,11 @@ int Main(int argc, char** argv) {
       "screen: decode and add every digest {:.2f} s CPU ({:.2f} s wall), screen {:.2f} s CPU "
       "({:.2f} s wall): {}\n",
       c2 - c1, Seconds(t2 - t1), c3 - c2, Seconds(t3 - t2), result.reason);
-  fmt::print("localizer on {} full summaries: {:.2f} s CPU ({:.2f} s wall; {}); {} findings, top {}\n",
-             result.ranks.size(), c4 - c3, Seconds(t4 - t3),
-             generalized ? "generalized to every worker" : "could not generalize: full path",
-             d.findings.size(), d.findings.empty() ? "none" : d.findings[0].code);
+  fmt::print(
+      "localizer on {} full summaries: {:.2f} s CPU ({:.2f} s wall; {}); {} findings, top {}\n",
+      result.ranks.size(), c4 - c3, Seconds(t4 - t3),
+      generalized ? "generalized to every worker" : "could not generalize: full path",
+      d.findings.size(), d.findings.empty() ? "none" : d.findings[0].code);
   fmt::print(
       "server total {:.2f} s CPU, {:.2f} s wall (the re-making of the summaries asked for "
       "included); peak RSS {:.0f} MB ({:.0f} MB before any digest; the encoded digests are "

@@ -115,8 +115,8 @@ class DigestScreen::Impl {
     const double scale = RobustScale(c, kRelativeScaleFloor, scale_floor);
     for (const auto& [i, x] : values) {
       const double dev = std::abs(static_cast<double>(x) - c.median);
-      if (dev > options_.suspect_z * scale && dev > options_.suspect_relative * std::abs(c.median) &&
-          dev >= effect_floor) {
+      if (dev > options_.suspect_z * scale &&
+          dev > options_.suspect_relative * std::abs(c.median) && dev >= effect_floor) {
         suspect_[i] = true;
       }
     }
@@ -229,8 +229,9 @@ ScreenResult DigestScreen::Impl::Finish() {
   const size_t others_total = workers_.size() - suspects;
   const size_t want = std::max(options_.sample_workers, 4 * suspects);
   const double rate =
-      others_total == 0 ? 1.0
-                        : std::min(1.0, static_cast<double>(want) / static_cast<double>(others_total));
+      others_total == 0
+          ? 1.0
+          : std::min(1.0, static_cast<double>(want) / static_cast<double>(others_total));
   std::vector<bool> asked(workers_.size(), false);
   for (const auto& [signature, members] : groups) {
     std::vector<size_t> others;
@@ -284,8 +285,7 @@ ScreenResult DigestScreen::Impl::Finish() {
   return r;
 }
 
-DigestScreen::DigestScreen(DigestScreenOptions options)
-    : impl_(std::make_unique<Impl>(options)) {}
+DigestScreen::DigestScreen(DigestScreenOptions options) : impl_(std::make_unique<Impl>(options)) {}
 DigestScreen::~DigestScreen() = default;
 void DigestScreen::Add(const WorkerDigest& digest) { impl_->Add(digest); }
 ScreenResult DigestScreen::Finish() { return impl_->Finish(); }

@@ -17,8 +17,8 @@
 //     features must also differ by report_share of the job's median iteration. A function
 //     that a minority of the group has in its digest makes them suspects when it takes more
 //     time than the majority's digests leave out (a digest keeps the heaviest functions: one
-//     just under the cut is in some digests, not in others). The thresholds are looser than the localizer's (a suspect costs one
-//     request; a culprit the screen misses is a wrong diagnosis).
+//     just under the cut is in some digests, not in others). The thresholds are looser than the
+//     localizer's (a suspect costs one request; a culprit the screen misses is a wrong diagnosis).
 //  3. Peers: every suspect, and one sampling rate for every group (so that the localizer
 //     sees the groups in the job's proportions: whether a function runs on a minority of the
 //     workers depends on them): max(sample_workers, 4 x suspects) of the others in all,
@@ -63,14 +63,14 @@ struct DigestScreenOptions {
 
 // One peer group of the screen: its peers sampled, and those not asked for.
 struct ScreenGroup {
-  std::vector<int32_t> sampled;      // ascending
-  std::vector<int32_t> not_asked;    // ascending
+  std::vector<int32_t> sampled;    // ascending
+  std::vector<int32_t> not_asked;  // ascending
 };
 
 struct ScreenResult {
-  bool full = false;           // every worker's full summary is needed
-  std::string reason;          // why (full), or what the screen found (progressive)
-  std::vector<int32_t> ranks;  // the full summaries to ask for, ascending (every rank if full)
+  bool full = false;              // every worker's full summary is needed
+  std::string reason;             // why (full), or what the screen found (progressive)
+  std::vector<int32_t> ranks;     // the full summaries to ask for, ascending (every rank if full)
   std::vector<int32_t> suspects;  // ascending
   size_t workers = 0;
   std::vector<ScreenGroup> groups;

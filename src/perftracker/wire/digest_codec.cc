@@ -90,8 +90,8 @@ StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes) {
   }
   const int n = m.function_key_hashes_size();
   if (static_cast<size_t>(n) > kMaxDigestFunctions) {
-    return WireDataLoss(kWhat, rank + ": " + std::to_string(n) +
-                                   " functions, more than a digest carries");
+    return WireDataLoss(kWhat,
+                        rank + ": " + std::to_string(n) + " functions, more than a digest carries");
   }
   if (m.function_kinds_size() != n || m.function_counts_size() != n ||
       m.function_total_ns_size() != n || m.function_self_ns_size() != n ||
@@ -102,8 +102,8 @@ StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes) {
     DigestFunction f;
     f.key_hash = m.function_key_hashes(i);
     if (m.function_kinds(i) >= static_cast<uint32_t>(kNumEventKinds)) {
-      return WireDataLoss(kWhat, rank + ": unknown event kind " +
-                                     std::to_string(m.function_kinds(i)));
+      return WireDataLoss(kWhat,
+                          rank + ": unknown event kind " + std::to_string(m.function_kinds(i)));
     }
     f.kind = static_cast<EventKind>(m.function_kinds(i));
     f.count = m.function_counts(i);
@@ -125,8 +125,8 @@ StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes) {
   }
   for (int j = 0; j < m.worker_metric_ids_size(); ++j) {
     if (m.worker_metric_ids(j) >= static_cast<uint32_t>(kNumMetrics)) {
-      return WireDataLoss(kWhat, rank + ": unknown worker metric " +
-                                     std::to_string(m.worker_metric_ids(j)));
+      return WireDataLoss(
+          kWhat, rank + ": unknown worker metric " + std::to_string(m.worker_metric_ids(j)));
     }
     d.worker_metrics.push_back({static_cast<Metric>(m.worker_metric_ids(j)),
                                 m.worker_metric_means(j), m.worker_metric_stddevs(j)});

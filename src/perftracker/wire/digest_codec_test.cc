@@ -28,9 +28,8 @@ WorkerSummary Largest() {
   for (int i = 0; i < 500; ++i) {
     FunctionSummary f;
     f.name = "aten::op_" + std::to_string(i) + std::string(200, 'x');
-    f.kind = static_cast<EventKind>(i % kNumEventKinds == static_cast<int>(EventKind::kIteration)
-                                        ? 0
-                                        : i % kNumEventKinds);
+    f.kind = static_cast<EventKind>(
+        i % kNumEventKinds == static_cast<int>(EventKind::kIteration) ? 0 : i % kNumEventKinds);
     f.parent = i == 0 ? FunctionSummary::kNoParent : static_cast<uint32_t>(i - 1);
     f.count = std::numeric_limits<uint32_t>::max();
     f.total_ns = f.self_ns = f.critical_ns = 599'999'999'999 - i;
