@@ -225,13 +225,20 @@ ScreenResult DigestScreen::Impl::Finish() {
     all_ranks();
     return r;
   }
-  // One sampling rate for every group (see the header comment, step 3).
-  const size_t others_total = workers_.size() - suspects;
-  const size_t want = std::max(options_.sample_workers, 4 * suspects);
-  const double rate =
-      others_total == 0
-          ? 1.0
-          : std::min(1.0, static_cast<double>(want) / static_cast<double>(others_total));
+  // One sampling rate for every group, its suspects counted in (see the header comment,
+  // step 3): groups of one size are asked in equal numbers, so a function that runs on half
+  // of the job's workers runs on half of those asked. The rate leaves every group at least
+  // 4 of its own peers per suspect.
+  std::map<uint64_t, size_t> group_suspects;
+  double rate = static_cast<double>(options_.sample_workers) /
+                static_cast<double>(std::max<size_t>(workers_.size(), 1));
+  for (const auto& [signature, members] : groups) {
+    size_t n = 0;
+    for (size_t i : members) n += suspect_[i] ? 1 : 0;
+    group_suspects[signature] = n;
+    rate = std::max(rate, static_cast<double>(5 * n) / static_cast<double>(members.size()));
+  }
+  rate = std::min(rate, 1.0);
   std::vector<bool> asked(workers_.size(), false);
   for (const auto& [signature, members] : groups) {
     std::vector<size_t> others;
@@ -244,10 +251,11 @@ ScreenResult DigestScreen::Impl::Finish() {
     }
     std::sort(others.begin(), others.end(),
               [&](size_t a, size_t b) { return workers_[a].rank < workers_[b].rank; });
-    const size_t k = std::min(
-        others.size(),
+    const size_t quota =
         std::max(kMinSampledPerGroup,
-                 static_cast<size_t>(std::ceil(rate * static_cast<double>(others.size())))));
+                 static_cast<size_t>(std::ceil(rate * static_cast<double>(members.size()))));
+    const size_t taken = group_suspects[signature];
+    const size_t k = std::min(others.size(), quota > taken ? quota - taken : 0);
     ScreenGroup g;
     std::vector<bool> picked(others.size(), false);
     // Evenly over the ranks: k picks at (j + 0.5) * n / k.

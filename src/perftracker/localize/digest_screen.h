@@ -19,10 +19,11 @@
 //     time than the majority's digests leave out (a digest keeps the heaviest functions: one
 //     just under the cut is in some digests, not in others). The thresholds are looser than the
 //     localizer's (a suspect costs one request; a culprit the screen misses is a wrong diagnosis).
-//  3. Peers: every suspect, and one sampling rate for every group (so that the localizer
-//     sees the groups in the job's proportions: whether a function runs on a minority of the
-//     workers depends on them): max(sample_workers, 4 x suspects) of the others in all,
-//     evenly over the ranks of each group, at least kMinSampledPerGroup of each.
+//  3. Peers: one sampling rate for every group, its suspects counted in (so that the
+//     localizer sees the groups in the job's proportions: whether a function runs on a
+//     minority of the workers depends on them, and a tie must stay a tie): sample_workers
+//     over the job, or more where a group needs 4 of its peers per suspect; the peers evenly
+//     over the ranks of each group, at least kMinSampledPerGroup workers of each.
 //  4. It cannot decide (ScreenResult::full, with the reason) when the suspects are more than
 //     max_suspect_share of the workers (a job-wide problem, or noise the digests cannot
 //     resolve), or when the request would cover most workers anyway (a small job): then the
