@@ -5,9 +5,10 @@
 // Minor findings (below the material share, as small as 0.5 % of an iteration) may be
 // below what the digests resolve: their differences are printed, and counted in
 // docs/performance.md, not asserted.
-// PERFTRACKER_DIGEST_MAX_RANKS (default 128) skips larger scenarios, and
-// PERFTRACKER_DIGEST_SAMPLE (default 32) is the screen's sample_workers: small, so that
-// scenarios of 128 ranks can take the progressive path in the sanitized build's time.
+// PERFTRACKER_DIGEST_MAX_RANKS (default 128; 64 in a sanitized build) skips larger
+// scenarios, and PERFTRACKER_DIGEST_SAMPLE (default 32; 16 sanitized) is the screen's
+// sample_workers: small, so that such scenarios can take the progressive path in the test
+// suite's time (a sanitized build simulates ~10x slower).
 // docs/performance.md gives the Release command that runs every scenario at the defaults.
 #include "perftracker/localize/digest_screen.h"
 
@@ -31,6 +32,14 @@
 
 namespace perftracker {
 namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int32_t kDefaultMaxRanks = 64;
+constexpr size_t kDefaultSample = 16;
+#else
+constexpr int32_t kDefaultMaxRanks = 128;
+constexpr size_t kDefaultSample = 32;
+#endif
 
 WorkerSummary Summarize(ClusterSimulator& sim, int32_t r) {
   WindowSummarizer summarizer(&sim.functions());
@@ -95,13 +104,13 @@ TEST(DigestScreen, EveryDigestFitsItsBudget) {
 
 TEST(DigestScreen, ProgressiveFindingsEqualTheFullPathOnEverySimulatedScenario) {
   const char* max_env = std::getenv("PERFTRACKER_DIGEST_MAX_RANKS");
-  const int32_t max_ranks = max_env ? std::atoi(max_env) : 128;
+  const int32_t max_ranks = max_env ? std::atoi(max_env) : kDefaultMaxRanks;
   const std::vector<std::string> files = ScenarioFiles();
   ASSERT_FALSE(files.empty()) << "no scenarios: set PERFTRACKER_SOURCE_DIR";
   // PERFTRACKER_DIGEST_SAMPLE: DigestScreenOptions::sample_workers (a smaller sample takes
   // the progressive path on smaller scenarios).
   DigestScreenOptions options;
-  options.sample_workers = 32;
+  options.sample_workers = kDefaultSample;
   if (const char* sample = std::getenv("PERFTRACKER_DIGEST_SAMPLE"))
     options.sample_workers = static_cast<size_t>(std::atoi(sample));
   int progressive = 0, full = 0, undecided = 0, skipped = 0, minor_differ = 0;
