@@ -7,6 +7,7 @@
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/finding_format.h"
 #include "perftracker/localize/rule_context.h"
+#include "perftracker/summary/data_quality_counters.h"
 
 namespace perftracker::localize {
 namespace {
@@ -63,22 +64,26 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
     const SummaryStats& st = p.stats;
     const double total = static_cast<double>(st.events + st.dropped_events);
     const double lost_share =
-        p.empty
-            ? 1.0
-            : (total > 0
-                   ? static_cast<double>(st.dropped_events + st.malformed_events + st.deep_events) /
-                         total
-                   : 0);
+        p.empty ? 1.0 : (total > 0 ? static_cast<double>(LostEvents(st)) / total : 0);
     if (noted < kMaxNotesPerKind) {
-      std::string note =
-          p.empty ? fmt::format("{}: no functions and no iterations in its summary",
-                                job.WorkerName(p.worker))
-                  : fmt::format("{}: {} dropped, {} malformed, {} out-of-order of {} events",
-                                job.WorkerName(p.worker), st.dropped_events, st.malformed_events,
-                                st.out_of_order_events, st.events + st.dropped_events);
-      // Events nested deeper than the summarizer's open-call limit were not summarized.
-      if (!p.empty && st.deep_events > 0) {
-        note += fmt::format("; {} nested too deep to summarize", st.deep_events);
+      std::string note;
+      if (p.empty) {
+        note = fmt::format("{}: no functions and no iterations in its summary",
+                           job.WorkerName(p.worker));
+      } else {
+        // "rank 5: 0 dropped, 0 malformed, 3 out-of-order of N events; 2 names truncated":
+        // every counter of the table (summary/data_quality_counters.h) that has a count.
+        std::string counted, more;
+        for (const DataQualityCounter& c : kDataQualityCounters) {
+          const uint64_t n = st.*c.count;
+          if (c.noted_at_zero) {
+            counted += fmt::format("{}{} {}", counted.empty() ? "" : ", ", n, c.phrase);
+          } else if (n > 0) {
+            more += fmt::format("; {} {}", n, c.phrase);
+          }
+        }
+        note = fmt::format("{}: {} of {} events{}", job.WorkerName(p.worker), counted,
+                           st.events + st.dropped_events, more);
       }
       if (!st.first_problem.empty()) note += fmt::format(" (first: {})", st.first_problem);
       if (!p.source.empty()) note += fmt::format(" [{}]", p.source);

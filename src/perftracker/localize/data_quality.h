@@ -1,7 +1,9 @@
-// Data quality (algorithm step 8): missing / duplicate / unranked workers and dropped /
-// malformed / out-of-order events become notes; a worker whose data is badly incomplete
-// (at least kIncompleteShare of its events lost or malformed, or an empty summary) becomes a
-// PT-INCOMPLETE-DATA finding, so that findings about it read as less certain.
+// Data quality (algorithm step 8): missing / duplicate / unranked workers and every
+// data-quality counter with a count (summary/data_quality_counters.h: dropped, malformed,
+// out-of-order, too deep, names truncated) become notes; a worker whose data is badly
+// incomplete (at least kIncompleteShare of its events lost: the error and data-loss
+// counters; or an empty summary) becomes a PT-INCOMPLETE-DATA finding, so that findings
+// about it read as less certain.
 #pragma once
 
 #include "perftracker/localize/diagnosis.h"

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "perftracker/core/point_to_point.h"
+#include "perftracker/summary/data_quality_counters.h"
 #include "perftracker/summary/iteration_breakdown.h"
 
 namespace perftracker::localize {
@@ -292,8 +293,7 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   }
   const SummaryStats& st = worker.stats;
   const bool empty = worker.functions.empty() && worker.iterations.empty();
-  if (st.dropped_events + st.malformed_events + st.out_of_order_events + st.deep_events > 0 ||
-      empty) {
+  if (HasDataQualityProblem(st) || empty) {
     problems_.push_back(WorkerProblem{w, st, worker.source, empty});
   }
 

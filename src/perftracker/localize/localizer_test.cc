@@ -1363,6 +1363,21 @@ TEST(Localizer, EventsNestedTooDeepAreNotedAndCountAsLost) {
   EXPECT_THAT(f->workers, ElementsAre(2));
 }
 
+// Regression (issue 14): the importer counted names it truncated, and no report said so.
+// Every data-quality counter reaches the notes; an info counter alone (the events all count)
+// does not make the data incomplete.
+TEST(Localizer, TruncatedNamesAreNotedButNotLost) {
+  DpJob job;
+  auto specs = job.Make();
+  specs[3].stats.events = 1000;
+  specs[3].stats.names_truncated = 2;
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  EXPECT_THAT(d.notes, Contains(HasSubstr("rank 3: 0 dropped, 0 malformed, 0 out-of-order of "
+                                          "1000 events; 2 names truncated")));
+  EXPECT_EQ(FindCode(d, "PT-INCOMPLETE-DATA"), nullptr);
+}
+
 TEST(Localizer, MalformedSummariesDoNotCrash) {
   Localizer loc;
   EXPECT_THAT(loc.Finish().notes, Contains(HasSubstr("no worker summaries")));

@@ -68,6 +68,8 @@ ImportResult ImportOne(const std::string& path, const KinetoImportOptions& impor
     result.trace->rank = info->rank;
     result.trace->source = path;
   }
+  // The importer's counts join the summarizer's (summary/data_quality_counters.h).
+  result.summary.stats.names_truncated += info->names_truncated;
   if (info->events_malformed > 0) {
     result.summary.stats.malformed_events += info->events_malformed;
     if (result.summary.stats.first_problem.empty()) {

@@ -14,6 +14,7 @@
 #include "perftracker/report/format.h"
 #include "perftracker/report/report.h"
 #include "perftracker/report/report_model.h"
+#include "perftracker/summary/data_quality_counters.h"
 
 namespace perftracker {
 namespace {
@@ -132,13 +133,34 @@ ordered_json WorkerJson(const report::WorkerRow& row) {
                     {"wait", Share(row.wait_share)},
                     {"data", Share(row.data_share)},
                     {"host_only", Share(row.host_only_share)}};
-  j["stats"] = {{"events", w.stats.events},
-                {"dropped_events", w.stats.dropped_events},
-                {"out_of_order_events", w.stats.out_of_order_events},
-                {"malformed_events", w.stats.malformed_events},
-                {"deep_events", w.stats.deep_events},
-                {"first_problem", SanitizeText(w.stats.first_problem)}};
+  ordered_json stats;
+  stats["events"] = w.stats.events;
+  for (const DataQualityCounter& c : kDataQualityCounters) stats[c.name] = w.stats.*c.count;
+  stats["first_problem"] = SanitizeText(w.stats.first_problem);
+  j["stats"] = std::move(stats);
   return j;
+}
+
+// Each data-quality counter with a count, over all workers: its severity, the total and the
+// ranks that counted it.
+ordered_json DataQualityJson(const report::ReportModel& model) {
+  ordered_json out = ordered_json::array();
+  for (const DataQualityCounter& c : kDataQualityCounters) {
+    uint64_t total = 0;
+    ordered_json ranks = ordered_json::array();
+    for (const report::WorkerRow& row : model.workers()) {
+      const uint64_t n = row.summary->stats.*c.count;
+      if (n == 0) continue;
+      total += n;
+      ranks.push_back(row.rank);
+    }
+    if (total == 0) continue;
+    out.push_back({{"counter", c.name},
+                   {"severity", DataQualitySeverityName(c.severity)},
+                   {"total", total},
+                   {"workers", std::move(ranks)}});
+  }
+  return out;
 }
 
 }  // namespace
@@ -160,6 +182,7 @@ std::string RenderJson(const ReportInput& input) {
   ordered_json notes = ordered_json::array();
   for (const std::string& n : d.notes) notes.push_back(SanitizeText(n));
   root["notes"] = std::move(notes);
+  root["data_quality"] = DataQualityJson(model);
   ordered_json workers = ordered_json::array();
   for (const report::WorkerRow& row : model.workers()) workers.push_back(WorkerJson(row));
   root["workers"] = std::move(workers);

@@ -180,6 +180,7 @@ TEST(JsonReportTest, HasTheDocumentedSchemaAndValues) {
   EXPECT_EQ(j["findings"][1]["material"], false);
   EXPECT_EQ(j["findings"][1]["workers"], nlohmann::json::array());
   ASSERT_EQ(j["notes"].size(), 1u);
+  EXPECT_EQ(j["data_quality"], nlohmann::json::array());  // clean data
 
   ASSERT_EQ(j["workers"].size(), 4u);
   const auto& w2 = j["workers"][2];
@@ -198,6 +199,28 @@ TEST(JsonReportTest, HasTheDocumentedSchemaAndValues) {
   EXPECT_NEAR(b["compute"].get<double>(), (7.9 + 25.6 + 9.6) / 46.2, 1e-3);
   EXPECT_NEAR(j["workers"][0]["breakdown"]["wait"].get<double>(), (25.6 - 12.8 * 0.96) / 46.2,
               1e-3);
+}
+
+// Every data-quality counter reaches the JSON: in each worker's stats by name, and at the
+// root with its severity, total and the ranks that counted it.
+TEST(JsonReportTest, DataQualityCountersWithTheirSeverity) {
+  const Diagnosis d = StragglerDiagnosis();
+  auto workers = MakeWorkers(4, 2);
+  workers[1].stats.dropped_events = 10;
+  workers[3].stats.dropped_events = 5;
+  workers[3].stats.names_truncated = 2;
+  const auto j = nlohmann::json::parse(RenderJson({&d, &workers, "traces/"}));
+  EXPECT_EQ(j["workers"][3]["stats"]["names_truncated"], 2);
+  EXPECT_EQ(j["workers"][3]["stats"]["dropped_events"], 5);
+  const auto& dq = j["data_quality"];
+  ASSERT_EQ(dq.size(), 2u) << dq.dump();
+  EXPECT_EQ(dq[0]["counter"], "dropped_events");
+  EXPECT_EQ(dq[0]["severity"], "data_loss");
+  EXPECT_EQ(dq[0]["total"], 15);
+  EXPECT_EQ(dq[0]["workers"], nlohmann::json::array({1, 3}));
+  EXPECT_EQ(dq[1]["counter"], "names_truncated");
+  EXPECT_EQ(dq[1]["severity"], "info");
+  EXPECT_EQ(dq[1]["workers"], nlohmann::json::array({3}));
 }
 
 TEST(JsonReportTest, NeverEmitsNanOrInfAndKeepsSharesInRange) {

@@ -82,7 +82,8 @@ struct IterationSummary {
 };
 
 // Named counters of what went wrong with the input (Perfetto's stats table): bad data is
-// counted, the first offender kept, and the report shows it.
+// counted, the first offender kept, and the report shows it. Each counter has a row, with
+// its severity, in data_quality_counters.h: the notes and the JSON report read them there.
 struct SummaryStats {
   uint64_t events = 0;
   uint64_t dropped_events = 0;       // lost before they reached us (full rings)
@@ -91,6 +92,9 @@ struct SummaryStats {
   // Nested deeper than the summarizer's open-frame limit (kMaxOpenFrames in
   // window_summarizer.cc): counted, not summarized (their time stays in the enclosing call).
   uint64_t deep_events = 0;
+  // Event names longer than the importer's cap (KinetoImporter::kMaxNameBytes), kept cut at
+  // a UTF-8 boundary: two long names that differ only after the cap become one function.
+  uint64_t names_truncated = 0;
   std::string first_problem;
 };
 

@@ -201,6 +201,7 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
   st->set_out_of_order_events(s.stats.out_of_order_events);
   st->set_malformed_events(s.stats.malformed_events);
   st->set_deep_events(s.stats.deep_events);
+  st->set_names_truncated(s.stats.names_truncated);
   st->set_first_problem(s.stats.first_problem);
   for (const FunctionMetric& fm : s.worker_metrics) {
     m.add_worker_metric_ids(static_cast<uint32_t>(fm.metric));
@@ -369,6 +370,7 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   s.stats.out_of_order_events = st.out_of_order_events();
   s.stats.malformed_events = st.malformed_events();
   s.stats.deep_events = st.deep_events();
+  s.stats.names_truncated = st.names_truncated();
   s.stats.first_problem = st.first_problem();
   if (m.worker_metric_means_size() != m.worker_metric_ids_size() ||
       m.worker_metric_stddevs_size() != m.worker_metric_ids_size()) {

@@ -90,6 +90,7 @@ WorkerSummary SampleSummary() {
   s.stats.out_of_order_events = 7;
   s.stats.malformed_events = 1;
   s.stats.deep_events = 3;
+  s.stats.names_truncated = 4;
   s.stats.first_problem = "end before start: event on track 3";
   s.worker_metrics.push_back({Metric::kRunQueueDelayFraction, 0.375, 0.125});
   s.worker_metrics.push_back({Metric::kInvoluntaryCtxSwitchesPerSec, 1536.0, 12.5});
@@ -157,6 +158,7 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
   EXPECT_EQ(a.stats.out_of_order_events, b.stats.out_of_order_events);
   EXPECT_EQ(a.stats.malformed_events, b.stats.malformed_events);
   EXPECT_EQ(a.stats.deep_events, b.stats.deep_events);
+  EXPECT_EQ(a.stats.names_truncated, b.stats.names_truncated);
   EXPECT_EQ(a.stats.first_problem, b.stats.first_problem);
   ASSERT_EQ(a.worker_metrics.size(), b.worker_metrics.size());
   for (size_t m = 0; m < a.worker_metrics.size(); ++m) {
