@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "perftracker.pb.h"
+#include "perftracker/wire/iteration_proto.h"
 #include "perftracker/wire/proto_parse.h"
 
 namespace perftracker {
@@ -23,14 +24,7 @@ std::string EncodeWorkerDigest(const WorkerDigest& d) {
   m.set_window_end_ns(d.window_end_ns);
   m.set_has_device(d.has_device);
   for (const IterationSummary& it : d.iterations) {
-    v1::IterationSummary* o = m.add_iterations();
-    o->set_start_ns(it.start_ns);
-    o->set_duration_ns(it.duration_ns);
-    o->set_compute_ns(it.compute_ns);
-    o->set_communication_ns(it.communication_ns);
-    o->set_wait_ns(it.wait_ns);
-    o->set_data_ns(it.data_ns);
-    o->set_host_only_ns(it.host_only_ns);
+    wire_internal::EncodeIteration(it, m.add_iterations());
   }
   m.set_iteration_total(d.iteration_total);
   for (const DigestFunction& f : d.functions) {
@@ -71,14 +65,7 @@ StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes) {
                                    " iterations, more than a digest carries");
   }
   for (const v1::IterationSummary& it : m.iterations()) {
-    IterationSummary o;
-    o.start_ns = it.start_ns();
-    o.duration_ns = it.duration_ns();
-    o.compute_ns = it.compute_ns();
-    o.communication_ns = it.communication_ns();
-    o.wait_ns = it.wait_ns();
-    o.data_ns = it.data_ns();
-    o.host_only_ns = it.host_only_ns();
+    const IterationSummary o = wire_internal::DecodeIteration(it);
     if (o.duration_ns < 0) {
       return WireDataLoss(kWhat, rank + ": an iteration has a negative duration");
     }

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "perftracker.pb.h"
+#include "perftracker/wire/iteration_proto.h"
 #include "perftracker/wire/proto_parse.h"
 
 namespace perftracker {
@@ -132,14 +133,7 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
   m.set_window_end_ns(s.window_end_ns);
   m.set_has_device(s.has_device);
   for (const IterationSummary& it : s.iterations) {
-    v1::IterationSummary* o = m.add_iterations();
-    o->set_start_ns(it.start_ns);
-    o->set_duration_ns(it.duration_ns);
-    o->set_compute_ns(it.compute_ns);
-    o->set_communication_ns(it.communication_ns);
-    o->set_wait_ns(it.wait_ns);
-    o->set_data_ns(it.data_ns);
-    o->set_host_only_ns(it.host_only_ns);
+    wire_internal::EncodeIteration(it, m.add_iterations());
   }
   std::unordered_map<std::string_view, uint32_t> names;
   std::vector<std::string_view> name_list;
@@ -229,14 +223,7 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   }
   s.iterations.reserve(static_cast<size_t>(m.iterations_size()));
   for (const v1::IterationSummary& it : m.iterations()) {
-    IterationSummary o;
-    o.start_ns = it.start_ns();
-    o.duration_ns = it.duration_ns();
-    o.compute_ns = it.compute_ns();
-    o.communication_ns = it.communication_ns();
-    o.wait_ns = it.wait_ns();
-    o.data_ns = it.data_ns();
-    o.host_only_ns = it.host_only_ns();
+    const IterationSummary o = wire_internal::DecodeIteration(it);
     if (o.duration_ns < 0) {
       return WireDataLoss(kWhat, rank + ": iteration " + std::to_string(s.iterations.size()) +
                                      " has a negative duration");
