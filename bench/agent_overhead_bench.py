@@ -122,7 +122,8 @@ def run_once(mode, args, tmp):
     measured = times[args.skip:]
     gaps = [b - a for a, b in zip(measured, measured[1:])]
     dropped = events = 0
-    reports = glob.glob(os.path.join(report_dir, "window-*-*.json"))  # not the .perfetto.json
+    reports = [p for p in glob.glob(os.path.join(report_dir, "window-*-*.json"))
+               if "-vs-" not in os.path.basename(p)]  # not the .perfetto.json, not a comparison
     for path in reports:
         with open(path) as f:
             report = json.load(f)

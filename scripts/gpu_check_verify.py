@@ -31,7 +31,8 @@ class CheckFailed(Exception):
 
 def window_reports(report_dir):
     # window-<id>-<reason>.json; not window-<id>.perfetto.json (the timeline)
-    paths = sorted(glob.glob(os.path.join(report_dir, "window-*-*.json")))
+    paths = sorted(p for p in glob.glob(os.path.join(report_dir, "window-*-*.json"))
+                   if "-vs-" not in os.path.basename(p))  # not a comparison with the baseline
     if not paths:
         raise CheckFailed("no window report (window-*.json) in %s" % report_dir)
     reports = []

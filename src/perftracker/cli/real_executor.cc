@@ -290,7 +290,12 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
       std::vector<fs::path> files;
       for (const auto& e : fs::directory_iterator(reports, ec)) {
         const std::string n = e.path().filename().string();
-        if (n.starts_with("window-") && n.ends_with(".json")) files.push_back(e.path());
+        // window-<id>-<reason>.json; not the window's timeline (.perfetto.json) nor its
+        // comparison with the job's baseline (window-<id>-vs-<base>.json).
+        if (n.starts_with("window-") && n.ends_with(".json") && !n.ends_with(".perfetto.json") &&
+            n.find("-vs-") == std::string::npos) {
+          files.push_back(e.path());
+        }
       }
       for (const auto& f : files) {
         struct stat st {};
