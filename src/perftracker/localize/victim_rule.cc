@@ -33,9 +33,14 @@ void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) {
       continue;
     }
     f.lost_cap = std::min(f.named.excess(), extra_wait);
+    // Only a worker of its own peer group can explain the wait: the extra wait is measured
+    // against that group's median, and a straggler of another role (sharing a job-wide
+    // collective) delays every worker of this group alike, so it makes no one wait more
+    // than its peers.
     WorkerFinding* explaining = nullptr;
     for (auto& o : wfs) {
       if (o.wait_type() || o.dropped) continue;
+      if (o.named.group != f.named.group) continue;
       if (o.named.excess() < kVictimShare * f.named.excess()) continue;
       if (explaining == nullptr || o.named.excess() > explaining->named.excess()) explaining = &o;
     }
