@@ -10,13 +10,18 @@
 //       --token-file /tmp/load/server.token --collectors 2000 --channels 16 --server-pid $!
 // (see docs/performance.md for the exact commands)
 //
-// Each simulated collector is one ControlPlane stream (registration with one rank, then the
-// summary when the window opens) on one of --channels connections, served by a thread of
-// its own that blocks on its stream. Summaries come from SyntheticWorker (bench/), the same
-// ~300-function training step summary_size_bench measures, with a different seed per group
-// of ranks; one rank in 100 runs its step 40 % slower.
+// Each simulated collector is one ControlPlane stream (registration with --ranks-per-collector
+// ranks, then a summary per rank when the window opens) on one of --channels connections,
+// served by a thread of its own that blocks on its stream. Summaries come from
+// SyntheticWorker (bench/), the same ~300-function training step summary_size_bench
+// measures, with a different seed per group of ranks; one rank in 100 runs its step 40 %
+// slower. When the server asks for digests (progressive disclosure: a job of at least
+// --digest-min-workers workers), each collector sends a digest per rank at the window's end
+// and the full summaries the server then asks for (encoded when asked, as a collector
+// keeps them).
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -33,7 +38,9 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "perftracker/summary/worker_digest.h"
 #include "perftracker/wire/control_client.h"
+#include "perftracker/wire/digest_codec.h"
 #include "perftracker/wire/summary_codec.h"
 #include "synthetic_worker.h"
 
@@ -48,6 +55,7 @@ struct Args {
   std::string token_file;
   std::string job = "load";
   int collectors = 2000;
+  int ranks_per_collector = 1;
   int channels = 16;
   int iterations = 10;
   int base_summaries = 16;
@@ -82,6 +90,8 @@ int Main(int argc, char** argv) {
       a.job = v;
     else if (k == "--collectors")
       a.collectors = std::atoi(v.c_str());
+    else if (k == "--ranks-per-collector")
+      a.ranks_per_collector = std::max(1, std::atoi(v.c_str()));
     else if (k == "--channels")
       a.channels = std::atoi(v.c_str());
     else if (k == "--iterations")
@@ -106,29 +116,49 @@ int Main(int argc, char** argv) {
   }
 
   // Summaries: a few distinct synthetic workers, re-labelled per rank and encoded.
+  const int ranks = a.collectors * a.ranks_per_collector;
   const auto t_build = Clock::now();
   std::vector<WorkerSummary> bases;
   for (int b = 0; b < a.base_summaries; ++b) {
     SyntheticWorker w(static_cast<uint64_t>(b) + 1);
     bases.push_back(w.Run(a.iterations));
   }
-  std::vector<std::string> encoded(static_cast<size_t>(a.collectors));
-  size_t total_bytes = 0;
-  for (int r = 0; r < a.collectors; ++r) {
+  const auto summary_of = [&](int r) {
     WorkerSummary s = bases[static_cast<size_t>(r % a.base_summaries)];
     s.rank = r;
-    s.host = fmt::format("sim-node-{}", r / 8);
+    s.host = fmt::format("sim-node-{}", r / a.ranks_per_collector);
     if (r % 100 == 37) {
       for (auto& f : s.functions) f.total_ns = f.total_ns * 14 / 10;
       for (auto& it : s.iterations) it.duration_ns = it.duration_ns * 14 / 10;
     }
-    encoded[static_cast<size_t>(r)] = EncodeWorkerSummary(s);
-    total_bytes += encoded[static_cast<size_t>(r)].size();
+    return s;
+  };
+  // Every rank's digest (small); the full summaries only up to kPrebuiltSummaries ranks
+  // (30-40 KB each), else encoded when the server asks for them.
+  constexpr int kPrebuiltSummaries = 10000;
+  std::vector<std::string> encoded(static_cast<size_t>(std::min(ranks, kPrebuiltSummaries)));
+  std::vector<std::string> digests(static_cast<size_t>(ranks));
+  size_t summary_bytes = 0, digest_bytes = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const WorkerSummary s = summary_of(r);
+    digests[static_cast<size_t>(r)] = EncodeWorkerDigest(MakeWorkerDigest(s));
+    digest_bytes += digests[static_cast<size_t>(r)].size();
+    if (r < kPrebuiltSummaries) {
+      encoded[static_cast<size_t>(r)] = EncodeWorkerSummary(s);
+      summary_bytes += encoded[static_cast<size_t>(r)].size();
+    }
   }
-  fmt::print("summaries: {} ranks, {} functions each, mean {:.1f} KB encoded (built in {:.1f} s)\n",
-             a.collectors, bases[0].functions.size(),
-             static_cast<double>(total_bytes) / a.collectors / 1024.0,
-             Seconds(Clock::now() - t_build));
+  const auto encoded_summary = [&](int r) {
+    return r < kPrebuiltSummaries ? encoded[static_cast<size_t>(r)]
+                                  : EncodeWorkerSummary(summary_of(r));
+  };
+  const double mean_summary =
+      static_cast<double>(summary_bytes) / std::min(ranks, kPrebuiltSummaries);
+  fmt::print(
+      "summaries: {} ranks ({} collectors x {}), {} functions each, mean {:.1f} KB encoded, "
+      "digests {:.2f} KB (built in {:.1f} s)\n",
+      ranks, a.collectors, a.ranks_per_collector, bases[0].functions.size(), mean_summary / 1024.0,
+      static_cast<double>(digest_bytes) / ranks / 1024.0, Seconds(Clock::now() - t_build));
 
   std::vector<std::unique_ptr<ControlClient>> clients;
   for (int c = 0; c < a.channels; ++c) {
@@ -143,7 +173,9 @@ int Main(int argc, char** argv) {
   std::condition_variable cv;
   int registered = 0;
   int failed = 0;
-  int uploaded = 0;
+  int uploaded = 0;  // ranks whose digest or summary went out at the window's end
+  int asked = 0;     // full summaries the server asked for after the digests
+  bool digest_mode = false;
   Clock::time_point last_upload;
   int64_t window_end_ns = 0;
   std::vector<std::unique_ptr<ControlStream>> streams(static_cast<size_t>(a.collectors));
@@ -152,26 +184,31 @@ int Main(int argc, char** argv) {
   const auto t0 = Clock::now();
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(a.collectors));
-  for (int r = 0; r < a.collectors; ++r) {
-    threads.emplace_back([&, r] {
+  for (int c = 0; c < a.collectors; ++c) {
+    threads.emplace_back([&, c] {
+      const int first = c * a.ranks_per_collector;
       ControlRegistration reg;
       reg.job_id = a.job;
-      reg.host = fmt::format("sim-node-{}", r / 8);
+      reg.host = fmt::format("sim-node-{}", c);
       reg.title = "server_load_bench";
-      reg.ranks.push_back({r, a.collectors, r % 8, 100000 + r, reg.host});
-      auto stream = clients[static_cast<size_t>(r % a.channels)]->Connect(reg, 60000);
+      for (int i = 0; i < a.ranks_per_collector; ++i) {
+        reg.ranks.push_back({first + i, ranks, i, 100000 + first + i, reg.host});
+      }
+      auto stream = clients[static_cast<size_t>(c % a.channels)]->Connect(reg, 60000);
       {
         std::lock_guard<std::mutex> lock(mu);
         if (!stream.ok()) {
-          if (failed++ < 5) fmt::print(stderr, "rank {}: {}\n", r, stream.status().message());
+          if (failed++ < 5) fmt::print(stderr, "collector {}: {}\n", c, stream.status().message());
           cv.notify_all();
           return;
         }
         ++registered;
+        if ((*stream)->registered().send_digests) digest_mode = true;
         cv.notify_all();
       }
       ControlStream* s = stream->get();
-      streams[static_cast<size_t>(r)] = std::move(stream).value();
+      const bool send_digests = s->registered().send_digests;
+      streams[static_cast<size_t>(c)] = std::move(stream).value();
       ServerMessage m;
       while (s->Read(&m)) {
         if (const auto* w = std::get_if<ControlWindow>(&m)) {
@@ -187,15 +224,29 @@ int Main(int argc, char** argv) {
             std::this_thread::sleep_for(
                 std::chrono::nanoseconds(w->start_ns + w->duration_ns - now));
           }
-          const bool ok = s->Write(ControlSummary{w->id, r, encoded[static_cast<size_t>(r)]});
-          std::lock_guard<std::mutex> lock(mu);
-          if (ok) {
-            ++uploaded;
-            last_upload = Clock::now();
+          int sent = 0;
+          for (int r = first; r < first + a.ranks_per_collector; ++r) {
+            const bool ok = send_digests
+                                ? s->Write(ControlDigest{w->id, r, digests[static_cast<size_t>(r)]})
+                                : s->Write(ControlSummary{w->id, r, encoded_summary(r)});
+            if (ok) ++sent;
           }
+          std::lock_guard<std::mutex> lock(mu);
+          uploaded += sent;
+          last_upload = Clock::now();
           cv.notify_all();
+        } else if (const auto* q = std::get_if<ControlRequestSummaries>(&m)) {
+          int sent = 0;
+          for (int32_t r : q->ranks) {
+            if (r >= first && r < first + a.ranks_per_collector &&
+                s->Write(ControlSummary{q->window, r, encoded_summary(r)})) {
+              ++sent;
+            }
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          asked += sent;
         } else if (const auto* rej = std::get_if<ControlRejected>(&m)) {
-          fmt::print(stderr, "rank {}: rejected: {}\n", r, rej->error);
+          fmt::print(stderr, "collector {}: rejected: {}\n", c, rej->error);
         }
         if (done) break;
       }
@@ -207,15 +258,19 @@ int Main(int argc, char** argv) {
                 [&] { return registered + failed == a.collectors; });
   }
   const auto t_registered = Clock::now();
-  fmt::print("registered: {} of {} collectors over {} connections in {:.2f} s ({} failed)\n",
-             registered, a.collectors, a.channels, Seconds(t_registered - t0), failed);
+  fmt::print(
+      "registered: {} of {} collectors ({} ranks) over {} connections in {:.2f} s ({} failed); "
+      "the server asks for {}\n",
+      registered, a.collectors, ranks, a.channels, Seconds(t_registered - t0), failed,
+      digest_mode ? "digests first" : "full summaries");
   if (registered == 0) return 1;
 
   streams[0]->Write(ControlTrigger{0, "manual", "server_load_bench"});
   const auto t_trigger = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(a.timeout_s), [&] { return uploaded == registered; });
+    cv.wait_for(lock, std::chrono::seconds(a.timeout_s),
+                [&] { return uploaded == registered * a.ranks_per_collector; });
   }
   const auto t_uploaded = Clock::now();
   int64_t end_ns = 0;
@@ -228,8 +283,12 @@ int Main(int argc, char** argv) {
                              .count();
   // The window's end on the steady clock (the server gave it in wall-clock time).
   const auto t_window_end = t_uploaded - std::chrono::nanoseconds(now_ns - end_ns);
-  fmt::print("uploaded: {} summaries ({:.1f} MB), the last {:.2f} s after the window's end\n",
-             uploaded, static_cast<double>(total_bytes) / 1e6, Seconds(t_uploaded - t_window_end));
+  fmt::print("uploaded: {} {} ({:.1f} MB), the last {:.2f} s after the window's end\n", uploaded,
+             digest_mode ? "digests" : "summaries",
+             (digest_mode ? static_cast<double>(digest_bytes)
+                          : mean_summary * static_cast<double>(ranks)) /
+                 1e6,
+             Seconds(t_uploaded - t_window_end));
 
   std::string host = a.http.substr(0, a.http.rfind(':'));
   const int port = std::atoi(a.http.substr(a.http.rfind(':') + 1).c_str());
@@ -263,15 +322,28 @@ int Main(int argc, char** argv) {
     const auto& f = diagnosis["diagnosis"]["findings"][0];
     top = fmt::format("{} ranks {}", f["code"].get<std::string>(), f["workers"].dump());
   }
-  fmt::print("diagnosed: {} workers, {} missing; top finding {}\n", workers, missing, top);
+  std::string path = "(no note)";
+  for (const auto& n : diagnosis["diagnosis"]["notes"]) {
+    const std::string note = n.get<std::string>();
+    if (note.starts_with("progressive disclosure:")) path = note.substr(0, 120);
+  }
+  int full_summaries = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    full_summaries = digest_mode ? asked : uploaded;
+  }
+  fmt::print("diagnosed: {} workers, {} missing, from {} full summaries; top finding {}\n", workers,
+             missing, full_summaries, top);
+  fmt::print("path: {}\n", path);
   fmt::print(
       "time to diagnosis: {:.2f} s after the window's end ({:.2f} s after the last upload; "
       "{:.2f} s after the trigger)\n",
       Seconds(t_diagnosed - t_window_end), Seconds(t_diagnosed - t_uploaded),
       Seconds(t_diagnosed - t_trigger));
   if (a.server_pid > 0) fmt::print("server peak RSS (VmHWM):{}\n", VmHwm(a.server_pid));
-  const bool lossless =
-      workers == registered && missing == 0 && uploaded == registered && registered == a.collectors;
+  const bool lossless = workers == ranks && missing == 0 &&
+                        uploaded == registered * a.ranks_per_collector &&
+                        registered == a.collectors;
   fmt::print("{}\n", lossless ? "no upload lost" : "UPLOADS LOST");
   return lossless ? 0 : 1;
 }

@@ -125,6 +125,12 @@ CLI::App* AddServerCommand(CLI::App& app, ServerCommandOptions* o) {
                   "A finding is material when it costs at least this share of the iteration")
       ->check(CLI::Range(0.0001, 1.0))
       ->default_val(0.05);
+  cmd->add_option("--digest-min-workers", o->digest_min_workers,
+                  "Progressive disclosure: the collectors of a job of at least this many workers "
+                  "send a digest per worker, and the full summaries of the suspects and a "
+                  "sample of their peers when asked (docs/server.md); 0: always full summaries")
+      ->check(CLI::Range(0, 100'000'000))
+      ->default_val(1024);
   cmd->add_option("--max-message-mb", o->max_message_mb,
                   "Largest message a collector may send (a window summary is tens of KB)")
       ->check(CLI::Range(1, 1024))
@@ -176,6 +182,7 @@ int RunServer(const ServerCommandOptions& o) {
   co.cooldown_ns = Seconds(o.cooldown_seconds);
   co.max_windows = o.max_windows;
   co.localizer.material_share = o.material_share;
+  so.service.digest_min_workers = static_cast<size_t>(o.digest_min_workers);
 
   ServerProcess server(so);
   const Status st = server.Start();

@@ -30,6 +30,7 @@ struct ServerCommandOptions {
   int max_windows = 5;
   double material_share = 0.05;
   int max_message_mb = 64;
+  int digest_min_workers = 1024;
 };
 
 CLI::App* AddServerCommand(CLI::App& app, ServerCommandOptions* options);

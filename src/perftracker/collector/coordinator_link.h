@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "perftracker/summary/worker_summary.h"
 
@@ -89,6 +90,13 @@ class CollectorControl {
   virtual void DumpStacks(uint64_t window) = 0;
   // End `window` now (the job is ending): summarize what arrived and send it.
   virtual void EndWindowNow(uint64_t window) = 0;
+  // Progressive disclosure (the server's control plane only): send the full summaries of
+  // `ranks` for `window`, whose digests came first. A collector that sends full summaries
+  // at once (the embedded run) ignores it: the default.
+  virtual void RequestSummaries(uint64_t window, const std::vector<int32_t>& ranks) {
+    (void)window;
+    (void)ranks;
+  }
 };
 
 }  // namespace perftracker

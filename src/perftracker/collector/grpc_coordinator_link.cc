@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "perftracker/core/realtime_clock.h"
+#include "perftracker/summary/worker_digest.h"
+#include "perftracker/wire/digest_codec.h"
 #include "perftracker/wire/summary_codec.h"
 
 namespace perftracker {
@@ -175,7 +177,87 @@ void GrpcCoordinatorLink::OnSummary(uint64_t window, WorkerSummary summary) {
   // summarized, so the link thread only writes bytes.
   std::string bytes = EncodeWorkerSummary(summary);
   const size_t size = bytes.size();
-  Push(ControlSummary{window, summary.rank, std::move(bytes)}, size + 64);
+  bool digests = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    digests = send_digests_;
+  }
+  std::string digest;
+  if (digests) digest = EncodeWorkerDigest(MakeWorkerDigest(summary));
+  if (!digests || digest.size() > kMaxControlDigestBytes) {
+    Push(ControlSummary{window, summary.rank, std::move(bytes)}, size + 64);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = SteadyNs();
+    ExpireKeptLocked(now);
+    // Room for it: the oldest other windows go first.
+    while (kept_bytes_ + size > options_.max_kept_bytes && !kept_.empty() &&
+           kept_.begin()->first != window) {
+      for (const auto& [rank, b] : kept_.begin()->second.summaries) kept_bytes_ -= b.size();
+      kept_.erase(kept_.begin());
+    }
+    if (kept_bytes_ + size > options_.max_kept_bytes) {
+      ++stats_.summaries_unkept;
+    } else {
+      KeptWindow& k = kept_[window];
+      if (k.since_ns == 0) k.since_ns = now;
+      auto it = k.summaries.find(summary.rank);
+      if (it != k.summaries.end()) kept_bytes_ -= it->second.size();
+      k.summaries[summary.rank] = std::move(bytes);
+      kept_bytes_ += size;
+    }
+    ++stats_.digests_sent;
+  }
+  const size_t digest_size = digest.size();
+  Push(ControlDigest{window, summary.rank, std::move(digest)}, digest_size + 64);
+}
+
+void GrpcCoordinatorLink::ExpireKeptLocked(int64_t now_ns) {
+  const int64_t keep_ns = int64_t{options_.keep_summaries_ms} * 1'000'000;
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    if (now_ns - it->second.since_ns <= keep_ns) {
+      ++it;
+      continue;
+    }
+    for (const auto& [rank, b] : it->second.summaries) kept_bytes_ -= b.size();
+    it = kept_.erase(it);
+  }
+}
+
+void GrpcCoordinatorLink::SendKept(uint64_t window, const std::vector<int32_t>& ranks) {
+  std::vector<std::pair<int32_t, std::string>> out;
+  size_t unkept = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto k = kept_.find(window);
+    for (int32_t rank : ranks) {
+      if (k == kept_.end()) {
+        ++unkept;
+        continue;
+      }
+      auto it = k->second.summaries.find(rank);
+      if (it == k->second.summaries.end()) {
+        ++unkept;
+        continue;
+      }
+      kept_bytes_ -= it->second.size();
+      out.emplace_back(rank, std::move(it->second));
+      k->second.summaries.erase(it);
+    }
+    stats_.summaries_asked += out.size();
+    stats_.summaries_unkept += unkept;
+  }
+  if (unkept > 0) {
+    Log("the server asked for " + std::to_string(unkept) + " full summaries of window " +
+        std::to_string(window) +
+        " that this collector does not keep (gone after max_kept_bytes or keep_summaries_ms)");
+  }
+  for (auto& [rank, bytes] : out) {
+    const size_t size = bytes.size();
+    Push(ControlSummary{window, rank, std::move(bytes)}, size + 64);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -232,6 +314,7 @@ void GrpcCoordinatorLink::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.connections;
       stats_.connected = true;
+      send_digests_ = (*stream)->registered().send_digests;
       stream_broken_ = false;
       if (!first_attempt_done_) {
         first_attempt_done_ = true;
@@ -348,6 +431,15 @@ void GrpcCoordinatorLink::Dispatch(const ServerMessage& message) {
     if (control_ != nullptr) control_->DumpStacks(d->window);
   } else if (const auto* e = std::get_if<ControlEndWindow>(&message)) {
     if (control_ != nullptr) control_->EndWindowNow(e->window);
+  } else if (const auto* q = std::get_if<ControlRequestSummaries>(&message)) {
+    SendKept(q->window, q->ranks);
+  } else if (const auto* done = std::get_if<ControlWindowDiagnosed>(&message)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto k = kept_.find(done->window);
+    if (k != kept_.end()) {
+      for (const auto& [rank, b] : k->second.summaries) kept_bytes_ -= b.size();
+      kept_.erase(k);
+    }
   } else if (const auto* r = std::get_if<ControlRejected>(&message)) {
     bool log = false;
     {

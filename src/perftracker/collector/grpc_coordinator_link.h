@@ -17,6 +17,12 @@
 // queued while disconnected is sent after the registration (a summary of a window the new
 // server does not know is rejected by it: logged, not retried). The first failure and the
 // first success after failures are logged; the retries in between are silent.
+//
+// Progressive disclosure. When the server's answer to the registration says send_digests,
+// OnSummary sends the worker's digest (summary/worker_digest.h) and keeps the encoded full
+// summary until the server asks for it (RequestSummaries: sent, then forgotten), says the
+// window is diagnosed, or keep_summaries_ms pass; at most max_kept_bytes are kept (the
+// oldest window's go first; a summary beyond that is not kept and counted).
 #pragma once
 
 #include <atomic>
@@ -52,6 +58,8 @@ struct GrpcLinkOptions {
   int connect_timeout_ms = 3000;
   int backoff_initial_ms = 200;
   int backoff_max_ms = 5000;
+  size_t max_kept_bytes = 512u << 20;
+  int keep_summaries_ms = 600'000;
   LogFn log;  // default: stderr, "perftracker: " prefix
 };
 
@@ -61,6 +69,9 @@ struct GrpcLinkStats {
   uint64_t dropped_messages = 0;  // full queue
   uint64_t rejected_by_server = 0;
   uint64_t commands_received = 0;
+  uint64_t digests_sent = 0;      // digests queued in place of full summaries
+  uint64_t summaries_asked = 0;   // full summaries the server asked for and got
+  uint64_t summaries_unkept = 0;  // not kept (max_kept_bytes) or asked for and not there
   bool connected = false;
 };
 
@@ -102,6 +113,10 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   void ReadLoop(ControlStream* stream);
   void Dispatch(const ServerMessage& message);
   ControlRegistration RegistrationNow();
+  // The server asked for the full summaries of `ranks` (reader thread).
+  void SendKept(uint64_t window, const std::vector<int32_t>& ranks);
+  // Drops kept windows older than keep_summaries_ms (mu_ held).
+  void ExpireKeptLocked(int64_t now_ns);
   void Log(const std::string& line);
 
   GrpcLinkOptions options_;
@@ -121,6 +136,13 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   size_t queued_bytes_ = 0;
   std::vector<ControlIteration> iterations_;
   std::map<int32_t, ControlRank> ranks_;  // connected now, for re-registration
+  bool send_digests_ = false;             // what the server said at the last registration
+  struct KeptWindow {
+    int64_t since_ns = 0;                      // steady clock
+    std::map<int32_t, std::string> summaries;  // rank -> EncodeWorkerSummary bytes
+  };
+  std::map<uint64_t, KeptWindow> kept_;  // window id -> its full summaries
+  size_t kept_bytes_ = 0;
   GrpcLinkStats stats_;
   uint64_t rejected_logged_ = 0;
 };

@@ -18,6 +18,7 @@
 #include "perftracker/server/report_writer.h"
 #include "perftracker/server/store/store.h"
 #include "perftracker/server/store_recorder.h"
+#include "perftracker/wire/digest_codec.h"
 #include "perftracker/wire/summary_codec.h"
 
 namespace perftracker {
@@ -82,6 +83,31 @@ class ControlService::Job : public CollectorControl {
   }
   void DumpStacks(uint64_t window) override { Broadcast(ControlDumpStacks{window}); }
   void EndWindowNow(uint64_t window) override { Broadcast(ControlEndWindow{window}); }
+  // To each collector, the ranks it serves.
+  void RequestSummaries(uint64_t window, const std::vector<int32_t>& ranks) override {
+    std::map<uint64_t, ControlRequestSummaries> requests;
+    std::map<uint64_t, std::shared_ptr<CommandSink>> sinks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int32_t rank : ranks) {
+        auto owner = rank_owner_.find(rank);
+        if (owner == rank_owner_.end()) continue;  // its collector is gone: named missing
+        ControlRequestSummaries& r = requests[owner->second];
+        r.window = window;
+        r.ranks.push_back(rank);
+      }
+      for (const auto& [session, request] : requests) {
+        auto it = sinks_.find(session);
+        if (it != sinks_.end()) sinks[session] = it->second;
+      }
+    }
+    for (auto& [session, sink] : sinks) {
+      if (!sink->Send(std::move(requests[session]))) {
+        service_->Log("job " + id_ + ": a request for summaries to the collector at " +
+                      sink->peer() + " was dropped (its stream is gone or its queue is full)");
+      }
+    }
+  }
 
   void Broadcast(const ServerMessage& message) {
     std::vector<std::shared_ptr<CommandSink>> sinks;
@@ -115,6 +141,7 @@ class ControlService::Job : public CollectorControl {
   size_t reports_stored_ = 0;
   std::set<uint64_t> retracted_stored_;  // retracted reports whose rewrite is stored
   bool baseline_known_ = false;
+  std::atomic<bool> digests_{false};  // its collectors were told to send digests
 };
 
 // One collector's stream.
@@ -217,6 +244,22 @@ class ControlService::Session : public ControlSession {
       PERFTRACKER_RETURN_IF_ERROR(Known(s->rank, "stacks"));
       PERFTRACKER_RETURN_IF_ERROR(OpenWindow(s->window, s->rank, "stacks"));
       job_->coordinator_->OnStacks(s->window, s->rank, s->available, s->text);
+      return Status::Ok();
+    }
+    if (auto* d = std::get_if<ControlDigest>(&message)) {
+      PERFTRACKER_RETURN_IF_ERROR(Known(d->rank, "digest"));
+      PERFTRACKER_RETURN_IF_ERROR(OpenWindow(d->window, d->rank, "digest"));
+      StatusOr<WorkerDigest> decoded = DecodeWorkerDigest(d->worker_digest);
+      if (!decoded.ok()) {
+        return Status::InvalidArgument(fmt::format("digest of rank {} for window {}: {}", d->rank,
+                                                   d->window, decoded.status().message()));
+      }
+      if (decoded->rank != d->rank) {
+        return Status::InvalidArgument(
+            fmt::format("digest of rank {} for window {}: the digest inside is rank {}'s", d->rank,
+                        d->window, decoded->rank));
+      }
+      job_->coordinator_->OnDigest(d->window, *decoded);
       return Status::Ok();
     }
     if (auto* s = std::get_if<ControlSummary>(&message)) {
@@ -475,6 +518,7 @@ void ControlService::StoreReports() {
       }
       job->reports_stored_ = i + 1;
       if (r.retracted) job->retracted_stored_.insert(r.id);
+      if (job->digests_) job->Broadcast(ControlWindowDiagnosed{r.id});
     }
     // A hang report retracted after it was stored (the job resumed, or ended and exited 0):
     // the store gets the rewritten diagnosis, the hang a note in it.
@@ -586,7 +630,16 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
   }
   for (const ControlRank& r : registration.ranks) session->AddRank(r);
   // Last: once the collector reads this answer, the job counts it and its ranks in.
-  sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs()});
+  int32_t world_size = 0;
+  for (const ControlRank& r : registration.ranks) world_size = std::max(world_size, r.world_size);
+  const bool digests = options_.digest_min_workers > 0 &&
+                       static_cast<size_t>(world_size) >= options_.digest_min_workers;
+  if (digests) {
+    std::lock_guard<std::mutex> lock(job->mu_);
+    job->digests_ = true;
+  }
+  sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs(),
+                               digests});
   for (const WindowSpec& w : joining) {
     sink->Send(
         ControlWindow{w.id, w.start_ns, w.duration_ns, std::string(WindowReasonName(w.reason))});

@@ -13,6 +13,12 @@
 // belongs to the session that registered it last; when that stream ends its ranks are
 // reported as left (not cleanly), so a window does not wait for a host that is gone.
 //
+// Digests. A job of at least digest_min_workers workers is told at registration to send
+// digests (ControlRegistered::send_digests); its coordinator asks for full summaries through
+// the job's fan-out, which sends each collector the request for its own ranks, and every
+// collector is told when a window is diagnosed (its kept summaries can go). Digests are not
+// stored; the full summaries that come are, as before.
+//
 // Checks (each refusal is one line back to the collector; nothing is stored): a trigger,
 // iteration, stacks or summary of a rank this collector did not register; a reason that is
 // not slowdown / hang / manual; a summary for a window this server did not open or already
@@ -66,6 +72,11 @@ struct ControlServiceOptions {
   // (kOrphanSlack) is closed then; a job's open windows are closed when its collectors
   // register here. Otherwise (SQLite: one server) every window found open at start is.
   bool store_shared = false;
+  // Progressive disclosure (docs/server.md, "Fleet scale"): the collectors of a job of at
+  // least this many workers (the world size they register) send a digest per worker and the
+  // full summaries the screen asks for; 0: every job sends full summaries. Smaller jobs gain
+  // nothing: the screen asks for most of their workers anyway.
+  size_t digest_min_workers = 1024;
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
 };
 

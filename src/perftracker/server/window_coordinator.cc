@@ -23,6 +23,7 @@
 #include "perftracker/report/rank_trace_file.h"
 #include "perftracker/report/report.h"
 #include "perftracker/server/report_writer.h"
+#include "perftracker/summary/worker_digest.h"
 
 namespace perftracker {
 namespace {
@@ -391,10 +392,31 @@ std::string WindowCoordinator::WritePerfetto(const OpenWindow& w, const Diagnosi
 
 void WindowCoordinator::OnSummary(uint64_t window, WorkerSummary summary) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!window_ || window_->spec.id != window) return;  // a late summary of a finished window
   const int32_t rank = summary.rank;
+  if (fetch_window_ != 0 && fetch_window_ == window) {
+    // A full summary the screen asked for (the window is being finalized).
+    if (fetch_waiting_.erase(rank) > 0) {
+      fetched_.insert_or_assign(rank, std::move(summary));
+      if (fetch_waiting_.empty()) cv_.notify_all();
+    }
+    return;
+  }
+  if (!window_ || window_->spec.id != window) return;  // a late summary of a finished window
   window_->summaries.insert_or_assign(rank, std::move(summary));
-  cv_.notify_all();
+  // The loop checks readiness every tick; woken early only when every rank may be in (a
+  // check per upload costs O(ranks) each at fleet size).
+  if (window_->summaries.size() + window_->digested.size() >= window_->expected.size())
+    cv_.notify_all();
+}
+
+void WindowCoordinator::OnDigest(uint64_t window, const WorkerDigest& digest) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!window_ || window_->spec.id != window) return;  // a late digest of a finished window
+  if (!window_->digested.insert(digest.rank).second) return;
+  if (!window_->screen) window_->screen = std::make_unique<DigestScreen>(options_.screen);
+  window_->screen->Add(digest);
+  if (window_->summaries.size() + window_->digested.size() >= window_->expected.size())
+    cv_.notify_all();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -483,7 +505,7 @@ bool WindowCoordinator::ReadyLocked(int64_t now_ns) const {
     // An agent that left without bye sends nothing more: do not wait for it.
     const bool gone = it != workers_.end() && it->second.left && !it->second.left_clean;
     if (gone) continue;
-    if (!w.summaries.count(rank)) return false;
+    if (!w.summaries.count(rank) && !w.digested.count(rank)) return false;
     if (w.stacks_requested && !w.stacks.count(rank) && !w.no_stacks.count(rank) &&
         !(it != workers_.end() && it->second.left)) {
       return false;
@@ -837,7 +859,81 @@ std::map<int32_t, std::string> WindowCoordinator::StacksFile(const OpenWindow& w
   return out;
 }
 
+ScreenResult WindowCoordinator::Screen(OpenWindow* w) {
+  // Ranks whose collector sent the full summary at once (an older collector) are screened
+  // on its digest.
+  for (const auto& [rank, summary] : w->summaries) {
+    if (!w->digested.count(rank)) w->screen->Add(MakeWorkerDigest(summary));
+  }
+  ScreenResult result = w->screen->Finish();
+  w->screen.reset();
+  if (w->stacks_requested && !result.full) {
+    result.full = true;
+    result.reason = "a hang window (its report needs every rank's summary)";
+  }
+  return result;
+}
+
+void WindowCoordinator::FetchSummaries(OpenWindow* w, const std::vector<int32_t>& ranks) {
+  if (ranks.empty()) return;
+  std::vector<CollectorControl*> collectors;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fetch_window_ = w->spec.id;
+    fetch_waiting_ = std::set<int32_t>(ranks.begin(), ranks.end());
+    fetched_.clear();
+    collectors = collectors_;
+  }
+  for (CollectorControl* c : collectors) c->RequestSummaries(w->spec.id, ranks);
+  const int64_t deadline = RealtimeNs() + options_.wait_summaries_ns;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_ && !fetch_waiting_.empty() && RealtimeNs() < deadline) {
+    // An agent that left without bye sends nothing more: do not wait for it.
+    const bool all_gone = std::all_of(fetch_waiting_.begin(), fetch_waiting_.end(), [&](int32_t r) {
+      auto it = workers_.find(r);
+      return it != workers_.end() && it->second.left && !it->second.left_clean;
+    });
+    if (all_gone) break;
+    cv_.wait_for(lock, kTick);
+  }
+  for (auto& [rank, summary] : fetched_) w->summaries.insert_or_assign(rank, std::move(summary));
+  fetched_.clear();
+  fetch_waiting_.clear();
+  fetch_window_ = 0;
+}
+
 void WindowCoordinator::Finalize(OpenWindow w) {
+  using SteadyClock = std::chrono::steady_clock;
+  // Progressive disclosure: screen the digests, fetch the full summaries the screen needs.
+  std::optional<ScreenResult> screen;
+  std::set<int32_t> not_asked;  // digested ranks the digest path does not need in full
+  if (w.screen) {
+    const auto t_screen = SteadyClock::now();
+    screen = Screen(&w);
+    std::vector<int32_t> want;
+    if (screen->full) {
+      for (int32_t rank : w.digested) {
+        if (!w.summaries.count(rank)) want.push_back(rank);
+      }
+    } else {
+      const std::set<int32_t> asked(screen->ranks.begin(), screen->ranks.end());
+      for (int32_t rank : w.digested) {
+        if (w.summaries.count(rank)) continue;
+        if (asked.count(rank)) {
+          want.push_back(rank);
+        } else {
+          not_asked.insert(rank);
+        }
+      }
+    }
+    Log(
+        fmt::format("window {}: {} digests screened in {:.2f} s ({}: {}); asking for {} full "
+                    "summaries",
+                    w.spec.id, w.digested.size(),
+                    std::chrono::duration<double>(SteadyClock::now() - t_screen).count(),
+                    screen->full ? "full path" : "digest path", screen->reason, want.size()));
+    FetchSummaries(&w, want);
+  }
   std::vector<int32_t> missing;
   std::map<int32_t, Worker> workers;
   {
@@ -845,116 +941,148 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     workers = workers_;
   }
   for (int32_t rank : w.expected) {
-    if (!w.summaries.count(rank)) missing.push_back(rank);
+    if (!w.summaries.count(rank) && !not_asked.count(rank)) missing.push_back(rank);
   }
   std::vector<WorkerSummary> summaries;
   summaries.reserve(w.summaries.size());
   for (auto& [rank, s] : w.summaries) summaries.push_back(std::move(s));
 
-  using SteadyClock = std::chrono::steady_clock;
-  const auto t_start = SteadyClock::now();
-  Localizer localizer(options_.localizer);
-  for (const auto& s : summaries) localizer.Add(s);
-  const auto t_added = SteadyClock::now();
-  const bool no_iterations =
-      !summaries.empty() && std::all_of(summaries.begin(), summaries.end(),
-                                        [](const auto& s) { return s.iterations.empty(); });
-  if (no_iterations) {
-    localizer.AddNote(
-        "no rank completed an iteration in this window (the job was starting, or between "
-        "phases): its figures are for the window as a whole, not per training iteration");
-  }
-  // Why the window lasted as long as it did ("" when it lasted --window-seconds).
-  std::string length_note;
-  if (w.ended_for_hang) {
-    length_note = " (ended once every rank's stacks were in)";
-  } else if (w.ended_at_iterations) {
-    if (w.spec.duration_ns > options_.window_ns + kTickNs) {
-      length_note = fmt::format(
-          " (longer than --window-seconds, until every rank completed {} iterations in it)",
-          options_.window_min_iterations);
+  auto t_start = SteadyClock::now();
+  auto t_added = t_start;
+  bool no_iterations = false;
+  // The localizer on `summaries`, with the window's notes.
+  const auto localize = [&]() -> Diagnosis {
+    t_start = SteadyClock::now();
+    Localizer localizer(options_.localizer);
+    for (const auto& s : summaries) localizer.Add(s);
+    t_added = SteadyClock::now();
+    no_iterations =
+        !summaries.empty() && std::all_of(summaries.begin(), summaries.end(),
+                                          [](const auto& s) { return s.iterations.empty(); });
+    if (no_iterations) {
+      localizer.AddNote(
+          "no rank completed an iteration in this window (the job was starting, or between "
+          "phases): its figures are for the window as a whole, not per training iteration");
     }
-  } else if (w.ending) {
-    length_note = " (cut short: the job ended)";
-  } else if (w.stretchable) {
-    length_note =
-        fmt::format(" (--window-max-seconds: some rank completed fewer than {} iterations in it)",
-                    options_.window_min_iterations);
-  }
-  localizer.AddNote(fmt::format("live window {} ({}) from {} for {}{}; trigger: {}", w.spec.id,
-                                WindowReasonName(w.spec.reason), UtcTime(w.spec.start_ns),
-                                FormatDuration(static_cast<double>(w.spec.duration_ns)),
-                                length_note, w.triggers.empty() ? "none" : w.triggers.front()));
-  if (w.triggers.size() > 1) {
-    std::string more;
-    for (size_t i = 1; i < w.triggers.size() && i < 8; ++i) {
-      more += (i > 1 ? "; " : "") + w.triggers[i];
-    }
-    localizer.AddNote(
-        fmt::format("{} more trigger(s) during the window: {}", w.triggers.size() - 1, more));
-  }
-  for (int32_t rank : missing) {
-    auto it = workers.find(rank);
-    std::string why = "agent gone?";
-    if (it == workers.end()) {
-      why = "its agent never connected: did the process start, and load perftracker?";
-    } else if (it->second.left && !it->second.left_clean) {
-      why = "agent gone? it disconnected without saying bye: killed or crashed";
-    }
-    localizer.AddNote(fmt::format("rank {} sent no summary ({})", rank, why));
-  }
-  // The always-on detector's view just before the window: often the clearest sign of who
-  // slowed down (the window shows why).
-  {
-    std::string note;
-    size_t shown = 0;
-    for (const auto& [rank, worker] : workers) {
-      double sum = 0;
-      size_t n = 0;
-      for (auto it = worker.iterations.rbegin();
-           it != worker.iterations.rend() && n < kIterationsForNote; ++it) {
-        if (it->first > w.spec.start_ns) continue;
-        sum += static_cast<double>(it->second);
-        ++n;
+    // Why the window lasted as long as it did ("" when it lasted --window-seconds).
+    std::string length_note;
+    if (w.ended_for_hang) {
+      length_note = " (ended once every rank's stacks were in)";
+    } else if (w.ended_at_iterations) {
+      if (w.spec.duration_ns > options_.window_ns + kTickNs) {
+        length_note = fmt::format(
+            " (longer than --window-seconds, until every rank completed {} iterations in it)",
+            options_.window_min_iterations);
       }
-      if (n == 0) continue;
-      if (shown++ >= kMaxRanksInIterationNote) {
-        note += ", …";
-        break;
+    } else if (w.ending) {
+      length_note = " (cut short: the job ended)";
+    } else if (w.stretchable) {
+      length_note =
+          fmt::format(" (--window-max-seconds: some rank completed fewer than {} iterations in it)",
+                      options_.window_min_iterations);
+    }
+    localizer.AddNote(fmt::format("live window {} ({}) from {} for {}{}; trigger: {}", w.spec.id,
+                                  WindowReasonName(w.spec.reason), UtcTime(w.spec.start_ns),
+                                  FormatDuration(static_cast<double>(w.spec.duration_ns)),
+                                  length_note, w.triggers.empty() ? "none" : w.triggers.front()));
+    if (w.triggers.size() > 1) {
+      std::string more;
+      for (size_t i = 1; i < w.triggers.size() && i < 8; ++i) {
+        more += (i > 1 ? "; " : "") + w.triggers[i];
       }
-      note += fmt::format("{}rank {} {}", note.empty() ? "" : ", ", rank,
-                          FormatDuration(sum / static_cast<double>(n)));
+      localizer.AddNote(
+          fmt::format("{} more trigger(s) during the window: {}", w.triggers.size() - 1, more));
     }
-    if (!note.empty()) {
-      localizer.AddNote(fmt::format(
-          "mean iteration before the window (always-on detector, last {} iterations): {}",
-          kIterationsForNote, note));
+    for (int32_t rank : missing) {
+      auto it = workers.find(rank);
+      std::string why = "agent gone?";
+      if (it == workers.end()) {
+        why = "its agent never connected: did the process start, and load perftracker?";
+      } else if (it->second.left && !it->second.left_clean) {
+        why = "agent gone? it disconnected without saying bye: killed or crashed";
+      }
+      localizer.AddNote(fmt::format("rank {} sent no summary ({})", rank, why));
     }
-  }
-  if (w.stacks_requested) {
-    for (const auto& [rank, text] : w.stacks) {
-      localizer.AddNote(fmt::format("rank {} main thread: {}", rank, InnermostFrames(text)));
+    // The always-on detector's view just before the window: often the clearest sign of who
+    // slowed down (the window shows why).
+    {
+      std::string note;
+      size_t shown = 0;
+      for (const auto& [rank, worker] : workers) {
+        double sum = 0;
+        size_t n = 0;
+        for (auto it = worker.iterations.rbegin();
+             it != worker.iterations.rend() && n < kIterationsForNote; ++it) {
+          if (it->first > w.spec.start_ns) continue;
+          sum += static_cast<double>(it->second);
+          ++n;
+        }
+        if (n == 0) continue;
+        if (shown++ >= kMaxRanksInIterationNote) {
+          note += ", …";
+          break;
+        }
+        note += fmt::format("{}rank {} {}", note.empty() ? "" : ", ", rank,
+                            FormatDuration(sum / static_cast<double>(n)));
+      }
+      if (!note.empty()) {
+        localizer.AddNote(fmt::format(
+            "mean iteration before the window (always-on detector, last {} iterations): {}",
+            kIterationsForNote, note));
+      }
     }
+    if (w.stacks_requested) {
+      for (const auto& [rank, text] : w.stacks) {
+        localizer.AddNote(fmt::format("rank {} main thread: {}", rank, InnermostFrames(text)));
+      }
+      for (int32_t rank : w.expected) {
+        if (w.stacks.count(rank)) continue;
+        auto why = w.no_stacks.find(rank);
+        if (why != w.no_stacks.end()) {
+          std::string text = why->second.substr(0, 300);
+          std::replace(text.begin(), text.end(), '\n', ' ');
+          localizer.AddNote(
+              fmt::format("rank {} could not take its Python stacks: {}", rank, text));
+        } else {
+          localizer.AddNote(
+              fmt::format("rank {} sent no Python stacks (stuck in native code "
+                          "holding the GIL, or gone?)",
+                          rank));
+        }
+      }
+      if (!w.stacks.empty()) {
+        localizer.AddNote(fmt::format("every rank's Python stacks: {}",
+                                      StacksPath(options_.report_dir, w.spec.id)));
+      }
+    }
+    return localizer.Finish();
+  };
+  Diagnosis diagnosis = localize();
+  if (screen && !GeneralizeToGroups(*screen, &diagnosis)) {
+    // A finding names part of a group's sampled peers: the digests cannot decide.
+    for (auto& summary : summaries) {
+      const int32_t rank = summary.rank;
+      w.summaries.insert_or_assign(rank, std::move(summary));
+    }
+    std::vector<int32_t> rest(not_asked.begin(), not_asked.end());
+    Log(
+        fmt::format("window {}: a finding names part of a group's sampled peers: asking for "
+                    "every full summary ({} more)",
+                    w.spec.id, rest.size()));
+    not_asked.clear();
+    FetchSummaries(&w, rest);
+    missing.clear();
     for (int32_t rank : w.expected) {
-      if (w.stacks.count(rank)) continue;
-      auto why = w.no_stacks.find(rank);
-      if (why != w.no_stacks.end()) {
-        std::string text = why->second.substr(0, 300);
-        std::replace(text.begin(), text.end(), '\n', ' ');
-        localizer.AddNote(fmt::format("rank {} could not take its Python stacks: {}", rank, text));
-      } else {
-        localizer.AddNote(
-            fmt::format("rank {} sent no Python stacks (stuck in native code "
-                        "holding the GIL, or gone?)",
-                        rank));
-      }
+      if (!w.summaries.count(rank)) missing.push_back(rank);
     }
-    if (!w.stacks.empty()) {
-      localizer.AddNote(fmt::format("every rank's Python stacks: {}",
-                                    StacksPath(options_.report_dir, w.spec.id)));
-    }
+    summaries.clear();
+    for (auto& [rank, s] : w.summaries) summaries.push_back(std::move(s));
+    diagnosis = localize();
+    diagnosis.notes.push_back(
+        "progressive disclosure: full path after the digest path: a finding named part of a "
+        "group's sampled peers (" +
+        screen->reason + ")");
   }
-  Diagnosis diagnosis = localizer.Finish();
   const auto t_localized = SteadyClock::now();
   if (w.stacks_requested) {
     HangAnalyzer hang;
@@ -1016,11 +1144,12 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     report.stacks_path = written->stacks_path;
     report.perfetto_path = perfetto_path;
     Log(fmt::format(
-        "window {} diagnosed ({} of {} ranks; localizer input {:.2f} s, localizing {:.2f} s, "
+        "window {} diagnosed ({} of {} ranks{}; localizer input {:.2f} s, localizing {:.2f} s, "
         "reports {:.2f} s): {}",
-        w.spec.id, summaries.size(), w.expected.size(), seconds_between(t_start, t_added),
-        seconds_between(t_added, t_localized), seconds_between(t_localized, SteadyClock::now()),
-        report.json_path));
+        w.spec.id, summaries.size(), w.expected.size(),
+        not_asked.empty() ? "" : fmt::format(", {} more by their digests", not_asked.size()),
+        seconds_between(t_start, t_added), seconds_between(t_added, t_localized),
+        seconds_between(t_localized, SteadyClock::now()), report.json_path));
   } else {
     Log(fmt::format("window {}: the report could not be written: {}", w.spec.id,
                     written.status().message()));

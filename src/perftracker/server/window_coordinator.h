@@ -41,6 +41,17 @@
 // in the report ("rank 3 sent no summary (agent gone?)"). Localizing and writing the report
 // happen on the coordinator's own thread, never on a collector's.
 //
+// Progressive disclosure (docs/server.md, "Fleet scale"). Collectors of a large job send a
+// digest per worker (OnDigest) instead of its full summary; a rank counts as in once either
+// came. Once every rank is in, the DigestScreen (localize/digest_screen.h) names the full
+// summaries the localizer needs (the suspects and a sample of their peers); the coordinator
+// asks the collectors for those (CollectorControl::RequestSummaries), waits for them at most
+// wait_summaries, localizes, and widens the findings to the groups the sample stands for
+// (GeneralizeToGroups). When the screen cannot decide (too many suspects, a small job, a
+// hang window) or the findings name part of a group's sample, it asks for every full summary
+// and localizes on all of them. A note in the report says which path the window took.
+// Digests are screened as they arrive (~1 KB kept per worker, not the digest).
+//
 // Reports: for every window, <report_dir>/window-<id>-<reason>.json (the schema of
 // `perftracker diagnose --format json`) and .html, plus window-<id>-stacks.txt for hangs,
 // and window-<id>.perfetto.json when the collectors recorded the window's events
@@ -66,6 +77,7 @@
 #include "perftracker/collector/coordinator_link.h"
 #include "perftracker/core/status.h"
 #include "perftracker/localize/diagnosis.h"
+#include "perftracker/localize/digest_screen.h"
 #include "perftracker/localize/localizer.h"
 #include "perftracker/report/report.h"
 
@@ -99,6 +111,8 @@ struct CoordinatorOptions {
   // The first window's id (a server restarted on a store continues the job's ids).
   uint64_t first_window_id = 1;
   LocalizerOptions localizer;
+  // Progressive disclosure's screen (used only when collectors send digests).
+  DigestScreenOptions screen;
   std::string title;                          // what is diagnosed (the command line)
   TextOptions text;                           // for WindowReport::text
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
@@ -175,6 +189,9 @@ class WindowCoordinator : public CoordinatorLink {
   void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) override;
   void OnSummary(uint64_t window, WorkerSummary summary) override;
   void OnWindowRecording(uint64_t window, int32_t rank, const std::string& path) override;
+  // Progressive disclosure: a worker's digest of `window` in place of its full summary
+  // (the full summary comes later, through OnSummary, if the screen asks for it).
+  void OnDigest(uint64_t window, const WorkerDigest& digest);
 
  private:
   struct Worker {
@@ -199,6 +216,9 @@ class WindowCoordinator : public CoordinatorLink {
     int64_t deadline_ns = 0;  // localize by then, whatever is missing
     std::set<int32_t> expected;
     std::map<int32_t, WorkerSummary> summaries;
+    // Progressive disclosure: the ranks whose digest came, screened as they came.
+    std::set<int32_t> digested;
+    std::unique_ptr<DigestScreen> screen;
     std::map<int32_t, std::string> stacks;
     std::map<int32_t, std::string> no_stacks;   // rank -> the agent's explanation
     std::map<int32_t, std::string> recordings;  // rank -> its window events' file (this host)
@@ -243,6 +263,12 @@ class WindowCoordinator : public CoordinatorLink {
   // Rewrites the last hang report without its PT-HANG finding (coordinator thread).
   void RetractHangReport(const std::string& why);
   void Finalize(OpenWindow window);
+  // Progressive disclosure (coordinator thread): asks the collectors for the full summaries
+  // of `ranks` of window `w` and waits until they are in (or their rank is gone), at most
+  // wait_summaries; adds them to w's summaries.
+  void FetchSummaries(OpenWindow* w, const std::vector<int32_t>& ranks);
+  // The screen's verdict on `w`'s digests (and on the digests of its full summaries).
+  ScreenResult Screen(OpenWindow* w);
   // Merges the window's recordings into window-<id>.perfetto.json (coordinator thread);
   // returns its path, or "" with a note in *notes saying why there is none.
   std::string WritePerfetto(const OpenWindow& w, const Diagnosis& diagnosis,
@@ -263,6 +289,11 @@ class WindowCoordinator : public CoordinatorLink {
   int64_t first_hello_ns_ = 0;
   bool manual_done_ = false;
   std::optional<OpenWindow> window_;
+  // Progressive disclosure: the window whose full summaries FetchSummaries waits for (it is
+  // out of window_ then), the ranks still awaited and those that came.
+  uint64_t fetch_window_ = 0;
+  std::set<int32_t> fetch_waiting_;
+  std::map<int32_t, WorkerSummary> fetched_;
   uint64_t windows_opened_ = 0;
   uint64_t windows_dropped_ = 0;  // retracted hang windows: not counted by --max-windows
   int64_t cooldown_until_ns_ = 0;

@@ -122,6 +122,12 @@ void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
                    s->set_rank(m.rank);
                    s->set_worker_summary(m.worker_summary);
                  },
+                 [&](const ControlDigest& m) {
+                   pb::Digest* d = out->mutable_digest();
+                   d->set_window(m.window);
+                   d->set_rank(m.rank);
+                   d->set_worker_digest(m.worker_digest);
+                 },
              },
              message);
 }
@@ -236,6 +242,14 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
       if (s.window() == 0) return Status::InvalidArgument("summary: window id 0 does not exist");
       return CollectorMessage(ControlSummary{s.window(), s.rank(), s.worker_summary()});
     }
+    case pb::CollectorMessage::kDigest: {
+      const pb::Digest& d = message.digest();
+      if (d.rank() < 0) return Status::InvalidArgument("digest: rank is negative");
+      if (d.window() == 0) return Status::InvalidArgument("digest: window id 0 does not exist");
+      PERFTRACKER_RETURN_IF_ERROR(
+          CheckText(d.worker_digest(), kMaxControlDigestBytes, "digest: worker digest"));
+      return CollectorMessage(ControlDigest{d.window(), d.rank(), d.worker_digest()});
+    }
     case pb::CollectorMessage::BODY_NOT_SET:
       break;
   }
@@ -247,6 +261,7 @@ void ToProto(const ServerMessage& message, pb::ServerMessage* out) {
                  [&](const ControlRegistered& m) {
                    out->mutable_registered()->set_collector_id(m.collector_id);
                    out->mutable_registered()->set_server_time_ns(m.server_time_ns);
+                   out->mutable_registered()->set_send_digests(m.send_digests);
                  },
                  [&](const ControlWindow& m) {
                    pb::Window* w = out->mutable_start_window();
@@ -258,6 +273,12 @@ void ToProto(const ServerMessage& message, pb::ServerMessage* out) {
                  [&](const ControlDumpStacks& m) { out->set_dump_stacks(m.window); },
                  [&](const ControlEndWindow& m) { out->set_end_window_now(m.window); },
                  [&](const ControlRejected& m) { out->mutable_rejected()->set_error(m.error); },
+                 [&](const ControlRequestSummaries& m) {
+                   pb::RequestSummaries* r = out->mutable_request_summaries();
+                   r->set_window(m.window);
+                   for (int32_t rank : m.ranks) r->add_ranks(rank);
+                 },
+                 [&](const ControlWindowDiagnosed& m) { out->set_window_diagnosed(m.window); },
              },
              message);
 }
@@ -266,7 +287,8 @@ StatusOr<ServerMessage> FromProto(const pb::ServerMessage& message) {
   switch (message.body_case()) {
     case pb::ServerMessage::kRegistered:
       return ServerMessage(ControlRegistered{message.registered().collector_id(),
-                                             message.registered().server_time_ns()});
+                                             message.registered().server_time_ns(),
+                                             message.registered().send_digests()});
     case pb::ServerMessage::kStartWindow: {
       const pb::Window& w = message.start_window();
       if (w.id() == 0 || w.duration_ns() <= 0) {
@@ -280,6 +302,18 @@ StatusOr<ServerMessage> FromProto(const pb::ServerMessage& message) {
       return ServerMessage(ControlEndWindow{message.end_window_now()});
     case pb::ServerMessage::kRejected:
       return ServerMessage(ControlRejected{message.rejected().error()});
+    case pb::ServerMessage::kRequestSummaries: {
+      const pb::RequestSummaries& r = message.request_summaries();
+      if (r.window() == 0) {
+        return Status::InvalidArgument("request_summaries: window id 0 does not exist");
+      }
+      ControlRequestSummaries out;
+      out.window = r.window();
+      out.ranks.assign(r.ranks().begin(), r.ranks().end());
+      return ServerMessage(std::move(out));
+    }
+    case pb::ServerMessage::kWindowDiagnosed:
+      return ServerMessage(ControlWindowDiagnosed{message.window_diagnosed()});
     case pb::ServerMessage::BODY_NOT_SET:
       break;
   }

@@ -18,6 +18,7 @@ inline constexpr size_t kMaxControlIdBytes = 256;         // job id, host
 inline constexpr size_t kMaxControlTextBytes = 4u << 20;  // stacks, details, titles
 inline constexpr size_t kMaxRanksPerCollector = 65536;
 inline constexpr size_t kMaxIterationsPerBatch = 65536;
+inline constexpr size_t kMaxControlDigestBytes = 4096;  // summary/worker_digest.h's budget
 
 struct ControlRank {
   int32_t rank = -1;
@@ -92,15 +93,24 @@ struct ControlSummary {
   std::string worker_summary;  // EncodeWorkerSummary bytes
 };
 
+// Progressive disclosure: a worker's digest of a window (instead of its full summary).
+struct ControlDigest {
+  uint64_t window = 0;
+  int32_t rank = -1;
+  std::string worker_digest;  // EncodeWorkerDigest bytes
+};
+
 // collector -> server
 using CollectorMessage =
     std::variant<ControlRegistration, ControlHeartbeat, ControlRank /* worker joined */,
                  ControlWorkerLeft, ControlIterations, ControlTrigger, ControlStacks,
-                 ControlSummary, ControlTrainingEnded, ControlJobExited>;
+                 ControlSummary, ControlTrainingEnded, ControlJobExited, ControlDigest>;
 
 struct ControlRegistered {
   std::string collector_id;
   int64_t server_time_ns = 0;
+  // Send a digest per worker at a window's end, and full summaries when asked for them.
+  bool send_digests = false;
 };
 
 struct ControlWindow {
@@ -122,8 +132,20 @@ struct ControlRejected {
   std::string error;
 };
 
+// Send the full summaries of `ranks` for `window` (progressive disclosure).
+struct ControlRequestSummaries {
+  uint64_t window = 0;
+  std::vector<int32_t> ranks;
+};
+
+// `window` is diagnosed: the summaries kept for it can go.
+struct ControlWindowDiagnosed {
+  uint64_t window = 0;
+};
+
 // server -> collector
-using ServerMessage = std::variant<ControlRegistered, ControlWindow, ControlDumpStacks,
-                                   ControlEndWindow, ControlRejected>;
+using ServerMessage =
+    std::variant<ControlRegistered, ControlWindow, ControlDumpStacks, ControlEndWindow,
+                 ControlRejected, ControlRequestSummaries, ControlWindowDiagnosed>;
 
 }  // namespace perftracker

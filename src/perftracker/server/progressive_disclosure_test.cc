@@ -1,0 +1,281 @@
+// Progressive disclosure through the real control plane: a ControlService behind a
+// ControlServer (gRPC on loopback) and several GrpcCoordinatorLinks, each the collector of a
+// block of ranks, whose workers' summaries come from the cluster simulator. Each simulated
+// scenario runs twice, once with full summaries (--digest-min-workers 0) and once with
+// digests first (the server asks for the suspects' and a sample of their peers' full
+// summaries, or for all of them when the digests cannot decide); the material findings
+// must be equal (code, culprit workers, function), and the report's note must say which
+// path the window took.
+// PERFTRACKER_PROGRESSIVE_MAX_RANKS (default 64; 32 in a sanitized build) skips larger
+// scenarios; the screen samples 16 peers, so that 64-rank scenarios can take the digest path.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "perftracker/collector/grpc_coordinator_link.h"
+#include "perftracker/core/realtime_clock.h"
+#include "perftracker/server/control_service.h"
+#include "perftracker/sources/sim/cluster_simulator.h"
+#include "perftracker/sources/sim/scenario.h"
+#include "perftracker/summary/window_summarizer.h"
+#include "perftracker/wire/control_server.h"
+
+namespace perftracker {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kMs = 1'000'000;
+constexpr int32_t kRanksPerCollector = 16;
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int32_t kDefaultMaxRanks = 32;
+#else
+constexpr int32_t kDefaultMaxRanks = 64;
+#endif
+
+template <typename P>
+bool Eventually(P p, int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (p()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// A node collector stand-in: when a window opens, it hands its ranks' summaries to the link
+// once the window is over (from a thread of its own: the link's commands must not block).
+class SimulatedNode : public CollectorControl {
+ public:
+  SimulatedNode(GrpcCoordinatorLink* link, std::vector<WorkerSummary> summaries)
+      : link_(link), summaries_(std::move(summaries)) {}
+  ~SimulatedNode() override { Join(); }
+  void Join() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+  void StartWindow(const WindowSpec& window) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads_.emplace_back([this, window] {
+      const int64_t wait = window.end_ns() - RealtimeNs();
+      if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+      for (const WorkerSummary& s : summaries_) {
+        WorkerSummary copy = s;
+        copy.window_start_ns = window.start_ns;
+        copy.window_end_ns = window.end_ns();
+        link_->OnSummary(window.id, std::move(copy));
+      }
+    });
+  }
+  void DumpStacks(uint64_t) override {}
+  void EndWindowNow(uint64_t) override {}
+
+ private:
+  GrpcCoordinatorLink* link_;
+  std::vector<WorkerSummary> summaries_;
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
+using FindingId = std::tuple<std::string, std::vector<int32_t>, std::string>;
+
+std::vector<FindingId> Material(const Diagnosis& d) {
+  std::vector<FindingId> out;
+  for (const Finding& f : d.findings) {
+    if (!f.material) continue;
+    std::vector<int32_t> w = f.workers;
+    std::sort(w.begin(), w.end());
+    out.emplace_back(f.code, w, f.function_key);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string Describe(const std::vector<FindingId>& ids) {
+  std::string out;
+  for (const auto& [code, workers, key] : ids) {
+    out += fmt::format("  {} ranks [{}] {}\n", code, fmt::join(workers, ","), key.substr(0, 100));
+  }
+  return out;
+}
+
+std::string PathNote(const Diagnosis& d) {
+  for (const std::string& n : d.notes) {
+    if (n.starts_with("progressive disclosure:")) return n;
+  }
+  return "";
+}
+
+struct Outcome {
+  Diagnosis diagnosis;
+  std::vector<int32_t> missing;
+  GrpcLinkStats links;  // summed over the collectors
+};
+
+// One window of `summaries` through a server and its collectors; digest_min_workers as
+// ControlServiceOptions.
+Outcome RunWindow(const std::vector<WorkerSummary>& summaries, int32_t world,
+                  size_t digest_min_workers, const fs::path& dir) {
+  Outcome out;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ControlServiceOptions o;
+  o.coordinator.report_dir = (dir / "reports").string();
+  o.coordinator.window_ns = 200 * kMs;
+  o.coordinator.delay_ns = 50 * kMs;
+  o.coordinator.wait_summaries_ns = 60'000 * kMs;
+  o.coordinator.cooldown_ns = 0;
+  o.coordinator.screen.sample_workers = 16;
+  o.coordinator.log = [](std::string_view) {};
+  o.report_poll_ms = 20;
+  o.digest_min_workers = digest_min_workers;
+  o.log = [](std::string_view) {};
+  ControlService service(o);
+  EXPECT_TRUE(service.Start().ok());
+  ControlServerOptions so;
+  so.log = [](std::string_view) {};
+  auto server = ControlServer::Start(so, &service);
+  EXPECT_TRUE(server.ok()) << server.status().message();
+  if (!server.ok()) return out;
+
+  std::vector<std::unique_ptr<GrpcCoordinatorLink>> links;
+  std::vector<std::unique_ptr<SimulatedNode>> nodes;
+  for (int32_t first = 0; first < world; first += kRanksPerCollector) {
+    GrpcLinkOptions lo;
+    lo.client.address = "127.0.0.1:" + std::to_string((*server)->port());
+    lo.job_id = "sim";
+    lo.host = fmt::format("node-{}", first / kRanksPerCollector);
+    lo.log = [](std::string_view) {};
+    auto link = std::make_unique<GrpcCoordinatorLink>(lo);
+    std::vector<WorkerSummary> mine;
+    for (int32_t r = first; r < std::min(world, first + kRanksPerCollector); ++r) {
+      mine.push_back(summaries[static_cast<size_t>(r)]);
+    }
+    auto node = std::make_unique<SimulatedNode>(link.get(), std::move(mine));
+    link->SetControl(node.get());
+    for (int32_t r = first; r < std::min(world, first + kRanksPerCollector); ++r) {
+      link->OnWorkerJoined({r, world, r - first, 1000 + r, lo.host});
+    }
+    EXPECT_TRUE(link->Start().ok());
+    EXPECT_TRUE(link->WaitFirstAttempt(10000).ok());
+    links.push_back(std::move(link));
+    nodes.push_back(std::move(node));
+  }
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const auto jobs = service.Jobs();
+        return !jobs.empty() && jobs[0].ranks == static_cast<size_t>(world);
+      },
+      30000));
+  EXPECT_TRUE(service.TriggerWindow("sim").ok());
+  EXPECT_TRUE(Eventually([&] { return !service.Reports("sim").empty(); }, 120000))
+      << "no report within 120 s";
+  const std::vector<WindowReport> reports = service.Reports("sim");
+  if (!reports.empty()) {
+    out.diagnosis = reports[0].diagnosis;
+    out.missing = reports[0].missing_ranks;
+  }
+  for (auto& n : nodes) n->Join();
+  for (auto& l : links) {
+    const GrpcLinkStats s = l->stats();
+    out.links.digests_sent += s.digests_sent;
+    out.links.summaries_asked += s.summaries_asked;
+    out.links.summaries_unkept += s.summaries_unkept;
+    l->Stop(1000);
+  }
+  (*server)->Shutdown();
+  service.Stop();
+  fs::remove_all(dir);
+  return out;
+}
+
+std::vector<WorkerSummary> Simulate(const Scenario& scenario) {
+  ClusterSimulator sim(scenario);
+  sim.Run();
+  std::vector<WorkerSummary> out;
+  for (int32_t r = 0; r < sim.num_ranks(); ++r) {
+    WindowSummarizer summarizer(&sim.functions());
+    sim.Emit(r, summarizer);
+    WorkerSummary w = summarizer.Finish();
+    w.rank = r;
+    w.host = sim.HostName(r);
+    w.source = "sim";
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+TEST(ProgressiveDisclosure, FindingsThroughTheServerEqualTheFullPathOnSimulatedScenarios) {
+  const char* src = std::getenv("PERFTRACKER_SOURCE_DIR");
+  const fs::path root = src ? src : ".";
+  const char* max_env = std::getenv("PERFTRACKER_PROGRESSIVE_MAX_RANKS");
+  const int32_t max_ranks = max_env ? std::atoi(max_env) : kDefaultMaxRanks;
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root / "scenarios/sim", ec)) {
+    if (e.path().extension() == ".json") files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_FALSE(files.empty()) << "no scenarios: set PERFTRACKER_SOURCE_DIR";
+  const fs::path dir =
+      fs::temp_directory_path() / ("perftracker-progressive-" + std::to_string(getpid()));
+  int digest_path = 0, full_path = 0, fallback = 0, run = 0;
+  for (const std::string& path : files) {
+    StatusOr<Scenario> s = LoadScenario(path);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    if (s->executor != ScenarioExecutor::kSim || s->job.ranks > max_ranks) continue;
+    SCOPED_TRACE(path);
+    ++run;
+    const std::vector<WorkerSummary> summaries = Simulate(*s);
+    const int32_t world = static_cast<int32_t>(summaries.size());
+    const Outcome full = RunWindow(summaries, world, /*digest_min_workers=*/0, dir);
+    const Outcome progressive = RunWindow(summaries, world, /*digest_min_workers=*/1, dir);
+    EXPECT_TRUE(full.missing.empty());
+    EXPECT_TRUE(progressive.missing.empty());
+    EXPECT_EQ(full.links.digests_sent, 0u);
+    EXPECT_EQ(progressive.links.digests_sent, static_cast<uint64_t>(world));
+    EXPECT_EQ(progressive.links.summaries_unkept, 0u);
+    EXPECT_EQ(progressive.diagnosis.num_workers, world);
+    EXPECT_EQ(PathNote(full.diagnosis), "");
+    const std::string note = PathNote(progressive.diagnosis);
+    EXPECT_FALSE(note.empty()) << "the report does not say which path it took";
+    if (note.starts_with("progressive disclosure: digest path")) {
+      ++digest_path;
+      EXPECT_LT(progressive.links.summaries_asked, static_cast<uint64_t>(world));
+    } else if (note.starts_with("progressive disclosure: full path after")) {
+      ++fallback;
+    } else {
+      ++full_path;
+      EXPECT_EQ(progressive.links.summaries_asked, static_cast<uint64_t>(world));
+    }
+    const std::vector<FindingId> want = Material(full.diagnosis);
+    const std::vector<FindingId> got = Material(progressive.diagnosis);
+    EXPECT_EQ(got, want) << "full path:\n"
+                         << Describe(want) << "progressive (" << note << ", "
+                         << progressive.links.summaries_asked << " of " << world
+                         << " full summaries):\n"
+                         << Describe(got);
+    fmt::print("{}: {} ({} of {} full summaries)\n", fs::path(path).filename().string(), note,
+               progressive.links.summaries_asked, world);
+  }
+  fmt::print("{} scenarios: {} digest path, {} full path, {} fell back to the full path\n", run,
+             digest_path, full_path, fallback);
+  EXPECT_GT(run, 0);
+  EXPECT_GT(digest_path, 0) << "no scenario took the digest path";
+}
+
+}  // namespace
+}  // namespace perftracker
