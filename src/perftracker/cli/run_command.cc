@@ -27,12 +27,8 @@
 #include <CLI/CLI.hpp>
 
 #include "perftracker/cli/job_python.h"
-#include "perftracker/collector/grpc_coordinator_link.h"
-#include "perftracker/collector/node_collector.h"
-#include "perftracker/server/open_store.h"
+#include "perftracker/server/embedded/embedded_run.h"
 #include "perftracker/server/report_writer.h"
-#include "perftracker/server/store_recorder.h"
-#include "perftracker/server/window_coordinator.h"
 
 extern char** environ;  // NOLINT(readability-identifier-naming): POSIX
 
@@ -46,16 +42,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-// After the job ends, wait at most this long for the summaries of a window it cut short.
-constexpr double kFlushSeconds = 5.0;
-// At the end, how long the shared memory of ranks that are still dying is waited for.
-constexpr int kShmCleanupWaitMs = 2000;
 constexpr size_t kMaxTitle = 160;
-// --server: how long the job's start waits for the first connection attempt, and how long
-// the end waits for the agents' last summaries.
-constexpr int kRemoteFirstConnectMs = 5000;
-constexpr int kRemoteDrainPolls = 100;
-constexpr useconds_t kRemoteDrainPollUs = 20000;
 
 // The job's process group, for the signal handler (0 = no job yet).
 std::atomic<pid_t> g_job_pgid{0};
@@ -87,78 +74,6 @@ std::string CommandLine(const std::vector<std::string>& command) {
   for (const auto& a : command) out += (out.empty() ? "" : " ") + ShellQuote(a);
   if (out.size() > kMaxTitle) out = out.substr(0, kMaxTitle - 3) + "...";
   return out;
-}
-
-bool IsWritableDir(const std::string& dir) {
-  struct stat st {};
-  return !dir.empty() && stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
-         access(dir.c_str(), W_OK | X_OK) == 0;
-}
-
-// A private directory (0700) for the collector's socket: $XDG_RUNTIME_DIR, else $TMPDIR,
-// else /tmp. Empty on failure.
-std::string MakeSocketDir() {
-  std::vector<std::string> bases;
-  for (const char* var : {"XDG_RUNTIME_DIR", "TMPDIR"}) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && *v != '\0') bases.emplace_back(v);
-  }
-  bases.emplace_back("/tmp");
-  for (const auto& base : bases) {
-    // sun_path holds 108 bytes: leave room for "/perftracker-XXXXXX/collector.sock".
-    if (!IsWritableDir(base) || base.size() > 60) continue;
-    std::string templ = base + "/perftracker-XXXXXX";
-    if (mkdtemp(templ.data()) != nullptr) return templ;
-  }
-  return "";
-}
-
-std::string MakeRunId() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return fmt::format("{:x}-{}", ts.tv_sec, getpid());
-}
-
-// A process that exited, or a zombie nobody has reaped yet (its agent is gone either way).
-bool ProcessGone(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
-}
-
-// Removes the agents' shared-memory files of this run whose process is gone (an agent that
-// was killed could not remove its own). Files of live processes are left alone; as ranks
-// killed with the job may still be dying when its main process has exited (SIGTERM to a
-// hung job), their files are looked at again for up to `wait_ms`.
-void RemoveStaleShm(const std::string& run_id, int wait_ms) {
-  const std::string prefix = "perftracker-" + run_id + "-";
-  for (int waited = 0;; waited += 50) {
-    DIR* d = opendir("/dev/shm");
-    if (d == nullptr) return;
-    bool live_left = false;
-    while (dirent* e = readdir(d)) {
-      const std::string_view name(e->d_name);
-      if (!name.starts_with(prefix)) continue;
-      // <pid>, or <pid>-nccl / <pid>-cupti: the NCCL plugin's and the CUPTI tracer's files.
-      std::string pid_text(name.substr(prefix.size()));
-      for (const char* suffix : {"-nccl", "-cupti"}) {
-        if (pid_text.ends_with(suffix)) pid_text.resize(pid_text.size() - std::strlen(suffix));
-      }
-      char* end = nullptr;
-      const long pid = std::strtol(pid_text.c_str(), &end, 10);
-      if (end == pid_text.c_str() || *end != '\0' || pid <= 0) continue;
-      if (ProcessGone(static_cast<pid_t>(pid))) {
-        unlink(("/dev/shm/" + std::string(name)).c_str());
-      } else {
-        live_left = true;
-      }
-    }
-    closedir(d);
-    if (!live_left || waited >= wait_ms) return;
-    usleep(50'000);
-  }
 }
 
 bool AgentAvailable(const std::string& python_dir, std::string* missing) {
@@ -422,122 +337,54 @@ int RunJob(const RunOptions& options) {
     }
   }
 
-  const std::string run_id = MakeRunId();
-
-  // With --server only the collector runs here: the server coordinates the windows of
-  // every host of the job, diagnoses and keeps the reports.
-  const bool remote = !options.remote.server.empty();
-  std::unique_ptr<GrpcCoordinatorLink> remote_link;
-  std::string remote_job;
-  if (remote) {
+  EmbeddedRunOptions run_options;
+  run_options.run_id = NewRunId();
+  run_options.title = CommandLine(options.command);
+  if (!options.remote.server.empty()) {
+    // Only the collector runs here: the server coordinates the windows of every host of the
+    // job, diagnoses and keeps the reports.
     RemoteOptions r = options.remote;
     const char* job_env = std::getenv("PERFTRACKER_JOB_ID");
-    if (r.job_id.empty()) r.job_id = job_env != nullptr && *job_env != '\0' ? job_env : run_id;
-    remote_job = r.job_id;
-    StatusOr<GrpcLinkOptions> link_options = MakeLinkOptions(r, CommandLine(options.command));
+    if (r.job_id.empty()) {
+      r.job_id = job_env != nullptr && *job_env != '\0' ? job_env : run_options.run_id;
+    }
+    StatusOr<GrpcLinkOptions> link_options = MakeLinkOptions(r, run_options.title);
     if (!link_options.ok()) {
       fmt::print(stderr, "perftracker run: {}\n", link_options.status().message());
       return 2;
     }
-    remote_link = std::make_unique<GrpcCoordinatorLink>(*link_options);
-  }
-  std::vector<std::pair<std::string, std::string>> env_set;
-
-  // The embedded server.
-  CoordinatorOptions co;
-  co.report_dir = options.report_dir;
-  co.window_ns = Seconds(options.window_seconds);
-  co.window_min_iterations = options.window_min_iterations;
-  co.window_max_ns = Seconds(std::max(options.window_max_seconds, options.window_seconds));
-  co.delay_ns = int64_t{options.window_delay_ms} * 1'000'000;
-  co.wait_summaries_ns = Seconds(options.wait_summaries_seconds);
-  if (options.trigger_at_seconds) co.trigger_at_ns = Seconds(*options.trigger_at_seconds);
-  co.cooldown_ns = Seconds(options.cooldown_seconds);
-  co.max_windows = options.max_windows;
-  co.localizer.material_share = options.material_share;
-  co.title = CommandLine(options.command);
-  co.text.color = options.color;
-  // The ranks' window recordings are files on this host: the embedded server merges them.
-  co.perfetto = !remote && options.perfetto_events_per_rank > 0;
-  WindowCoordinator coordinator(co);
-
-  // The embedded store: what a server would keep of this run, for `perftracker server
-  // --store` to serve afterwards.
-  std::unique_ptr<Store> store;
-  std::unique_ptr<StoreRecorder> recorder;
-  std::string store_path;
-  if (!remote && options.store != "off") {
-    store_path = options.store.empty() ? (fs::path(options.report_dir) / "perftracker.db").string()
-                                       : options.store;
-    StatusOr<std::unique_ptr<Store>> opened = OpenStore(store_path);
-    Status st = opened.status();
-    if (st.ok()) {
-      store = std::move(opened.value());
-      recorder = std::make_unique<StoreRecorder>(store.get(), run_id, CommandLine(options.command),
-                                                 &coordinator);
-      st = recorder->Begin();
-    }
-    if (!st.ok()) {
-      fmt::print(stderr, "perftracker run: --store {}: {} (--store off runs without it)\n",
-                 StoreDisplayName(store_path), st.message());
-      return 2;
-    }
-    coordinator.AddCollector(recorder.get());
-  }
-
-  // The node collector.
-  const std::string socket_dir = MakeSocketDir();
-  CollectorOptions collector_options;
-  collector_options.socket_path = socket_dir.empty() ? "" : socket_dir + "/collector.sock";
-  collector_options.sampler = MakeHostSampler();
-  if (co.perfetto) {
-    collector_options.record_dir = (fs::path(options.report_dir) / "recordings").string();
-    collector_options.record_events = options.perfetto_events_per_rank;
-  }
-  CoordinatorLink* link = remote     ? static_cast<CoordinatorLink*>(remote_link.get())
-                          : recorder ? static_cast<CoordinatorLink*>(recorder.get())
-                                     : &coordinator;
-  NodeCollector collector(collector_options, link);
-  if (remote) {
-    remote_link->SetControl(&collector);
+    run_options.remote = std::move(*link_options);
+    run_options.remote_server = r.server;
+    run_options.remote_job = r.job_id;
   } else {
-    coordinator.AddCollector(&collector);
+    CoordinatorOptions& co = run_options.coordinator;
+    co.report_dir = options.report_dir;
+    co.window_ns = Seconds(options.window_seconds);
+    co.window_min_iterations = options.window_min_iterations;
+    co.window_max_ns = Seconds(std::max(options.window_max_seconds, options.window_seconds));
+    co.delay_ns = int64_t{options.window_delay_ms} * 1'000'000;
+    co.wait_summaries_ns = Seconds(options.wait_summaries_seconds);
+    if (options.trigger_at_seconds) co.trigger_at_ns = Seconds(*options.trigger_at_seconds);
+    co.cooldown_ns = Seconds(options.cooldown_seconds);
+    co.max_windows = options.max_windows;
+    co.localizer.material_share = options.material_share;
+    co.title = run_options.title;
+    co.text.color = options.color;
+    // The ranks' window recordings are files on this host: the embedded server merges them.
+    co.perfetto = options.perfetto_events_per_rank > 0;
+    run_options.store = options.store;
+    run_options.perfetto_events_per_rank = options.perfetto_events_per_rank;
   }
+  StatusOr<std::unique_ptr<EmbeddedRun>> started = EmbeddedRun::Start(std::move(run_options));
+  if (!started.ok()) {
+    fmt::print(stderr, "perftracker run: {}\n", started.status().message());
+    return 2;
+  }
+  EmbeddedRun& run = **started;
+  for (const std::string& line : run.warnings()) fmt::print(stderr, "perftracker: {}\n", line);
 
-  bool live = true;
-  if (socket_dir.empty()) {
-    fmt::print(stderr,
-               "perftracker: warning: cannot create a private directory for the collector's "
-               "socket in $XDG_RUNTIME_DIR, $TMPDIR or /tmp; running the job without "
-               "perftracker\n");
-    live = false;
-  }
-  if (live) {
-    const Status st = remote ? remote_link->Start() : coordinator.Start();
-    if (!st.ok()) {
-      fmt::print(stderr, "perftracker run: {}: {}\n", remote ? "--server" : "--report-dir",
-                 st.message());
-      rmdir(socket_dir.c_str());
-      return 2;
-    }
-    const Status cst = collector.Start();
-    if (!cst.ok()) {
-      fmt::print(stderr, "perftracker: warning: {}; running the job without perftracker\n",
-                 cst.message());
-      live = false;
-    }
-  }
-  if (live && remote) {
-    // One clear line when the server cannot be reached; the job runs all the same and the
-    // collector keeps trying (windows are taken once it is connected).
-    const Status first = remote_link->WaitFirstAttempt(kRemoteFirstConnectMs);
-    if (!first.ok()) {
-      fmt::print(stderr,
-                 "perftracker: {}; the job runs, and the collector keeps trying to reach it\n",
-                 first.message());
-    }
-  }
-  if (live) {
+  std::vector<std::pair<std::string, std::string>> env_set;
+  if (run.live()) {
     const char* python_dir_env = std::getenv("PERFTRACKER_PYTHON_DIR");
     const std::string python_dir = AgentPythonDir();
     std::string missing;
@@ -567,8 +414,7 @@ int RunJob(const RunOptions& options) {
                  "that holds perftracker/_agent*.so); running the job without it\n",
                  missing);
     }
-    env_set.emplace_back("PERFTRACKER_SOCKET", collector.socket_path());
-    env_set.emplace_back("PERFTRACKER_RUN_ID", run_id);
+    for (auto& entry : run.JobEnvironment()) env_set.push_back(std::move(entry));
     env_set.emplace_back("PERFTRACKER_AGENT_OPTIONS", AgentOptionsString(options));
     // NCCL loads the plugin at its first communicator: collectives and p2p operations with
     // bytes, algorithm and protocol, into <agent file>-nccl (docs/gpu-sources.md). A plugin
@@ -651,62 +497,10 @@ int RunJob(const RunOptions& options) {
   // The job's process group may live on (workers of a launcher that died): signals that
   // arrive from now on are still forwarded until we exit.
 
-  if (live && remote) {
-    // The agents' last summaries (sent when they say bye) reach the server before we go.
-    for (int i = 0; i < kRemoteDrainPolls && !collector.AgentPids().empty(); ++i) {
-      usleep(kRemoteDrainPollUs);
-    }
-    collector.Stop();
-    // The server learns how the job ended (a slow end that looked like a hang is retracted
-    // when it exited 0), after everything the collector queued before.
-    remote_link->JobExited(exit_code);
-    remote_link->Stop(static_cast<int>(kFlushSeconds * 1000));
-  } else if (live) {
-    coordinator.Flush(Seconds(std::min(kFlushSeconds, options.wait_summaries_seconds)));
-    coordinator.JobExited(exit_code);
-    collector.Stop();
-    coordinator.Stop();
-    if (recorder) recorder->StoreReports(coordinator.reports());
-  }
-  if (live) {
-    rmdir(socket_dir.c_str());
-    RemoveStaleShm(run_id, kShmCleanupWaitMs);
-  }
-
-  if (live && remote) {
-    fmt::print("perftracker: windows and reports of job {} are on the server at {}\n", remote_job,
-               options.remote.server);
-    std::fflush(stdout);
-  } else if (live) {
-    const std::vector<WindowReport> reports = coordinator.reports();
-    const std::vector<std::string> retracted = coordinator.retracted_hangs();
-    for (const std::string& line : retracted) fmt::print("perftracker: note: {}\n", line);
-    if (reports.empty()) {
-      fmt::print(
-          "perftracker: no window was taken: the job ran without a {}\n",
-          retracted.empty() ? "slowdown or hang trigger" : "slowdown trigger or a confirmed hang");
-    } else {
-      // The most important window's diagnosis (a hang, else the costliest finding), not
-      // merely the last one's: a job that ends well after a fault is still diagnosed by it.
-      const int final_report = MostImportantReport(reports);
-      const WindowReport& shown = reports[static_cast<size_t>(final_report)];
-      fmt::print("\n{}", shown.text);
-      fmt::print("perftracker: final diagnosis: {} (window {}{})\n",
-                 shown.json_path.empty() ? "(not written)" : shown.json_path, shown.id,
-                 reports.size() > 1 ? fmt::format(", the most important of {}", reports.size())
-                                    : std::string());
-      fmt::print("perftracker: {} window{} diagnosed; reports in {}:\n", reports.size(),
-                 reports.size() == 1 ? "" : "s", options.report_dir);
-      for (const auto& r : reports) {
-        if (r.json_path.empty()) continue;
-        fmt::print("  {}  {}{}{}\n", r.json_path, r.html_path, r.stacks_path.empty() ? "" : "  ",
-                   r.stacks_path);
-      }
-    }
-    if (recorder && !reports.empty()) {
-      fmt::print("perftracker: run {} is in the store {} (web UI: perftracker server --store {})\n",
-                 run_id, StoreDisplayName(store_path), StoreDisplayName(store_path));
-    }
+  run.Finish(exit_code);
+  const std::string summary = run.FinalSummary();
+  if (!summary.empty()) {
+    fmt::print("{}", summary);
     std::fflush(stdout);
   }
   return exit_code;
