@@ -1,13 +1,50 @@
 #include "perftracker/compare/call_path_tree.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace perftracker::compare {
 namespace {
 
 constexpr std::string_view kSeparator = " > ";
 
+// splitmix64's finalizer.
+uint64_t Mix(uint64_t h) {
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+// Calls f(kind, name) for each frame of `key`, as InternKey() splits it.
+template <typename F>
+void ForEachFrame(std::string_view key, F&& f) {
+  while (!key.empty()) {
+    const size_t end = key.find(kSeparator);
+    const std::string_view frame = key.substr(0, end);
+    const size_t colon = frame.find(':');
+    if (colon == std::string_view::npos) {
+      f(std::string_view(), frame);
+    } else {
+      f(frame.substr(0, colon), frame.substr(colon + 1));
+    }
+    if (end == std::string_view::npos) break;
+    key.remove_prefix(end + kSeparator.size());
+  }
+}
+
 }  // namespace
+
+uint64_t CallPathTree::FrameHash(uint64_t parent, std::string_view kind, std::string_view name) {
+  const std::hash<std::string_view> hash;
+  return Mix(Mix(parent ^ hash(kind)) ^ hash(name));
+}
+
+uint64_t CallPathTree::KeyHash(std::string_view key) {
+  uint64_t h = kRootHash;
+  ForEachFrame(key,
+               [&](std::string_view kind, std::string_view name) { h = FrameHash(h, kind, name); });
+  return h;
+}
 
 CallPathTree::CallPathTree() { nodes_.emplace_back(); }
 
@@ -31,18 +68,8 @@ uint32_t CallPathTree::Intern(uint32_t parent, std::string_view kind, std::strin
 
 uint32_t CallPathTree::InternKey(std::string_view key) {
   uint32_t node = kRoot;
-  while (!key.empty()) {
-    const size_t end = key.find(kSeparator);
-    const std::string_view frame = key.substr(0, end);
-    const size_t colon = frame.find(':');
-    if (colon == std::string_view::npos) {
-      node = Intern(node, "", frame);
-    } else {
-      node = Intern(node, frame.substr(0, colon), frame.substr(colon + 1));
-    }
-    if (end == std::string_view::npos) break;
-    key.remove_prefix(end + kSeparator.size());
-  }
+  ForEachFrame(
+      key, [&](std::string_view kind, std::string_view name) { node = Intern(node, kind, name); });
   return node;
 }
 

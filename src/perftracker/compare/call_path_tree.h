@@ -28,6 +28,15 @@ class CallPathTree {
   // The node of a whole key ("python:a > torch_op:b"); a frame without a ':' has kind "".
   uint32_t InternKey(std::string_view key);
 
+  // A 64-bit hash of a call path, built frame by frame as Intern() builds nodes: the same
+  // node always has the same hash (distinct nodes rarely share one), so a caller can choose
+  // the paths it needs before interning any. kRootHash is the root's.
+  static constexpr uint64_t kRootHash = 0x6a09e667f3bcc908ull;
+  // The hash of frame kind:name under the node of hash `parent`.
+  static uint64_t FrameHash(uint64_t parent, std::string_view kind, std::string_view name);
+  // The hash of InternKey(key)'s node.
+  static uint64_t KeyHash(std::string_view key);
+
   uint32_t parent(uint32_t node) const { return nodes_[node].parent; }
   const std::string& kind(uint32_t node) const { return nodes_[node].kind; }
   const std::string& name(uint32_t node) const { return nodes_[node].name; }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -313,6 +315,63 @@ TEST(CallPathTree, KeysRoundTripAndShareFrames) {
   EXPECT_TRUE(tree.IsAncestor(tree.InternKey(kStep), a));
   EXPECT_FALSE(tree.IsAncestor(a, tree.InternKey(kStep)));
   EXPECT_EQ(tree.InternKey(kMm2), a);
+}
+
+// A summary: step > {block (explicit key) > addmm, relu}, and a second relu under step.
+WorkerSummary SummaryWithAnExplicitKey() {
+  WorkerSummary w;
+  w.rank = 0;
+  w.iterations.resize(2);
+  const auto add = [&w](EventKind kind, std::string name, uint32_t parent, int64_t total_ns) {
+    FunctionSummary f;
+    f.kind = kind;
+    f.name = std::move(name);
+    f.parent = parent;
+    f.total_ns = total_ns;
+    f.self_ns = total_ns / 2;
+    f.count = 2;
+    w.functions.push_back(std::move(f));
+    return static_cast<uint32_t>(w.functions.size() - 1);
+  };
+  const uint32_t step =
+      add(EventKind::kPythonCall, "train.py(40): step", FunctionSummary::kNoParent, 100);
+  const uint32_t block = add(EventKind::kUserAnnotation, "block2", step, 60);
+  w.functions[block].key = kBlock2;  // as a decoder keeps a key it was given
+  add(EventKind::kTorchOp, "aten::addmm", block, 50);
+  add(EventKind::kTorchOp, "aten::relu", step, 4);
+  add(EventKind::kTorchOp, "aten::relu", step, 6);  // the same path twice: summed
+  return w;
+}
+
+TEST(RunProfile, PathHashesMatchTheTreeAndAFilteredProfileCountsTheSameTimes) {
+  const WorkerSummary w = SummaryWithAnExplicitKey();
+  const std::vector<uint64_t> hashes = CallPathHashes(w);
+  ASSERT_EQ(hashes.size(), 5u);
+  EXPECT_EQ(hashes[1], CallPathTree::KeyHash(kBlock2));
+  EXPECT_EQ(hashes[2], CallPathTree::KeyHash(kMm2));  // under an explicit key: same path
+  EXPECT_EQ(hashes[3], hashes[4]);
+  EXPECT_NE(hashes[0], hashes[3]);
+
+  CallPathTree full_tree;
+  RunProfile full(&full_tree, "full");
+  full.AddSummary(w);
+  // Only addmm and relu counted: their callers' frames are interned, not counted.
+  const std::unordered_set<uint64_t> paths = {hashes[2], hashes[3]};
+  CallPathTree tree;
+  RunProfile filtered(&tree, "filtered");
+  filtered.AddSummary(w, &paths);
+  ASSERT_EQ(filtered.workers().size(), 1u);
+  const ProfileWorker& f = filtered.workers()[0];
+  EXPECT_EQ(f.functions.size(), 2u);
+  for (const std::string& key : {kMm2, kStep + " > torch_op:aten::relu"}) {
+    const FunctionTimes& got = f.functions.at(tree.InternKey(key));
+    const FunctionTimes& want = full.workers()[0].functions.at(full_tree.InternKey(key));
+    EXPECT_EQ(got.inclusive_ns, want.inclusive_ns) << key;
+    EXPECT_EQ(got.self_ns, want.self_ns) << key;
+    EXPECT_EQ(got.calls, want.calls) << key;
+  }
+  EXPECT_EQ(f.functions.at(tree.InternKey(kStep + " > torch_op:aten::relu")).inclusive_ns, 5);
+  EXPECT_EQ(tree.size(), 5u);  // root, step, block2, addmm, relu
 }
 
 TEST(ReportJsonReader, RefusesWhatIsNotAReportInOneLine) {

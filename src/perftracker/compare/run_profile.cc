@@ -29,7 +29,22 @@ double RobustSpread(std::vector<double> values) {
   return kMadToSigma * Median(std::move(values));
 }
 
-void RunProfile::AddSummary(const WorkerSummary& summary) {
+std::vector<uint64_t> CallPathHashes(const WorkerSummary& summary) {
+  std::vector<uint64_t> hashes(summary.functions.size());
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    const FunctionSummary& f = summary.functions[i];
+    if (!f.key.empty()) {
+      hashes[i] = CallPathTree::KeyHash(f.key);
+    } else {
+      const uint64_t parent = f.parent < i ? hashes[f.parent] : CallPathTree::kRootHash;
+      hashes[i] = CallPathTree::FrameHash(parent, EventKindName(f.kind), f.name);
+    }
+  }
+  return hashes;
+}
+
+void RunProfile::AddSummary(const WorkerSummary& summary,
+                            const std::unordered_set<uint64_t>* paths) {
   ProfileWorker worker;
   worker.rank = summary.rank;
   worker.host = summary.host;
@@ -44,20 +59,39 @@ void RunProfile::AddSummary(const WorkerSummary& summary) {
 
   // Parents precede their children in a summary (WorkerSummary::Key()), so one pass interns
   // each function under its parent's node; a function with an explicit key is interned by it.
+  // Functions not counted (not in `paths`) are interned only as callers of counted ones.
   const double iterations = static_cast<double>(summary.iteration_count());
-  std::vector<uint32_t> node_of(summary.functions.size(), CallPathTree::kRoot);
-  for (size_t i = 0; i < summary.functions.size(); ++i) {
+  constexpr uint32_t kUnset = UINT32_MAX;
+  const size_t n = summary.functions.size();
+  std::vector<uint32_t> node_of(n, kUnset);
+  std::vector<uint64_t> hashes;
+  if (paths != nullptr) hashes = CallPathHashes(summary);
+  std::vector<size_t> chain;
+  for (size_t i = 0; i < n; ++i) {
     const FunctionSummary& f = summary.functions[i];
-    uint32_t node;
-    if (!f.key.empty()) {
-      node = tree_->InternKey(f.key);
-    } else {
-      const uint32_t parent =
-          f.parent < i ? node_of[f.parent] : static_cast<uint32_t>(CallPathTree::kRoot);
-      node = tree_->Intern(parent, EventKindName(f.kind), f.name);
+    const bool counted = paths == nullptr || paths->contains(hashes[i]);
+    if (!counted && f.key.empty()) continue;
+    // i and its callers not interned yet, innermost first.
+    chain.clear();
+    for (size_t j = i; node_of[j] == kUnset;) {
+      chain.push_back(j);
+      const FunctionSummary& g = summary.functions[j];
+      if (!g.key.empty() || g.parent >= j) break;
+      j = g.parent;
     }
-    node_of[i] = node;
-    FunctionTimes& t = worker.functions[node];
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const size_t j = *it;
+      const FunctionSummary& g = summary.functions[j];
+      if (!g.key.empty()) {
+        node_of[j] = tree_->InternKey(g.key);
+      } else {
+        const uint32_t parent =
+            g.parent < j ? node_of[g.parent] : static_cast<uint32_t>(CallPathTree::kRoot);
+        node_of[j] = tree_->Intern(parent, EventKindName(g.kind), g.name);
+      }
+    }
+    if (!counted) continue;
+    FunctionTimes& t = worker.functions[node_of[i]];
     t.inclusive_ns += static_cast<double>(f.total_ns) / iterations;
     t.self_ns += static_cast<double>(f.self_ns) / iterations;
     t.calls += static_cast<double>(f.count) / iterations;

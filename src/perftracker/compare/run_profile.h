@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "perftracker/compare/call_path_tree.h"
@@ -40,8 +41,13 @@ class RunProfile {
   // `tree` is shared by the profiles to be compared and must outlive them.
   RunProfile(CallPathTree* tree, std::string title) : tree_(tree), title_(std::move(title)) {}
 
-  // One worker from its window summary.
-  void AddSummary(const WorkerSummary& summary);
+  // One worker from its window summary. With `paths`, only the functions whose call path's
+  // hash (CallPathHashes) is in it are counted, and only their paths are interned (and the
+  // key paths of functions with an explicit key, in order): a report that lists a few hundred
+  // paths of a trace with Python stacks (one distinct path per 2-3 events) does not intern
+  // all of them. The nodes it counts are those, and their times are what they are without.
+  void AddSummary(const WorkerSummary& summary,
+                  const std::unordered_set<uint64_t>* paths = nullptr);
   // A worker built elsewhere (the report JSON reader), with nodes of tree().
   void AddWorker(ProfileWorker worker) { workers_.push_back(std::move(worker)); }
   // False for a profile read from a report that carries no function times (the comparison
@@ -66,6 +72,10 @@ class RunProfile {
   bool has_functions_ = true;
   std::vector<std::string> notes_;
 };
+
+// The hash (CallPathTree::FrameHash, KeyHash) of each function's call path, by index: equal
+// for the functions AddSummary() counts in one node.
+std::vector<uint64_t> CallPathHashes(const WorkerSummary& summary);
 
 // 1.4826 x the median absolute deviation of `values` (reordered); 0 for fewer than two.
 double RobustSpread(std::vector<double> values);

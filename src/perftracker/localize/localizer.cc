@@ -67,6 +67,7 @@ using localize::RenderedFinding;
 class Localizer::Impl {
  public:
   explicit Impl(LocalizerOptions options) : options_(options) {}
+  const LocalizerOptions& options() const { return options_; }
 
   void Add(const WorkerSummary& worker) {
     job_.Add(worker, notes_);
@@ -204,6 +205,10 @@ Localizer::Localizer(LocalizerOptions options) : impl_(std::make_unique<Impl>(op
 Localizer::~Localizer() = default;
 void Localizer::Add(const WorkerSummary& worker) { impl_->Add(worker); }
 void Localizer::AddNote(std::string note) { impl_->AddNote(std::move(note)); }
-Diagnosis Localizer::Finish() { return impl_->Finish(); }
+Diagnosis Localizer::Finish() {
+  Diagnosis d = impl_->Finish();
+  impl_ = std::make_unique<Impl>(impl_->options());
+  return d;
+}
 
 }  // namespace perftracker

@@ -43,6 +43,8 @@ class Localizer {
   void Add(const WorkerSummary& worker);
   // Adds a note the report shows (a skipped file, a missing worker).
   void AddNote(std::string note);
+  // The diagnosis of everything added. Leaves the localizer as constructed (its tables, one
+  // record per (worker, function), are freed: a report rendered next does not hold them).
   Diagnosis Finish();
 
  private:

@@ -327,6 +327,28 @@ TEST(Localizer, StragglerComputeNamesRankFunctionAndVictims) {
   EXPECT_EQ(d.num_workers, 8);
 }
 
+TEST(Localizer, FinishLeavesTheLocalizerAsConstructed) {
+  DpJob job;
+  auto specs = job.Make();
+  specs[2].fn(DpJob::Key("annotation:block2")).ms = 48;
+  specs[2].fn(DpJob::Key("annotation:block2 > torch_op:aten::mm")).ms = 45.6;
+  job.Rebalance(specs[2]);
+  Localizer loc;
+  for (const auto& s : specs) loc.Add(Build(s));
+  const Diagnosis first = loc.Finish();
+  EXPECT_EQ(first.num_workers, 8);
+  ASSERT_EQ(Material(first).size(), 1u);
+  // Its tables are gone: a second Finish sees no worker, a second job is diagnosed alone.
+  const Diagnosis empty = loc.Finish();
+  EXPECT_EQ(empty.num_workers, 0);
+  EXPECT_TRUE(empty.findings.empty());
+  for (const auto& s : specs) loc.Add(Build(s));
+  const Diagnosis again = loc.Finish();
+  EXPECT_EQ(again.num_workers, 8);
+  ASSERT_EQ(Material(again).size(), 1u);
+  EXPECT_EQ(Material(again)[0]->title, Material(first)[0]->title);
+}
+
 TEST(Localizer, MoreCallsIsToldApartFromSlowerCalls) {
   DpJob job;
   auto specs = job.Make();

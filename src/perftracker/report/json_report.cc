@@ -4,8 +4,11 @@
 // fractions in 0..1 ("_share"). Strings are valid UTF-8 with control characters removed.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <numeric>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -62,10 +65,43 @@ constexpr double kMinFunctionShare = 0.005;
 constexpr size_t kMaxFunctionCells = 200'000;
 constexpr size_t kMinFunctions = 20;
 
+// The call paths (compare::CallPathHashes) that take at least kMinFunctionShare of some
+// worker's median iteration: a path's time in a worker is the sum over its functions there,
+// summed as RunProfile::AddSummary sums it. Paths that share a hash are summed together, so
+// the set holds every such path (and, rarely, one more).
+std::unordered_set<uint64_t> PathsOverMinShare(const report::ReportModel& model) {
+  std::unordered_set<uint64_t> paths;
+  std::vector<uint32_t> order;
+  for (const report::WorkerRow& row : model.workers()) {
+    const WorkerSummary& w = *row.summary;
+    const auto median = static_cast<double>(w.median_iteration_ns());
+    if (median <= 0) continue;
+    const std::vector<uint64_t> hashes = compare::CallPathHashes(w);
+    order.resize(hashes.size());
+    std::iota(order.begin(), order.end(), 0u);
+    std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      return hashes[a] != hashes[b] ? hashes[a] < hashes[b] : a < b;
+    });
+    const auto iterations = static_cast<double>(w.iteration_count());
+    for (size_t k = 0; k < order.size();) {
+      const uint64_t hash = hashes[order[k]];
+      double inclusive_ns = 0;
+      for (; k < order.size() && hashes[order[k]] == hash; ++k) {
+        inclusive_ns += static_cast<double>(w.functions[order[k]].total_ns) / iterations;
+      }
+      if (!(inclusive_ns / median < kMinFunctionShare)) paths.insert(hash);
+    }
+  }
+  return paths;
+}
+
 ordered_json FunctionsJson(const report::ReportModel& model) {
   compare::CallPathTree tree;
   compare::RunProfile profile(&tree, "");
-  for (const report::WorkerRow& row : model.workers()) profile.AddSummary(*row.summary);
+  // Only the paths that can make the table are interned and counted (a trace with Python
+  // stacks has one distinct path per 2-3 events, the table a few hundred).
+  const std::unordered_set<uint64_t> paths = PathsOverMinShare(model);
+  for (const report::WorkerRow& row : model.workers()) profile.AddSummary(*row.summary, &paths);
   std::unordered_map<uint32_t, double> max_share;
   for (const compare::ProfileWorker& w : profile.workers()) {
     if (w.median_iteration_ns <= 0) continue;
