@@ -100,9 +100,8 @@ uint32_t JobTable::FindKey(std::string_view key) const {
     if (!ParseFrame(frame, kind, name)) return kNone;
     const uint32_t name_id = NameId(name);
     if (name_id == kNone) return kNone;
-    auto it = node_index_.find(NodeKey{fid, name_id, kind});
-    if (it == node_index_.end()) return kNone;
-    fid = it->second;
+    fid = FindNode(fid, name_id, kind);
+    if (fid == kNone) return kNone;
     if (sep == std::string_view::npos) return fid;
     pos = sep + kSeparator.size();
   }
@@ -163,8 +162,8 @@ uint32_t JobTable::InternFunction(const WorkerSummary& worker, size_t i) {
   const uint32_t parent = f.parent < i ? fids_[f.parent] : kNone;
   uint32_t name_id = NameId(f.name);
   if (name_id != kNone) {
-    auto it = node_index_.find(NodeKey{parent, name_id, f.kind});
-    if (it != node_index_.end()) return it->second;
+    const uint32_t found = FindNode(parent, name_id, f.kind);
+    if (found != kNone) return found;
   }
   if (!explicit_index_.empty()) {
     // A summary that gave this path as an explicit key interned it first.
@@ -182,8 +181,41 @@ uint32_t JobTable::InternFunction(const WorkerSummary& worker, size_t i) {
   FunctionInfo& info = functions_[fid];
   info.key_parent = parent;
   info.key_name = name_id;
-  node_index_.emplace(NodeKey{parent, name_id, f.kind}, fid);
+  IndexNode(fid);
   return fid;
+}
+
+uint32_t JobTable::FindNode(uint32_t parent, uint32_t name, EventKind kind) const {
+  if (node_slots_.empty()) return kNone;
+  const size_t mask = node_slots_.size() - 1;
+  for (size_t i = NodeHash(parent, name, kind) & mask;; i = (i + 1) & mask) {
+    const uint32_t fid = node_slots_[i];
+    if (fid == kNone) return kNone;
+    const FunctionInfo& info = functions_[fid];
+    if (info.key_parent == parent && info.key_name == name && info.key_kind == kind) return fid;
+  }
+}
+
+void JobTable::IndexNode(uint32_t fid) {
+  if (2 * (indexed_nodes_ + 1) > node_slots_.size()) {
+    // Double and re-insert every indexed fid (those with a key_name: derived keys).
+    std::vector<uint32_t> slots(node_slots_.empty() ? 64 : 2 * node_slots_.size(), kNone);
+    const size_t mask = slots.size() - 1;
+    for (const uint32_t old : node_slots_) {
+      if (old == kNone) continue;
+      const FunctionInfo& info = functions_[old];
+      size_t i = NodeHash(info.key_parent, info.key_name, info.key_kind) & mask;
+      while (slots[i] != kNone) i = (i + 1) & mask;
+      slots[i] = old;
+    }
+    node_slots_ = std::move(slots);
+  }
+  const FunctionInfo& info = functions_[fid];
+  const size_t mask = node_slots_.size() - 1;
+  size_t i = NodeHash(info.key_parent, info.key_name, info.key_kind) & mask;
+  while (node_slots_[i] != kNone) i = (i + 1) & mask;
+  node_slots_[i] = fid;
+  ++indexed_nodes_;
 }
 
 bool JobTable::SameFunction(const WorkerSummary& worker, size_t i, uint32_t fid) const {

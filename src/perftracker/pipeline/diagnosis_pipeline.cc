@@ -167,7 +167,12 @@ Diagnosis DiagnosisPipeline::Diagnose() {
   for (const SkippedInput& s : skipped_) localizer_.AddNote("skipped " + s.error);
   for (std::string& note : notes_) localizer_.AddNote(std::move(note));
   notes_.clear();
-  return localizer_.Finish();
+  Diagnosis d = localizer_.Finish();
+#if defined(__GLIBC__)
+  // The localizer freed its tables: the report is rendered without their pages.
+  malloc_trim(0);
+#endif
+  return d;
 }
 
 }  // namespace perftracker

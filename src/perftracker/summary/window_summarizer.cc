@@ -133,6 +133,10 @@
 // span widen the grid and so coarsen it.
 #include "perftracker/summary/window_summarizer.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -1254,6 +1258,12 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
   finishing_ = true;
   if (options_.offline) {
     SummarizeInStartOrder();
+#if defined(__GLIBC__)
+    // Every event of the file was kept until now and is freed: its pages go back to the
+    // system before the summary is built beside the accumulators, so that the two do not add
+    // up in the peak (xdit_sd_3.5, 200,513 events: 38.2 -> 36.5 MiB).
+    malloc_trim(0);
+#endif
   } else {
     for (auto& t : track_list_)
       if (!t->device) Drain(*t);
