@@ -17,13 +17,13 @@
 // start, so a kernel usually finds its launch already processed.
 //
 // Offline mode (SummarizerOptions::offline, for trace files): OnEvent only validates and
-// appends the event to its track's lane (a deque, ~40 bytes per event); Finish() sorts each
-// lane by (start, longer first, then a fixed order of kind / name / fields: never arrival)
-// and processes all lanes merged by start time with the same Process() / ProcessLeaf() as
-// below. Every event is nested in its place whatever the file order, no event is out of
-// order, and any permutation of the input gives the same summary. A file that marks no
-// iteration (no ProfilerStep#N on a host thread or a device stream) is one iteration: its
-// window, the span median_iteration_ns() already assumes, so that its breakdown is known.
+// appends the event to its track's lane (a deque, 32 bytes per event: KeptEvent); Finish() sorts
+// each lane by (start, longer first, then a fixed order of kind / name / fields: never arrival) and
+// processes all lanes merged by start time with the same Process() / ProcessLeaf() as below. Every
+// event is nested in its place whatever the file order, no event is out of order, and any
+// permutation of the input gives the same summary. A file that marks no iteration (no
+// ProfilerStep#N on a host thread or a device stream) is one iteration: its window, the span
+// median_iteration_ns() already assumes, so that its breakdown is known.
 //
 // Leaf lane. Host runtime calls (launch, other runtime API, sync) never contain anything,
 // and trace files write them apart from the ops they ran in (Kineto: every cpu_op of a
@@ -128,9 +128,9 @@
 // accumulators (80 bytes; a function counted more than once adds its sketch and at most 2 x
 // kGridBins sparse bins, see FunctionAcc), the call paths (CallPathTable, ~24 bytes each) and
 // iteration markers. Live, nothing grows with the number of events. Offline, each event is kept
-// until Finish() (40 bytes in a deque; the context timelines only from the next leaf call on); see
-// docs/performance.md for the measured peak RSS per event. Metric samples far outside the events'
-// span widen the grid and so coarsen it.
+// until Finish() (32 bytes in a deque, KeptEvent; the context timelines only from the next leaf
+// call on); see docs/performance.md for the measured peak RSS per event. Metric samples far outside
+// the events' span widen the grid and so coarsen it.
 #include "perftracker/summary/window_summarizer.h"
 
 #if defined(__GLIBC__)
@@ -527,6 +527,23 @@ struct Clip {
   int64_t hi = INT64_MAX;
 };
 
+// An event the offline mode keeps until Finish(): 32 bytes, not Event's 40 (a lane knows its
+// track; the payload's bits above 32 ride in 16 spare bits, and a payload of 2^48 bytes or
+// more, which no real copy has, is kept aside whole). On a long trace without Python stacks
+// these are most of the peak (the 500 MB trace: 1.37 M events).
+struct KeptEvent {
+  static constexpr uint16_t kPayloadAside = UINT16_MAX;  // payload_low indexes the big ones
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  uint32_t function_id = 0;
+  uint32_t correlation = 0;
+  uint32_t payload_low = 0;
+  uint16_t payload_high = 0;
+  EventKind kind = EventKind::kTorchOp;
+  uint8_t flags = 0;
+};
+static_assert(sizeof(KeptEvent) == 32);
+
 struct TrackState {
   TrackInfo info;
   uint32_t index = 0;  // position in the summarizer's track list
@@ -551,8 +568,8 @@ struct TrackState {
   // Offline mode: every event of the main lane and of the leaf lane, sorted in Finish().
   // A deque grows in blocks (no copy of the whole lane, no 2x slack) and frees them as
   // Finish() consumes it.
-  std::deque<Event> all_main;
-  std::deque<Event> all_leaves;
+  std::deque<KeptEvent> all_main;
+  std::deque<KeptEvent> all_leaves;
   // Grid rows of this host thread (-1 = none: device track or over kMaxHostTrackRows).
   int row_busy = -1, row_comm = -1, row_sync = -1, row_data = -1;
 };
@@ -617,8 +634,8 @@ class WindowSummarizer::Impl {
     }
 
     if (options_.offline) {
-      std::deque<Event>& lane = !t.device && IsLeafKind(ev.kind) ? t.all_leaves : t.all_main;
-      lane.push_back(ev);
+      std::deque<KeptEvent>& lane = !t.device && IsLeafKind(ev.kind) ? t.all_leaves : t.all_main;
+      lane.push_back(Keep(ev));
       t.peak_buffered = std::max(t.peak_buffered, lane.size());
       return;
     }
@@ -1053,7 +1070,41 @@ class WindowSummarizer::Impl {
     RecordContext(t, frame.start, frame.identity_parent);
   }
 
-  bool OfflineBefore(const Event& a, const Event& b) const;
+  KeptEvent Keep(const Event& ev) {
+    KeptEvent k;
+    k.start_ns = ev.start_ns;
+    k.end_ns = ev.end_ns;
+    k.function_id = ev.function_id;
+    k.correlation = ev.correlation;
+    k.kind = ev.kind;
+    k.flags = ev.flags;
+    if (ev.payload >> 32 < KeptEvent::kPayloadAside) {
+      k.payload_low = static_cast<uint32_t>(ev.payload);
+      k.payload_high = static_cast<uint16_t>(ev.payload >> 32);
+    } else {
+      k.payload_low = static_cast<uint32_t>(big_payloads_.size());
+      k.payload_high = KeptEvent::kPayloadAside;
+      big_payloads_.push_back(ev.payload);
+    }
+    return k;
+  }
+  uint64_t Payload(const KeptEvent& k) const {
+    if (k.payload_high == KeptEvent::kPayloadAside) return big_payloads_[k.payload_low];
+    return uint64_t{k.payload_high} << 32 | k.payload_low;
+  }
+  Event Restore(const KeptEvent& k, const TrackState& t) const {
+    Event ev;
+    ev.start_ns = k.start_ns;
+    ev.end_ns = k.end_ns;
+    ev.payload = Payload(k);
+    ev.function_id = k.function_id;
+    ev.track_id = t.info.track_id;
+    ev.correlation = k.correlation;
+    ev.kind = k.kind;
+    ev.flags = k.flags;
+    return ev;
+  }
+  bool OfflineBefore(const KeptEvent& a, const KeptEvent& b) const;
   void SummarizeInStartOrder();
   void BuildIterations(WorkerSummary& out, std::vector<Iteration> its,
                        const TrackState* rows) const;
@@ -1090,6 +1141,7 @@ class WindowSummarizer::Impl {
   std::unique_ptr<CorrelationSlot[], Free> correlations_;
   std::unordered_map<uint32_t, size_t> tracks_;  // track id -> index
   std::vector<std::unique_ptr<TrackState>> track_list_;
+  std::vector<uint64_t> big_payloads_;  // offline: payloads of 2^48 bytes or more (KeptEvent)
   size_t host_tracks_with_rows_ = 0;
   TimeGrid grid_;
   int row_device_busy_ = -1, row_device_compute_ = -1, row_device_comm_ = -1;
@@ -1178,9 +1230,11 @@ void WindowSummarizer::Impl::BuildIterations(WorkerSummary& out, std::vector<Ite
 // Offline tie order of two events of one track that start together: the longer first (it
 // encloses the other), then the one that can enclose (iteration, then user-level ranges),
 // then by kind, name and the remaining fields, so that the order never depends on arrival.
-bool WindowSummarizer::Impl::OfflineBefore(const Event& a, const Event& b) const {
+bool WindowSummarizer::Impl::OfflineBefore(const KeptEvent& a, const KeptEvent& b) const {
   if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
-  if (a.duration_ns() != b.duration_ns()) return a.duration_ns() > b.duration_ns();
+  const int64_t da = a.end_ns - a.start_ns;
+  const int64_t db = b.end_ns - b.start_ns;
+  if (da != db) return da > db;
   auto enclosing_rank = [](EventKind k) {
     return k == EventKind::kIteration ? 0 : IsUserLevel(k) ? 1 : 2;
   };
@@ -1193,7 +1247,9 @@ bool WindowSummarizer::Impl::OfflineBefore(const Event& a, const Event& b) const
     const std::string_view nb = source_->Get(b.function_id).name;
     if (na != nb) return na < nb;
   }
-  return std::tie(a.payload, a.correlation, a.flags) < std::tie(b.payload, b.correlation, b.flags);
+  const uint64_t pa = Payload(a);
+  const uint64_t pb = Payload(b);
+  return std::tie(pa, a.correlation, a.flags) < std::tie(pb, b.correlation, b.flags);
 }
 
 // Offline: sorts every lane, then processes all lanes merged by start time (ties: a host
@@ -1202,10 +1258,10 @@ bool WindowSummarizer::Impl::OfflineBefore(const Event& a, const Event& b) const
 void WindowSummarizer::Impl::SummarizeInStartOrder() {
   struct Lane {
     TrackState* track;
-    std::deque<Event>* events;
+    std::deque<KeptEvent>* events;
     int rank;  // 0 host main lane, 1 host leaf lane, 2 device
   };
-  auto before = [this](const Event& a, const Event& b) { return OfflineBefore(a, b); };
+  auto before = [this](const KeptEvent& a, const KeptEvent& b) { return OfflineBefore(a, b); };
   std::vector<Lane> lanes;
   for (auto& tp : track_list_) {
     TrackState& t = *tp;
@@ -1235,7 +1291,7 @@ void WindowSummarizer::Impl::SummarizeInStartOrder() {
     std::pop_heap(heap.begin(), heap.end(), later);
     const size_t i = heap.back();
     Lane& lane = lanes[i];
-    const Event ev = lane.events->front();
+    const Event ev = Restore(lane.events->front(), *lane.track);
     lane.events->pop_front();
     if (lane.rank == 1) {
       ProcessLeaf(*lane.track, ev);

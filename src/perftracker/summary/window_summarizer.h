@@ -15,7 +15,7 @@ struct SummarizerOptions {
   // Per-track reorder buffer: events may arrive this many positions out of start order and
   // still be nested correctly. Bounds memory independently of trace size.
   size_t reorder_window = 4096;
-  // Offline (a trace file, read once): every event is kept (about 40 bytes each) until
+  // Offline (a trace file, read once): every event is kept (32 bytes each) until
   // Finish(), which sorts each track and summarizes all events in start order, whatever
   // order the source delivered them in; no event is ever out of order and the result does
   // not depend on the arrival order. reorder_window is then unused. A file that marks no

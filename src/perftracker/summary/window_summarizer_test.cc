@@ -869,6 +869,28 @@ TEST(WindowSummarizerTest, DeviceWorkAfterTheLastHostMarkerStillCounts) {
   EXPECT_EQ(k->critical_ns, 2 * 900);
 }
 
+TEST(WindowSummarizerTest, OfflineKeepsEveryPayloadExactly) {
+  // Offline events are kept in 32 bytes (KeptEvent): payloads of 32 bits, of 48 bits and
+  // beyond (kept aside) all come back whole.
+  SummarizerOptions options;
+  options.offline = true;
+  StreamBuilder b(options);
+  b.HostTrack(kMain);
+  b.DeviceTrack(kStream);
+  const uint64_t payloads[] = {4096, uint64_t{0xFFFE} << 32 | 0xFFFFFFFF, uint64_t{0xFFFF} << 32,
+                               uint64_t{1} << 62};
+  uint64_t sum = 0;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t t = i * 1000;
+    b.Emit(kStream, EventKind::kMemcpy, "Memcpy DtoD", t, t + 500, 0, payloads[i]);
+    sum += payloads[i];
+  }
+  WorkerSummary s = b.Finish();
+  ASSERT_FN(copy, s, "memcpy:Memcpy DtoD");
+  EXPECT_EQ(copy->count, 4u);
+  EXPECT_EQ(copy->bytes, sum);
+}
+
 TEST(WindowSummarizerTest, TimesOutOfRangeAreBadDataNotArithmetic) {
   // Two iterations 9.2e15 µs apart (issue 13): the far one is beyond 2^62 ns, counted as
   // malformed; no overflow (this test runs under UBSan) and no 292-year iteration.
