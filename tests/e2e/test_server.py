@@ -25,6 +25,7 @@ Checks:
     exits with, and the server's log says so.
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -275,6 +276,69 @@ class MultiHostTest(unittest.TestCase):
         self.assertEqual(b_collector.wait(timeout=30), 0, "the collector stops cleanly")
         server.stop()
         log(f"total {time.monotonic() - t0:.1f} s")
+
+    def test_two_hosts_window_timeline_merged_from_both_collectors(self):
+        """Issue 16: the raw window events stay on each host until the server, after the
+        diagnosis, asks both collectors for them and merges window-1.perfetto.json."""
+        server = Server(self.dir, "0.0.0.0" if self.hosts.netns else "127.0.0.1")
+        server.start(max_windows=2)
+        job = "timeline"
+        a = self.collector(0, server, job, first=0, trigger=0, windows=2)
+        b_collector, b = self.separate_collector(1, server, job, first=4, trigger=-1, windows=2)
+        d1 = wait_for(lambda: server.diagnosis(job, 1), 90, "the first window's diagnosis")
+        self.check_straggler(d1, 1)
+        job_dir = os.path.join(self.dir, "reports", job)
+        path = os.path.join(job_dir, "window-1.perfetto.json")
+        # The report is written once the timeline is merged (its notes say what it holds).
+        report_path = wait_for(lambda: [p for p in glob.glob(os.path.join(job_dir, "window-1-*.json"))
+                                        if "-vs-" not in p], 60, "window 1's report file")[0]
+        with open(report_path, encoding="utf-8") as f:
+            report = json.load(f)
+        self.assertTrue(os.path.exists(path), report["notes"])
+        notes = "\n".join(report["notes"])
+        self.assertIn("Perfetto timeline: window-1.perfetto.json (8 ranks", notes)
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        events = doc["traceEvents"]
+        names = {e["pid"]: e["args"]["name"] for e in events
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        self.assertEqual(sorted(names), list(range(8)), names)
+        ranks = {r["rank"]: r for r in doc["otherData"]["ranks"]}
+        self.assertEqual(sorted(ranks), list(range(8)))
+        for r in ranks.values():
+            self.assertIn("clock_offset_ns", r)
+        # The recordings left their hosts once, on demand, and are gone everywhere.
+        for d in (os.path.join(self.dir, "local-0", "recordings"),
+                  os.path.join(self.dir, "host-1.sock.recordings"),
+                  os.path.join(job_dir, "recordings")):
+            self.assertEqual(glob.glob(os.path.join(d, "window-1-*")), [], d)
+
+        # Each rank's events, re-imported by perftracker's own importer, are the events the
+        # window summarized on its host: the same count per rank.
+        window_events = {w["rank"]: w["stats"]["events"] for w in report["workers"]}
+        per_rank = {}
+        for e in events:
+            if e["ph"] != "M" and e.get("cat") != "perftracker":
+                per_rank.setdefault(e["pid"], []).append(e)
+        self.assertEqual({r: len(evs) for r, evs in per_rank.items()}, window_events)
+        files = []
+        for rank, evs in sorted(per_rank.items()):
+            f = os.path.join(self.dir, f"exported_rank{rank}.json")
+            with open(f, "w", encoding="utf-8") as out:
+                json.dump({"distributedInfo": {"rank": rank, "world_size": 8},
+                           "traceEvents": evs}, out)
+            files.append(f)
+        r = subprocess.run([CONFIG.perftracker, "diagnose", "--format", "json", *files],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reimported = {w["rank"]: w["stats"]["events"] for w in json.loads(r.stdout)["workers"]}
+        log(f"timeline: window events per rank {window_events}, re-imported {reimported}")
+        self.assertEqual(reimported, window_events)
+        for p, name in ((a, "host a"), (b, "host b")):
+            self.assertEqual(p.wait(timeout=90), 0, f"{name}'s job exit code")
+        b_collector.send_signal(signal.SIGTERM)
+        self.assertEqual(b_collector.wait(timeout=30), 0, "the collector stops cleanly")
+        server.stop()
 
     def test_a_window_open_when_the_server_is_killed_is_abandoned_with_its_reason(self):
         """Issue 13 §4: it stayed "open" forever after the restart."""

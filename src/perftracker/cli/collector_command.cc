@@ -33,6 +33,16 @@ CLI::App* AddCollectorCommand(CLI::App& app, CollectorCommandOptions* o) {
   cmd->add_option("--socket", o->socket,
                   "Unix socket the ranks' agents connect to (default: "
                   "/tmp/perftracker-<job id>.sock)");
+  cmd->add_option("--perfetto-events-per-rank", o->perfetto_events_per_rank,
+                  "Each window's timeline: keep at most this many events per rank (40 bytes "
+                  "each) on this host until the server asks for them after the diagnosis; 0: "
+                  "none (docs/perfetto-export.md)")
+      ->check(CLI::Range(size_t{0}, size_t{100'000'000}))
+      ->default_val(o->perfetto_events_per_rank);
+  cmd->add_option("--recordings-dir", o->recordings_dir,
+                  "Where the window recordings wait for the server (mode 0700; the latest 3 "
+                  "windows' at most)")
+      ->default_str("<socket>.recordings");
   return cmd;
 }
 
@@ -66,6 +76,11 @@ int RunCollector(const CollectorCommandOptions& options) {
   co.socket_path =
       options.socket.empty() ? "/tmp/perftracker-" + remote.job_id + ".sock" : options.socket;
   co.sampler = MakeHostSampler();
+  if (options.perfetto_events_per_rank > 0) {
+    co.record_dir =
+        options.recordings_dir.empty() ? co.socket_path + ".recordings" : options.recordings_dir;
+    co.record_events = options.perfetto_events_per_rank;
+  }
   NodeCollector collector(co, &link);
   link.SetControl(&collector);
   {

@@ -16,6 +16,9 @@ namespace perftracker {
 struct CollectorCommandOptions {
   RemoteOptions remote;
   std::string socket;  // default: /tmp/perftracker-<job id>.sock
+  // Window recordings for the server's Perfetto timelines (docs/perfetto-export.md).
+  std::string recordings_dir;  // default: <socket>.recordings
+  size_t perfetto_events_per_rank = 250'000;
 };
 
 CLI::App* AddCollectorCommand(CLI::App& app, CollectorCommandOptions* options);

@@ -373,8 +373,11 @@ int RunJob(const RunOptions& options) {
     // The ranks' window recordings are files on this host: the embedded server merges them.
     co.perfetto = options.perfetto_events_per_rank > 0;
     run_options.store = options.store;
-    run_options.perfetto_events_per_rank = options.perfetto_events_per_rank;
   }
+  // The collector keeps the ranks' window events for the timeline in <report-dir>/recordings
+  // (with --server until the server asks for them).
+  run_options.recordings_dir = (fs::path(options.report_dir) / "recordings").string();
+  run_options.perfetto_events_per_rank = options.perfetto_events_per_rank;
   StatusOr<std::unique_ptr<EmbeddedRun>> started = EmbeddedRun::Start(std::move(run_options));
   if (!started.ok()) {
     fmt::print(stderr, "perftracker run: {}\n", started.status().message());

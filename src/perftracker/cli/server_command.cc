@@ -135,6 +135,12 @@ CLI::App* AddServerCommand(CLI::App& app, ServerCommandOptions* o) {
                   "Largest message a collector may send (a window summary is tens of KB)")
       ->check(CLI::Range(1, 1024))
       ->default_val(64);
+  cmd->add_option("--perfetto-wait-seconds", o->perfetto_wait_seconds,
+                  "After a window's diagnosis, wait at most this long for the collectors' "
+                  "recordings of its events, merged into window-<id>.perfetto.json (raw events "
+                  "stay on their host until then; docs/perfetto-export.md); 0: no timeline")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->default_val(30.0);
   return cmd;
 }
 
@@ -183,6 +189,8 @@ int RunServer(const ServerCommandOptions& o) {
   co.max_windows = o.max_windows;
   co.localizer.material_share = o.material_share;
   so.service.digest_min_workers = static_cast<size_t>(o.digest_min_workers);
+  co.perfetto = o.perfetto_wait_seconds > 0;
+  co.perfetto_fetch_ns = Seconds(o.perfetto_wait_seconds);
 
   ServerProcess server(so);
   const Status st = server.Start();

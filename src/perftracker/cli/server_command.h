@@ -31,6 +31,7 @@ struct ServerCommandOptions {
   double material_share = 0.05;
   int max_message_mb = 64;
   int digest_min_workers = 1024;
+  double perfetto_wait_seconds = 30;
 };
 
 CLI::App* AddServerCommand(CLI::App& app, ServerCommandOptions* options);

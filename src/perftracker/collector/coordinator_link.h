@@ -97,6 +97,13 @@ class CollectorControl {
     (void)window;
     (void)ranks;
   }
+  // After `window`'s diagnosis, for its Perfetto timeline: send this collector's recordings
+  // of the window (OnWindowRecording, or why a rank has none). False when there is nothing
+  // to ask: a collector that announces its recordings as it makes them (the embedded run).
+  virtual bool RequestRecordings(uint64_t window) {
+    (void)window;
+    return false;
+  }
 };
 
 }  // namespace perftracker

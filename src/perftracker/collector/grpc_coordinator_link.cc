@@ -3,10 +3,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <utility>
+
+#include <fmt/core.h>
 
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/summary/worker_digest.h"
@@ -260,6 +266,72 @@ void GrpcCoordinatorLink::SendKept(uint64_t window, const std::vector<int32_t>& 
   }
 }
 
+void GrpcCoordinatorLink::OnWindowRecording(uint64_t window, int32_t rank,
+                                            const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  recordings_[window][rank] = path;
+  while (recordings_.size() > kKeptRecordingWindows) recordings_.erase(recordings_.begin());
+}
+
+void GrpcCoordinatorLink::SendRecordings(uint64_t window) {
+  std::map<int32_t, std::string> files;
+  std::set<int32_t> serving;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = recordings_.find(window);
+    if (it != recordings_.end()) {
+      files = std::move(it->second);
+      recordings_.erase(it);
+    }
+    for (const auto& [rank, info] : ranks_) serving.insert(rank);
+  }
+  const auto missing = [&](int32_t rank, std::string why) {
+    ControlWindowRecording m;
+    m.window = window;
+    m.rank = rank;
+    m.last = true;
+    m.missing = std::move(why);
+    Push(std::move(m), 128);
+  };
+  for (const auto& [rank, path] : files) {
+    serving.erase(rank);
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    std::ifstream in(path, std::ios::binary);
+    if (ec || !in) {
+      missing(rank, fmt::format("{}: cannot read {}: {}", options_.host, path,
+                                ec ? ec.message() : std::strerror(errno)));
+      continue;
+    }
+    uint64_t offset = 0;
+    do {
+      ControlWindowRecording m;
+      m.window = window;
+      m.rank = rank;
+      m.offset = offset;
+      m.data.resize(
+          static_cast<size_t>(std::min<uintmax_t>(size - offset, kMaxRecordingChunkBytes)));
+      in.read(m.data.data(), static_cast<std::streamsize>(m.data.size()));
+      if (!in) {
+        missing(rank, fmt::format("{}: {} ended early", options_.host, path));
+        break;
+      }
+      offset += m.data.size();
+      m.last = offset >= size;
+      const size_t bytes = m.data.size() + 64;
+      Push(std::move(m), bytes);
+    } while (offset < size);
+    in.close();
+    std::filesystem::remove(path, ec);
+  }
+  for (int32_t rank : serving) {
+    missing(rank,
+            fmt::format("its collector on {} recorded none: --perfetto-events-per-rank 0, or no "
+                        "event of the window",
+                        options_.host));
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // The link thread.
 
@@ -440,6 +512,8 @@ void GrpcCoordinatorLink::Dispatch(const ServerMessage& message) {
       for (const auto& [rank, b] : k->second.summaries) kept_bytes_ -= b.size();
       kept_.erase(k);
     }
+  } else if (const auto* r = std::get_if<ControlSendRecordings>(&message)) {
+    SendRecordings(r->window);
   } else if (const auto* r = std::get_if<ControlRejected>(&message)) {
     bool log = false;
     {

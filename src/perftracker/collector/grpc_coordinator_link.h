@@ -23,6 +23,13 @@
 // summary until the server asks for it (RequestSummaries: sent, then forgotten), says the
 // window is diagnosed, or keep_summaries_ms pass; at most max_kept_bytes are kept (the
 // oldest window's go first; a summary beyond that is not kept and counted).
+//
+// Perfetto recordings. The NodeCollector's window recordings (files on this host, at most
+// --perfetto-events-per-rank events of 40 B per rank) are remembered here, not sent: the
+// server asks for a window's once it is diagnosed (send_recordings), and they are sent then
+// in chunks of at most kMaxRecordingChunkBytes through the same queue, and removed from the
+// disk; a rank this collector serves without a recording is answered with why. Only the
+// last kKeptRecordingWindows windows' are remembered (the NodeCollector deletes older files).
 #pragma once
 
 #include <atomic>
@@ -104,8 +111,11 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   void OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) override;
   void OnStacks(uint64_t window, int32_t rank, bool available, const std::string& text) override;
   void OnSummary(uint64_t window, WorkerSummary summary) override;
+  void OnWindowRecording(uint64_t window, int32_t rank, const std::string& path) override;
 
  private:
+  // The server asked for `window`'s recordings (reader thread): queued in chunks.
+  void SendRecordings(uint64_t window);
   void Push(CollectorMessage message, size_t bytes);
   void Loop();
   // Writes until the stream breaks or Stop; returns true when stopping.
@@ -143,6 +153,7 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   };
   std::map<uint64_t, KeptWindow> kept_;  // window id -> its full summaries
   size_t kept_bytes_ = 0;
+  std::map<uint64_t, std::map<int32_t, std::string>> recordings_;  // window -> rank -> file
   GrpcLinkStats stats_;
   uint64_t rejected_logged_ = 0;
 };

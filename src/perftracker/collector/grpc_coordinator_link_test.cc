@@ -3,8 +3,12 @@
 // nothing blocks while the server is away, and a restarted server gets a re-registration.
 #include "perftracker/collector/grpc_coordinator_link.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -236,6 +240,64 @@ TEST(GrpcCoordinatorLinkTest, ReconnectsToARestartedServerAndRegistersAgain) {
   }));
   link.Stop(1000);
   (*restarted)->Shutdown();
+}
+
+}  // namespace
+}  // namespace perftracker
+
+namespace perftracker {
+namespace {
+
+TEST(GrpcCoordinatorLinkTest, RecordingsStayHereUntilTheServerAsksThenGoInChunksOnce) {
+  Recorder recorder;
+  ControlServerOptions so;
+  so.log = [](std::string_view) {};
+  auto server = ControlServer::Start(so, &recorder);
+  ASSERT_TRUE(server.ok());
+  GrpcCoordinatorLink link(LinkOptions((*server)->port()));
+  link.OnWorkerJoined({0, 2, 0, 100, "node-a"});
+  link.OnWorkerJoined({1, 2, 1, 101, "node-a"});
+  ASSERT_TRUE(link.Start().ok());
+  ASSERT_TRUE(link.WaitFirstAttempt(5000).ok());
+  ASSERT_TRUE(recorder.WaitUntil([&] { return recorder.sinks_.size() == 1; }));
+
+  // Rank 0's recording of window 4: two and a half chunks.
+  const std::string path =
+      ::testing::TempDir() + "grpc-link-recording-" + std::to_string(::getpid()) + ".ptrace";
+  std::string bytes(kMaxRecordingChunkBytes * 5 / 2, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  link.OnWindowRecording(4, 0, path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu_);
+    EXPECT_TRUE(recorder.All<ControlWindowRecording>().empty()) << "sent only when asked";
+  }
+  ASSERT_TRUE(recorder.sinks_[0]->Send(ControlSendRecordings{4}));
+  ASSERT_TRUE(recorder.WaitUntil([&] {
+    const auto got = recorder.All<ControlWindowRecording>();
+    return got.size() == 4;
+  }));
+  std::lock_guard<std::mutex> lock(recorder.mu_);
+  const auto got = recorder.All<ControlWindowRecording>();
+  std::string received;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].rank, 0);
+    EXPECT_EQ(got[i].window, 4u);
+    EXPECT_EQ(got[i].offset, received.size());
+    EXPECT_EQ(got[i].last, i == 2);
+    received += got[i].data;
+  }
+  EXPECT_TRUE(received == bytes) << "the file's bytes, in order";
+  EXPECT_EQ(got[3].rank, 1);
+  EXPECT_TRUE(got[3].last);
+  EXPECT_EQ(got[3].missing,
+            "its collector on node-a recorded none: --perfetto-events-per-rank 0, or no event "
+            "of the window");
+  EXPECT_FALSE(std::filesystem::exists(path)) << "sent once, then removed from this host";
 }
 
 }  // namespace

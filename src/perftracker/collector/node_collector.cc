@@ -39,8 +39,6 @@ constexpr size_t kMaxReadPerWake = 1 << 20;  // per connection per poll round: f
 constexpr size_t kMaxOutbox = 1 << 20;
 constexpr size_t kDrainPerRound = 1 << 18;  // events per agent per drain round
 constexpr int kIoPollMs = 200;
-// Recordings of this many windows (the latest) are kept in CollectorOptions::record_dir.
-constexpr uint64_t kKeptRecordingWindows = 3;
 // Sampling starts this long before a window so that the first in-window sample has a rate.
 constexpr int64_t kSampleLeadNs = 250'000'000;
 
@@ -110,7 +108,7 @@ HostSampleFn MakeHostSampler(const std::string& proc_root, const std::string& sy
   auto tcp = std::make_shared<TcpSampler>(proc_root);
   auto tcp_told = std::make_shared<std::atomic<bool>>(false);
   return [sampler, ib, nvml, tcp, tcp_told](int64_t now_ns, const std::vector<int32_t>& pids,
-                                  std::vector<PidSample>* out) {
+                                            std::vector<PidSample>* out) {
     sampler->Sample(now_ns, pids, out);
     tcp->Sample(now_ns, pids, out);
     if (!tcp->stats().first_problem.empty() && !tcp_told->exchange(true)) {

@@ -48,14 +48,18 @@ namespace perftracker {
 // Samples host metrics for `pids` at `now_ns` (CLOCK_REALTIME) into *out (pid -1: host-wide,
 // e.g. NIC counters). Rates are computed against the previous call, so the first call may
 // return only levels. MakeHostSampler() wraps the real HostSampler; tests pass fakes.
-using HostSampleFn =
-    std::function<void(int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out)>;
+using HostSampleFn = std::function<void(int64_t now_ns, const std::vector<int32_t>& pids,
+                                        std::vector<PidSample>* out)>;
 using LogFn = std::function<void(std::string_view line)>;
 
 // A HostSampleFn over /proc and /sys (sources/host/HostSampler, sources/ib/IbSampler: RDMA
 // ports and link state) and the GPUs (sources/nvml/NvmlSampler, libnvidia-ml when present).
 HostSampleFn MakeHostSampler(const std::string& proc_root = "/proc",
                              const std::string& sys_root = "/sys");
+
+// Window recordings (CollectorOptions::record_dir) of at most this many of the latest windows
+// are kept on disk; older ones nobody merged are deleted.
+inline constexpr uint64_t kKeptRecordingWindows = 3;
 
 struct CollectorOptions {
   std::string socket_path;

@@ -15,6 +15,7 @@
 #include "perftracker/server/http/rate_limited_log.h"
 #include "perftracker/server/http/window_comparison.h"
 #include "perftracker/server/metrics/server_metrics.h"
+#include "perftracker/server/recording_receiver.h"
 #include "perftracker/server/report_writer.h"
 #include "perftracker/server/store/store.h"
 #include "perftracker/server/store_recorder.h"
@@ -108,6 +109,14 @@ class ControlService::Job : public CollectorControl {
       }
     }
   }
+  bool RequestRecordings(uint64_t window) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (sinks_.empty()) return false;
+    }
+    Broadcast(ControlSendRecordings{window});
+    return true;
+  }
 
   void Broadcast(const ServerMessage& message) {
     std::vector<std::shared_ptr<CommandSink>> sinks;
@@ -130,6 +139,7 @@ class ControlService::Job : public CollectorControl {
   ControlService* service_;
   const std::string id_;
   std::unique_ptr<WindowCoordinator> coordinator_;
+  std::string recordings_dir_;  // where the collectors' recordings are received
 
   std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<CommandSink>> sinks_;  // session id -> its stream
@@ -153,10 +163,12 @@ class ControlService::Session : public ControlSession {
         job_(std::move(job)),
         id_(id),
         host_(std::move(host)),
-        peer_(std::move(peer)) {}
+        peer_(std::move(peer)),
+        recordings_(job_->recordings_dir_) {}
 
   void AddRank(const ControlRank& r) {
     ranks_.insert(r.rank);
+    served_.insert(r.rank);
     {
       std::lock_guard<std::mutex> lock(job_->mu_);
       job_->rank_owner_[r.rank] = id_;
@@ -287,6 +299,7 @@ class ControlService::Session : public ControlSession {
       job_->coordinator_->OnSummary(s->window, std::move(decoded).value());
       return Status::Ok();
     }
+    if (auto* r = std::get_if<ControlWindowRecording>(&message)) return OnRecording(*r);
     // Heartbeats only prove the stream is alive.
     return Status::Ok();
   }
@@ -320,6 +333,25 @@ class ControlService::Session : public ControlSession {
         rank));
   }
 
+  // A chunk of a rank's window recording, asked for after the window's diagnosis. The rank
+  // may have left since (its job ended): one this collector ever served is accepted.
+  Status OnRecording(const ControlWindowRecording& r) {
+    if (!served_.count(r.rank)) return Known(r.rank, "window_recording");
+    if (!job_->coordinator_->FetchingRecordings(r.window)) {
+      return Status::InvalidArgument(fmt::format(
+          "recording of rank {} for window {}: not asked for (or asked for too long ago)", r.rank,
+          r.window));
+    }
+    if (!r.missing.empty()) {
+      job_->coordinator_->OnRecordingMissing(r.window, r.rank, r.missing);
+      return Status::Ok();
+    }
+    std::string path;
+    PERFTRACKER_RETURN_IF_ERROR(recordings_.Add(r, &path));
+    if (!path.empty()) job_->coordinator_->OnWindowRecording(r.window, r.rank, path);
+    return Status::Ok();
+  }
+
   Status OpenWindow(uint64_t window, int32_t rank, const char* what) const {
     std::lock_guard<std::mutex> lock(job_->mu_);
     if (job_->open_windows_.count(window)) return Status::Ok();
@@ -338,7 +370,9 @@ class ControlService::Session : public ControlSession {
   const uint64_t id_;
   const std::string host_;
   const std::string peer_;
-  std::set<int32_t> ranks_;  // touched by this stream's reads only (one at a time)
+  std::set<int32_t> ranks_;   // touched by this stream's reads only (one at a time)
+  std::set<int32_t> served_;  // every rank this stream registered, left or not
+  RecordingReceiver recordings_;
 };
 
 ControlService::ControlService(ControlServiceOptions options)
@@ -588,6 +622,7 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
       co.report_dir =
           (std::filesystem::path(options_.coordinator.report_dir) / JobDirName(registration.job_id))
               .string();
+      job->recordings_dir_ = (std::filesystem::path(co.report_dir) / "recordings").string();
       if (co.title.empty()) co.title = registration.title;
       co.first_window_id = base + 1;
       const std::string prefix = "job " + registration.job_id + ": ";

@@ -315,18 +315,75 @@ void WindowCoordinator::OnWindowRecording(uint64_t window, int32_t rank, const s
       window_->recordings[rank] = path;
       return;
     }
+    if (fetch_ && fetch_->window == window) {
+      fetch_->paths[rank] = path;
+      cv_.notify_all();
+      return;
+    }
   }
   // Not wanted, or a late recording of a finished window: nothing will merge it.
   if (options_.perfetto) std::filesystem::remove(path, ec);
 }
 
+void WindowCoordinator::OnRecordingMissing(uint64_t window, int32_t rank, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!fetch_ || fetch_->window != window) return;
+  fetch_->missing[rank] = why;
+  cv_.notify_all();
+}
+
+bool WindowCoordinator::FetchingRecordings(uint64_t window) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fetch_ && fetch_->window == window;
+}
+
+void WindowCoordinator::FetchRecordings(OpenWindow* w) {
+  const auto answered = [&](int32_t rank) {
+    return w->recordings.count(rank) ||
+           (fetch_ && (fetch_->paths.count(rank) || fetch_->missing.count(rank)));
+  };
+  std::vector<CollectorControl*> collectors;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::all_of(w->expected.begin(), w->expected.end(), answered)) return;
+    fetch_.emplace();
+    fetch_->window = w->spec.id;
+    collectors = collectors_;
+  }
+  bool asked = false;
+  for (CollectorControl* c : collectors) asked = c->RequestRecordings(w->spec.id) || asked;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (asked) {
+    cv_.wait_for(lock, std::chrono::nanoseconds(options_.perfetto_fetch_ns), [&] {
+      return stop_ || std::all_of(w->expected.begin(), w->expected.end(), answered);
+    });
+  }
+  for (auto& [rank, path] : fetch_->paths) w->recordings[rank] = std::move(path);
+  for (auto& [rank, why] : fetch_->missing) {
+    if (!w->recordings.count(rank)) w->recordings_missing[rank] = std::move(why);
+  }
+  fetch_.reset();
+}
+
 std::string WindowCoordinator::WritePerfetto(const OpenWindow& w, const Diagnosis& diagnosis,
                                              std::vector<std::string>* notes) const {
   std::error_code ec;
+  // Why each rank without a recording has none, for the notes.
+  std::vector<std::string> without;
+  for (int32_t rank : w.expected) {
+    if (w.recordings.count(rank)) continue;
+    auto why = w.recordings_missing.find(rank);
+    without.push_back(fmt::format("{} ({})", rank,
+                                  why != w.recordings_missing.end()
+                                      ? why->second
+                                      : std::string("no recording came from its collector")));
+  }
   if (w.recordings.empty()) {
     notes->push_back(
-        "no Perfetto timeline: no rank's window events were recorded on this host (the "
-        "collectors of other hosts keep theirs: docs/perfetto-export.md)");
+        fmt::format("no Perfetto timeline: no rank's window events were recorded{} "
+                    "(docs/perfetto-export.md)",
+                    without.empty() ? std::string()
+                                    : ": rank(s) " + fmt::format("{}", fmt::join(without, ", "))));
     return "";
   }
   std::vector<std::unique_ptr<RankTrace>> traces;
@@ -370,10 +427,6 @@ std::string WindowCoordinator::WritePerfetto(const OpenWindow& w, const Diagnosi
     notes->push_back(fmt::format("no Perfetto timeline: {}", written.message()));
     return "";
   }
-  std::vector<int32_t> without;
-  for (int32_t rank : w.expected) {
-    if (!w.recordings.count(rank)) without.push_back(rank);
-  }
   const PerfettoStats& st = writer.stats();
   std::string note =
       fmt::format("Perfetto timeline: {} ({} ranks, {} events{})",
@@ -382,8 +435,7 @@ std::string WindowCoordinator::WritePerfetto(const OpenWindow& w, const Diagnosi
                       ? fmt::format(", {} not drawn but counted per track", st.events_aggregated)
                       : std::string());
   if (!without.empty()) {
-    note +=
-        fmt::format("; without rank(s) {} (no recording on this host)", fmt::join(without, ", "));
+    note += fmt::format("; without rank(s) {}", fmt::join(without, ", "));
   }
   if (!unread.empty()) note += "; unreadable: " + fmt::format("{}", fmt::join(unread, "; "));
   notes->push_back(note);
@@ -1116,7 +1168,10 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   }
 
   std::string perfetto_path;
-  if (options_.perfetto) perfetto_path = WritePerfetto(w, diagnosis, &diagnosis.notes);
+  if (options_.perfetto) {
+    FetchRecordings(&w);
+    perfetto_path = WritePerfetto(w, diagnosis, &diagnosis.notes);
+  }
 
   ReportInput input;
   input.diagnosis = &diagnosis;

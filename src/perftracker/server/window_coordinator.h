@@ -119,7 +119,11 @@ struct CoordinatorOptions {
   // Live Perfetto export: the ranks' window recordings (OnWindowRecording, files on this
   // host) are merged into <report_dir>/window-<id>.perfetto.json, linked from the HTML
   // report; each recording is removed once merged. Off: recordings are left where they are.
+  // Collectors on other hosts keep theirs until asked: after the diagnosis the coordinator
+  // asks them (CollectorControl::RequestRecordings) and waits at most perfetto_fetch_ns for
+  // every expected rank's recording, or word why there is none.
   bool perfetto = false;
+  int64_t perfetto_fetch_ns = 30'000'000'000;
   size_t perfetto_max_events = 2'000'000;  // the export's cap (report/PerfettoWriter)
 };
 
@@ -192,6 +196,10 @@ class WindowCoordinator : public CoordinatorLink {
   // Progressive disclosure: a worker's digest of `window` in place of its full summary
   // (the full summary comes later, through OnSummary, if the screen asks for it).
   void OnDigest(uint64_t window, const WorkerDigest& digest);
+  // A collector asked for `window`'s recordings has none for `rank`: `why`.
+  void OnRecordingMissing(uint64_t window, int32_t rank, const std::string& why);
+  // The recordings of `window` are being asked for now (a remote collector's may come in).
+  bool FetchingRecordings(uint64_t window) const;
 
  private:
   struct Worker {
@@ -222,7 +230,8 @@ class WindowCoordinator : public CoordinatorLink {
     std::map<int32_t, std::string> stacks;
     std::map<int32_t, std::string> no_stacks;   // rank -> the agent's explanation
     std::map<int32_t, std::string> recordings;  // rank -> its window events' file (this host)
-    std::vector<std::string> triggers;          // "rank 2: slowdown (detail)"
+    std::map<int32_t, std::string> recordings_missing;  // rank -> why its collector has none
+    std::vector<std::string> triggers;                  // "rank 2: slowdown (detail)"
     // Hang confirmation (see the header comment). opened_for: the reason the window was
     // opened with (a hang may join a slowdown window and be retracted again).
     WindowReason opened_for = WindowReason::kManual;
@@ -269,6 +278,9 @@ class WindowCoordinator : public CoordinatorLink {
   void FetchSummaries(OpenWindow* w, const std::vector<int32_t>& ranks);
   // The screen's verdict on `w`'s digests (and on the digests of its full summaries).
   ScreenResult Screen(OpenWindow* w);
+  // Asks the collectors that keep their recordings (other hosts) for those of w's expected
+  // ranks not in yet, and waits for them (at most perfetto_fetch_ns; coordinator thread).
+  void FetchRecordings(OpenWindow* w);
   // Merges the window's recordings into window-<id>.perfetto.json (coordinator thread);
   // returns its path, or "" with a note in *notes saying why there is none.
   std::string WritePerfetto(const OpenWindow& w, const Diagnosis& diagnosis,
@@ -294,6 +306,13 @@ class WindowCoordinator : public CoordinatorLink {
   uint64_t fetch_window_ = 0;
   std::set<int32_t> fetch_waiting_;
   std::map<int32_t, WorkerSummary> fetched_;
+  // The recordings asked for after a diagnosis (FetchRecordings), as they come in.
+  struct Fetch {
+    uint64_t window = 0;
+    std::map<int32_t, std::string> paths;
+    std::map<int32_t, std::string> missing;
+  };
+  std::optional<Fetch> fetch_;
   uint64_t windows_opened_ = 0;
   uint64_t windows_dropped_ = 0;  // retracted hang windows: not counted by --max-windows
   int64_t cooldown_until_ns_ = 0;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "perftracker/core/function_table.h"
+#include "perftracker/report/rank_trace_file.h"
 #include "perftracker/server/report_writer.h"
 #include "perftracker/summary/window_summarizer.h"
 
@@ -53,6 +54,20 @@ class FakeCollector : public CollectorControl {
     }
     if (cb) cb(window);
   }
+  bool RequestRecordings(uint64_t window) override {
+    std::function<void(uint64_t)> cb;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      recordings_asked.push_back(window);
+      cb = on_recordings;
+    }
+    if (cb) cb(window);
+    return keeps_recordings;
+  }
+  std::vector<uint64_t> RecordingsAsked() {
+    std::lock_guard<std::mutex> lock(mu);
+    return recordings_asked;
+  }
   std::vector<WindowSpec> Started() {
     std::lock_guard<std::mutex> lock(mu);
     return started;
@@ -71,6 +86,10 @@ class FakeCollector : public CollectorControl {
   std::vector<uint64_t> stacks_asked;
   std::vector<uint64_t> ended;
   std::function<void(uint64_t)> on_end;
+  // A collector on another host keeps its recordings until asked (RequestRecordings).
+  bool keeps_recordings = false;
+  std::vector<uint64_t> recordings_asked;
+  std::function<void(uint64_t)> on_recordings;
 };
 
 // A worker's summary of `iterations` iterations of step > forward, forward taking
@@ -892,6 +911,128 @@ TEST_F(WindowCoordinatorTest, AJobThatFinishesItsTrainingAndExitsZeroWasNotHung)
   EXPECT_TRUE(r.retracted);
   for (const Finding& f : r.diagnosis.findings) EXPECT_NE(f.code, "PT-HANG");
   EXPECT_TRUE(HasNote(ReadJson(r.json_path), "exited 0: its end was slow, it did not hang"));
+}
+
+}  // namespace
+}  // namespace perftracker
+
+namespace perftracker {
+namespace {
+
+// A rank's recording of `n` events of one function on one thread, written to `path`.
+void WriteRecording(const std::string& path, int32_t rank, int64_t start_ns, int n) {
+  RankTrace trace;
+  trace.rank = rank;
+  trace.host = "host-" + std::to_string(rank);
+  TrackInfo track;
+  track.track_id = 1;
+  track.name = "thread 1";
+  trace.OnTrack(track);
+  const uint32_t fn = trace.functions()->Intern(EventKind::kPythonCall, "model.py:20 forward");
+  for (int i = 0; i < n; ++i) {
+    Event e;
+    e.start_ns = start_ns + i * 10 * kMs;
+    e.end_ns = e.start_ns + 5 * kMs;
+    e.function_id = fn;
+    e.kind = EventKind::kPythonCall;
+    e.track_id = 1;
+    trace.OnEvent(e);
+  }
+  ASSERT_TRUE(WriteRankTraceFile(path, trace).ok());
+}
+
+TEST_F(WindowCoordinatorTest, RecordingsKeptOnOtherHostsAreAskedForAfterTheDiagnosis) {
+  CoordinatorOptions o = Options();
+  o.wait_summaries_ns = 60'000 * kMs;
+  o.perfetto = true;
+  o.perfetto_fetch_ns = 60'000 * kMs;  // every rank answers: the wait ends then
+  // c1 serves ranks 0 and 1 and sends rank 0's recording when asked (not before: the
+  // window's summaries came without it); c2 serves rank 2 and has none.
+  c1_.keeps_recordings = true;
+  c2_.keeps_recordings = true;
+  int64_t start_ns = 0;
+  c1_.on_recordings = [&](uint64_t window) {
+    const std::string path = (dir_ / "received-rank-0.ptrace").string();
+    WriteRecording(path, 0, start_ns, 7);
+    coordinator_->OnWindowRecording(window, 0, path);
+    coordinator_->OnRecordingMissing(window, 1, "its collector on host-b recorded none");
+  };
+  c2_.on_recordings = [&](uint64_t window) {
+    coordinator_->OnRecordingMissing(window, 2, "its collector on host-c recorded none");
+  };
+  Start(o);
+  for (int r = 0; r < 3; ++r) Join(r, 3);
+  coordinator_->OnTrigger(2, WindowReason::kSlowdown, "slower");
+  start_ns = c1_.Started().at(0).start_ns;
+  EXPECT_FALSE(coordinator_->FetchingRecordings(1));
+  for (int r = 0; r < 3; ++r)
+    coordinator_->OnSummary(1, MakeSummary(r, start_ns, r == 2 ? 30 : 10));
+  ASSERT_TRUE(WaitForReports(1));
+  EXPECT_EQ(c1_.RecordingsAsked(), std::vector<uint64_t>{1});
+  EXPECT_EQ(c2_.RecordingsAsked(), std::vector<uint64_t>{1});
+  const WindowReport report = *coordinator_->last_report();
+  ASSERT_EQ(report.perfetto_path, (dir_ / "window-1.perfetto.json").string());
+  const nlohmann::json doc = ReadJson(report.perfetto_path);
+  EXPECT_EQ(doc["otherData"]["events_total"], 7);
+  EXPECT_FALSE(fs::exists(dir_ / "received-rank-0.ptrace")) << "merged recordings are removed";
+  const nlohmann::json j = ReadJson(report.json_path);
+  EXPECT_TRUE(HasNote(j,
+                      "Perfetto timeline: window-1.perfetto.json (1 ranks, 7 events); without "
+                      "rank(s) 1 (its collector on host-b recorded none), 2 (its collector on "
+                      "host-c recorded none)"))
+      << j["notes"].dump();
+  // A recording that comes after the window's timeline is written is not kept.
+  EXPECT_FALSE(coordinator_->FetchingRecordings(1));
+  const std::string late = (dir_ / "late.ptrace").string();
+  WriteRecording(late, 1, start_ns, 3);
+  coordinator_->OnWindowRecording(1, 1, late);
+  EXPECT_FALSE(fs::exists(late));
+}
+
+TEST_F(WindowCoordinatorTest, ACollectorThatDoesNotAnswerIsWaitedForAtMostTheFetchTime) {
+  CoordinatorOptions o = Options();
+  o.wait_summaries_ns = 60'000 * kMs;
+  o.perfetto = true;
+  o.perfetto_fetch_ns = 300 * kMs;
+  c1_.keeps_recordings = true;  // asked, never answers
+  Start(o);
+  for (int r = 0; r < 2; ++r) Join(r, 2);
+  coordinator_->OnTrigger(1, WindowReason::kSlowdown, "slower");
+  const int64_t start_ns = c1_.Started().at(0).start_ns;
+  for (int r = 0; r < 2; ++r) coordinator_->OnSummary(1, MakeSummary(r, start_ns, 10));
+  ASSERT_TRUE(WaitForReports(1));
+  EXPECT_EQ(c1_.RecordingsAsked(), std::vector<uint64_t>{1});
+  const WindowReport report = *coordinator_->last_report();
+  EXPECT_EQ(report.perfetto_path, "");
+  EXPECT_TRUE(HasNote(ReadJson(report.json_path),
+                      "no Perfetto timeline: no rank's window events were recorded: rank(s) 0 (no "
+                      "recording came from its collector), 1 (no recording came from its "
+                      "collector)"));
+}
+
+TEST_F(WindowCoordinatorTest, CollectorsThatAnnounceTheirRecordingsAreNotWaitedFor) {
+  // The embedded run: recordings come before the summaries; a rank without one (its agent
+  // recorded nothing) is not waited for, whatever perfetto_fetch_ns says.
+  CoordinatorOptions o = Options();
+  o.wait_summaries_ns = 60'000 * kMs;
+  o.perfetto = true;
+  o.perfetto_fetch_ns = 600'000 * kMs;
+  Start(o);
+  for (int r = 0; r < 2; ++r) Join(r, 2);
+  coordinator_->OnTrigger(1, WindowReason::kSlowdown, "slower");
+  const int64_t start_ns = c1_.Started().at(0).start_ns;
+  const std::string path = (dir_ / "rank-0.ptrace").string();
+  fs::create_directories(dir_);
+  WriteRecording(path, 0, start_ns, 4);
+  coordinator_->OnWindowRecording(1, 0, path);
+  for (int r = 0; r < 2; ++r) coordinator_->OnSummary(1, MakeSummary(r, start_ns, 10));
+  ASSERT_TRUE(WaitForReports(1, 30000));
+  EXPECT_EQ(c1_.RecordingsAsked(), std::vector<uint64_t>{1});
+  const nlohmann::json j = ReadJson(coordinator_->last_report()->json_path);
+  EXPECT_TRUE(HasNote(j,
+                      "(1 ranks, 4 events); without rank(s) 1 (no recording came from its "
+                      "collector)"))
+      << j["notes"].dump();
 }
 
 }  // namespace

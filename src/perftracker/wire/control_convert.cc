@@ -128,6 +128,15 @@ void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
                    d->set_rank(m.rank);
                    d->set_worker_digest(m.worker_digest);
                  },
+                 [&](const ControlWindowRecording& m) {
+                   pb::WindowRecording* r = out->mutable_window_recording();
+                   r->set_window(m.window);
+                   r->set_rank(m.rank);
+                   r->set_offset(m.offset);
+                   r->set_data(m.data);
+                   r->set_last(m.last);
+                   r->set_missing(m.missing);
+                 },
              },
              message);
 }
@@ -250,6 +259,23 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
           CheckText(d.worker_digest(), kMaxControlDigestBytes, "digest: worker digest"));
       return CollectorMessage(ControlDigest{d.window(), d.rank(), d.worker_digest()});
     }
+    case pb::CollectorMessage::kWindowRecording: {
+      const pb::WindowRecording& r = message.window_recording();
+      if (r.rank() < 0) return Status::InvalidArgument("window_recording: rank is negative");
+      if (r.window() == 0) {
+        return Status::InvalidArgument("window_recording: window id 0 does not exist");
+      }
+      PERFTRACKER_RETURN_IF_ERROR(
+          CheckText(r.data(), kMaxRecordingChunkBytes, "window_recording: data"));
+      PERFTRACKER_RETURN_IF_ERROR(
+          CheckText(r.missing(), kMaxControlIdBytes * 4, "window_recording: missing"));
+      if (!r.missing().empty() && (!r.data().empty() || !r.last())) {
+        return Status::InvalidArgument(
+            "window_recording: a missing recording carries data or is not the last chunk");
+      }
+      return CollectorMessage(ControlWindowRecording{r.window(), r.rank(), r.offset(), r.data(),
+                                                     r.last(), r.missing()});
+    }
     case pb::CollectorMessage::BODY_NOT_SET:
       break;
   }
@@ -279,6 +305,7 @@ void ToProto(const ServerMessage& message, pb::ServerMessage* out) {
                    for (int32_t rank : m.ranks) r->add_ranks(rank);
                  },
                  [&](const ControlWindowDiagnosed& m) { out->set_window_diagnosed(m.window); },
+                 [&](const ControlSendRecordings& m) { out->set_send_recordings(m.window); },
              },
              message);
 }
@@ -314,6 +341,11 @@ StatusOr<ServerMessage> FromProto(const pb::ServerMessage& message) {
     }
     case pb::ServerMessage::kWindowDiagnosed:
       return ServerMessage(ControlWindowDiagnosed{message.window_diagnosed()});
+    case pb::ServerMessage::kSendRecordings:
+      if (message.send_recordings() == 0) {
+        return Status::InvalidArgument("send_recordings: window id 0 does not exist");
+      }
+      return ServerMessage(ControlSendRecordings{message.send_recordings()});
     case pb::ServerMessage::BODY_NOT_SET:
       break;
   }

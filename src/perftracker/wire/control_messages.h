@@ -19,6 +19,7 @@ inline constexpr size_t kMaxControlTextBytes = 4u << 20;  // stacks, details, ti
 inline constexpr size_t kMaxRanksPerCollector = 65536;
 inline constexpr size_t kMaxIterationsPerBatch = 65536;
 inline constexpr size_t kMaxControlDigestBytes = 4096;  // summary/worker_digest.h's budget
+inline constexpr size_t kMaxRecordingChunkBytes = 1u << 20;  // WindowRecording's data
 
 struct ControlRank {
   int32_t rank = -1;
@@ -100,11 +101,23 @@ struct ControlDigest {
   std::string worker_digest;  // EncodeWorkerDigest bytes
 };
 
+// A chunk of a rank's recorded window events (report/rank_trace_file.h's bytes), sent when
+// the server asks (ControlSendRecordings); `missing` (no data, last) when there is none.
+struct ControlWindowRecording {
+  uint64_t window = 0;
+  int32_t rank = -1;
+  uint64_t offset = 0;
+  std::string data;
+  bool last = false;
+  std::string missing;
+};
+
 // collector -> server
 using CollectorMessage =
     std::variant<ControlRegistration, ControlHeartbeat, ControlRank /* worker joined */,
                  ControlWorkerLeft, ControlIterations, ControlTrigger, ControlStacks,
-                 ControlSummary, ControlTrainingEnded, ControlJobExited, ControlDigest>;
+                 ControlSummary, ControlTrainingEnded, ControlJobExited, ControlDigest,
+                 ControlWindowRecording>;
 
 struct ControlRegistered {
   std::string collector_id;
@@ -143,9 +156,15 @@ struct ControlWindowDiagnosed {
   uint64_t window = 0;
 };
 
+// Send the recordings of `window` (after its diagnosis, for its Perfetto timeline).
+struct ControlSendRecordings {
+  uint64_t window = 0;
+};
+
 // server -> collector
 using ServerMessage =
     std::variant<ControlRegistered, ControlWindow, ControlDumpStacks, ControlEndWindow,
-                 ControlRejected, ControlRequestSummaries, ControlWindowDiagnosed>;
+                 ControlRejected, ControlRequestSummaries, ControlWindowDiagnosed,
+                 ControlSendRecordings>;
 
 }  // namespace perftracker

@@ -183,6 +183,41 @@ TEST_F(ControlServerTest, ARejectedMessageIsAnsweredWithItsReasonAndTheStreamGoe
   EXPECT_EQ(server_->stats().messages_rejected, 3u);
 }
 
+TEST_F(ControlServerTest, WindowRecordingsGoBothWaysAndBadChunksAreRefused) {
+  StartServer();
+  auto client = Client();
+  auto stream = client->Connect(Registration("node-a"), 5000);
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  ASSERT_TRUE(handler_.WaitUntil([&] { return handler_.sinks_.size() == 1; }));
+  ASSERT_TRUE(handler_.sinks_[0]->Send(ControlSendRecordings{5}));
+  ServerMessage m;
+  ASSERT_TRUE((*stream)->Read(&m));
+  EXPECT_EQ(std::get<ControlSendRecordings>(m).window, 5u);
+
+  const std::string chunk(kMaxRecordingChunkBytes, 'e');
+  ASSERT_TRUE((*stream)->Write(ControlWindowRecording{5, 1, 0, chunk, false, ""}));
+  ASSERT_TRUE((*stream)->Write(ControlWindowRecording{5, 1, chunk.size(), "end", true, ""}));
+  ASSERT_TRUE((*stream)->Write(ControlWindowRecording{5, 0, 0, "", true, "recorded none"}));
+  ASSERT_TRUE(handler_.WaitUntil([&] { return handler_.messages_.size() == 3; }));
+  const auto& first = std::get<ControlWindowRecording>(handler_.messages_[0]);
+  EXPECT_EQ(first.data.size(), kMaxRecordingChunkBytes);
+  EXPECT_FALSE(first.last);
+  const auto& second = std::get<ControlWindowRecording>(handler_.messages_[1]);
+  EXPECT_EQ(second.offset, kMaxRecordingChunkBytes);
+  EXPECT_EQ(second.data, "end");
+  EXPECT_TRUE(second.last);
+  EXPECT_EQ(std::get<ControlWindowRecording>(handler_.messages_[2]).missing, "recorded none");
+
+  ASSERT_TRUE((*stream)->Write(ControlWindowRecording{5, 1, 0, chunk + "x", true, ""}));
+  ASSERT_TRUE((*stream)->Read(&m));
+  EXPECT_EQ(std::get<ControlRejected>(m).error,
+            "window_recording: data is 1048577 bytes, over the limit of 1048576");
+  ASSERT_TRUE((*stream)->Write(ControlWindowRecording{5, 1, 0, "x", true, "none"}));
+  ASSERT_TRUE((*stream)->Read(&m));
+  EXPECT_EQ(std::get<ControlRejected>(m).error,
+            "window_recording: a missing recording carries data or is not the last chunk");
+}
+
 TEST_F(ControlServerTest, RefusedRegistrationsEndTheStreamWithTheReason) {
   StartServer();
   auto client = Client();

@@ -150,8 +150,8 @@ StatusOr<std::unique_ptr<EmbeddedRun>> EmbeddedRun::Start(EmbeddedRunOptions opt
   collector_options.socket_path =
       run->socket_dir_.empty() ? "" : run->socket_dir_ + "/collector.sock";
   collector_options.sampler = MakeHostSampler();
-  if (!remote && o.coordinator.perfetto) {
-    collector_options.record_dir = (fs::path(o.coordinator.report_dir) / "recordings").string();
+  if ((remote || o.coordinator.perfetto) && !o.recordings_dir.empty()) {
+    collector_options.record_dir = o.recordings_dir;
     collector_options.record_events = o.perfetto_events_per_rank;
   }
   run->collector_ = std::make_unique<NodeCollector>(collector_options, link);

@@ -36,9 +36,11 @@ struct EmbeddedRunOptions {
   // The embedded server's options (report_dir, windows, localizer, text); unused with remote.
   CoordinatorOptions coordinator;
   std::string store;  // "" = <report_dir>/perftracker.db, "off" = none; unused with remote
-  // With coordinator.perfetto: each rank's window events the collector keeps (at most this
-  // many per rank and window, in <report_dir>/recordings) for the window's timeline.
+  // With coordinator.perfetto, or remote: each rank's window events the collector keeps (at
+  // most this many per rank and window, in recordings_dir) for the window's timeline; a
+  // remote server asks for them after the window's diagnosis (docs/perfetto-export.md).
   size_t perfetto_events_per_rank = 0;
+  std::string recordings_dir;
   // Set: no server here; the collector reports to this one.
   std::optional<GrpcLinkOptions> remote;
   std::string remote_server;  // its address, for the final summary
