@@ -61,9 +61,9 @@ struct Comparison {
   int32_t current_workers = 0;
   double baseline_iteration_ns = 0;  // median over workers
   double current_iteration_ns = 0;
-  // What every function shares: the median ratio of current to baseline self time,
-  // weighted by baseline time (1 = unchanged). Machine load, clocks or a library that slows
-  // everything alike move it; one function's change does not.
+  // What every function shares: the median ratio of current to baseline self time over the
+  // functions that take >= 1 % of the iteration in both runs (1 = unchanged). Machine load, clocks
+  // or a library that slows everything alike move it; one function's change does not.
   double shared_scale = 1;
   // shared_scale's cost per iteration: (shared_scale - 1) x baseline median iteration, and
   // whether it is a change of the job: above the median rank's bar, with the median

@@ -369,9 +369,12 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
         const FunctionTimes* c = Find(*p.current, node);
         if (c == nullptr) continue;
         shared_self += b.self_ns;
-        const double floor = kSharedMinShare * p.baseline->median_iteration_ns;
-        if (!InsideWait(tree, node) && b.self_ns > 0 && c->self_ns > 0 &&
-            std::max(b.self_ns, c->self_ns) >= floor) {
+        // A vote needs a material share of the iteration in both runs, each of its own run's
+        // iteration: under CPU contention a tiny operator's preemptions inflate it 10-60x,
+        // past a share of the quiet run's iteration but not of the loaded run's.
+        if (!InsideWait(tree, node) &&
+            b.self_ns >= kSharedMinShare * p.baseline->median_iteration_ns &&
+            c->self_ns >= kSharedMinShare * p.current->median_iteration_ns) {
           ratios.push_back(c->self_ns / b.self_ns);
         }
       }

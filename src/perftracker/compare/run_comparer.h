@@ -8,8 +8,10 @@
 // 1. Shared scale. Machine load, clock speed or a library that slows everything makes every
 //    function slower by about the same factor. That factor is the median of the ratio
 //    current / baseline self time over every (function, rank) pair the runs share whose self
-//    time is at least kSharedMinShare of the iteration, waits (below) left out: an
-//    unweighted median, so that one
+//    time is at least kSharedMinShare of the iteration in both runs (each of its own run's
+//    iteration: on a loaded machine preemptions inflate tiny operators 10-60x, and voting
+//    with the larger share made two healthy runs at load 14 and 24 differ by x59.8 where
+//    the iteration differed by x3), waits (below) left out: an unweighted median, so that one
 //    function that changes, however large, is one vote (a weighted one followed a function
 //    that held 46 % of the time from 255 ms to 50 ms and called everything 2.4x faster). A
 //    function's change is measured beyond it: delta = current - scale x baseline (inclusive

@@ -140,6 +140,45 @@ TEST(RunComparer, ASlowdownEveryFunctionSharesIsReportedAsSharedNotPerFunction) 
   EXPECT_TRUE(c->has_material_change());
 }
 
+TEST(RunComparer, TinyOperatorsInflatedByMachineLoadDoNotSetTheSharedFactor) {
+  // Two healthy runs of one job, the second on a machine 3x busier: every function takes 3x
+  // longer, but ten tiny operators (0.05 ms each), which preemptions inflate 20x: at 1 ms
+  // they pass 1 % of the quiet run's iteration, not of the loaded run's. Voting with the
+  // larger of their two shares against the quiet iteration, they outnumbered the six real
+  // functions and set the shared factor to 20x, and every real function was named faster
+  // beyond it (train_job.py traces made at load 14 and 24: x59.8, "DistributedDataParallel.
+  // forward is faster on all 4 workers: -6.62 s per iteration").
+  CallPathTree tree;
+  RunProfile base(&tree, "quiet");
+  RunProfile cur(&tree, "loaded");
+  std::map<std::string, double> quiet = Healthy();
+  std::map<std::string, double> loaded = Healthy(3);
+  for (int i = 0; i < 10; ++i) {
+    const std::string op = kBlock1 + " > torch_op:aten::view#" + std::to_string(i);
+    quiet[op] = 0.05;
+    loaded[op] = 1;
+  }
+  for (const std::string& parent : {kStep, kBlock1}) {
+    quiet[parent] += 10 * 0.05;
+    loaded[parent] += 10 * 1;
+  }
+  for (int32_t r = 0; r < 2; ++r) {
+    base.AddWorker(Worker(&tree, r, 40.5, 0.5, quiet));
+    cur.AddWorker(Worker(&tree, r, 131.5, 0.5, loaded));
+  }
+  for (bool quiet_first : {true, false}) {
+    StatusOr<Comparison> c =
+        quiet_first ? RunComparer().Compare(base, cur) : RunComparer().Compare(cur, base);
+    ASSERT_TRUE(c.ok());
+    EXPECT_NEAR(c->shared_scale, quiet_first ? 3.0 : 1 / 3.0, 1e-6);
+    EXPECT_TRUE(c->shared_material) << "the loaded run is slower as a whole";
+    const ChangeDirection wrong = quiet_first ? ChangeDirection::kFaster : ChangeDirection::kSlower;
+    for (const FunctionChange& f : c->changes) {
+      EXPECT_NE(f.direction, wrong) << f.function << " " << f.delta_ns / kMs << " ms";
+    }
+  }
+}
+
 TEST(RunComparer, ASlowdownOnOneRankNamesThatRankOnly) {
   CallPathTree tree;
   RunProfile base(&tree, "base");
