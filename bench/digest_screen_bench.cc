@@ -49,35 +49,10 @@ double PeakRssMb() {
 
 constexpr int kSlowEvery = 1000;
 constexpr int kSlowOffset = 37;
-constexpr double kJitter = 0.03;
 
-// Rank r's summary: the base step, every function's and iteration's times scaled by their
-// own 1 + 3 % x normal (seeded by the rank: the same every time), and 1.4 x on a slow rank.
 WorkerSummary Worker(const WorkerSummary& base, int32_t r) {
-  WorkerSummary s = base;
-  s.rank = r;
+  WorkerSummary s = JitteredWorker(base, r, r % kSlowEvery == kSlowOffset ? 1.4 : 1.0);
   s.host = fmt::format("sim-node-{}", r / 8);
-  std::mt19937_64 rng(static_cast<uint64_t>(r) * 7919 + 1);
-  std::normal_distribution<double> noise(1.0, kJitter);
-  const double slow = r % kSlowEvery == kSlowOffset ? 1.4 : 1.0;
-  const auto scale = [&](int64_t& v, double f) {
-    v = static_cast<int64_t>(static_cast<double>(v) * f);
-  };
-  for (auto& f : s.functions) {
-    const double x = std::max(0.5, noise(rng)) * slow;
-    scale(f.total_ns, x);
-    scale(f.self_ns, x);
-    scale(f.critical_ns, x);
-  }
-  for (auto& it : s.iterations) {
-    const double x = std::max(0.5, noise(rng)) * slow;
-    scale(it.duration_ns, x);
-    scale(it.compute_ns, x);
-    scale(it.communication_ns, x);
-    scale(it.wait_ns, x);
-    scale(it.data_ns, x);
-    scale(it.host_only_ns, x);
-  }
   return s;
 }
 

@@ -14,8 +14,9 @@
 // ranks, then a summary per rank when the window opens) on one of --channels connections,
 // served by a thread of its own that blocks on its stream. Summaries come from
 // SyntheticWorker (bench/), the same ~300-function training step summary_size_bench
-// measures, with a different seed per group of ranks; one rank in 100 runs its step 40 %
-// slower. When the server asks for digests (progressive disclosure: a job of at least
+// measures, with every rank's own 3 % jitter per function and iteration (JitteredWorker, as
+// digest_screen_bench); one rank in 1,000 runs its step 40 % slower. When the server asks for
+// digests (progressive disclosure: a job of at least
 // --digest-min-workers workers), each collector sends a digest per rank at the window's end
 // and the full summaries the server then asks for (encoded when asked, as a collector
 // keeps them).
@@ -58,7 +59,6 @@ struct Args {
   int ranks_per_collector = 1;
   int channels = 16;
   int iterations = 10;
-  int base_summaries = 16;
   int server_pid = 0;
   int timeout_s = 600;
 };
@@ -118,19 +118,10 @@ int Main(int argc, char** argv) {
   // Summaries: a few distinct synthetic workers, re-labelled per rank and encoded.
   const int ranks = a.collectors * a.ranks_per_collector;
   const auto t_build = Clock::now();
-  std::vector<WorkerSummary> bases;
-  for (int b = 0; b < a.base_summaries; ++b) {
-    SyntheticWorker w(static_cast<uint64_t>(b) + 1);
-    bases.push_back(w.Run(a.iterations));
-  }
+  const WorkerSummary base = SyntheticWorker(1).Run(a.iterations);
   const auto summary_of = [&](int r) {
-    WorkerSummary s = bases[static_cast<size_t>(r % a.base_summaries)];
-    s.rank = r;
+    WorkerSummary s = JitteredWorker(base, r, r % 1000 == 37 ? 1.4 : 1.0);
     s.host = fmt::format("sim-node-{}", r / a.ranks_per_collector);
-    if (r % 100 == 37) {
-      for (auto& f : s.functions) f.total_ns = f.total_ns * 14 / 10;
-      for (auto& it : s.iterations) it.duration_ns = it.duration_ns * 14 / 10;
-    }
     return s;
   };
   // Every rank's digest (small); the full summaries only up to kPrebuiltSummaries ranks
@@ -157,7 +148,7 @@ int Main(int argc, char** argv) {
   fmt::print(
       "summaries: {} ranks ({} collectors x {}), {} functions each, mean {:.1f} KB encoded, "
       "digests {:.2f} KB (built in {:.1f} s)\n",
-      ranks, a.collectors, a.ranks_per_collector, bases[0].functions.size(), mean_summary / 1024.0,
+      ranks, a.collectors, a.ranks_per_collector, base.functions.size(), mean_summary / 1024.0,
       static_cast<double>(digest_bytes) / ranks / 1024.0, Seconds(Clock::now() - t_build));
 
   std::vector<std::unique_ptr<ControlClient>> clients;
@@ -202,13 +193,14 @@ int Main(int argc, char** argv) {
           cv.notify_all();
           return;
         }
-        ++registered;
         if ((*stream)->registered().send_digests) digest_mode = true;
+        // Stored before it counts: the main thread writes the trigger on streams[0].
+        streams[static_cast<size_t>(c)] = std::move(stream).value();
+        ++registered;
         cv.notify_all();
       }
-      ControlStream* s = stream->get();
+      ControlStream* s = streams[static_cast<size_t>(c)].get();
       const bool send_digests = s->registered().send_digests;
-      streams[static_cast<size_t>(c)] = std::move(stream).value();
       ServerMessage m;
       while (s->Read(&m)) {
         if (const auto* w = std::get_if<ControlWindow>(&m)) {

@@ -201,4 +201,34 @@ class SyntheticWorker {
   int64_t device_t_ = 0;
 };
 
+// Rank r of a job whose every worker runs `base`: every function's and iteration's times
+// scaled by their own 1 + 3 % x normal (seeded by the rank: the same every time), times
+// `slow` (1.4: a straggler). The host is left as in `base`.
+inline WorkerSummary JitteredWorker(const WorkerSummary& base, int32_t r, double slow) {
+  constexpr double kJitter = 0.03;
+  WorkerSummary s = base;
+  s.rank = r;
+  std::mt19937_64 rng(static_cast<uint64_t>(r) * 7919 + 1);
+  std::normal_distribution<double> noise(1.0, kJitter);
+  const auto scale = [&](int64_t& v, double f) {
+    v = static_cast<int64_t>(static_cast<double>(v) * f);
+  };
+  for (auto& f : s.functions) {
+    const double x = std::max(0.5, noise(rng)) * slow;
+    scale(f.total_ns, x);
+    scale(f.self_ns, x);
+    scale(f.critical_ns, x);
+  }
+  for (auto& it : s.iterations) {
+    const double x = std::max(0.5, noise(rng)) * slow;
+    scale(it.duration_ns, x);
+    scale(it.compute_ns, x);
+    scale(it.communication_ns, x);
+    scale(it.wait_ns, x);
+    scale(it.data_ns, x);
+    scale(it.host_only_ns, x);
+  }
+  return s;
+}
+
 }  // namespace perftracker
