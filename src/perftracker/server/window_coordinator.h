@@ -297,6 +297,7 @@ class WindowCoordinator : public CoordinatorLink {
   bool started_ = false;
   std::thread thread_;
   std::map<int32_t, Worker> workers_;
+  size_t gone_workers_ = 0;  // workers_ that left without bye (left && !left_clean)
   int32_t world_size_ = 0;
   int64_t first_hello_ns_ = 0;
   bool manual_done_ = false;
