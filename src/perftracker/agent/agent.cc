@@ -34,7 +34,7 @@ std::optional<int64_t> Int(const json& j, const char* key) {
 }
 
 const char* ReasonName(uint8_t reason) {
-  return reason == static_cast<uint8_t>(TriggerReason::kHang) ? "hang" : "slowdown";
+  return reason == static_cast<uint8_t>(WindowReason::kHang) ? "hang" : "slowdown";
 }
 
 }  // namespace

@@ -141,7 +141,7 @@ class Agent {
   struct OutMessage {
     enum class Type : uint8_t { kIteration, kTrigger, kWindowDone, kEnded };
     Type type = Type::kIteration;
-    uint8_t reason = 0;            // kTrigger: a TriggerReason
+    uint8_t reason = 0;            // kTrigger: a WindowReason
     int64_t iteration_end_ns = 0;  // kIteration
     int64_t iteration_ns = 0;      // kIteration: its duration
     int64_t window_id = 0;         // kWindowDone

@@ -56,28 +56,6 @@ ParseOutcome Missing(std::string* error, std::string_view type, std::string_view
 
 }  // namespace
 
-std::string_view WindowReasonName(WindowReason reason) {
-  switch (reason) {
-    case WindowReason::kSlowdown: return "slowdown";
-    case WindowReason::kHang: return "hang";
-    case WindowReason::kManual: return "manual";
-  }
-  return "manual";
-}
-
-bool ParseWindowReason(std::string_view text, WindowReason* reason) {
-  if (text == "slowdown") {
-    *reason = WindowReason::kSlowdown;
-  } else if (text == "hang") {
-    *reason = WindowReason::kHang;
-  } else if (text == "manual") {
-    *reason = WindowReason::kManual;
-  } else {
-    return false;
-  }
-  return true;
-}
-
 ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message,
                                std::string* error) {
   const Json j = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);

@@ -17,9 +17,9 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "perftracker/core/window_reason.h"
 #include "perftracker/summary/worker_summary.h"
 
 namespace perftracker {
@@ -32,12 +32,6 @@ struct WorkerInfo {
   int32_t pid = 0;
   std::string host;
 };
-
-enum class WindowReason : uint8_t { kSlowdown = 0, kHang = 1, kManual = 2 };
-
-std::string_view WindowReasonName(WindowReason reason);
-// Parses "slowdown" / "hang" / "manual"; false for anything else.
-bool ParseWindowReason(std::string_view text, WindowReason* reason);
 
 // One profiling window: the same wall-clock span (CLOCK_REALTIME ns) on every worker.
 struct WindowSpec {

@@ -310,7 +310,7 @@ std::optional<Trigger> IterationDetector::CheckSlowdown() {
                 (last_mean_ns_ / shortest_mean_ns_ - 1.0) * 100.0,
                 FormatDuration(shortest_mean_ns_).c_str(),
                 again ? " (still slow: fired again)" : "");
-  return Trigger{TriggerReason::kSlowdown, buf};
+  return Trigger{WindowReason::kSlowdown, buf};
 }
 
 int64_t IterationDetector::HangLimitNs() const {
@@ -349,7 +349,7 @@ std::optional<Trigger> IterationDetector::CheckHang(int64_t now_ns) {
                 FormatDuration(static_cast<double>(silence)).c_str(),
                 static_cast<double>(silence) / static_cast<double>(mean),
                 FormatDuration(static_cast<double>(mean)).c_str(), MarkerName(last_kind));
-  return Trigger{TriggerReason::kHang, buf};
+  return Trigger{WindowReason::kHang, buf};
 }
 
 void IterationDetector::Rearm() { rearm_requested_.store(true, std::memory_order_relaxed); }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "perftracker/core/window_reason.h"
+
 namespace perftracker {
 
 struct DetectorOptions {
@@ -37,10 +39,8 @@ struct DetectorOptions {
 
 enum class Marker : uint8_t { kDataLoaderNext = 0, kOptimizerStep = 1 };
 
-enum class TriggerReason : uint8_t { kSlowdown = 0, kHang = 1 };
-
 struct Trigger {
-  TriggerReason reason = TriggerReason::kSlowdown;
+  WindowReason reason = WindowReason::kSlowdown;  // kSlowdown or kHang
   std::string detail;  // "mean of last 50 iterations 131 ms is 12% above the shortest 117 ms"
 };
 

@@ -207,7 +207,7 @@ TEST(IterationDetectorTest, SlowdownFiresAbove5PercentNotAt4) {
     }
     EXPECT_EQ(trigger.has_value(), fires) << slow_ms << " ms";
     if (trigger) {
-      EXPECT_EQ(trigger->reason, TriggerReason::kSlowdown);
+      EXPECT_EQ(trigger->reason, WindowReason::kSlowdown);
       EXPECT_NE(trigger->detail.find("above the shortest 100 ms"), std::string::npos)
           << trigger->detail;
     }
@@ -336,7 +336,7 @@ TEST(IterationDetectorTest, HangAtFiveTimesTheMean) {
   EXPECT_FALSE(d.detector().CheckHang(last + 500 * kMs).has_value());
   const auto hang = d.detector().CheckHang(last + 501 * kMs);
   ASSERT_TRUE(hang.has_value());
-  EXPECT_EQ(hang->reason, TriggerReason::kHang);
+  EXPECT_EQ(hang->reason, WindowReason::kHang);
   EXPECT_NE(hang->detail.find("mean iteration 100 ms"), std::string::npos) << hang->detail;
   EXPECT_NE(hang->detail.find("data-loader next"), std::string::npos) << hang->detail;
   // Once per silence...
