@@ -396,7 +396,9 @@ TEST_F(ControlServiceTest, EachLaterWindowIsComparedWithTheJobsBaseline) {
   ASSERT_FALSE(j["changes"].empty()) << j.dump(1);
   EXPECT_EQ(j["changes"][0]["function"], "block2");
   EXPECT_EQ(j["changes"][0]["workers"], nlohmann::json({0, 1}));
-  EXPECT_TRUE(fs::exists(dir_ / "reports" / "job-x" / "window-2-vs-1.html"));
+  // The HTML is written after the JSON: wait for it as well.
+  EXPECT_TRUE(
+      Eventually([&] { return fs::exists(dir_ / "reports" / "job-x" / "window-2-vs-1.html"); }));
   EXPECT_FALSE(fs::exists(dir_ / "reports" / "job-x" / "window-1-vs-1.json"));
   EXPECT_TRUE(Eventually([&] {
     return Logged("job job-x: window 2 vs baseline window 1: block2 is slower on all 2 workers");
