@@ -56,8 +56,7 @@ ParseOutcome Missing(std::string* error, std::string_view type, std::string_view
 
 }  // namespace
 
-ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message,
-                               std::string* error) {
+ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message, std::string* error) {
   const Json j = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Fail(error, "not valid JSON");
   if (!j.is_object()) return Fail(error, "not a JSON object");
@@ -71,7 +70,8 @@ ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message,
     int64_t pid = 0;
     if (!GetInt(j, "pid", &pid) || pid <= 0 || pid > INT32_MAX) return Missing(error, type, "pid");
     if (!GetRank(j, &m.rank)) return Missing(error, type, "rank");
-    if (!GetString(j, "shm", &m.shm_path, 4096) || m.shm_path.empty()) return Missing(error, type, "shm");
+    if (!GetString(j, "shm", &m.shm_path, 4096) || m.shm_path.empty())
+      return Missing(error, type, "shm");
     m.worker.pid = static_cast<int32_t>(pid);
     m.worker.rank = m.rank;
     int64_t v = 0;
@@ -128,7 +128,8 @@ ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message,
 
 std::string WindowMessage(const WindowSpec& window) {
   return fmt::format(
-      "{{\"type\":\"window\",\"window\":{},\"start_ns\":{},\"duration_ns\":{},\"reason\":\"{}\"}}\n",
+      "{{\"type\":\"window\",\"window\":{},\"start_ns\":{},\"duration_ns\":{},\"reason\":\"{}\"}}"
+      "\n",
       window.id, window.start_ns, window.duration_ns, WindowReasonName(window.reason));
 }
 

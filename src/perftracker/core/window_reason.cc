@@ -4,9 +4,12 @@ namespace perftracker {
 
 std::string_view WindowReasonName(WindowReason reason) {
   switch (reason) {
-    case WindowReason::kSlowdown: return "slowdown";
-    case WindowReason::kHang: return "hang";
-    case WindowReason::kManual: return "manual";
+    case WindowReason::kSlowdown:
+      return "slowdown";
+    case WindowReason::kHang:
+      return "hang";
+    case WindowReason::kManual:
+      return "manual";
   }
   return "manual";
 }
