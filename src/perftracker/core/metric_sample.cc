@@ -54,6 +54,10 @@ std::string_view MetricName(Metric metric) {
       return "tcp_delivery_rate_bytes_per_s";
     case Metric::kMainThreadRunQueueFraction:
       return "main_thread_run_queue_delay_fraction";
+    case Metric::kTimeslicesPerSec:
+      return "timeslices_per_s";
+    case Metric::kMainThreadTimeslicesPerSec:
+      return "main_thread_timeslices_per_s";
   }
   return "unknown";
 }

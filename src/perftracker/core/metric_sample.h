@@ -36,8 +36,14 @@ enum class Metric : uint16_t {
   // time: 0..1. The process-wide kRunQueueDelayFraction sums every thread (gloo, autograd,
   // the agent's), whose waits blur whether the training thread itself was starved.
   kMainThreadRunQueueFraction = 24,
+  // How often a process's threads were put on a CPU (schedstat's third field, summed over
+  // threads) per second, and its main thread's alone: the run-queue delay per timeslice
+  // (delay fraction / this rate) is how crowded the CPUs it ran on were, whatever share of
+  // the time the thread wanted to run or how often it woke.
+  kTimeslicesPerSec = 25,
+  kMainThreadTimeslicesPerSec = 26,
 };
-inline constexpr int kNumMetrics = 25;
+inline constexpr int kNumMetrics = 27;
 
 std::string_view MetricName(Metric metric);
 

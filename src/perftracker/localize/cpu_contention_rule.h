@@ -1,10 +1,18 @@
-// CPU contention (algorithm step 5c): a straggler finding (compute, data, communication,
-// sync, untraced) on a worker whose run-queue delay fraction (live mode: HostSampler)
-// exceeds its peer group's median by a margin and a ratio becomes PT-CPU-CONTENTION: starved
-// of CPU, not slow code. The worker's value is WorkerSummary::worker_metrics' mean, else the
-// time-weighted mean of its root functions' levels. A worker with no straggler function
-// whose run-queue delay alone is far above its peers' gets a PT-CPU-CONTENTION finding of
-// its own (run_queue_only).
+// CPU contention (algorithm step 5c): a worker is starved of CPU when it waited in the run
+// queue longer *per timeslice* (each time it was put on a CPU) than its peers did, by a clear
+// ratio, and that extra wait explains its straggling. Per timeslice, not per wall second: on a
+// loaded host every thread waits about the same for each turn on a CPU, so a rank that runs
+// more (slow code) or wakes more often (a sleep per sample in its DataLoader) waits more in
+// total without being starved; a rank whose CPU is crowded (busy processes beside it) waits
+// longer for every turn. The values are the main (training) threads' (HostSampler's
+// kMainThread* metrics) when every worker of the group has them, else the whole process's.
+//   - A straggler finding (compute, data, communication, sync, untraced) becomes
+//     PT-CPU-CONTENTION when the extra wait, at the peers' wait per turn, is at least half
+//     of its excess per iteration.
+//   - A worker with no straggler function whose wait per turn is far above its peers' gets
+//     a PT-CPU-CONTENTION finding of its own (run_queue_only): in DDP a starved rank loses
+//     its time everywhere a little.
+// No timeslice counts (offline traces, old summaries): no judgment.
 #pragma once
 
 #include <vector>

@@ -305,15 +305,19 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
       f.title = fmt::format("{} (GC pauses: {})", f.title, gc);
       f.evidence.insert(f.evidence.begin(), Evidence{"GC pauses", gc});
     }
-    if (top.contention_peer_run_queue >= 0) {
+    if (top.contention_peer_wait_ns >= 0) {
       const WorkerRecord& cw = workers[w];
-      const std::string rq = fmt::format(
-          "{} {} of wall time on {} vs {} on peers",
-          top.contention_main_thread ? "main-thread run-queue delay" : "run-queue delay",
-          FormatShare(top.contention_main_thread ? cw.main_run_queue : cw.run_queue),
-          job.WorkerName(w), FormatShare(top.contention_peer_run_queue));
-      f.title = fmt::format("CPU contention: {}; {}", rq, f.title);
-      std::vector<Evidence> first{{"run-queue delay", rq + " (median)"}};
+      const char* thread = top.contention_main_thread ? "training thread" : "threads";
+      const std::string per_turn =
+          fmt::format("run-queue wait {} per timeslice on {} vs {} on peers ({})",
+                      FormatDuration(top.contention_wait_ns), job.WorkerName(w),
+                      FormatDuration(top.contention_peer_wait_ns), thread);
+      f.title = fmt::format("CPU contention: {}; {}", per_turn, f.title);
+      std::vector<Evidence> first{{"run-queue wait per timeslice", per_turn + ", median"}};
+      const float delay = top.contention_main_thread ? cw.main_run_queue : cw.run_queue;
+      first.push_back(
+          {"run-queue delay", fmt::format("{} of wall time on {} ({})", FormatShare(delay),
+                                          job.WorkerName(w), thread)});
       if (cw.cpu_util >= 0) {
         first.push_back(
             {"CPU utilization", fmt::format("{:.2f} cores on {}", cw.cpu_util, job.WorkerName(w))});

@@ -71,9 +71,11 @@ struct WorkerRecord {
   // kept the launching thread busy while the device ran nothing. 0 without host events.
   float host_work_critical_ns = 0;
   // Host metrics over the window (live mode), -1 when not sampled.
-  float run_queue = -1;       // run-queue delay / wall time
-  float main_run_queue = -1;  // the main (training) thread's alone
-  float cpu_util = -1;        // cores busy
+  float run_queue = -1;        // run-queue delay / wall time
+  float main_run_queue = -1;   // the main (training) thread's alone
+  float timeslices = -1;       // times its threads were put on a CPU, per second
+  float main_timeslices = -1;  // the main thread's alone
+  float cpu_util = -1;         // cores busy
 };
 
 // A (worker, function) whose time per iteration steps up inside the window and stays up

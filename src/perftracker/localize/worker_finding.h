@@ -29,9 +29,11 @@ struct WorkerFinding {
   // For communication / sync findings: the worker's extra total wait, when smaller than the
   // function's excess (then that is what the job loses).
   double lost_cap = INFINITY;
-  // PT-CPU-CONTENTION: the peers' median run-queue delay fraction (-1 = not contention).
-  float contention_peer_run_queue = -1;
-  // ... and the values are the main (training) threads' alone (kMainThreadRunQueueFraction).
+  // PT-CPU-CONTENTION: the worker's run-queue wait per timeslice and its peers' median, in ns
+  // (-1 = not contention), ...
+  float contention_wait_ns = -1;
+  float contention_peer_wait_ns = -1;
+  // ... of the main (training) threads alone (else of every thread of the process).
   bool contention_main_thread = false;
   // PT-CPU-CONTENTION from run-queue evidence alone (no straggler function).
   bool run_queue_only = false;

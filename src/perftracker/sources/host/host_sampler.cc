@@ -5,7 +5,10 @@
 //   /proc/<pid>/task/<tid>/schedstat  "cpu_ns run_delay_ns timeslices": run_delay is the
 //                                  time the thread was runnable but waited in a run queue —
 //                                  the direct measure of CPU contention; cpu_ns its exact
-//                                  CPU time (the scheduler's sum_exec_runtime)
+//                                  CPU time (the scheduler's sum_exec_runtime); timeslices
+//                                  how often it was put on a CPU (run_delay / timeslices:
+//                                  the wait per turn, which does not grow with how much the
+//                                  thread runs or how often it wakes)
 //                                  (summed over threads; the main thread's, tid == pid,
 //                                  also alone: the training loop's own wait)
 //   /proc/<pid>/stat               fields 14, 15: utime, stime in clock ticks of the whole
@@ -184,6 +187,7 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
   if (!listed) Unreadable(dir + "/task", "cannot list threads");
   std::map<int32_t, ThreadState> threads;
   bool run_delay_ok = listed;
+  bool timeslices_ok = listed;
   bool switches_ok = listed;
   for (const std::string& name : tids) {
     int32_t tid = 0;
@@ -191,6 +195,8 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
     const std::string task = dir + "/task/" + name;
     ThreadState ts;
     if (ReadFile(task + "/schedstat", &text)) {
+      // The third field (timeslices) is optional: without it only its metrics are missing.
+      if (!ParseU64(Field(text, 2), &ts.timeslices)) timeslices_ok = false;
       if (!ParseU64(Field(text, 0), &ts.cpu_ns) || !ParseU64(Field(text, 1), &ts.run_delay_ns)) {
         Unreadable(task + "/schedstat", "no run_delay field");
         run_delay_ok = false;
@@ -220,27 +226,38 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
     const double wall_ns = static_cast<double>(now_ns - prev.time_ns);
     uint64_t cpu_ns = 0;
     uint64_t run_delay = 0;
+    uint64_t timeslices = 0;
     uint64_t voluntary = 0;
     uint64_t involuntary = 0;
     std::optional<uint64_t> main_run_delay;  // the main thread's (tid == pid)
+    uint64_t main_timeslices = 0;
     for (const auto& [tid, ts] : threads) {
       const auto before = prev.threads.find(tid);
       const ThreadState zero;
       const ThreadState& b = before != prev.threads.end() ? before->second : zero;
       cpu_ns += Delta(ts.cpu_ns, b.cpu_ns);
       run_delay += Delta(ts.run_delay_ns, b.run_delay_ns);
+      timeslices += Delta(ts.timeslices, b.timeslices);
       voluntary += Delta(ts.voluntary, b.voluntary);
       involuntary += Delta(ts.involuntary, b.involuntary);
       if (tid == pid && before != prev.threads.end()) {
         main_run_delay = Delta(ts.run_delay_ns, b.run_delay_ns);
+        main_timeslices = Delta(ts.timeslices, b.timeslices);
       }
     }
     if (run_delay_ok) {
       emit(Metric::kCpuUtilization, static_cast<double>(cpu_ns) / wall_ns);
       emit(Metric::kRunQueueDelayFraction, static_cast<double>(run_delay) / wall_ns);
+      if (timeslices_ok) {
+        emit(Metric::kTimeslicesPerSec, static_cast<double>(timeslices) * 1e9 / wall_ns);
+      }
       if (main_run_delay) {
         emit(Metric::kMainThreadRunQueueFraction,
              std::min(1.0, static_cast<double>(*main_run_delay) / wall_ns));
+        if (timeslices_ok) {
+          emit(Metric::kMainThreadTimeslicesPerSec,
+               static_cast<double>(main_timeslices) * 1e9 / wall_ns);
+        }
       }
     } else if (cpu_ok) {
       const uint64_t ticks = Delta(utime + stime, prev.cpu_ticks);

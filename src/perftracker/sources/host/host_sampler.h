@@ -37,6 +37,9 @@ class HostSampler : public MetricSampler {
   //   kCpuUtilization               CPU time of all threads / wall time (1.0 = one core)
   //   kRunQueueDelayFraction        time threads were runnable but waited for a CPU, summed
   //                                 over the process's threads / wall time
+  //   kTimeslicesPerSec             times the process's threads were put on a CPU, per second
+  //   kMainThreadRunQueueFraction / kMainThreadTimeslicesPerSec  the same for the main
+  //                                 thread alone (tid == pid)
   //   kVoluntaryCtxSwitchesPerSec   summed over threads
   //   kInvoluntaryCtxSwitchesPerSec summed over threads
   //   kMemoryRssBytes               resident set size
@@ -50,6 +53,7 @@ class HostSampler : public MetricSampler {
   struct ThreadState {
     uint64_t cpu_ns = 0;
     uint64_t run_delay_ns = 0;
+    uint64_t timeslices = 0;  // times put on a CPU (schedstat's third field)
     uint64_t voluntary = 0;
     uint64_t involuntary = 0;
   };

@@ -52,8 +52,9 @@ class FixtureTree {
   void Thread(int pid, int tid, uint64_t cpu_ns, uint64_t run_delay_ns, uint64_t voluntary,
               uint64_t involuntary) {
     const std::string d = "proc/" + std::to_string(pid) + "/task/" + std::to_string(tid);
-    Write(d + "/schedstat",
-          std::to_string(cpu_ns) + " " + std::to_string(run_delay_ns) + " 4242\n");
+    // Timeslices: once on a CPU per switch away from it.
+    Write(d + "/schedstat", std::to_string(cpu_ns) + " " + std::to_string(run_delay_ns) + " " +
+                                std::to_string(voluntary + involuntary) + "\n");
     Write(d + "/status", "Name:\tpt_main\nUmask:\t0022\nState:\tR (running)\nTgid:\t" +
                              std::to_string(pid) + "\nPid:\t" + std::to_string(tid) +
                              "\nVmRSS:\t  819200 kB\nThreads:\t3\n"
@@ -118,6 +119,10 @@ TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kRunQueueDelayFraction, 4242), 0.3);
   // The main thread's (tid 4242) alone: 400 ms over 2 s.
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kMainThreadRunQueueFraction, 4242), 0.2);
+  // Timeslices (schedstat's third field): (75 - 15) + (150 - 100) + 35 over 2 s; the main
+  // thread's 60.
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kTimeslicesPerSec, 4242), (60 + 50 + 35) / 2.0);
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kMainThreadTimeslicesPerSec, 4242), 60 / 2.0);
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kVoluntaryCtxSwitchesPerSec, 4242),
                    (20 + 50 + 20) / 2.0);
   EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kInvoluntaryCtxSwitchesPerSec, 4242),
@@ -127,7 +132,7 @@ TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
   EXPECT_DOUBLE_EQ(*Find(out, -1, Metric::kNicRxBytesPerSec, 2), 250'000);
   EXPECT_DOUBLE_EQ(*Find(out, -1, Metric::kNicTxBytesPerSec, 7), 0);
   EXPECT_FALSE(Find(out, -1, Metric::kNicTxBytesPerSec, 1).has_value()) << "loopback skipped";
-  EXPECT_EQ(out.size(), 6u + 4u);  // 6 per pid, 2 per interface
+  EXPECT_EQ(out.size(), 8u + 4u);  // 8 per pid, 2 per interface
   EXPECT_EQ(sampler.stats().vanished_pids, 0u);
   EXPECT_EQ(sampler.stats().unreadable_files, 0u) << sampler.stats().first_problem;
 }

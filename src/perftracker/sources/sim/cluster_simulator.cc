@@ -574,6 +574,8 @@ void ClusterSimulator::Impl::Emit(int32_t rank, EventSink& sink) const {
     sample(Metric::kRunQueueDelayFraction, t,
            std::clamp(noisy(on ? fs.run_queue : 0.02, 0.2), 0.0, 1.0), 0);
     sample(Metric::kCpuUtilization, t, noisy(0.9, 0.05), 0);
+    // As many turns on a CPU whether starved or not: a starved rank waits longer for each.
+    sample(Metric::kTimeslicesPerSec, t, noisy(200, 0.05), 0);
     sample(Metric::kNicLinkUp, t, LinkDown(host, static_cast<double>(t)) ? 0 : 1, src);
   }
   // Link throughput: a point sample is the rate of the transfer running at that time.
