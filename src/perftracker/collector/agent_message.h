@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "perftracker/collector/coordinator_link.h"
+#include "perftracker/wire/coordinator_link.h"
 
 namespace perftracker {
 
@@ -42,7 +42,7 @@ struct AgentMessage {
   uint64_t window = 0;
   uint64_t events = 0;
   uint64_t dropped = 0;
-  std::string text;  // stacks
+  std::string text;       // stacks
   bool available = true;  // stacks: false when the agent could not take them (text says why)
 };
 

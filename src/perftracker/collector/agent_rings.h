@@ -35,11 +35,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "perftracker/collector/coordinator_link.h"
 #include "perftracker/core/agent_shm.h"
 #include "perftracker/core/function_table.h"
 #include "perftracker/report/rank_trace.h"
 #include "perftracker/summary/window_summarizer.h"
+#include "perftracker/wire/coordinator_link.h"
 
 namespace perftracker {
 

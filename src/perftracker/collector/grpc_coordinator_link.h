@@ -43,11 +43,11 @@
 #include <thread>
 #include <vector>
 
-#include "perftracker/collector/coordinator_link.h"
 #include "perftracker/collector/node_collector.h"
 #include "perftracker/core/status.h"
 #include "perftracker/wire/control_client.h"
 #include "perftracker/wire/control_messages.h"
+#include "perftracker/wire/coordinator_link.h"
 
 namespace perftracker {
 

@@ -37,11 +37,11 @@
 #include <thread>
 #include <vector>
 
-#include "perftracker/collector/coordinator_link.h"
 #include "perftracker/core/metric_sample.h"
 #include "perftracker/core/status.h"
 #include "perftracker/report/rank_trace.h"
 #include "perftracker/sources/host/host_sampler.h"
+#include "perftracker/wire/coordinator_link.h"
 
 namespace perftracker {
 

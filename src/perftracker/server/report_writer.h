@@ -12,10 +12,10 @@
 #include <map>
 #include <string>
 
-#include "perftracker/collector/coordinator_link.h"
 #include "perftracker/compare/comparison.h"
 #include "perftracker/core/status.h"
 #include "perftracker/report/report.h"
+#include "perftracker/wire/coordinator_link.h"
 
 namespace perftracker {
 

@@ -22,10 +22,10 @@
 #include <string_view>
 #include <vector>
 
-#include "perftracker/collector/coordinator_link.h"
 #include "perftracker/core/status.h"
 #include "perftracker/server/store/store.h"
 #include "perftracker/server/window_coordinator.h"
+#include "perftracker/wire/coordinator_link.h"
 
 namespace perftracker {
 

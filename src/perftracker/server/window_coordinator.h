@@ -74,12 +74,12 @@
 #include <thread>
 #include <vector>
 
-#include "perftracker/collector/coordinator_link.h"
 #include "perftracker/core/status.h"
 #include "perftracker/localize/diagnosis.h"
 #include "perftracker/localize/digest_screen.h"
 #include "perftracker/localize/localizer.h"
 #include "perftracker/report/report.h"
+#include "perftracker/wire/coordinator_link.h"
 
 namespace perftracker {
 

@@ -7,8 +7,8 @@
 // `perftracker run` wires the NodeCollector to the embedded server's WindowCoordinator in
 // one process: both interfaces are plain virtual calls. A multi-host deployment puts a
 // gRPC client behind CoordinatorLink on each host and a gRPC service that calls
-// CollectorControl on the server; neither side's logic changes. The interfaces live here
-// (the collector's layer) because the server sits above the collector and implements them.
+// CollectorControl on the server; neither side's logic changes. The interfaces live in wire/
+// with the rest of the contract between the processes, so that neither side links the other.
 //
 // Threading contract: implementations must return quickly and never block on the other
 // side (a slow server must not stall ring draining; a slow collector must not stall the
