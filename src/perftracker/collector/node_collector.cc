@@ -717,6 +717,11 @@ void NodeCollector::DrainLoop(int index) {
         } else if (s->finish_now || s->gone || (now >= w.end_ns() && done) ||
                    now >= w.end_ns() + grace_ns || last_round) {
           const uint64_t id = w.id;
+          // A source's file can appear after the last periodic look: CUPTI's is created when
+          // the agent begins GPU tracing and filled when it flushes, just before window_done,
+          // which a loaded machine can put within the window's last moments. One more look
+          // before the summary, so that no source that wrote for this window is left out.
+          AttachSources(*s);
           summaries.emplace_back(id, s->rings->FinishWindow());
           if (std::unique_ptr<RankTrace> r = s->rings->TakeRecording()) {
             recordings.emplace_back(id, std::move(r));
