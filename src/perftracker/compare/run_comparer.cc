@@ -11,6 +11,7 @@
 #include <fmt/core.h>
 
 #include "perftracker/core/point_to_point.h"
+#include "perftracker/core/units.h"
 
 namespace perftracker::compare {
 namespace {
@@ -386,10 +387,10 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
     }
     if (total_self > 0 && shared_self < kLowOverlap * total_self) {
       out.notes.push_back(fmt::format(
-          "only {:.0f}% of the baseline's time is in functions the current run also has: the "
+          "only {} of the baseline's time is in functions the current run also has: the "
           "code changed (a Python frame's line number moves with any edit), so functions that "
           "moved show as one slower and one faster",
-          100 * shared_self / total_self));
+          FormatShare(shared_self / total_self)));
     }
     out.shared_scale = ratios.empty() ? 1 : Median(std::move(ratios));
   } else {

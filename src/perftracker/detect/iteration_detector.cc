@@ -305,9 +305,9 @@ std::optional<Trigger> IterationDetector::CheckSlowdown() {
   slowdown_fired_ = true;
   fired_at_iteration_ = iterations;
   char buf[200];
-  std::snprintf(buf, sizeof(buf), "mean of last %d iterations %s is %.1f%% above the shortest %s%s",
+  std::snprintf(buf, sizeof(buf), "mean of last %d iterations %s is %s above the shortest %s%s",
                 options_.window_iterations, FormatDuration(last_mean_ns_).c_str(),
-                (last_mean_ns_ / shortest_mean_ns_ - 1.0) * 100.0,
+                FormatShare(last_mean_ns_ / shortest_mean_ns_ - 1.0).c_str(),
                 FormatDuration(shortest_mean_ns_).c_str(),
                 again ? " (still slow: fired again)" : "");
   return Trigger{WindowReason::kSlowdown, buf};

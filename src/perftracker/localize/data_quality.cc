@@ -4,8 +4,9 @@
 
 #include <algorithm>
 
+#include "perftracker/core/rank_list.h"
+#include "perftracker/core/units.h"
 #include "perftracker/localize/finding_catalogue.h"
-#include "perftracker/localize/finding_format.h"
 #include "perftracker/localize/rule_context.h"
 #include "perftracker/summary/data_quality_counters.h"
 
@@ -16,6 +17,8 @@ namespace fc = finding_codes;
 
 // A worker whose events were this much dropped / malformed is badly incomplete.
 constexpr double kIncompleteShare = 0.1;
+// A note's rank list is cut here ("..., … (N ranks)").
+constexpr size_t kMaxRankListChars = 160;
 
 }  // namespace
 
@@ -41,13 +44,13 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
       d.notes.push_back(fmt::format(
           "missing ranks: {} ({} of {} expected ranks have no data; a missing worker may be "
           "the one the others wait for, check that its profile was written)",
-          FormatRanges(missing), missing.size(), max_rank + 1));
+          FormatRanks(missing, kMaxRankListChars, ", "), missing.size(), max_rank + 1));
     }
     if (!duplicate.empty()) {
       d.notes.push_back(fmt::format(
           "duplicate ranks: {} appear more than once (two profiles of one rank, or mixed "
           "windows); each copy was compared as a separate worker",
-          FormatRanges(duplicate)));
+          FormatRanks(duplicate, kMaxRankListChars, ", ")));
     }
   }
   if (!job.unranked_sources().empty()) {

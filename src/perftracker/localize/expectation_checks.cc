@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
+#include "perftracker/core/units.h"
 #include "perftracker/localize/finding_catalogue.h"
-#include "perftracker/localize/finding_format.h"
 #include "perftracker/localize/robust_stats.h"
 
 namespace perftracker::localize {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "perftracker/localize/finding_format.h"
+#include "perftracker/core/units.h"
 #include "perftracker/localize/robust_stats.h"
 
 namespace perftracker::localize {
@@ -374,10 +374,10 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
         f.evidence.push_back(
             {"intermittent",
              fmt::format("the median call is not slower (p50 {} vs peers' {}) and there are "
-                         "no extra calls: a few slow calls make the excess; below {:.0f}% of "
+                         "no extra calls: a few slow calls make the excess; below {} of "
                          "the iteration this is treated as noise",
                          FormatDuration(a.p50), FormatDuration(a.peer_p50),
-                         100.0 * kIntermittentFactor * ctx_.options->material_share)});
+                         FormatShare(kIntermittentFactor * ctx_.options->material_share))});
       }
     }
     RenderedFinding r;

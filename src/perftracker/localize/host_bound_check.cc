@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
+#include "perftracker/core/units.h"
 #include "perftracker/localize/expectation_checks.h"
 #include "perftracker/localize/finding_catalogue.h"
-#include "perftracker/localize/finding_format.h"
 #include "perftracker/localize/robust_stats.h"
 
 namespace perftracker::localize {

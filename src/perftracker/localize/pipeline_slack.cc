@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "perftracker/localize/finding_format.h"
+#include "perftracker/core/units.h"
 #include "perftracker/localize/robust_stats.h"
 
 namespace perftracker::localize {

@@ -85,38 +85,6 @@ std::vector<std::string_view> CodePoints(std::string_view text) {
 
 }  // namespace
 
-std::string FormatRanks(std::vector<int32_t> ranks, size_t max_chars) {
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  max_chars = std::max<size_t>(max_chars, 16);
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (j - i >= 2) {
-      parts.push_back(fmt::format("{}-{}", ranks[i], ranks[j]));
-    } else {
-      for (size_t k = i; k <= j; ++k) parts.push_back(fmt::format("{}", ranks[k]));
-    }
-    i = j + 1;
-  }
-  const std::string tail = fmt::format(",… ({} ranks)", ranks.size());
-  const size_t tail_width = DisplayWidth(tail);
-  std::string out;  // ASCII only: its size is its width
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const std::string sep = i == 0 ? "" : ",";
-    const bool last = i + 1 == parts.size();
-    // Keep room for the tail unless this part finishes the list.
-    const size_t need = out.size() + sep.size() + parts[i].size() + (last ? 0 : tail_width);
-    if (need > max_chars) {
-      if (out.empty()) out = parts[i];  // always show at least one part
-      return out + tail;
-    }
-    out += sep + parts[i];
-  }
-  return out;
-}
-
 std::string RanksLabel(const std::vector<int32_t>& ranks, int32_t num_workers,
                        size_t max_chars) {
   std::vector<int32_t> sorted = ranks;

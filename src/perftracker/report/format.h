@@ -1,5 +1,5 @@
-// Formatting helpers shared by the text, JSON and HTML reports: compressed rank lists
-// ("0-3,5,7-1023"), UTF-8 sanitizing, HTML escaping and word wrapping by display columns.
+// Formatting helpers shared by the text, JSON and HTML reports: rank labels, UTF-8
+// sanitizing, HTML escaping and word wrapping by display columns.
 //
 // Strings that come from the data (function names, evidence, notes, file paths) may hold
 // anything a trace held: invalid UTF-8, control characters (a raw ESC would let a trace
@@ -12,14 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "perftracker/core/units.h"  // durations and shares: FormatDuration, FormatShare
+#include "perftracker/core/rank_list.h"  // FormatRanks
+#include "perftracker/core/units.h"      // durations and shares: FormatDuration, FormatShare
 
 namespace perftracker::report {
-
-// Sorted, de-duplicated ranks with runs of three or more compressed: "0-3,5,7-1023".
-// When the result would exceed max_chars, it is cut at a comma and ends
-// ",… (N ranks)" so that the total stays within max_chars (max_chars < 16 is raised to 16).
-std::string FormatRanks(std::vector<int32_t> ranks, size_t max_chars = SIZE_MAX);
 
 // "rank 2", "ranks 0-3,5", or "all N workers" when ranks is empty or covers every worker.
 std::string RanksLabel(const std::vector<int32_t>& ranks, int32_t num_workers,
