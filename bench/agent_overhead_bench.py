@@ -38,7 +38,6 @@ anything else meanwhile (other load shows up as noise of several percent).
 """
 
 import argparse
-import glob
 import json
 import math
 import os
@@ -51,6 +50,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIVE_JOB = os.path.join(os.path.dirname(HERE), "tests", "e2e", "live_job.py")
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
+import report_files  # noqa: E402  (the report directory's file names)
 MODES = ("none", "always_on", "window", "after_window")
 TARGETS = {"always_on": 1.005, "window": 1.03}  # issue 3: step time ratio to `none`
 
@@ -122,8 +123,7 @@ def run_once(mode, args, tmp):
     measured = times[args.skip:]
     gaps = [b - a for a, b in zip(measured, measured[1:])]
     dropped = events = 0
-    reports = [p for p in glob.glob(os.path.join(report_dir, "window-*-*.json"))
-               if "-vs-" not in os.path.basename(p)]  # not the .perfetto.json, not a comparison
+    reports = report_files.window_report_paths(report_dir)
     for path in reports:
         with open(path) as f:
             report = json.load(f)

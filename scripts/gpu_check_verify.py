@@ -15,7 +15,6 @@ Standard library only: runs with the GPU machine's Python and with this one (--s
 """
 
 import collections
-import glob
 import gzip
 import json
 import os
@@ -24,15 +23,16 @@ import sqlite3
 import sys
 import zlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_files  # noqa: E402  (the report directory's file names)
+
 
 class CheckFailed(Exception):
     pass
 
 
 def window_reports(report_dir):
-    # window-<id>-<reason>.json; not window-<id>.perfetto.json (the timeline)
-    paths = sorted(p for p in glob.glob(os.path.join(report_dir, "window-*-*.json"))
-                   if "-vs-" not in os.path.basename(p))  # not a comparison with the baseline
+    paths = report_files.window_report_paths(report_dir)
     if not paths:
         raise CheckFailed("no window report (window-*.json) in %s" % report_dir)
     reports = []

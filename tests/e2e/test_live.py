@@ -53,6 +53,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIVE_JOB = os.path.join(HERE, "live_job.py")
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import report_files  # noqa: E402  (the report directory's file names)
 DEMO_JOB = os.path.join(REPO, "examples", "live", "train.py")
 CATEGORIES = {"compute", "data_loading", "communication", "synchronization", "host_overhead",
               "gc", "cpu_contention", "gpu_hardware", "memory", "hang", "data_quality"}
@@ -367,20 +369,17 @@ class LiveRun:
         with open(self.stderr_path, encoding="utf-8", errors="replace") as f:
             return f.read()
 
-    def report_paths(self):
-        # window-<id>-<reason>.json, not the timeline window-<id>.perfetto.json
-        return sorted(p for p in glob.glob(os.path.join(self.report_dir, "window-*-*.json"))
-                      if "-vs-" not in os.path.basename(p))  # not a comparison with the baseline
+    def report_paths(self, reason=None):
+        """The windows' JSON reports (of that reason, when given), in window order."""
+        return report_files.window_report_paths(self.report_dir, reason)
 
     def report(self, reason=None, exclude=(), first=False):
         """The last (or first) window's JSON report (of that reason, when given), leaving
         out the report files in `exclude`."""
-        paths = [p for p in self.report_paths()
-                 if (reason is None or p.endswith(f"-{reason}.json")) and p not in exclude]
+        paths = [p for p in self.report_paths(reason) if p not in exclude]
         if not paths:
             raise AssertionError(f"{self.name}: no {reason or ''} report in "
                                  f"{self.report_dir}\n{self.describe()}")
-        paths.sort(key=lambda p: int(re.search(r"window-(\d+)-", p).group(1)))
         path = paths[0] if first else paths[-1]
         with open(path, encoding="utf-8") as f:
             try:
@@ -476,7 +475,7 @@ class LiveChecks(unittest.TestCase):
         """No hang is what the user sees: the final diagnosis names none, and a hang report
         that was written is retracted (the hang is a note in it, not a finding)."""
         self.assertNotIn("PT-HANG", run.stdout(), run.describe())
-        for path in glob.glob(os.path.join(run.report_dir, "window-*-hang.json")):
+        for path in run.report_paths("hang"):
             with open(path, encoding="utf-8") as f:
                 report = json.load(f)
             codes = [f["code"] for f in report["findings"]]
@@ -744,8 +743,8 @@ class LiveFaultTest(LiveChecks):
         hang_start = run.poll_until("hang", run.fault_start_time, timeout=STARTUP_SECONDS)
         opened = run.poll_until("hang window", lambda: "(hang) opens" in run.stderr() and
                                 time.time(), timeout=60, interval=0.01)
-        report_path = run.poll_until("hang report", lambda: glob.glob(
-            os.path.join(run.report_dir, "window-*-hang.json")), timeout=60, interval=0.01)[0]
+        report_path = run.poll_until("hang report", lambda: run.report_paths("hang"), timeout=60,
+                                     interval=0.01)[0]
         written = os.stat(report_path).st_mtime
         before = [s for s in run.steps() if s[0] < HANG_AFTER_STEPS]
         mean_iteration = statistics.mean(

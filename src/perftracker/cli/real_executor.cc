@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "perftracker/cli/scenario_executor.h"
+#include "perftracker/server/report_writer.h"
 
 namespace perftracker {
 namespace {
@@ -289,13 +290,7 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
     if (!s.judge_final && fs::exists(reports, ec) && (s.healthy || onset > 0)) {
       std::vector<fs::path> files;
       for (const auto& e : fs::directory_iterator(reports, ec)) {
-        const std::string n = e.path().filename().string();
-        // window-<id>-<reason>.json; not the window's timeline (.perfetto.json) nor its
-        // comparison with the job's baseline (window-<id>-vs-<base>.json).
-        if (n.starts_with("window-") && n.ends_with(".json") && !n.ends_with(".perfetto.json") &&
-            n.find("-vs-") == std::string::npos) {
-          files.push_back(e.path());
-        }
+        if (ParseWindowReportFileName(e.path().filename().string())) files.push_back(e.path());
       }
       for (const auto& f : files) {
         struct stat st {};

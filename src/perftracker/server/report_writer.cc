@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -82,12 +83,40 @@ Status EnsureReportDir(const std::string& dir) {
   return Status::Ok();
 }
 
+std::string WindowReportStem(uint64_t window, WindowReason reason) {
+  return fmt::format("window-{}-{}", window, WindowReasonName(reason));
+}
+
+std::string ComparisonReportStem(uint64_t window, uint64_t baseline) {
+  return fmt::format("window-{}-vs-{}", window, baseline);
+}
+
+std::string TimelineFileName(uint64_t window) {
+  return fmt::format("window-{}.perfetto.json", window);
+}
+
+std::string StacksFileName(uint64_t window) { return fmt::format("window-{}-stacks.txt", window); }
+
+std::optional<WindowReportFile> ParseWindowReportFileName(std::string_view name) {
+  constexpr std::string_view kPrefix = "window-", kSuffix = ".json";
+  if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return std::nullopt;
+  name = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  const size_t dash = name.find('-');
+  if (dash == 0 || dash == std::string_view::npos) return std::nullopt;
+  WindowReportFile file;
+  const std::string_view id = name.substr(0, dash);
+  const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), file.window);
+  if (ec != std::errc() || end != id.data() + id.size()) return std::nullopt;
+  // "vs-<base>" (a comparison) and "<id>.perfetto" (no reason) are not reasons.
+  if (!ParseWindowReason(name.substr(dash + 1), &file.reason)) return std::nullopt;
+  return file;
+}
+
 StatusOr<std::string> WriteComparisonReport(const std::string& dir, uint64_t window,
                                             uint64_t baseline,
                                             const compare::Comparison& comparison) {
   PERFTRACKER_RETURN_IF_ERROR(EnsureReportDir(dir));
-  const std::string base =
-      (fs::path(dir) / fmt::format("window-{}-vs-{}", window, baseline)).string();
+  const std::string base = (fs::path(dir) / ComparisonReportStem(window, baseline)).string();
   PERFTRACKER_RETURN_IF_ERROR(WriteAtomically(base + ".json", RenderComparisonJson(comparison)));
   PERFTRACKER_RETURN_IF_ERROR(WriteAtomically(base + ".html", RenderComparisonHtml(comparison)));
   return base + ".json";
@@ -98,8 +127,7 @@ StatusOr<WrittenReport> WriteWindowReport(const std::string& dir, uint64_t windo
                                           const std::map<int32_t, std::string>& stacks) {
   PERFTRACKER_RETURN_IF_ERROR(EnsureReportDir(dir));
   WrittenReport written;
-  const std::string base =
-      (fs::path(dir) / fmt::format("window-{}-{}", window, WindowReasonName(reason))).string();
+  const std::string base = (fs::path(dir) / WindowReportStem(window, reason)).string();
   written.json_path = base + ".json";
   written.html_path = base + ".html";
   const std::vector<SkippedInput> no_skipped_inputs;
@@ -115,7 +143,7 @@ StatusOr<WrittenReport> WriteWindowReport(const std::string& dir, uint64_t windo
       if (!stack.empty() && stack.back() != '\n') text += '\n';
       text += '\n';
     }
-    written.stacks_path = (fs::path(dir) / fmt::format("window-{}-stacks.txt", window)).string();
+    written.stacks_path = (fs::path(dir) / StacksFileName(window)).string();
     PERFTRACKER_RETURN_IF_ERROR(WriteAtomically(written.stacks_path, text));
   }
   return written;

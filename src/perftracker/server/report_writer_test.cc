@@ -50,5 +50,24 @@ TEST(ReportWriterTest, ReportModeOverridesTheOwnerOnlyDefault) {
   fs::remove_all(dir);
 }
 
+// The report directory's names are read by the rule that makes them: a window's JSON report
+// is found; its timeline, comparison, stacks and HTML are not reports.
+TEST(ReportWriterTest, AWindowReportIsFoundByTheNameItWasWrittenUnder) {
+  for (const WindowReason reason :
+       {WindowReason::kSlowdown, WindowReason::kHang, WindowReason::kManual}) {
+    const auto file = ParseWindowReportFileName(WindowReportStem(12, reason) + ".json");
+    ASSERT_TRUE(file.has_value()) << WindowReportStem(12, reason);
+    EXPECT_EQ(file->window, 12u);
+    EXPECT_EQ(file->reason, reason);
+  }
+  EXPECT_FALSE(ParseWindowReportFileName(TimelineFileName(3)));
+  EXPECT_FALSE(ParseWindowReportFileName(ComparisonReportStem(3, 1) + ".json"));
+  EXPECT_FALSE(ParseWindowReportFileName(StacksFileName(3)));
+  EXPECT_FALSE(ParseWindowReportFileName(WindowReportStem(3, WindowReason::kHang) + ".html"));
+  EXPECT_FALSE(ParseWindowReportFileName("window--hang.json"));
+  EXPECT_FALSE(ParseWindowReportFileName("window-x-hang.json"));
+  EXPECT_FALSE(ParseWindowReportFileName("window-3-hang.json.tmp"));
+}
+
 }  // namespace
 }  // namespace perftracker

@@ -51,7 +51,7 @@ std::string UtcTime(int64_t ns) {
 }
 
 std::string StacksPath(const std::string& dir, uint64_t window) {
-  return (std::filesystem::path(dir) / fmt::format("window-{}-stacks.txt", window)).string();
+  return (std::filesystem::path(dir) / StacksFileName(window)).string();
 }
 
 // "train.py:61 main > model.py:27 forward" (innermost last): the main thread's innermost
@@ -406,8 +406,7 @@ std::string WindowCoordinator::WritePerfetto(const OpenWindow& w, const Diagnosi
   perfetto_options.generator = fmt::format("perftracker live window {}", w.spec.id);
   PerfettoWriter writer(perfetto_options);
   for (const auto& t : traces) writer.AddRank(t.get());
-  const std::string path =
-      (fs::path(options_.report_dir) / fmt::format("window-{}.perfetto.json", w.spec.id)).string();
+  const std::string path = (fs::path(options_.report_dir) / TimelineFileName(w.spec.id)).string();
   const std::string tmp = path + ".tmp";
   Status written = Status::Ok();
   {
