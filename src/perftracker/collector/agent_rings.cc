@@ -75,6 +75,7 @@ void AgentRings::SyncFunctions(Source& source) {
     } else {
       ++stats_.invalid_functions;
       local = functions_.Intern(EventKind::kPythonCall, fmt::format("<invalid function {}>", id));
+      invalid_functions_.insert(local);
     }
     source.local_ids.push_back(local);
   }
@@ -130,6 +131,9 @@ void AgentRings::Route(Source& source, int ring, const Event& event) {
     if (recording_) recording_->OnTrack(track);
   }
   if (ev.kind == EventKind::kIteration) saw_iteration_event_ = true;
+  if (!invalid_functions_.empty() && invalid_functions_.count(ev.function_id) != 0) {
+    ++window_invalid_function_events_;
+  }
   ++stats_.events_in_window;
   summarizer_->OnEvent(ev);
   if (recording_) recording_->OnEvent(ev);
@@ -144,6 +148,8 @@ void AgentRings::BeginWindow(const WindowSpec& window) {
   tracks_announced_.clear();
   for (Source& source : sources_) source.dropped_at_start = source.shm->TotalDropped();
   window_malformed_ = 0;
+  window_invalid_function_events_ = 0;
+  window_sample_problems_ = SummaryStats();
   agent_dropped_ = 0;
   agent_events_ = 0;
   saw_iteration_event_ = false;
@@ -163,6 +169,22 @@ void AgentRings::TruncateWindow(int64_t end_ns) {
 void AgentRings::AddMetric(const MetricSample& sample) {
   if (!window_ || sample.time_ns < window_->start_ns || sample.time_ns > window_end_ns_) return;
   summarizer_->OnMetric(sample);
+}
+
+void AgentRings::CountSampleProblem(SampleProblem problem, uint64_t count, int64_t time_ns) {
+  if (!window_ || time_ns < window_->start_ns || time_ns > window_end_ns_) return;
+  SummaryStats& p = window_sample_problems_;
+  switch (problem) {
+    case SampleProblem::kProcessGone:
+      p.metric_samples_process_gone += count;
+      break;
+    case SampleProblem::kUnreadable:
+      p.metric_reads_failed += count;
+      break;
+    case SampleProblem::kTruncated:
+      p.metric_readings_truncated += count;
+      break;
+  }
 }
 
 void AgentRings::AddIteration(int64_t end_ns, int64_t duration_ns) {
@@ -205,6 +227,10 @@ WorkerSummary AgentRings::FinishWindow() {
   const uint64_t shm_dropped = TotalDroppedSince();
   summary.stats.dropped_events += std::max(shm_dropped, agent_dropped_);
   summary.stats.malformed_events += window_malformed_;
+  summary.stats.invalid_function_events += window_invalid_function_events_;
+  summary.stats.metric_samples_process_gone += window_sample_problems_.metric_samples_process_gone;
+  summary.stats.metric_reads_failed += window_sample_problems_.metric_reads_failed;
+  summary.stats.metric_readings_truncated += window_sample_problems_.metric_readings_truncated;
   if (summary.stats.dropped_events > 0 && summary.stats.first_problem.empty()) {
     summary.stats.first_problem = fmt::format(
         "{} events were dropped by the agent (full rings): raise --ring-events or --rings",

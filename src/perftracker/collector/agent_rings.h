@@ -7,7 +7,8 @@
 // published before the event, so every id in the batch is then known), keeping the parent
 // chain: the FunctionTable key of a Python call is its whole call path, the same string on
 // every rank. Slots are validated (id, parent below the slot, known kind, name length);
-// an invalid slot becomes a root "<invalid function N>" and is counted, never trusted.
+// an invalid slot becomes a root "<invalid function N>" and is counted, never trusted; a
+// window's events of such functions are counted in its summary (invalid_function_events).
 //
 // Windows. Between BeginWindow() and FinishWindow() the events whose start lies in the
 // window's span go to a fresh WindowSummarizer (with their track announced once, named
@@ -37,6 +38,7 @@
 
 #include "perftracker/core/agent_shm.h"
 #include "perftracker/core/function_table.h"
+#include "perftracker/core/metric_sampler.h"
 #include "perftracker/report/rank_trace.h"
 #include "perftracker/summary/window_summarizer.h"
 #include "perftracker/wire/coordinator_link.h"
@@ -70,6 +72,9 @@ class AgentRings {
   void TruncateWindow(int64_t end_ns);
   // A host metric sample: summarized when it falls inside the open window.
   void AddMetric(const MetricSample& sample);
+  // What the collector's sampler could not read for this worker (or its host) at time_ns:
+  // counted in the window's summary when it falls inside the open window.
+  void CountSampleProblem(SampleProblem problem, uint64_t count, int64_t time_ns);
   // An iteration the agent's detector closed (from `iteration` messages): used for the
   // window's iterations when the rings carried no iteration events.
   void AddIteration(int64_t end_ns, int64_t duration_ns);
@@ -113,6 +118,7 @@ class AgentRings {
   std::vector<Source> sources_;  // [0]: the agent's file
   WorkerInfo worker_;
   FunctionTable functions_;
+  std::unordered_set<uint32_t> invalid_functions_;  // functions_ ids of invalid slots
   std::vector<Event> batch_;
   AgentRingsStats stats_;
 
@@ -122,6 +128,8 @@ class AgentRings {
   std::unique_ptr<WindowSummarizer> summarizer_;
   std::unordered_set<uint32_t> tracks_announced_;
   uint64_t window_malformed_ = 0;
+  uint64_t window_invalid_function_events_ = 0;
+  SummaryStats window_sample_problems_;  // the metric counters only
   uint64_t agent_dropped_ = 0;
   uint64_t agent_events_ = 0;
   bool saw_iteration_event_ = false;

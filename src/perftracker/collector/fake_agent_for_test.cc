@@ -76,12 +76,12 @@ void FakeAgent::Push(uint32_t function, int64_t start_ns, int64_t end_ns, EventK
   if (shm_->Push(ring_, e)) ++pushed_;
 }
 
-void FakeAgent::WindowDone(uint64_t window) {
+void FakeAgent::WindowDone(uint64_t window, uint64_t dropped) {
   SendJson({{"type", "window_done"},
             {"rank", rank_},
             {"window", window},
             {"events", pushed_},
-            {"dropped", 0}});
+            {"dropped", dropped}});
 }
 
 std::optional<nlohmann::json> FakeAgent::WaitFor(const std::string& type, int timeout_ms) {

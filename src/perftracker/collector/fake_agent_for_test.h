@@ -31,7 +31,8 @@ class FakeAgent {
                    uint32_t parent = FunctionTable::kNoParent);
   void Push(uint32_t function, int64_t start_ns, int64_t end_ns,
             EventKind kind = EventKind::kPythonCall);
-  void WindowDone(uint64_t window);
+  // window_done, saying the agent dropped `dropped` events of the window (full rings).
+  void WindowDone(uint64_t window, uint64_t dropped = 0);
   // The next collector message of `type` (others are skipped), or nullopt after timeout.
   std::optional<nlohmann::json> WaitFor(const std::string& type, int timeout_ms);
   void Disconnect();

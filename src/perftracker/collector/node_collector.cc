@@ -27,9 +27,6 @@
 #include "perftracker/core/private_file_mode.h"
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/report/rank_trace_file.h"
-#include "perftracker/sources/host/tcp_sampler.h"
-#include "perftracker/sources/ib/ib_sampler.h"
-#include "perftracker/sources/nvml/nvml_sampler.h"
 
 namespace perftracker {
 namespace {
@@ -97,27 +94,6 @@ struct NodeCollector::Command {
   Kind kind;
   WindowSpec window;
 };
-
-HostSampleFn MakeHostSampler(const std::string& proc_root, const std::string& sys_root) {
-  auto sampler = std::make_shared<HostSampler>(proc_root, sys_root);
-  // GPUs (NVML, each GPU's samples given to the pids running on it; a host without the
-  // library says so once) and RDMA ports / link state (sysfs, host-wide): docs/gpu-sources.md.
-  auto ib = std::make_shared<IbSampler>(sys_root);
-  auto nvml = std::make_shared<NvmlSampler>();
-  // Each rank's TCP connections: what they deliver, and at what rate (PT-NET-SLOW-LINK).
-  auto tcp = std::make_shared<TcpSampler>(proc_root);
-  auto tcp_told = std::make_shared<std::atomic<bool>>(false);
-  return [sampler, ib, nvml, tcp, tcp_told](int64_t now_ns, const std::vector<int32_t>& pids,
-                                            std::vector<PidSample>* out) {
-    sampler->Sample(now_ns, pids, out);
-    tcp->Sample(now_ns, pids, out);
-    if (!tcp->stats().first_problem.empty() && !tcp_told->exchange(true)) {
-      std::fprintf(stderr, "perftracker: TCP samples: %s\n", tcp->stats().first_problem.c_str());
-    }
-    ib->Sample(now_ns, pids, out);
-    nvml->Sample(now_ns, pids, out);
-  };
-}
 
 NodeCollector::NodeCollector(CollectorOptions options, CoordinatorLink* coordinator)
     : options_(std::move(options)), coordinator_(coordinator) {
@@ -806,14 +782,20 @@ void NodeCollector::SampleHost(int64_t now_ns,
   }
   if (pids.empty()) return;
   std::vector<PidSample> samples;
-  options_.sampler(now_ns, pids, &samples);
-  if (samples.empty()) return;
+  options_.sampler->Sample(now_ns, pids, &samples);
+  std::vector<SampleProblemCount> problems;
+  options_.sampler->TakeProblems(&problems);
+  if (samples.empty() && problems.empty()) return;
   for (const auto& s : sessions) {
     std::lock_guard<std::mutex> lock(s->mu);
     if (!s->rings || !s->rings->in_window()) continue;
     const int32_t pid = s->worker.pid;
     for (const PidSample& m : samples) {
       if (m.pid == pid || m.pid < 0) s->rings->AddMetric(m.sample);
+    }
+    // A host-wide problem (pid -1) is every worker's: their host metrics are short.
+    for (const SampleProblemCount& p : problems) {
+      if (p.pid == pid || p.pid < 0) s->rings->CountSampleProblem(p.problem, p.count, now_ns);
     }
   }
 }

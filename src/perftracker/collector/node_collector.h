@@ -37,7 +37,9 @@
 #include <thread>
 #include <vector>
 
+#include "perftracker/collector/node_sampler.h"
 #include "perftracker/core/metric_sample.h"
+#include "perftracker/core/metric_sampler.h"
 #include "perftracker/core/status.h"
 #include "perftracker/report/rank_trace.h"
 #include "perftracker/sources/host/host_sampler.h"
@@ -45,17 +47,7 @@
 
 namespace perftracker {
 
-// Samples host metrics for `pids` at `now_ns` (CLOCK_REALTIME) into *out (pid -1: host-wide,
-// e.g. NIC counters). Rates are computed against the previous call, so the first call may
-// return only levels. MakeHostSampler() wraps the real HostSampler; tests pass fakes.
-using HostSampleFn = std::function<void(int64_t now_ns, const std::vector<int32_t>& pids,
-                                        std::vector<PidSample>* out)>;
 using LogFn = std::function<void(std::string_view line)>;
-
-// A HostSampleFn over /proc and /sys (sources/host/HostSampler, sources/ib/IbSampler: RDMA
-// ports and link state) and the GPUs (sources/nvml/NvmlSampler, libnvidia-ml when present).
-HostSampleFn MakeHostSampler(const std::string& proc_root = "/proc",
-                             const std::string& sys_root = "/sys");
 
 // Window recordings (CollectorOptions::record_dir) of at most this many of the latest windows
 // are kept on disk; older ones nobody merged are deleted.
@@ -70,8 +62,10 @@ struct CollectorOptions {
   // After a window's end, wait at most this long for an agent's window_done.
   int finish_grace_ms = 1500;
   size_t max_agents = 4096;
-  // Optional: host metrics during windows.
-  HostSampleFn sampler;
+  // Optional: host metrics during windows (MakeHostSampler(); tests pass fakes). Drain thread
+  // 0 calls it; what it could not read is counted into the summaries of the workers it
+  // concerns (SummaryStats' metric counters).
+  std::shared_ptr<MetricSampler> sampler;
   // Where log lines go (default: stderr, prefixed "perftracker: ").
   LogFn log;
   // Live Perfetto export (docs/perfetto-export.md): each rank's window events, at most

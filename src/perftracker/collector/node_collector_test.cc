@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "perftracker/collector/fake_agent_for_test.h"
+#include "perftracker/collector/fake_sampler_for_test.h"
 #include "perftracker/sources/nccl/nccl_profiler_api.h"
 
 namespace perftracker {
@@ -110,7 +111,7 @@ class NodeCollectorTest : public ::testing::Test {
     if (collector_) collector_->Stop();
   }
 
-  void StartCollector(HostSampleFn sampler = nullptr) {
+  void StartCollector(std::shared_ptr<MetricSampler> sampler = nullptr) {
     CollectorOptions o;
     o.socket_path = socket_path_;
     o.drain_interval_ms = 10;
@@ -239,18 +240,19 @@ TEST_F(NodeCollectorTest, RelaysThatARanksTrainingEnded) {
 TEST_F(NodeCollectorTest, SummarizesAWindowOfEveryAgentUnderItsCallPaths) {
   size_t most_pids_sampled = 0;
   std::mutex sampled_mu;
-  StartCollector([&](int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out) {
-    {
-      std::lock_guard<std::mutex> lock(sampled_mu);
-      most_pids_sampled = std::max(most_pids_sampled, pids.size());
-    }
-    PidSample s;
-    s.pid = getpid();
-    s.sample.time_ns = now_ns;
-    s.sample.metric = Metric::kRunQueueDelayFraction;
-    s.sample.value = 0.25;
-    out->push_back(s);
-  });
+  StartCollector(std::make_shared<FakeSampler>(
+      [&](int64_t now_ns, const std::vector<int32_t>& pids, std::vector<PidSample>* out) {
+        {
+          std::lock_guard<std::mutex> lock(sampled_mu);
+          most_pids_sampled = std::max(most_pids_sampled, pids.size());
+        }
+        PidSample s;
+        s.pid = getpid();
+        s.sample.time_ns = now_ns;
+        s.sample.metric = Metric::kRunQueueDelayFraction;
+        s.sample.value = 0.25;
+        out->push_back(s);
+      }));
   FakeAgent a0(0, 2, "window");
   FakeAgent a1(1, 2, "window");
   Join(a0);

@@ -24,6 +24,7 @@
 #include "perftracker/report/format.h"
 #include "perftracker/report/report.h"
 #include "perftracker/report/report_model.h"
+#include "perftracker/summary/data_quality_counters.h"
 
 namespace perftracker {
 namespace {
@@ -747,10 +748,7 @@ class HtmlWriter {
     const Diagnosis& d = model_.diagnosis();
     std::vector<const WorkerRow*> problems;
     for (const WorkerRow& w : model_.workers()) {
-      const SummaryStats& s = w.summary->stats;
-      if (s.dropped_events || s.out_of_order_events || s.malformed_events || s.deep_events) {
-        problems.push_back(&w);
-      }
+      if (HasDataQualityProblem(w.summary->stats)) problems.push_back(&w);
     }
     if (d.notes.empty() && problems.empty()) return;
     out_ += "<section><h2>Notes</h2><div class=\"panel\">";
@@ -760,19 +758,31 @@ class HtmlWriter {
       out_ += "</ul>";
     }
     if (!problems.empty()) {
-      out_ += fmt::format("<p class=\"sub\" style=\"margin-top:10px\">Input problems on {} "
-                          "worker{} (counted, not fatal):</p><table class=\"list\"><tr><th>rank"
-                          "</th><th>events</th><th>dropped</th><th>out of order</th><th>"
-                          "malformed</th><th>too deep</th><th>first problem</th><th>source</th></tr>",
-                          problems.size(), problems.size() == 1 ? "" : "s");
+      // The counters of the table (summary/data_quality_counters.h) read together, and every
+      // other one a listed worker counted.
+      std::vector<const DataQualityCounter*> columns;
+      for (const DataQualityCounter& c : kDataQualityCounters) {
+        bool counted = c.noted_at_zero;
+        for (size_t i = 0; i < problems.size() && i < kMaxQualityRows && !counted; ++i) {
+          counted = problems[i]->summary->stats.*c.count > 0;
+        }
+        if (counted) columns.push_back(&c);
+      }
+      out_ += fmt::format(
+          "<p class=\"sub\" style=\"margin-top:10px\">Input problems on {} "
+          "worker{} (counted, not fatal):</p><table class=\"list\"><tr><th>rank"
+          "</th><th>events</th>",
+          problems.size(), problems.size() == 1 ? "" : "s");
+      for (const DataQualityCounter* c : columns) out_ += fmt::format("<th>{}</th>", c->column);
+      out_ += "<th>first problem</th><th>source</th></tr>";
       for (size_t i = 0; i < problems.size() && i < kMaxQualityRows; ++i) {
         const WorkerRow& w = *problems[i];
         const SummaryStats& s = w.summary->stats;
-        out_ += fmt::format("<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">"
-                            "{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
-                            "class=\"n\">{}</td><td>{}</td><td><code>{}</code></td></tr>",
-                            w.rank, s.events, s.dropped_events, s.out_of_order_events,
-                            s.malformed_events, s.deep_events, EscapeHtml(s.first_problem),
+        out_ += fmt::format("<tr><td class=\"n\">{}</td><td class=\"n\">{}</td>", w.rank, s.events);
+        for (const DataQualityCounter* c : columns) {
+          out_ += fmt::format("<td class=\"n\">{}</td>", s.*c->count);
+        }
+        out_ += fmt::format("<td>{}</td><td><code>{}</code></td></tr>", EscapeHtml(s.first_problem),
                             EscapeHtml(w.summary->source));
       }
       out_ += "</table>";

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "perftracker/collector/fake_agent_for_test.h"
+#include "perftracker/collector/fake_sampler_for_test.h"
 #include "perftracker/collector/node_collector.h"
 #include "perftracker/server/window_coordinator.h"
 
@@ -42,11 +43,12 @@ class LivePipelineTest : public ::testing::Test {
   }
 
   // record_events > 0: the window's timeline (recordings merged into a Perfetto trace).
-  void Start(int64_t wait_summaries_ms, size_t record_events = 0) {
+  // sampler_, when set, samples host metrics.
+  void Start(int64_t wait_summaries_ms, size_t record_events = 0, int64_t window_ms = 400) {
     CoordinatorOptions co;
     co.perfetto = record_events > 0;
     co.report_dir = (dir_ / "reports").string();
-    co.window_ns = 400 * kMs;
+    co.window_ns = window_ms * kMs;
     co.delay_ns = 100 * kMs;
     co.wait_summaries_ns = wait_summaries_ms * kMs;
     co.log = [](std::string_view) {};
@@ -56,6 +58,7 @@ class LivePipelineTest : public ::testing::Test {
     o.drain_interval_ms = 10;
     o.finish_grace_ms = 300;
     o.log = [](std::string_view) {};
+    o.sampler = sampler_;
     if (record_events > 0) {
       o.record_dir = (dir_ / "reports" / "recordings").string();
       o.record_events = record_events;
@@ -68,7 +71,8 @@ class LivePipelineTest : public ::testing::Test {
 
   // An agent's window: `iterations` of step > (forward, backward), forward taking
   // forward_ms, each iteration marked; then window_done.
-  static void Play(FakeAgent& agent, const nlohmann::json& window, int64_t forward_ms) {
+  static void Play(FakeAgent& agent, const nlohmann::json& window, int64_t forward_ms,
+                   uint64_t dropped = 0) {
     const int64_t start = window["start_ns"].get<int64_t>();
     const int64_t duration = window["duration_ns"].get<int64_t>();
     const uint32_t train = agent.Publish(EventKind::kPythonCall, "train.py:5 train");
@@ -85,7 +89,17 @@ class LivePipelineTest : public ::testing::Test {
       agent.Push(step, t, t + len);
       agent.Push(iteration, t, t + len, EventKind::kIteration);
     }
-    agent.WindowDone(window["window"].get<uint64_t>());
+    agent.WindowDone(window["window"].get<uint64_t>(), dropped);
+  }
+
+  // The agents of ranks 0 .. n-1 of an n-rank job, connected, their hellos landed.
+  void JoinAgents(int n, const std::string& tag, std::vector<std::unique_ptr<FakeAgent>>* agents) {
+    for (int r = 0; r < n; ++r) {
+      agents->push_back(std::make_unique<FakeAgent>(r, n, tag));
+      ASSERT_TRUE(agents->back()->Connect(socket_));
+      agents->back()->Hello();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 
   bool WaitForReport(int timeout_ms) {
@@ -108,18 +122,14 @@ class LivePipelineTest : public ::testing::Test {
   std::string socket_;
   std::unique_ptr<WindowCoordinator> coordinator_;
   std::unique_ptr<NodeCollector> collector_;
+  std::shared_ptr<FakeSampler> sampler_;
 };
 
 TEST_F(LivePipelineTest, ATriggerFromOneRankDiagnosesTheSlowRankFromEveryRanksRings) {
   Start(5000);
   std::vector<std::unique_ptr<FakeAgent>> agents;
-  for (int r = 0; r < 4; ++r) {
-    agents.push_back(std::make_unique<FakeAgent>(r, 4, "live"));
-    ASSERT_TRUE(agents.back()->Connect(socket_));
-    agents.back()->Hello();
-  }
-  // Let the hellos land, then rank 2's detector fires.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NO_FATAL_FAILURE(JoinAgents(4, "live", &agents));
+  // Rank 2's detector fires.
   agents[2]->SendJson({{"type", "trigger"}, {"rank", 2}, {"reason", "slowdown"},
                        {"detail", "mean of last 50 iterations is 30% above the shortest"}});
   for (auto& a : agents) {
@@ -146,15 +156,69 @@ TEST_F(LivePipelineTest, ATriggerFromOneRankDiagnosesTheSlowRankFromEveryRanksRi
   }
 }
 
+// What went wrong on the way from the agents to the summaries reaches the window's report,
+// each count under its data-quality counter with its severity and in a note: events the
+// agent dropped (its window_done count), events of a function slot that failed validation,
+// and host metrics the collector's sampler could not read (a host-wide problem: every
+// worker's).
+TEST_F(LivePipelineTest, DroppedEventsInvalidSlotsAndUnreadMetricsReachTheReport) {
+  sampler_ = std::make_shared<FakeSampler>();
+  sampler_->AddProblem(-1, SampleProblem::kUnreadable, 2);
+  Start(5000, 0, /*window_ms=*/1500);
+  std::vector<std::unique_ptr<FakeAgent>> agents;
+  ASSERT_NO_FATAL_FAILURE(JoinAgents(4, "quality", &agents));
+  agents[2]->SendJson({{"type", "trigger"}, {"rank", 2}, {"reason", "slowdown"}, {"detail", "x"}});
+  for (auto& a : agents) {
+    auto w = a->WaitFor("window", 3000);
+    ASSERT_TRUE(w) << "rank " << a->rank() << " got no window";
+    uint64_t dropped = 0;
+    if (a->rank() == 1) {
+      // A slot whose parent is not below it (a corrupt table), and 4 events of it before
+      // the first iteration (start + 1 ms).
+      const uint32_t corrupt = a->Publish(EventKind::kPythonCall, "corrupt", 99);
+      const int64_t start = (*w)["start_ns"].get<int64_t>();
+      for (int64_t i = 0; i < 4; ++i) {
+        a->Push(corrupt, start + i * 100'000, start + i * 100'000 + 10'000);
+      }
+      dropped = 3;
+    }
+    Play(*a, *w, 10, dropped);
+  }
+  ASSERT_TRUE(WaitForReport(10000));
+  const nlohmann::json j = ReadJson(coordinator_->last_report()->json_path);
+  std::map<std::string, nlohmann::json> counters;
+  for (const auto& c : j["data_quality"]) counters[c["counter"].get<std::string>()] = c;
+  ASSERT_EQ(counters.count("dropped_events"), 1u) << j["data_quality"].dump();
+  EXPECT_EQ(counters["dropped_events"]["severity"], "data_loss");
+  EXPECT_EQ(counters["dropped_events"]["total"], 3);
+  EXPECT_EQ(counters["dropped_events"]["workers"], nlohmann::json::array({1}));
+  ASSERT_EQ(counters.count("invalid_function_events"), 1u) << j["data_quality"].dump();
+  EXPECT_EQ(counters["invalid_function_events"]["severity"], "info");
+  EXPECT_EQ(counters["invalid_function_events"]["total"], 4);
+  EXPECT_EQ(counters["invalid_function_events"]["workers"], nlohmann::json::array({1}));
+  ASSERT_EQ(counters.count("metric_reads_failed"), 1u) << j["data_quality"].dump();
+  EXPECT_EQ(counters["metric_reads_failed"]["severity"], "info");
+  EXPECT_EQ(counters["metric_reads_failed"]["workers"], nlohmann::json::array({0, 1, 2, 3}));
+  for (const auto& w : j["workers"]) {
+    const uint64_t failed = w["stats"]["metric_reads_failed"].get<uint64_t>();
+    EXPECT_EQ(failed % 2, 0u) << "2 per sample in the window: " << w.dump();
+    EXPECT_GT(failed, 0u) << w.dump();
+  }
+  bool noted = false;
+  for (const auto& n : j["notes"]) {
+    const std::string note = n.get<std::string>();
+    if (note.rfind("rank 1: 3 dropped, 0 malformed, 0 out-of-order of ", 0) == 0) {
+      noted = note.find("; 4 events of invalid function slots") != std::string::npos &&
+              note.find("metric reads failed") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(noted) << j["notes"].dump();
+}
+
 TEST_F(LivePipelineTest, TheWindowsTimelineMergesEveryRanksRecordingAndDrawsTheFinding) {
   Start(5000, 100'000);
   std::vector<std::unique_ptr<FakeAgent>> agents;
-  for (int r = 0; r < 4; ++r) {
-    agents.push_back(std::make_unique<FakeAgent>(r, 4, "timeline"));
-    ASSERT_TRUE(agents.back()->Connect(socket_));
-    agents.back()->Hello();
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NO_FATAL_FAILURE(JoinAgents(4, "timeline", &agents));
   agents[2]->SendJson({{"type", "trigger"}, {"rank", 2}, {"reason", "slowdown"}, {"detail", "x"}});
   for (auto& a : agents) {
     auto w = a->WaitFor("window", 3000);
@@ -199,12 +263,7 @@ TEST_F(LivePipelineTest, TheWindowsTimelineMergesEveryRanksRecordingAndDrawsTheF
 TEST_F(LivePipelineTest, EventsOverTheRecordingCapAreCountedNotSilentlyCut) {
   Start(5000, 10);
   std::vector<std::unique_ptr<FakeAgent>> agents;
-  for (int r = 0; r < 2; ++r) {
-    agents.push_back(std::make_unique<FakeAgent>(r, 2, "capped"));
-    ASSERT_TRUE(agents.back()->Connect(socket_));
-    agents.back()->Hello();
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NO_FATAL_FAILURE(JoinAgents(2, "capped", &agents));
   agents[0]->SendJson({{"type", "trigger"}, {"rank", 0}, {"reason", "manual"}, {"detail", "x"}});
   for (auto& a : agents) {
     auto w = a->WaitFor("window", 3000);
@@ -230,12 +289,7 @@ TEST_F(LivePipelineTest, AnAgentKilledMidWindowIsNamedMissingAfterTheTimeout) {
   // three that played came after a 0.7 s wait, and every rank was named missing.
   Start(3000);
   std::vector<std::unique_ptr<FakeAgent>> agents;
-  for (int r = 0; r < 4; ++r) {
-    agents.push_back(std::make_unique<FakeAgent>(r, 4, "killed"));
-    ASSERT_TRUE(agents.back()->Connect(socket_));
-    agents.back()->Hello();
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NO_FATAL_FAILURE(JoinAgents(4, "killed", &agents));
   agents[0]->SendJson({{"type", "trigger"}, {"rank", 0}, {"reason", "slowdown"}});
   std::vector<nlohmann::json> windows;
   for (auto& a : agents) {

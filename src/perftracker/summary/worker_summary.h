@@ -95,6 +95,17 @@ struct SummaryStats {
   // Event names longer than the importer's cap (KinetoImporter::kMaxNameBytes), kept cut at
   // a UTF-8 boundary: two long names that differ only after the cap become one function.
   uint64_t names_truncated = 0;
+  // Events of functions whose slot in the agent's shared memory failed validation
+  // (collector/agent_rings.h): counted under a root "<invalid function N>", their call path
+  // lost.
+  uint64_t invalid_function_events = 0;
+  // The live collector's host metrics of the window (core/metric_sampler.h: SampleProblem),
+  // the worker's own and the host-wide ones: samples missed because the process had exited,
+  // reads that failed (a /proc or /sys file, the socket table, an NVML query), readings cut
+  // at a bound (TCP sockets of a process beyond TcpSampler::kMaxSockets).
+  uint64_t metric_samples_process_gone = 0;
+  uint64_t metric_reads_failed = 0;
+  uint64_t metric_readings_truncated = 0;
   std::string first_problem;
 };
 

@@ -196,6 +196,10 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
   st->set_malformed_events(s.stats.malformed_events);
   st->set_deep_events(s.stats.deep_events);
   st->set_names_truncated(s.stats.names_truncated);
+  st->set_invalid_function_events(s.stats.invalid_function_events);
+  st->set_metric_samples_process_gone(s.stats.metric_samples_process_gone);
+  st->set_metric_reads_failed(s.stats.metric_reads_failed);
+  st->set_metric_readings_truncated(s.stats.metric_readings_truncated);
   st->set_first_problem(s.stats.first_problem);
   for (const FunctionMetric& fm : s.worker_metrics) {
     m.add_worker_metric_ids(static_cast<uint32_t>(fm.metric));
@@ -358,6 +362,10 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   s.stats.malformed_events = st.malformed_events();
   s.stats.deep_events = st.deep_events();
   s.stats.names_truncated = st.names_truncated();
+  s.stats.invalid_function_events = st.invalid_function_events();
+  s.stats.metric_samples_process_gone = st.metric_samples_process_gone();
+  s.stats.metric_reads_failed = st.metric_reads_failed();
+  s.stats.metric_readings_truncated = st.metric_readings_truncated();
   s.stats.first_problem = st.first_problem();
   if (m.worker_metric_means_size() != m.worker_metric_ids_size() ||
       m.worker_metric_stddevs_size() != m.worker_metric_ids_size()) {

@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "perftracker/summary/data_quality_counters.h"
 #include "perftracker/wire/diagnosis_codec.h"
 
 namespace perftracker {
@@ -91,6 +92,10 @@ WorkerSummary SampleSummary() {
   s.stats.malformed_events = 1;
   s.stats.deep_events = 3;
   s.stats.names_truncated = 4;
+  s.stats.invalid_function_events = 6;
+  s.stats.metric_samples_process_gone = 8;
+  s.stats.metric_reads_failed = 9;
+  s.stats.metric_readings_truncated = 2;
   s.stats.first_problem = "end before start: event on track 3";
   s.worker_metrics.push_back({Metric::kRunQueueDelayFraction, 0.375, 0.125});
   s.worker_metrics.push_back({Metric::kInvoluntaryCtxSwitchesPerSec, 1536.0, 12.5});
@@ -159,6 +164,9 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
   EXPECT_EQ(a.stats.malformed_events, b.stats.malformed_events);
   EXPECT_EQ(a.stats.deep_events, b.stats.deep_events);
   EXPECT_EQ(a.stats.names_truncated, b.stats.names_truncated);
+  for (const DataQualityCounter& c : kDataQualityCounters) {
+    EXPECT_EQ(a.stats.*c.count, b.stats.*c.count) << c.name;
+  }
   EXPECT_EQ(a.stats.first_problem, b.stats.first_problem);
   ASSERT_EQ(a.worker_metrics.size(), b.worker_metrics.size());
   for (size_t m = 0; m < a.worker_metrics.size(); ++m) {

@@ -125,8 +125,9 @@ HostSampler::HostSampler(std::string proc_root, std::string sys_root)
   if (const long page = ::sysconf(_SC_PAGESIZE); page > 0) page_bytes_ = static_cast<double>(page);
 }
 
-void HostSampler::Unreadable(const std::string& path, const char* why) {
+void HostSampler::Unreadable(int32_t pid, const std::string& path, const char* why) {
   ++stats_.unreadable_files;
+  CountProblem(pid, SampleProblem::kUnreadable);
   if (stats_.first_problem.empty()) stats_.first_problem = path + ": " + why;
 }
 
@@ -148,6 +149,7 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
   std::string text;
   if (!ReadFile(dir + "/stat", &text)) {
     ++stats_.vanished_pids;
+    CountProblem(pid, SampleProblem::kProcessGone);
     return false;
   }
   auto emit = [&](Metric metric, double value) {
@@ -168,23 +170,23 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
   const bool cpu_ok = paren != std::string::npos &&
                       ParseU64(Field(std::string_view(text).substr(paren + 1), 11), &utime) &&
                       ParseU64(Field(std::string_view(text).substr(paren + 1), 12), &stime);
-  if (!cpu_ok) Unreadable(dir + "/stat", "no utime/stime fields");
+  if (!cpu_ok) Unreadable(pid, dir + "/stat", "no utime/stime fields");
 
   if (ReadFile(dir + "/statm", &text)) {
     uint64_t resident = 0;
     if (ParseU64(Field(text, 1), &resident)) {
       emit(Metric::kMemoryRssBytes, static_cast<double>(resident) * page_bytes_);
     } else {
-      Unreadable(dir + "/statm", "no resident field");
+      Unreadable(pid, dir + "/statm", "no resident field");
     }
   } else {
-    Unreadable(dir + "/statm", "cannot read");
+    Unreadable(pid, dir + "/statm", "cannot read");
   }
 
   // Per-thread counters.
   bool listed = false;
   const std::vector<std::string> tids = ListDir(dir + "/task", &listed);
-  if (!listed) Unreadable(dir + "/task", "cannot list threads");
+  if (!listed) Unreadable(pid, dir + "/task", "cannot list threads");
   std::map<int32_t, ThreadState> threads;
   bool run_delay_ok = listed;
   bool timeslices_ok = listed;
@@ -198,11 +200,11 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
       // The third field (timeslices) is optional: without it only its metrics are missing.
       if (!ParseU64(Field(text, 2), &ts.timeslices)) timeslices_ok = false;
       if (!ParseU64(Field(text, 0), &ts.cpu_ns) || !ParseU64(Field(text, 1), &ts.run_delay_ns)) {
-        Unreadable(task + "/schedstat", "no run_delay field");
+        Unreadable(pid, task + "/schedstat", "no run_delay field");
         run_delay_ok = false;
       }
     } else if (::access(task.c_str(), F_OK) == 0) {
-      Unreadable(task + "/schedstat", "cannot read (kernel without CONFIG_SCHED_INFO?)");
+      Unreadable(pid, task + "/schedstat", "cannot read (kernel without CONFIG_SCHED_INFO?)");
       run_delay_ok = false;
     } else {
       continue;  // the thread exited while we listed: not a problem
@@ -210,11 +212,11 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
     if (ReadFile(task + "/status", &text)) {
       if (!StatusValue(text, "voluntary_ctxt_switches", &ts.voluntary) ||
           !StatusValue(text, "nonvoluntary_ctxt_switches", &ts.involuntary)) {
-        Unreadable(task + "/status", "no *_ctxt_switches lines");
+        Unreadable(pid, task + "/status", "no *_ctxt_switches lines");
         switches_ok = false;
       }
     } else if (::access(task.c_str(), F_OK) == 0) {
-      Unreadable(task + "/status", "cannot read");
+      Unreadable(pid, task + "/status", "cannot read");
       switches_ok = false;
     }
     threads.emplace(tid, ts);
@@ -280,7 +282,7 @@ void HostSampler::SampleNics(int64_t now_ns, std::vector<PidSample>* out) {
   bool listed = false;
   const std::vector<std::string> names = ListDir(net, &listed);
   if (!listed) {
-    Unreadable(net, "cannot list network interfaces");
+    Unreadable(-1, net, "cannot list network interfaces");
     return;
   }
   std::map<std::string, NicState> now;
@@ -292,12 +294,12 @@ void HostSampler::SampleNics(int64_t now_ns, std::vector<PidSample>* out) {
     NicState s;
     s.time_ns = now_ns;
     if (!ReadFile(dir + "/ifindex", &text) || !ParseU64(text, &ifindex)) {
-      Unreadable(dir + "/ifindex", "cannot read");
+      Unreadable(-1, dir + "/ifindex", "cannot read");
       continue;
     }
     if (!ReadFile(dir + "/statistics/tx_bytes", &text) || !ParseU64(text, &s.tx_bytes) ||
         !ReadFile(dir + "/statistics/rx_bytes", &text) || !ParseU64(text, &s.rx_bytes)) {
-      Unreadable(dir + "/statistics", "cannot read tx_bytes / rx_bytes");
+      Unreadable(-1, dir + "/statistics", "cannot read tx_bytes / rx_bytes");
       continue;
     }
     const auto before = nics_.find(name);

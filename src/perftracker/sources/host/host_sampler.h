@@ -70,7 +70,7 @@ class HostSampler : public MetricSampler {
 
   bool SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>* out);
   void SampleNics(int64_t now_ns, std::vector<PidSample>* out);
-  void Unreadable(const std::string& path, const char* why);
+  void Unreadable(int32_t pid, const std::string& path, const char* why);  // pid -1: host-wide
 
   std::string proc_root_;
   std::string sys_root_;

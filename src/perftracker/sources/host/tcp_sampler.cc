@@ -116,6 +116,7 @@ void TcpSampler::Sample(int64_t now_ns, const std::vector<int32_t>& pids,
       pids_.erase(it);
     }
     if (state.denied) {
+      CountProblem(pid, SampleProblem::kUnreadable);  // each sample it misses
       next.emplace(pid, std::move(state));
       continue;
     }
@@ -140,7 +141,9 @@ bool TcpSampler::SamplePid(int64_t now_ns, int32_t pid, PidState* state,
     if (state->pidfd < 0) {
       if (errno == ESRCH) {
         ++stats_.vanished_pids;
+        CountProblem(pid, SampleProblem::kProcessGone);
       } else {
+        CountProblem(pid, SampleProblem::kUnreadable);
         Problem("pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno) +
                 " (Linux 5.6 or newer needed for TCP samples)");
       }
@@ -152,9 +155,11 @@ bool TcpSampler::SamplePid(int64_t now_ns, int32_t pid, PidState* state,
   if (dir == nullptr) {
     if (errno == ENOENT) {
       ++stats_.vanished_pids;
+      CountProblem(pid, SampleProblem::kProcessGone);
     } else {
       state->denied = true;
       ++stats_.unreadable_pids;
+      CountProblem(pid, SampleProblem::kUnreadable);
       Problem(fd_dir + ": " + std::strerror(errno));
     }
     return false;
@@ -173,6 +178,7 @@ bool TcpSampler::SamplePid(int64_t now_ns, int32_t pid, PidState* state,
     if (inode == 0) continue;
     if (++sockets > kMaxSockets) {
       ++stats_.truncated;
+      CountProblem(pid, SampleProblem::kTruncated);
       break;
     }
     const int copy = PidfdGetfd(state->pidfd, std::atoi(e->d_name));
@@ -181,6 +187,7 @@ bool TcpSampler::SamplePid(int64_t now_ns, int32_t pid, PidState* state,
         ::closedir(dir);
         state->denied = true;
         ++stats_.unreadable_pids;
+        CountProblem(pid, SampleProblem::kUnreadable);
         Problem("pid " + std::to_string(pid) +
                 ": no permission to read its sockets (run perftracker as the job's parent, "
                 "its user or root): no TCP samples for it");

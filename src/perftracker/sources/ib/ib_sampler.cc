@@ -61,6 +61,7 @@ IbSampler::IbSampler(std::string sys_root) : sys_root_(std::move(sys_root)) {}
 
 void IbSampler::Problem(const std::string& path, const char* why) {
   ++stats_.unreadable_files;
+  CountProblem(-1, SampleProblem::kUnreadable);  // ports and links are host-wide
   if (stats_.first_problem.empty()) stats_.first_problem = path + ": " + why;
 }
 

@@ -148,6 +148,9 @@ bool NvmlSampler::Ok(Device& d, Query q, const char* what, nvmlReturn_t r) {
     d.unsupported |= q;
   } else {
     ++stats_.failed_queries;
+    // Host-wide: a device's metrics go to the pids on it, but which pid a failed query
+    // would have reached is not known here.
+    CountProblem(-1, SampleProblem::kUnreadable);
   }
   if ((said_ & q) == 0) {
     said_ |= q;
