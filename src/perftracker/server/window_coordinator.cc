@@ -28,6 +28,10 @@
 namespace perftracker {
 namespace {
 
+// How long the coordinator waits for a first answer (a recording, or why there is none) from
+// the collectors it asked for recordings before it gives up on the window's timeline.
+constexpr int64_t kFirstRecordingAnswerNs = 5'000'000'000;
+
 namespace fs = std::filesystem;
 
 constexpr auto kTick = std::chrono::milliseconds(50);
@@ -358,9 +362,21 @@ void WindowCoordinator::FetchRecordings(OpenWindow* w) {
   for (CollectorControl* c : collectors) asked = c->RequestRecordings(w->spec.id) || asked;
   std::unique_lock<std::mutex> lock(mu_);
   if (asked) {
-    cv_.wait_for(lock, std::chrono::nanoseconds(options_.perfetto_fetch_ns), [&] {
+    // A collector that keeps recordings answers at once, with a rank's file or why it has
+    // none; one that never answers (older, or not keeping any) must not hold the window's
+    // report for the whole fetch time: with no answer at all within the first seconds, the
+    // report goes out without a timeline (its notes say why).
+    const auto all_answered = [&] {
       return stop_ || std::all_of(w->expected.begin(), w->expected.end(), answered);
-    });
+    };
+    const auto any_answer = [&] {
+      return all_answered() || !fetch_->paths.empty() || !fetch_->missing.empty();
+    };
+    const int64_t first_ns = std::min<int64_t>(kFirstRecordingAnswerNs, options_.perfetto_fetch_ns);
+    if (cv_.wait_for(lock, std::chrono::nanoseconds(first_ns), any_answer)) {
+      cv_.wait_for(lock, std::chrono::nanoseconds(options_.perfetto_fetch_ns - first_ns),
+                   all_answered);
+    }
   }
   for (auto& [rank, path] : fetch_->paths) w->recordings[rank] = std::move(path);
   for (auto& [rank, why] : fetch_->missing) {

@@ -1010,6 +1010,24 @@ TEST_F(WindowCoordinatorTest, ACollectorThatDoesNotAnswerIsWaitedForAtMostTheFet
                       "collector)"));
 }
 
+TEST_F(WindowCoordinatorTest, ACollectorThatNeverAnswersDoesNotHoldTheReportForTheFetchTime) {
+  // A collector that keeps no recordings (an older one) never answers send_recordings: the
+  // window's report (and its diagnosis in the store) must not wait the whole fetch time for
+  // it (server_postgres_test's collector waited 30 s and the test gave up).
+  CoordinatorOptions o = Options();
+  o.wait_summaries_ns = 60'000 * kMs;
+  o.perfetto = true;
+  o.perfetto_fetch_ns = 600'000 * kMs;
+  c1_.keeps_recordings = true;  // asked, never answers
+  Start(o);
+  for (int r = 0; r < 2; ++r) Join(r, 2);
+  coordinator_->OnTrigger(1, WindowReason::kSlowdown, "slower");
+  const int64_t start_ns = c1_.Started().at(0).start_ns;
+  for (int r = 0; r < 2; ++r) coordinator_->OnSummary(1, MakeSummary(r, start_ns, 10));
+  ASSERT_TRUE(WaitForReports(1, 30000));
+  EXPECT_EQ(coordinator_->last_report()->perfetto_path, "");
+}
+
 TEST_F(WindowCoordinatorTest, CollectorsThatAnnounceTheirRecordingsAreNotWaitedFor) {
   // The embedded run: recordings come before the summaries; a rank without one (its agent
   // recorded nothing) is not waited for, whatever perfetto_fetch_ns says.
