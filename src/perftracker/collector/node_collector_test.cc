@@ -218,7 +218,8 @@ TEST_F(NodeCollectorTest, RelaysHelloIterationsAndTriggers) {
   }
   agent.SendJson({{"type", "iteration"}, {"rank", 2}, {"end_ns", NowNs()}, {"duration_ns", 123}});
   // A message cannot speak for another rank: the hello's rank is used.
-  agent.SendJson({{"type", "trigger"}, {"rank", 0}, {"reason", "slowdown"}, {"detail", "12% slower"}});
+  agent.SendJson(
+      {{"type", "trigger"}, {"rank", 0}, {"reason", "slowdown"}, {"detail", "12% slower"}});
   ASSERT_TRUE(coordinator_.WaitUntil([&] { return !coordinator_.triggers.empty(); }));
   std::lock_guard<std::mutex> lock(coordinator_.mu());
   EXPECT_EQ(coordinator_.iterations[2], std::vector<int64_t>{123});
@@ -274,8 +275,8 @@ TEST_F(NodeCollectorTest, SummarizesAWindowOfEveryAgentUnderItsCallPaths) {
     EXPECT_EQ(window, 1u);
     EXPECT_EQ(s.source, "pid " + std::to_string(getpid()));
     EXPECT_EQ(s.host, "testhost");
-    const FunctionSummary* fwd = Find(
-        s, "python:train.py:5 train > python:train.py:9 step > python:model.py:20 forward");
+    const FunctionSummary* fwd =
+        Find(s, "python:train.py:5 train > python:train.py:9 step > python:model.py:20 forward");
     ASSERT_NE(fwd, nullptr) << "rank " << s.rank;
     const int64_t forward_ms = s.rank == 0 ? 5 : 15;
     EXPECT_EQ(fwd->total_ns, static_cast<int64_t>(fwd->count) * forward_ms * kMs);
@@ -340,6 +341,25 @@ TEST_F(NodeCollectorTest, RdmaPortMetricsFromTheNodeSamplerReachTheWindowSummary
   EXPECT_EQ(mean[Metric::kNicLinkUp], 1.0);
 }
 
+// The NCCL profiler plugin, loaded as NCCL loads it, writing its file at `path` (communicator
+// 0xabc, 1 rank).
+void StartNcclPlugin(const std::string& path, ncclProfiler_v5_t** v5, void** ctx) {
+  setenv("PERFTRACKER_NCCL_SHM", path.c_str(), 1);
+  setenv("PERFTRACKER_NCCL_TAIL_US", "0", 1);
+  void* lib = dlopen(PERFTRACKER_NCCL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  *v5 = static_cast<ncclProfiler_v5_t*>(dlsym(lib, "ncclProfiler_v5"));
+  ASSERT_NE(*v5, nullptr);
+  int mask = 0;
+  ASSERT_EQ((*v5)->init(ctx, 0xabc, &mask, "dp", 1, 1, 0, nullptr), 0);
+}
+
+void StopNcclPlugin(const std::string& path, ncclProfiler_v5_t* v5, void* ctx) {
+  v5->finalize(ctx);
+  unlink(path.c_str());
+  unsetenv("PERFTRACKER_NCCL_SHM");
+}
+
 // Four 4 KiB all-reduces through the NCCL profiler plugin, each with a 2 ms kernel channel.
 void RecordAllReduces(ncclProfiler_v5_t* v5, void* ctx, uint64_t n) {
   for (uint64_t seq = 0; seq < n; ++seq) {
@@ -377,15 +397,9 @@ TEST_F(NodeCollectorTest, TheNcclPluginsFileJoinsTheAgentsWindowSummary) {
   StartCollector();
   FakeAgent a0(0, 1, "nccl");
   const std::string nccl_path = a0.shm_path() + "-nccl";
-  setenv("PERFTRACKER_NCCL_SHM", nccl_path.c_str(), 1);
-  setenv("PERFTRACKER_NCCL_TAIL_US", "0", 1);
-  void* lib = dlopen(PERFTRACKER_NCCL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(lib, nullptr) << dlerror();
-  auto* v5 = static_cast<ncclProfiler_v5_t*>(dlsym(lib, "ncclProfiler_v5"));
-  ASSERT_NE(v5, nullptr);
+  ncclProfiler_v5_t* v5 = nullptr;
   void* ctx = nullptr;
-  int mask = 0;
-  ASSERT_EQ(v5->init(&ctx, 0xabc, &mask, "dp", 1, 1, 0, nullptr), 0);
+  ASSERT_NO_FATAL_FAILURE(StartNcclPlugin(nccl_path, &v5, &ctx));
   Join(a0);  // the plugin's file exists already: attached at the collector's first look
   const WindowSpec w = OpenWindow(1500);
   auto m0 = a0.WaitFor("window", 2000);
@@ -394,9 +408,7 @@ TEST_F(NodeCollectorTest, TheNcclPluginsFileJoinsTheAgentsWindowSummary) {
   RecordAllReduces(v5, ctx, 4);
   PlayWindow(a0, *m0, 5);
   ASSERT_TRUE(coordinator_.WaitUntil([&] { return coordinator_.summaries.size() == 1; }, 5000));
-  v5->finalize(ctx);
-  unlink(nccl_path.c_str());
-  unsetenv("PERFTRACKER_NCCL_SHM");
+  StopNcclPlugin(nccl_path, v5, ctx);
   std::lock_guard<std::mutex> lock(coordinator_.mu());
   const WorkerSummary& s = coordinator_.summaries[0].second;
   const FunctionSummary* all_reduce = FindAllReduce(s);
@@ -423,21 +435,13 @@ TEST_F(NodeCollectorTest, ASourceFileCreatedJustBeforeWindowDoneJoinsTheSummary)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   const std::string nccl_path = a0.shm_path() + "-nccl";
-  setenv("PERFTRACKER_NCCL_SHM", nccl_path.c_str(), 1);
-  setenv("PERFTRACKER_NCCL_TAIL_US", "0", 1);
-  void* lib = dlopen(PERFTRACKER_NCCL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(lib, nullptr) << dlerror();
-  auto* v5 = static_cast<ncclProfiler_v5_t*>(dlsym(lib, "ncclProfiler_v5"));
-  ASSERT_NE(v5, nullptr);
+  ncclProfiler_v5_t* v5 = nullptr;
   void* ctx = nullptr;
-  int mask = 0;
-  ASSERT_EQ(v5->init(&ctx, 0xabc, &mask, "dp", 1, 1, 0, nullptr), 0);
+  ASSERT_NO_FATAL_FAILURE(StartNcclPlugin(nccl_path, &v5, &ctx));
   RecordAllReduces(v5, ctx, 4);
   PlayWindow(a0, *m0, 5);
   ASSERT_TRUE(coordinator_.WaitUntil([&] { return coordinator_.summaries.size() == 1; }, 5000));
-  v5->finalize(ctx);
-  unlink(nccl_path.c_str());
-  unsetenv("PERFTRACKER_NCCL_SHM");
+  StopNcclPlugin(nccl_path, v5, ctx);
   std::lock_guard<std::mutex> lock(coordinator_.mu());
   const FunctionSummary* all_reduce = FindAllReduce(coordinator_.summaries[0].second);
   ASSERT_NE(all_reduce, nullptr) << "the late source file was not attached";
@@ -495,9 +499,8 @@ TEST_F(NodeCollectorTest, AnAgentGoneMidWindowSendsNoSummaryAndBlocksNobody) {
   ASSERT_TRUE(m0);
   a1.Disconnect();  // killed: no bye
   PlayWindow(a0, *m0, 5);
-  ASSERT_TRUE(coordinator_.WaitUntil([&] {
-    return coordinator_.summaries.size() == 1 && coordinator_.left.count(1) != 0;
-  }));
+  ASSERT_TRUE(coordinator_.WaitUntil(
+      [&] { return coordinator_.summaries.size() == 1 && coordinator_.left.count(1) != 0; }));
   std::lock_guard<std::mutex> lock(coordinator_.mu());
   EXPECT_EQ(coordinator_.summaries[0].second.rank, 0);
   EXPECT_FALSE(coordinator_.left[1]);  // not clean
@@ -549,7 +552,9 @@ TEST_F(NodeCollectorTest, DumpStacksReachesEveryAgentAndStacksComeBack) {
     auto m = a->WaitFor("dump_stacks", 2000);
     ASSERT_TRUE(m);
     EXPECT_EQ((*m)["window"], 4);
-    a->SendJson({{"type", "stacks"}, {"rank", a->rank()}, {"window", 4},
+    a->SendJson({{"type", "stacks"},
+                 {"rank", a->rank()},
+                 {"window", 4},
                  {"text", "Thread 1 (MainThread) (most recent call last):\n"}});
   }
   ASSERT_TRUE(coordinator_.WaitUntil([&] { return coordinator_.stacks.size() == 2; }));
