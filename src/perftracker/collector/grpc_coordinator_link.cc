@@ -36,10 +36,6 @@ std::string HostName() {
   return buf;
 }
 
-ControlRank ToControl(const WorkerInfo& w) {
-  return ControlRank{w.rank, w.world_size, w.local_rank, w.pid, w.host};
-}
-
 }  // namespace
 
 ControlHardware LocalHardware() {
@@ -134,9 +130,9 @@ void GrpcCoordinatorLink::Push(CollectorMessage message, size_t bytes) {
 void GrpcCoordinatorLink::OnWorkerJoined(const WorkerInfo& worker) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ranks_[worker.rank] = ToControl(worker);
+    ranks_[worker.rank] = worker;
   }
-  Push(ToControl(worker), sizeof(ControlRank));
+  Push(worker, sizeof(WorkerInfo));
 }
 
 void GrpcCoordinatorLink::OnWorkerLeft(int32_t rank, bool clean) {

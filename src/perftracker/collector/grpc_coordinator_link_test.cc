@@ -219,7 +219,7 @@ TEST(GrpcCoordinatorLinkTest, ReconnectsToARestartedServerAndRegistersAgain) {
   ASSERT_TRUE(link.WaitFirstAttempt(5000).ok());
   link.OnWorkerJoined({0, 2, 0, 10, "node-a"});
   link.OnWorkerJoined({1, 2, 1, 11, "node-a"});
-  ASSERT_TRUE(first.WaitUntil([&] { return first.All<ControlRank>().size() == 2; }));
+  ASSERT_TRUE(first.WaitUntil([&] { return first.All<WorkerInfo>().size() == 2; }));
 
   (*server)->Shutdown();  // the server goes away
   ASSERT_TRUE(Eventually([&] { return !link.stats().connected; }));

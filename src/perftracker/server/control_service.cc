@@ -32,16 +32,6 @@ std::string UtcNow() {
   return fmt::format("{:%Y-%m-%d %H:%M:%S} UTC", fmt::gmtime(std::time(nullptr)));
 }
 
-WorkerInfo ToWorker(const ControlRank& r) {
-  WorkerInfo w;
-  w.rank = r.rank;
-  w.world_size = r.world_size;
-  w.local_rank = r.local_rank;
-  w.pid = r.pid;
-  w.host = r.host;
-  return w;
-}
-
 }  // namespace
 
 std::string JobDirName(std::string_view job_id) {
@@ -166,14 +156,14 @@ class ControlService::Session : public ControlSession {
         peer_(std::move(peer)),
         recordings_(job_->recordings_dir_) {}
 
-  void AddRank(const ControlRank& r) {
+  void AddRank(const WorkerInfo& r) {
     ranks_.insert(r.rank);
     served_.insert(r.rank);
     {
       std::lock_guard<std::mutex> lock(job_->mu_);
       job_->rank_owner_[r.rank] = id_;
     }
-    job_->coordinator_->OnWorkerJoined(ToWorker(r));
+    job_->coordinator_->OnWorkerJoined(r);
     if (Store* store = service_->options_.store) {
       const Status st = store->UpsertWorker({job_->id_, r.rank, r.host, r.pid, RealtimeNs()});
       if (!st.ok()) service_->LogStoreError(job_->id_, st);
@@ -181,7 +171,7 @@ class ControlService::Session : public ControlSession {
   }
 
   Status OnMessage(CollectorMessage message) override {
-    if (auto* r = std::get_if<ControlRank>(&message)) {
+    if (auto* r = std::get_if<WorkerInfo>(&message)) {
       AddRank(*r);
       return Status::Ok();
     }
@@ -641,7 +631,7 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
     if (existing.ok()) record = *existing;
     record.job_id = registration.job_id;
     if (!registration.title.empty()) record.title = registration.title;
-    for (const ControlRank& r : registration.ranks)
+    for (const WorkerInfo& r : registration.ranks)
       record.world_size = std::max(record.world_size, r.world_size);
     const int64_t now = RealtimeNs();
     if (record.created_ns == 0) record.created_ns = now;
@@ -663,10 +653,10 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
       if (spec.end_ns() > now) joining.push_back(spec);
     }
   }
-  for (const ControlRank& r : registration.ranks) session->AddRank(r);
+  for (const WorkerInfo& r : registration.ranks) session->AddRank(r);
   // Last: once the collector reads this answer, the job counts it and its ranks in.
   int32_t world_size = 0;
-  for (const ControlRank& r : registration.ranks) world_size = std::max(world_size, r.world_size);
+  for (const WorkerInfo& r : registration.ranks) world_size = std::max(world_size, r.world_size);
   const bool digests = options_.digest_min_workers > 0 &&
                        static_cast<size_t>(world_size) >= options_.digest_min_workers;
   if (digests) {

@@ -20,7 +20,7 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-void RankToProto(const ControlRank& r, pb::RankInfo* out) {
+void RankToProto(const WorkerInfo& r, pb::RankInfo* out) {
   out->set_rank(r.rank);
   out->set_world_size(r.world_size);
   out->set_local_rank(r.local_rank);
@@ -28,7 +28,7 @@ void RankToProto(const ControlRank& r, pb::RankInfo* out) {
   out->set_host(r.host);
 }
 
-StatusOr<ControlRank> RankFromProto(const pb::RankInfo& r, const char* what) {
+StatusOr<WorkerInfo> RankFromProto(const pb::RankInfo& r, const char* what) {
   if (r.rank() < 0) {
     return Status::InvalidArgument(std::string(what) + ": rank " + std::to_string(r.rank()) +
                                    " is negative");
@@ -38,7 +38,7 @@ StatusOr<ControlRank> RankFromProto(const pb::RankInfo& r, const char* what) {
                                    " has a negative world size or a host name over " +
                                    std::to_string(kMaxControlIdBytes) + " bytes");
   }
-  ControlRank out;
+  WorkerInfo out;
   out.rank = r.rank();
   out.world_size = r.world_size();
   out.local_rank = r.local_rank();
@@ -74,7 +74,7 @@ void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
                    r->set_job_id(m.job_id);
                    r->set_host(m.host);
                    r->set_title(m.title);
-                   for (const ControlRank& rank : m.ranks) RankToProto(rank, r->add_ranks());
+                   for (const WorkerInfo& rank : m.ranks) RankToProto(rank, r->add_ranks());
                    r->mutable_hardware()->set_description(m.hardware.description);
                    r->mutable_hardware()->set_cpus(m.hardware.cpus);
                    r->mutable_hardware()->set_memory_bytes(m.hardware.memory_bytes);
@@ -83,7 +83,7 @@ void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
                    out->mutable_heartbeat()->set_sent_ns(m.sent_ns);
                    out->mutable_heartbeat()->set_dropped_messages(m.dropped_messages);
                  },
-                 [&](const ControlRank& m) { RankToProto(m, out->mutable_worker_joined()); },
+                 [&](const WorkerInfo& m) { RankToProto(m, out->mutable_worker_joined()); },
                  [&](const ControlWorkerLeft& m) {
                    out->mutable_worker_left()->set_rank(m.rank);
                    out->mutable_worker_left()->set_clean(m.clean);
@@ -170,7 +170,7 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
       out.host = r.host();
       out.title = r.title();
       for (const pb::RankInfo& rank : r.ranks()) {
-        StatusOr<ControlRank> c = RankFromProto(rank, "registration");
+        StatusOr<WorkerInfo> c = RankFromProto(rank, "registration");
         if (!c.ok()) return c.status();
         out.ranks.push_back(std::move(c).value());
       }
@@ -183,7 +183,7 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
       return CollectorMessage(
           ControlHeartbeat{message.heartbeat().sent_ns(), message.heartbeat().dropped_messages()});
     case pb::CollectorMessage::kWorkerJoined: {
-      StatusOr<ControlRank> c = RankFromProto(message.worker_joined(), "worker_joined");
+      StatusOr<WorkerInfo> c = RankFromProto(message.worker_joined(), "worker_joined");
       if (!c.ok()) return c.status();
       return CollectorMessage(std::move(c).value());
     }

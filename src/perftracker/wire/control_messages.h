@@ -8,6 +8,8 @@
 #include <variant>
 #include <vector>
 
+#include "perftracker/wire/worker_info.h"
+
 namespace perftracker {
 
 inline constexpr uint32_t kControlProtocolVersion = 1;
@@ -21,14 +23,6 @@ inline constexpr size_t kMaxIterationsPerBatch = 65536;
 inline constexpr size_t kMaxControlDigestBytes = 4096;  // summary/worker_digest.h's budget
 inline constexpr size_t kMaxRecordingChunkBytes = 1u << 20;  // WindowRecording's data
 
-struct ControlRank {
-  int32_t rank = -1;
-  int32_t world_size = 0;
-  int32_t local_rank = -1;
-  int32_t pid = 0;
-  std::string host;
-};
-
 struct ControlHardware {
   std::string description;
   uint32_t cpus = 0;
@@ -41,7 +35,7 @@ struct ControlRegistration {
   std::string job_id;
   std::string host;
   std::string title;
-  std::vector<ControlRank> ranks;
+  std::vector<WorkerInfo> ranks;
   ControlHardware hardware;
 };
 
@@ -114,7 +108,7 @@ struct ControlWindowRecording {
 
 // collector -> server
 using CollectorMessage =
-    std::variant<ControlRegistration, ControlHeartbeat, ControlRank /* worker joined */,
+    std::variant<ControlRegistration, ControlHeartbeat, WorkerInfo /* worker joined */,
                  ControlWorkerLeft, ControlIterations, ControlTrigger, ControlStacks,
                  ControlSummary, ControlTrainingEnded, ControlJobExited, ControlDigest,
                  ControlWindowRecording>;

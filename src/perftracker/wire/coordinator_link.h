@@ -21,17 +21,9 @@
 
 #include "perftracker/core/window_reason.h"
 #include "perftracker/summary/worker_summary.h"
+#include "perftracker/wire/worker_info.h"
 
 namespace perftracker {
-
-// One training process as its agent introduced itself (the `hello` message).
-struct WorkerInfo {
-  int32_t rank = -1;
-  int32_t world_size = 0;
-  int32_t local_rank = -1;
-  int32_t pid = 0;
-  std::string host;
-};
 
 // One profiling window: the same wall-clock span (CLOCK_REALTIME ns) on every worker.
 struct WindowSpec {
