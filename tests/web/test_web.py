@@ -8,6 +8,10 @@ test_ui:         Debian's headless Chromium loads the UI with the login URL, run
                  JavaScript, and the rendered DOM must show the finding (code and culprit
                  worker), the heat map and the drill-down bars; no script or CSP error.
                  --screenshot PATH also saves the diagnosis page as a PNG (docs/).
+test_ui_compare: the job page shows its windows side by side; window 2's "Compare with
+                 baseline" opens the compare view against window 1, which names the function
+                 made slower on every rank; window 1's Perfetto link downloads its export
+                 (with the token only).
 test_ui_hostile: the same for a job whose every name is HTML / script: shown as text on
                  every page, never run.
 test_ui_wide:    a 64-rank job's chart shows min / median / max over ranks, and its window,
@@ -28,6 +32,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -180,11 +185,62 @@ class WebTest(unittest.TestCase):
             chromium(url, ARGS.work_dir, ["--screenshot=" + os.path.abspath(ARGS.screenshot)])
             self.assertTrue(os.path.getsize(ARGS.screenshot) > 10000)
 
+    def test_ui_compare(self):
+        f = self.fixture
+        # The job page: its two windows side by side, window 1 the baseline with its Perfetto
+        # export, window 2 with a link to the compare view against the baseline.
+        dom, err = rendered_dom("%s/?token=%s#/job/%s" % (f.base, TOKEN, JOB), ARGS.work_dir)
+        self.assertEqual(console_errors(err), [], err[-3000:])
+        windows = dom[dom.index('id="windows"'):]
+        cards = re.findall(r'<section class="window-card( baseline)?" data-window="(\d+)">', windows)
+        self.assertEqual(cards, [("", "2"), (" baseline", "1")], windows[:3000])
+        card1 = windows[windows.index('data-window="1"'):]
+        card2 = windows[windows.index('data-window="2"'):windows.index('data-window="1"')]
+        self.assertIn('<span class="badge">baseline</span>', card1)
+        m = re.search(r'<a href="([^"]+)" class="button compare"[^>]*>Compare with baseline</a>', card2)
+        self.assertIsNotNone(m, card2)
+        compare_hash = m.group(1)
+        self.assertEqual(compare_hash, "#/job/%s/compare/1/2" % JOB)
+        self.assertNotIn('class="button compare"', card1)  # the baseline is not compared with itself
+        m = re.search(r'<a href="([^"]+)" download="window-1.perfetto.json" class="perfetto"', card1)
+        self.assertIsNotNone(m, card1)
+        perfetto_url = m.group(1)
+        self.assertNotIn('class="perfetto"', card2)  # window 2 has no export
+
+        # The compare view the button opens: both windows side by side, the verdict and the
+        # function made slower on every rank first.
+        dom, err = rendered_dom("%s/?token=%s%s" % (f.base, TOKEN, compare_hash), ARGS.work_dir)
+        self.assertEqual(console_errors(err), [], err[-3000:])
+        m = re.search(r'id="compare-verdict">([^<]*)<', dom)
+        self.assertIsNotNone(m, dom[:3000])
+        self.assertRegex(m.group(1), r"^block2 is slower on all 4 workers")
+        sides = re.findall(r'<section class="side (baseline|current)" data-window="(\d+)">', dom)
+        self.assertEqual(sides, [("baseline", "1"), ("current", "2")], dom[:3000])
+        rows = re.findall(r'<tr class="change (slower|faster)" data-function="([^"]*)" '
+                          r'data-direction="\w+" data-workers="([^"]*)">', dom)
+        self.assertTrue(rows, dom[-4000:])
+        self.assertEqual(rows[0], ("slower", "block2", "0,1,2,3"))
+        self.assertEqual(len(re.findall(r'<tr data-rank="\d+">', dom)), 4)  # iteration per worker
+
+        # The download link: the export itself, as an attachment, only with the token.
+        req = urllib.request.Request(f.base + perfetto_url)
+        req.add_header("Authorization", "Bearer " + TOKEN)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            self.assertEqual(r.headers["Content-Disposition"],
+                             'attachment; filename="window-1.perfetto.json"')
+            trace = json.load(r)
+        ranks = {e["args"]["name"] for e in trace["traceEvents"]
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+        self.assertEqual(len(ranks), 4, ranks)
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f.base + perfetto_url, timeout=10)
+        self.assertEqual(refused.exception.code, 401)
+
     def test_ui_hostile(self):
         """A job whose names are all markup (from a hostile or unlucky training script):
         every page shows them as text and runs none of them."""
         f = self.fixture
-        for page in ("", "job/hostile", "job/hostile/window/1",
+        for page in ("", "job/hostile", "job/hostile/window/1", "job/hostile/compare/1/1",
                      "job/hostile/window/1/function/" + urllib.parse.quote("python:" + HOSTILE, safe="")):
             dom, err = rendered_dom("%s/?token=%s#/%s" % (f.base, TOKEN, page), ARGS.work_dir)
             self.assertEqual(console_errors(err), [], err[-3000:])

@@ -2,12 +2,15 @@
 // SqliteStore with the real diagnosis of examples/straggler (a 4-rank torch job whose rank 2
 // is a compute straggler), feeds the same job's iteration times, window and finding to the
 // server's metrics, and serves both with HttpServer until SIGINT / SIGTERM. It prints one
-// line "listening <port>" on stdout once it serves (test_web.py waits for it).
+// line "listening <port>" on stdout once it serves (test_web.py waits for it). Window 1 has
+// its Perfetto export (window-1.perfetto.json beside the store) and is the job's baseline;
+// window 2 is the same job with the straggler's function slower on every rank.
 //
 //   perftracker_ui_fixture --traces examples/straggler --store /tmp/s.db --token T [--port N]
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -123,6 +126,10 @@ Status AddWideJob(Store* store) {
   return store->PutWindow(w);
 }
 
+// Window 2's slowdown of the culprit's function on every rank, as a share of the iteration:
+// well above every rank's bar (7-14 ms of a ~44 ms iteration: the example's iterations scatter).
+constexpr double kSlowerShare = 0.6;
+
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
@@ -153,9 +160,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "perftracker_ui_fixture: %s\n", store.status().message().c_str());
     return 2;
   }
-  StatusOr<ExampleJob> example = FillStoreWithExample(store->get(), traces, job_id);
-  if (!example.ok()) {
-    std::fprintf(stderr, "perftracker_ui_fixture: %s\n", example.status().message().c_str());
+  // Window 1's Perfetto export beside the store, as a live server writes it into its report
+  // directory; window 2 has the culprit's function slower on every rank, and window 1 is the
+  // job's baseline (as if a user marked it): the compare view's pair.
+  ExampleOptions example_options;
+  example_options.perfetto_path =
+      (std::filesystem::absolute(store_path).parent_path() / "window-1.perfetto.json").string();
+  StatusOr<ExampleJob> example =
+      FillStoreWithExample(store->get(), traces, job_id, example_options);
+  Status added = example.ok() ? AddSlowerWindow(store->get(), job_id, 2,
+                                                example->culprit_function_key, kSlowerShare)
+                              : example.status();
+  if (added.ok()) added = (*store)->SetBaseline(job_id, 1);
+  if (!added.ok()) {
+    std::fprintf(stderr, "perftracker_ui_fixture: %s\n", added.message().c_str());
     return 2;
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <utility>
 
 #include "perftracker/core/realtime_clock.h"
@@ -36,6 +37,12 @@ DiagnosisRecord DiagnosisRecordOf(const std::string& job_id, uint64_t window_id,
   }
   d.missing_ranks = report.missing_ranks;
   d.created_ns = RealtimeNs();
+  if (!report.perfetto_path.empty()) {
+    // Absolute: `perftracker server --store` may serve it from another working directory.
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(report.perfetto_path, ec);
+    d.perfetto_path = ec ? report.perfetto_path : absolute.lexically_normal().string();
+  }
   return d;
 }
 

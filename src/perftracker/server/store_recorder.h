@@ -34,7 +34,8 @@ WindowRecord WindowRecordOf(const std::string& job_id, const WindowSpec& spec,
                             std::vector<std::string> triggers, WindowState state);
 
 // The store's row for a window's report: the JSON file's contents, the text, the first
-// material finding's code ("" when none is material), the missing ranks.
+// material finding's code ("" when none is material), the missing ranks, the absolute path of
+// the window's Perfetto export ("" when none).
 DiagnosisRecord DiagnosisRecordOf(const std::string& job_id, uint64_t window_id,
                                   const WindowReport& report);
 

@@ -1,6 +1,7 @@
 #include "perftracker/server/store_recorder.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,9 @@ TEST(StoreRecorderTest, TheRunsJobWindowsSummariesAndDiagnosesReachTheStore) {
   report.json = R"({"schema_version": 1, "findings": []})";
   report.json_path = testing::TempDir() + "/no-such-dir/window-1-slowdown.json";
   report.text = "perftracker: no material finding";
+  // A relative report directory: the store keeps the export's absolute path (a server
+  // started elsewhere serves it).
+  report.perfetto_path = "reports/./window-1.perfetto.json";
   // Window 2 opened for a hang that was retracted before its report: no report.
   rec.StartWindow({2, 9'000'000'000, 2'000'000'000, WindowReason::kHang});
   rec.StoreReports({report});
@@ -95,6 +99,8 @@ TEST(StoreRecorderTest, TheRunsJobWindowsSummariesAndDiagnosesReachTheStore) {
   ASSERT_TRUE(diagnosis.ok()) << diagnosis.status().message();
   EXPECT_NE(diagnosis->json.find("schema_version"), std::string::npos);
   EXPECT_EQ(diagnosis->top_code, "");
+  EXPECT_EQ(diagnosis->perfetto_path,
+            (std::filesystem::current_path() / "reports" / "window-1.perfetto.json").string());
   auto baseline = store->GetBaseline("run-1");
   ASSERT_TRUE(baseline.ok());
   ASSERT_TRUE(baseline->has_value());  // healthy: the job's baseline

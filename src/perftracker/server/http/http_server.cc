@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -22,6 +24,8 @@ namespace perftracker {
 namespace {
 
 constexpr auto kRefusedLogPeriod = std::chrono::seconds(10);
+// The largest Perfetto export sent (its default cap of 2 M events makes a few hundred MB).
+constexpr uint64_t kMaxTimelineDownloadBytes = uint64_t{1} << 30;
 
 constexpr const char* kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -250,6 +254,51 @@ void HttpServer::Respond(httplib::Response& res, const ApiResponse& api) {
   res.set_content(api.body, "application/json");
 }
 
+void HttpServer::ServeTimeline(const std::string& job_id, const std::string& window_id,
+                               httplib::Response& res) {
+  std::unique_ptr<TimelineFile> file;
+  const ApiResponse opened = api_.OpenTimeline(job_id, window_id, &file);
+  if (file == nullptr) {
+    Respond(res, opened);
+    return;
+  }
+  res.status = 200;
+  res.set_header("Cache-Control", "no-store");
+  // The name is the server's own (*.perfetto.json, checked by TimelineFile): no quoting needed
+  // beyond refusing what a header cannot carry.
+  std::string name = file->file_name();
+  for (char& c : name) {
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = '_';
+  }
+  res.set_header("Content-Disposition", "attachment; filename=\"" + name + "\"");
+  // Read whole, then sent: cpp-httplib's streamed answers (content providers) stop at once
+  // on a server that does not listen itself, as RequestProcessor does not. Memory: the
+  // file's size per download in flight, bounded by kMaxTimelineDownloadBytes.
+  if (file->size() > kMaxTimelineDownloadBytes) {
+    Respond(res,
+            JsonApi::Error(
+                413, fmt::format("job {} window {}: its Perfetto export ({} MB) is larger than "
+                                 "the server sends ({} MB): copy {} from the server's report "
+                                 "directory instead",
+                                 job_id, window_id, file->size() >> 20,
+                                 kMaxTimelineDownloadBytes >> 20, file->file_name())));
+    return;
+  }
+  std::string body(file->size(), '\0');
+  for (uint64_t done = 0; done < body.size();) {
+    const int64_t n = file->Read(done, body.data() + done, body.size() - done);
+    if (n <= 0) {
+      Respond(res, JsonApi::Error(500, fmt::format("job {} window {}: reading its Perfetto export "
+                                                   "failed (it shrank, or a read error)",
+                                                   job_id, window_id)));
+      return;
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  res.body = std::move(body);  // set_content would copy it
+  res.set_header("Content-Type", "application/json");
+}
+
 void HttpServer::ServeAsset(const std::string& path, httplib::Response& res) {
   const UiAsset* asset = FindUiAsset(path);
   if (asset == nullptr) {
@@ -371,6 +420,10 @@ void HttpServer::Routes() {
     Respond(res, api_.GetSummaries(req.matches[1], std::string(req.matches[2]),
                                    req.get_param_value("top"), req.get_param_value("function")));
   });
+  s.Get(R"(/api/v1/jobs/([^/]+)/windows/([^/]+)/perfetto)",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          ServeTimeline(req.matches[1], std::string(req.matches[2]), res);
+        });
   s.Get(R"(/api/v1/jobs/([^/]+)/compare)",
         [this](const httplib::Request& req, httplib::Response& res) {
           Respond(res, api_.CompareWindows(req.matches[1], req.get_param_value("baseline"),

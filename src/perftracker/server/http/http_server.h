@@ -106,6 +106,9 @@ class HttpServer {
   bool Authorize(const httplib::Request& req, httplib::Response& res);
   void Respond(httplib::Response& res, const ApiResponse& api);
   void ServeAsset(const std::string& path, httplib::Response& res);
+  // GET /api/v1/jobs/{job}/windows/{id}/perfetto: the window's export (at most 1 GiB).
+  void ServeTimeline(const std::string& job_id, const std::string& window_id,
+                     httplib::Response& res);
   void Log(const std::string& line);
 
   Store* store_;

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -302,8 +303,9 @@ TEST_F(HttpServerTest, BearerTokenServesTheApi) {
   {
     const int fd = ConnectFrom("127.0.0.1", server_->port());
     ASSERT_GE(fd, 0);
-    const std::string post = std::string("POST /api/v1/jobs/job-17/trigger HTTP/1.1\r\nHost: x\r\n"
-                                         "Authorization: Bearer ") +
+    const std::string post = std::string(
+                                 "POST /api/v1/jobs/job-17/trigger HTTP/1.1\r\nHost: x\r\n"
+                                 "Authorization: Bearer ") +
                              kToken + "\r\nConnection: close\r\n\r\n";
     ASSERT_EQ(send(fd, post.data(), post.size(), MSG_NOSIGNAL), static_cast<ssize_t>(post.size()));
     std::string got;
@@ -319,6 +321,95 @@ TEST_F(HttpServerTest, BearerTokenServesTheApi) {
             std::string::npos);
   EXPECT_NE(metrics->body.find("perftracker_http_requests_total{status=\"2xx\"}"),
             std::string::npos);
+}
+
+// A raw request on a fresh connection (no client-side normalization of the path); the
+// whole answer.
+std::string RawGet(int port, const std::string& target, const std::string& auth) {
+  const int fd = ConnectFrom("127.0.0.1", port);
+  if (fd < 0) return "";
+  const std::string req =
+      "GET " + target + " HTTP/1.1\r\nHost: x\r\n" + auth + "Connection: close\r\n\r\n";
+  (void)send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string got;
+  ServerClosed(fd, std::chrono::seconds(30), &got);
+  close(fd);
+  return got;
+}
+
+TEST_F(HttpServerTest, ThePerfettoDownloadServesOnlyTheWindowsStoredExport) {
+  // A 3 MB export (several pieces of the streamed answer), recorded for window 1.
+  const fs::path file = dir_ / "reports" / "window-1.perfetto.json";
+  fs::create_directories(file.parent_path());
+  std::string content = "{\"traceEvents\": [";
+  for (int i = 0; content.size() < 3'000'000; ++i) {
+    content += fmt::format("{}{{\"ph\": \"X\", \"ts\": {}, \"dur\": 1, \"name\": \"f\"}}",
+                           i ? ", " : "", i);
+  }
+  content += "]}";
+  { std::ofstream(file, std::ios::binary) << content; }
+  { std::ofstream(dir_ / "secret.txt") << "root:x:0:0:secret"; }
+  StatusOr<DiagnosisRecord> d = store_->GetDiagnosis("job-17", 1);
+  ASSERT_TRUE(d.ok());
+  d->perfetto_path = file.string();
+  ASSERT_TRUE(store_->PutDiagnosis(*d).ok());
+  StartServer(Options());
+
+  auto got = Client(true).Get("/api/v1/jobs/job-17/windows/1/perfetto");
+  ASSERT_TRUE(got) << httplib::to_string(got.error());
+  ASSERT_EQ(got->status, 200) << got->body.substr(0, 300);
+  EXPECT_EQ(got->body.size(), content.size());
+  EXPECT_TRUE(got->body == content);
+  EXPECT_EQ(got->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(got->get_header_value("Content-Disposition"),
+            "attachment; filename=\"window-1.perfetto.json\"");
+  EXPECT_EQ(got->get_header_value("X-Content-Type-Options"), "nosniff");
+  // The login cookie works as for every other request; no token, or a wrong one, gets 401.
+  httplib::Headers cookie = {{"Cookie", std::string("perftracker_token=") + kToken}};
+  EXPECT_EQ(Client(false).Get("/api/v1/jobs/job-17/windows/1/perfetto", cookie)->status, 200);
+  auto anonymous = Client(false).Get("/api/v1/jobs/job-17/windows/1/perfetto");
+  EXPECT_EQ(anonymous->status, 401);
+  EXPECT_EQ(anonymous->body.find("traceEvents"), std::string::npos);
+  httplib::Headers wrong = {{"Authorization", "Bearer wrong-token-0123456789abcdef"}};
+  EXPECT_EQ(Client(false).Get("/api/v1/jobs/job-17/windows/1/perfetto", wrong)->status, 401);
+
+  // Traversal attempts on the socket, as sent (no client normalizes them): none reaches a file
+  // but the export, and the server keeps serving.
+  const std::string auth = std::string("Authorization: Bearer ") + kToken + "\r\n";
+  for (const std::string& target :
+       {std::string("/api/v1/jobs/job-17/windows/1/perfetto/../../../../secret.txt"),
+        std::string("/api/v1/jobs/job-17/windows/..%2F..%2F..%2Fsecret.txt/perfetto"),
+        std::string("/api/v1/jobs/job-17/windows/1%2F..%2F..%2Fsecret.txt/perfetto"),
+        std::string("/api/v1/jobs/..%2F..%2Fsecret.txt/windows/1/perfetto"),
+        std::string("/api/v1/jobs/job-17/windows/%2E%2E/perfetto"),
+        std::string("/api/v1/jobs/job-17/windows/1/perfetto%00.txt"),
+        std::string("/api/v1/jobs/job-17/windows/1/perfetto?path=") + dir_.string() + "/secret.txt",
+        std::string("/api/v1/jobs/job-17/windows/2/perfetto"),
+        std::string("/ui/..%2F..%2F..%2Fetc%2Fpasswd"), std::string("/../../../etc/passwd")}) {
+    const std::string answer = RawGet(server_->port(), target, auth);
+    EXPECT_EQ(answer.find("root:"), std::string::npos) << target << "\n" << answer;
+    if (target.find("?path=") != std::string::npos) {
+      // A query parameter is no path: the window's own export is what comes back.
+      EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << target;
+      EXPECT_NE(answer.find("traceEvents"), std::string::npos) << target;
+    } else {
+      EXPECT_NE(answer.rfind("HTTP/1.1 4", 0), std::string::npos) << target << "\n" << answer;
+      EXPECT_TRUE(answer.rfind("HTTP/1.1 400", 0) == 0 || answer.rfind("HTTP/1.1 404", 0) == 0)
+          << target << "\n"
+          << answer.substr(0, 300);
+      EXPECT_EQ(answer.find("traceEvents"), std::string::npos) << target;
+    }
+  }
+  // The store's path must still be the server's own export: a row pointing elsewhere (a store
+  // edited by hand) is refused, the file unread.
+  d->perfetto_path = (dir_ / "secret.txt").string();
+  ASSERT_TRUE(store_->PutDiagnosis(*d).ok());
+  auto refused = Client(true).Get("/api/v1/jobs/job-17/windows/1/perfetto");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 404);
+  EXPECT_EQ(refused->body.find("root:"), std::string::npos);
+  EXPECT_NE(refused->body.find("not a Perfetto export's name"), std::string::npos) << refused->body;
+  EXPECT_EQ(Client(true).Get("/api/v1/jobs")->status, 200);
 }
 
 TEST_F(HttpServerTest, LoginUrlSetsAnHttpOnlyCookieAndDropsTheToken) {

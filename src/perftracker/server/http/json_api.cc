@@ -156,6 +156,7 @@ ApiResponse JsonApi::GetJob(const std::string& job_id) {
     StatusOr<DiagnosisRecord> d = store_->GetDiagnosis(job_id, window.window_id);
     j["has_diagnosis"] = d.ok();
     j["top_code"] = d.ok() ? d->top_code : "";
+    j["has_perfetto"] = d.ok() && !d->perfetto_path.empty();
     win.push_back(std::move(j));
   }
   json out = {{"job", JobJson(*job)}, {"workers", std::move(w)}, {"windows", std::move(win)}};
@@ -210,6 +211,7 @@ ApiResponse JsonApi::ListWindows(const std::string& job_id) {
     StatusOr<DiagnosisRecord> d = store_->GetDiagnosis(job_id, window.window_id);
     j["has_diagnosis"] = d.ok();
     j["top_code"] = d.ok() ? d->top_code : "";
+    j["has_perfetto"] = d.ok() && !d->perfetto_path.empty();
     arr.push_back(std::move(j));
   }
   return Ok(json{{"job_id", job_id}, {"windows", std::move(arr)}});
@@ -351,6 +353,20 @@ ApiResponse JsonApi::CompareWindows(const std::string& job_id, std::string_view 
   out["baseline_window"] = *base;
   out["current_window"] = *cur;
   return Ok(out);
+}
+
+ApiResponse JsonApi::OpenTimeline(const std::string& job_id, std::string_view window_id,
+                                  std::unique_ptr<TimelineFile>* file) {
+  std::optional<uint64_t> id = ParseWindowId(window_id);
+  if (!id) {
+    return Error(400, "bad window id " + Quote(window_id) + ": expected a positive integer");
+  }
+  StatusOr<WindowRecord> window = store_->GetWindow(job_id, *id);
+  if (!window.ok()) return FromStatus(window.status());
+  StatusOr<std::unique_ptr<TimelineFile>> opened = TimelineFile::Open(store_, job_id, *id);
+  if (!opened.ok()) return FromStatus(opened.status());
+  *file = std::move(opened).value();
+  return {200, ""};
 }
 
 ApiResponse JsonApi::SetBaseline(const std::string& job_id, std::string_view window) {

@@ -9,10 +9,12 @@
 // the one value a client sends back (`next_since` of the iterations) as a decimal string.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "perftracker/server/http/job_actions.h"
+#include "perftracker/server/http/timeline_file.h"
 #include "perftracker/server/store/store.h"
 
 namespace perftracker {
@@ -37,8 +39,8 @@ class JsonApi {
 
   // GET /api/v1/jobs: every job, newest first, with its window count and latest verdict.
   ApiResponse ListJobs();
-  // GET /api/v1/jobs/{job}: the job, its workers, windows (with their top finding code) and
-  // baseline window.
+  // GET /api/v1/jobs/{job}: the job, its workers, windows (with their top finding code and
+  // whether they have a Perfetto export) and baseline window.
   ApiResponse GetJob(const std::string& job_id);
   // GET /api/v1/jobs/{job}/iterations?since=NS&limit=N: points [rank, end_ms, duration_ms]
   // after `since` (exclusive, ns), the newest `limit`, oldest first.
@@ -60,6 +62,11 @@ class JsonApi {
   // "baseline_window" and "current_window" added.
   ApiResponse CompareWindows(const std::string& job_id, std::string_view baseline,
                              std::string_view current);
+  // GET /api/v1/jobs/{job}/windows/{id}/perfetto: the window's Perfetto export, the file the
+  // store recorded for it (TimelineFile: path-safe). Status 200 with `*file` open, or an
+  // error answer (400 bad id, 404 no such window / export / file).
+  ApiResponse OpenTimeline(const std::string& job_id, std::string_view window_id,
+                           std::unique_ptr<TimelineFile>* file);
   // POST /api/v1/jobs/{job}/baseline?window=N: makes window N the job's baseline (the
   // window later windows are compared with).
   ApiResponse SetBaseline(const std::string& job_id, std::string_view window);

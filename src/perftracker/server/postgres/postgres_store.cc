@@ -76,6 +76,10 @@ CREATE TABLE diagnoses (
     R"sql(
 ALTER TABLE windows ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
 )sql",
+    // 2 -> 3: where the window's Perfetto export is (the web UI's download link).
+    R"sql(
+ALTER TABLE diagnoses ADD COLUMN perfetto_path TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(std::size(kMigrations) == PostgresStore::kSchemaVersion);
 
@@ -537,11 +541,13 @@ Status PostgresStore::PutDiagnosis(const DiagnosisRecord& diagnosis) {
   return RunChildWrite(
       conn->get(),
       "INSERT INTO diagnoses (job_id, window_id, json, text, top_code, missing_ranks, "
-      "created_ns) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (job_id, window_id) DO "
-      "UPDATE SET json = excluded.json, text = excluded.text, top_code = excluded.top_code, "
-      "missing_ranks = excluded.missing_ranks, created_ns = excluded.created_ns",
+      "created_ns, perfetto_path) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (job_id, "
+      "window_id) DO UPDATE SET json = excluded.json, text = excluded.text, top_code = "
+      "excluded.top_code, missing_ranks = excluded.missing_ranks, created_ns = "
+      "excluded.created_ns, perfetto_path = excluded.perfetto_path",
       {diagnosis.job_id, Id(diagnosis.window_id), diagnosis.json, diagnosis.text,
-       diagnosis.top_code, nlohmann::json(diagnosis.missing_ranks).dump(), diagnosis.created_ns},
+       diagnosis.top_code, nlohmann::json(diagnosis.missing_ranks).dump(), diagnosis.created_ns,
+       diagnosis.perfetto_path},
       NoWindow(diagnosis.job_id, diagnosis.window_id));
 }
 
@@ -553,7 +559,7 @@ StatusOr<DiagnosisRecord> PostgresStore::GetDiagnosis(const std::string& job_id,
   StatusOr<Lease> conn = Acquire();
   if (!conn.ok()) return conn.status();
   StatusOr<PgResult> r = (*conn)->Exec(
-      "SELECT json, text, top_code, missing_ranks, created_ns FROM diagnoses "
+      "SELECT json, text, top_code, missing_ranks, created_ns, perfetto_path FROM diagnoses "
       "WHERE job_id = $1 AND window_id = $2",
       {job_id, Id(window_id)});
   if (!r.ok()) return r.status();
@@ -571,6 +577,7 @@ StatusOr<DiagnosisRecord> PostgresStore::GetDiagnosis(const std::string& job_id,
     }
   }
   d.created_ns = r->Int64(0, 4);
+  d.perfetto_path = r->Text(0, 5);
   return d;
 }
 

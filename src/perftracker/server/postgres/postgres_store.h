@@ -50,7 +50,7 @@ struct PostgresStoreOptions {
 
 class PostgresStore final : public Store {
  public:
-  static constexpr int64_t kSchemaVersion = 2;
+  static constexpr int64_t kSchemaVersion = 3;
 
   // True for "postgresql://..." and "postgres://..." (what --store takes for this store).
   static bool IsPostgresUrl(const std::string& spec);

@@ -76,6 +76,10 @@ CREATE TABLE diagnoses (
     R"sql(
 ALTER TABLE windows ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
 )sql",
+    // 2 -> 3: where the window's Perfetto export is (the web UI's download link).
+    R"sql(
+ALTER TABLE diagnoses ADD COLUMN perfetto_path TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion);
 
@@ -552,7 +556,7 @@ Status SqliteStore::PutDiagnosis(const DiagnosisRecord& diagnosis) {
   {
     StatusOr<Statement> st = writer_->Prepare(
         "INSERT OR REPLACE INTO diagnoses (job_id, window_id, json, text, top_code, "
-        "missing_ranks, created_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+        "missing_ranks, created_ns, perfetto_path) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
     if (!st.ok()) return st.status();
     st->Bind(1, diagnosis.job_id);
     st->Bind(2, static_cast<int64_t>(diagnosis.window_id));
@@ -561,6 +565,7 @@ Status SqliteStore::PutDiagnosis(const DiagnosisRecord& diagnosis) {
     st->Bind(5, diagnosis.top_code);
     st->Bind(6, nlohmann::json(diagnosis.missing_ranks).dump());
     st->Bind(7, diagnosis.created_ns);
+    st->Bind(8, diagnosis.perfetto_path);
     PERFTRACKER_RETURN_IF_ERROR(st->Run());
   }
   return tx.Commit();
@@ -569,7 +574,7 @@ Status SqliteStore::PutDiagnosis(const DiagnosisRecord& diagnosis) {
 StatusOr<DiagnosisRecord> SqliteStore::GetDiagnosis(const std::string& job_id, uint64_t window_id) {
   ReadLease conn = AcquireReader();
   StatusOr<Statement> st = conn->Prepare(
-      "SELECT json, text, top_code, missing_ranks, created_ns FROM diagnoses "
+      "SELECT json, text, top_code, missing_ranks, created_ns, perfetto_path FROM diagnoses "
       "WHERE job_id = ?1 AND window_id = ?2");
   if (!st.ok()) return st.status();
   st->Bind(1, job_id);
@@ -593,6 +598,7 @@ StatusOr<DiagnosisRecord> SqliteStore::GetDiagnosis(const std::string& job_id, u
     }
   }
   d.created_ns = st->ColumnInt64(4);
+  d.perfetto_path = st->ColumnText(5);
   return d;
 }
 

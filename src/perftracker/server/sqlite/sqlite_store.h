@@ -49,7 +49,7 @@ struct SqliteStoreOptions {
 
 class SqliteStore final : public Store {
  public:
-  static constexpr int64_t kSchemaVersion = 2;
+  static constexpr int64_t kSchemaVersion = 3;
   // "PTRK": PRAGMA application_id of a perftracker store.
   static constexpr int64_t kApplicationId = 0x5054524b;
 
@@ -75,7 +75,7 @@ class SqliteStore final : public Store {
   Status PutSummary(const std::string& job_id, uint64_t window_id,
                     const WorkerSummary& summary) override;
   Status PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
-                           std::string_view encoded) override;
+                         std::string_view encoded) override;
   StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string& job_id,
                                                      uint64_t window_id) override;
   Status PutDiagnosis(const DiagnosisRecord& diagnosis) override;

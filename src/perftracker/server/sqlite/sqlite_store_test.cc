@@ -187,10 +187,11 @@ TEST(SqliteStoreTest, AVersion1StoreIsMigratedAndKeepsItsWindows) {
     ASSERT_TRUE(s->PutWindow(w).ok());
   }
   {
-    // Version 1 had no windows.state_reason.
+    // Version 1 had no windows.state_reason (nor version 2's diagnoses.perfetto_path).
     StatusOr<std::unique_ptr<SqliteConnection>> conn = SqliteConnection::Open(path, false, 100);
     ASSERT_TRUE(conn.ok());
     ASSERT_TRUE((*conn)->Exec("ALTER TABLE windows DROP COLUMN state_reason").ok());
+    ASSERT_TRUE((*conn)->Exec("ALTER TABLE diagnoses DROP COLUMN perfetto_path").ok());
     ASSERT_TRUE((*conn)->Exec("PRAGMA user_version=1").ok());
   }
   auto store = OpenOrDie(path);
@@ -203,6 +204,45 @@ TEST(SqliteStoreTest, AVersion1StoreIsMigratedAndKeepsItsWindows) {
   abandoned.state_reason = "the server stopped";
   ASSERT_TRUE(store->PutWindow(abandoned).ok());
   EXPECT_EQ(store->GetWindow("j", 1)->state_reason, "the server stopped");
+}
+
+TEST(SqliteStoreTest, AVersion2StoreIsMigratedAndKeepsItsDiagnoses) {
+  TempDir dir;
+  const std::string path = dir.File("v2.db");
+  {
+    auto s = OpenOrDie(path);
+    ASSERT_TRUE(s->UpsertJob({"j", "t", 1, 1, 1}).ok());
+    WindowRecord w;
+    w.job_id = "j";
+    w.window_id = 1;
+    w.reason = "manual";
+    w.start_ns = 10;
+    w.duration_ns = 20;
+    w.state = WindowState::kDiagnosed;
+    ASSERT_TRUE(s->PutWindow(w).ok());
+    DiagnosisRecord d;
+    d.job_id = "j";
+    d.window_id = 1;
+    d.json = "{}";
+    d.text = "no material finding";
+    ASSERT_TRUE(s->PutDiagnosis(d).ok());
+  }
+  {
+    // Version 2 kept no Perfetto export's path.
+    StatusOr<std::unique_ptr<SqliteConnection>> conn = SqliteConnection::Open(path, false, 100);
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE((*conn)->Exec("ALTER TABLE diagnoses DROP COLUMN perfetto_path").ok());
+    ASSERT_TRUE((*conn)->Exec("PRAGMA user_version=2").ok());
+  }
+  auto store = OpenOrDie(path);
+  StatusOr<DiagnosisRecord> d = store->GetDiagnosis("j", 1);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->text, "no material finding");
+  EXPECT_EQ(d->perfetto_path, "");
+  DiagnosisRecord with_timeline = *d;
+  with_timeline.perfetto_path = "/reports/window-1.perfetto.json";
+  ASSERT_TRUE(store->PutDiagnosis(with_timeline).ok());
+  EXPECT_EQ(store->GetDiagnosis("j", 1)->perfetto_path, "/reports/window-1.perfetto.json");
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 //         ├─ iterations   (each rank's always-on iteration times: the UI's time series)
 //         ├─ windows      (id, reason, span, triggers, state)
 //         │    ├─ summaries   (one WorkerSummary per rank per window)
-//         │    └─ diagnoses   (the diagnosis JSON `diagnose --format json` writes, + text)
+//         │    └─ diagnoses   (the diagnosis JSON `diagnose --format json` writes, + text,
+//         │                    + the path of the window's Perfetto export)
 //         └─ baseline     (the window whose summaries describe this job when healthy)
 //
 // Contract for implementations:
@@ -86,6 +87,10 @@ struct DiagnosisRecord {
   std::string top_code;  // the first finding's code, "" when none is material
   std::vector<int32_t> missing_ranks;
   int64_t created_ns = 0;
+  // The window's Perfetto export (window-<id>.perfetto.json) as the server that wrote it
+  // named it: an absolute path on that server's host; "" when none was written. The HTTP
+  // server serves this file, and only this one, for the window (server/http/timeline_file.h).
+  std::string perfetto_path;
 };
 
 class Store {
@@ -116,7 +121,7 @@ class Store {
   // wire/summary_codec.h's EncodeWorkerSummary wrote for rank `rank`, already checked by the
   // caller (it decoded them); stored as they are, not encoded again.
   virtual Status PutSummaryBytes(const std::string& job_id, uint64_t window_id, int32_t rank,
-                                   std::string_view encoded) = 0;
+                                 std::string_view encoded) = 0;
   virtual StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string& job_id,
                                                              uint64_t window_id) = 0;
   virtual Status PutDiagnosis(const DiagnosisRecord& diagnosis) = 0;

@@ -254,6 +254,7 @@ TEST_P(StoreContractTest, WindowsSummariesDiagnosesBaseline) {
   d.top_code = "PT-STRAGGLER-COMPUTE";
   d.missing_ranks = {5, 6};
   d.created_ns = 77;
+  d.perfetto_path = "/var/lib/perftracker/reports/window-1.perfetto.json";
   ASSERT_TRUE(store->PutDiagnosis(d).ok());
   StatusOr<DiagnosisRecord> got = store->GetDiagnosis("j", 1);
   ASSERT_TRUE(got.ok());
@@ -262,6 +263,7 @@ TEST_P(StoreContractTest, WindowsSummariesDiagnosesBaseline) {
   EXPECT_EQ(got->top_code, d.top_code);
   EXPECT_EQ(got->missing_ranks, d.missing_ranks);
   EXPECT_EQ(got->created_ns, 77);
+  EXPECT_EQ(got->perfetto_path, d.perfetto_path);
   StatusOr<DiagnosisRecord> none = store->GetDiagnosis("j", 2);
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
   EXPECT_NE(none.status().message().find("job j window 2 has no diagnosis"), std::string::npos);

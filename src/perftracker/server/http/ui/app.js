@@ -2,9 +2,11 @@
 //
 // Pages (hash routes, every segment URI-encoded):
 //   #/                                    jobs
-//   #/job/<job>                           a job: iteration time per worker, windows, workers
+//   #/job/<job>                           a job: iteration time per worker, its windows side by
+//                                         side (compare, Perfetto download, baseline), workers
 //   #/job/<job>/window/<id>               a diagnosis: findings + evidence, worker x function heat map
 //   #/job/<job>/window/<id>/function/<key> one function on every worker (drill-down)
+//   #/job/<job>/compare/<base>/<cur>      what changed from window <base> to window <cur>
 //
 // Safety: every value shown comes from user code or collectors (function names, command
 // lines, hosts). The DOM is built with createElement/textContent only — never innerHTML —
@@ -29,7 +31,7 @@
       else if (key === "dataset") Object.assign(node.dataset, value);
       else if (key === "title") node.title = String(value);
       else if (key === "href") node.setAttribute("href", value);
-      else if (key === "onclick") node.addEventListener("click", value);
+      else if (key === "onclick" || key === "onchange") node.addEventListener(key.slice(2), value);
       else if (key === "style") Object.assign(node.style, value);
       else node.setAttribute(key, String(value));
     }
@@ -55,6 +57,19 @@
   }
   function functionHash(job, id, key) {
     return windowHash(job, id) + "/function/" + encodeURIComponent(key);
+  }
+  function compareHash(job, base, cur) {
+    return jobHash(job) + "/compare/" + encodeURIComponent(base) + "/" + encodeURIComponent(cur);
+  }
+  function jobApi(job) {
+    return "/api/v1/jobs/" + encodeURIComponent(job);
+  }
+  // The window's Perfetto export (the server streams the file its store recorded for it).
+  function perfettoLink(job, id) {
+    return el("a", {href: jobApi(job) + "/windows/" + encodeURIComponent(id) + "/perfetto",
+      download: "window-" + id + ".perfetto.json", class: "perfetto",
+      title: "the window's timeline, every rank aligned, findings drawn on it: open it in ui.perfetto.dev or chrome://tracing"},
+    "Perfetto trace");
   }
 
   // ---- formatting ---------------------------------------------------------------------
@@ -145,6 +160,9 @@
       }
       if (parts[0] === "job" && parts[2] === "window" && parts[4] === "function" && parts.length === 6) {
         return await functionPage(parts[1], parts[3], parts[5]);
+      }
+      if (parts[0] === "job" && parts[2] === "compare" && parts.length === 5) {
+        return await comparePage(parts[1], parts[3], parts[4]);
       }
       show(el("div", {class: "error"}, "No such page: " + location.hash));
     } catch (err) {
@@ -267,17 +285,7 @@
       }
     }}, "Profile a window now");
 
-    const windows = info.windows.slice().reverse().map((w) => el("tr", {dataset: {window: w.window_id}},
-        el("td", {class: "num"}, w.has_diagnosis ? link(String(w.window_id), windowHash(job, w.window_id)) : w.window_id),
-        el("td", {}, w.reason),
-        el("td", {}, el("span", {class: "state " + w.state, title: w.state_reason || undefined}, w.state),
-            w.state_reason ? el("div", {class: "muted state-reason"}, w.state_reason) : null),
-        el("td", {}, when(w.start_ms)),
-        el("td", {class: "num"}, ms(w.duration_ms)),
-        el("td", {}, w.top_code ? link(w.top_code, windowHash(job, w.window_id), {class: "code"})
-            : el("span", {class: "muted"}, w.has_diagnosis ? "no material finding" : "–")),
-        el("td", {class: "triggers"}, w.triggers.slice(0, 3).join("; ") +
-            (w.triggers.length > 3 ? " (+" + (w.triggers.length - 3) + ")" : ""))));
+    const windows = info.windows.slice().reverse().map((w) => windowCard(job, w, info.baseline_window));
     const workers = info.workers.map((w) => el("tr", {},
         el("td", {class: "num"}, w.rank), el("td", {}, w.host), el("td", {class: "num"}, w.pid)));
 
@@ -291,10 +299,11 @@
         el("h2", {}, "Profiling windows"),
         el("p", {}, trigger, " ", status),
         info.windows.length
-            ? el("table", {class: "grid", id: "windows"},
-                el("thead", {}, el("tr", {}, ["window", "reason", "state", "started", "length",
-                  "top finding", "triggered by"].map((h) => el("th", {}, h)))),
-                el("tbody", {}, windows))
+            ? [el("p", {class: "muted"}, "Newest first. " + (info.baseline_window
+                ? "Each window can be compared with the baseline, window " + info.baseline_window +
+                  ": what got slower or faster on every rank."
+                : "No baseline yet: the first window without a material finding becomes it, or use one as the baseline.")),
+              el("div", {class: "windows", id: "windows"}, windows)]
             : el("p", {class: "muted"}, "No window yet: one opens when a worker slows down or hangs."),
         el("h2", {}, "Workers"),
         el("table", {class: "grid narrow", id: "workers"},
@@ -322,6 +331,138 @@
         }
       }, 5000);
     }
+  }
+
+  // One window as a card; the job page shows them side by side.
+  function windowCard(job, w, baseline) {
+    const isBaseline = baseline === w.window_id;
+    const note = el("div", {class: "muted card-status"});
+    // A link that looks like a button: the compare view is a page of its own (shareable).
+    const comparable = baseline && !isBaseline && w.has_diagnosis;
+    const compare = comparable
+      ? link("Compare with baseline", compareHash(job, baseline, w.window_id),
+          {class: "button compare", title: "what changed since window " + baseline})
+      : el("button", {type: "button", class: "compare", disabled: "",
+        title: !baseline ? "this job has no baseline window yet" : isBaseline ? "this is the baseline"
+            : "this window has no diagnosis"}, "Compare with baseline");
+    const mark = w.has_diagnosis && !isBaseline ? el("button", {type: "button", class: "mark-baseline",
+      title: "compare later windows with this one", onclick: async () => {
+        mark.disabled = true;
+        try {
+          await api(jobApi(job) + "/baseline?window=" + encodeURIComponent(w.window_id), {method: "POST"});
+          route();
+        } catch (err) {
+          note.textContent = "could not mark the baseline: " + err.message;
+          mark.disabled = false;
+        }
+      }}, "Use as baseline") : null;
+    const triggers = w.triggers.slice(0, 3).join("; ") +
+        (w.triggers.length > 3 ? " (+" + (w.triggers.length - 3) + ")" : "");
+    return el("section", {class: "window-card" + (isBaseline ? " baseline" : ""),
+      dataset: {window: w.window_id}},
+    el("h3", {}, w.has_diagnosis ? link("window " + w.window_id, windowHash(job, w.window_id)) : "window " + w.window_id,
+        isBaseline ? el("span", {class: "badge"}, "baseline") : null),
+    el("table", {class: "kv"}, el("tbody", {},
+        el("tr", {}, el("th", {}, "state"), el("td", {},
+            el("span", {class: "state " + w.state, title: w.state_reason || undefined}, w.state),
+            w.state_reason ? el("div", {class: "muted state-reason"}, w.state_reason) : null)),
+        el("tr", {}, el("th", {}, "reason"), el("td", {}, w.reason)),
+        el("tr", {}, el("th", {}, "started"), el("td", {}, when(w.start_ms))),
+        el("tr", {}, el("th", {}, "length"), el("td", {}, ms(w.duration_ms))),
+        el("tr", {}, el("th", {}, "top finding"), el("td", {}, w.top_code
+            ? link(w.top_code, windowHash(job, w.window_id), {class: "code"})
+            : el("span", {class: "muted"}, w.has_diagnosis ? "no material finding" : "–"))),
+        triggers ? el("tr", {}, el("th", {}, "triggered by"), el("td", {class: "triggers"}, triggers)) : null)),
+    el("div", {class: "actions"}, compare, mark, w.has_perfetto ? perfettoLink(job, w.window_id) : null),
+    note);
+  }
+
+  // ---- what changed between two windows -----------------------------------------------
+
+  function windowSide(job, role, w, run) {
+    return el("section", {class: "side " + role, dataset: {window: w ? w.window_id : ""}},
+        el("h3", {}, role + ": ", w ? link("window " + w.window_id, windowHash(job, w.window_id)) : "–"),
+        el("table", {class: "kv"}, el("tbody", {},
+            el("tr", {}, el("th", {}, "median iteration"), el("td", {class: "iteration"}, ms(run.median_iteration_ms))),
+            el("tr", {}, el("th", {}, "workers"), el("td", {}, run.num_workers)),
+            w ? el("tr", {}, el("th", {}, "started"), el("td", {}, when(w.start_ms))) : null,
+            w ? el("tr", {}, el("th", {}, "state"), el("td", {}, el("span", {class: "state " + w.state}, w.state))) : null,
+            w ? el("tr", {}, el("th", {}, "top finding"), el("td", {}, w.top_code
+                ? link(w.top_code, windowHash(job, w.window_id), {class: "code"})
+                : el("span", {class: "muted"}, w.has_diagnosis ? "no material finding" : "–"))) : null)),
+        w && w.has_perfetto ? el("p", {}, perfettoLink(job, w.window_id)) : null);
+  }
+
+  function changeRow(c) {
+    const sign = c.delta_ms_per_iteration > 0 ? "+" : "";
+    return [el("tr", {class: "change " + c.direction, dataset: {function: c.function, direction: c.direction,
+      workers: c.workers.join(",")}},
+    el("td", {}, el("span", {class: "direction"}, c.direction)),
+    el("td", {}, el("span", {class: "mono", title: c.function_key}, c.function),
+        c.time_goes_into ? el("div", {class: "muted small"}, "time goes into " + c.time_goes_into) : null),
+    el("td", {}, ranks(c.workers)),
+    el("td", {class: "num"}, ms(c.baseline_ms_per_iteration)),
+    el("td", {class: "num"}, ms(c.current_ms_per_iteration)),
+    el("td", {class: "num delta"}, sign + ms(c.delta_ms_per_iteration)),
+    el("td", {class: "num"}, pct(Math.abs(c.delta_share)))),
+    el("tr", {class: "change-ranks"}, el("td", {colspan: 7}, el("details", {},
+        el("summary", {}, "per rank"),
+        el("table", {class: "grid narrow"}, el("thead", {}, el("tr", {}, ["rank", "baseline / iter",
+          "current / iter", "change beyond the shared factor", "material"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, c.ranks.map((r) => el("tr", {class: r.material ? "culprit" : null},
+            el("td", {class: "num"}, r.rank), el("td", {class: "num"}, ms(r.baseline_ms_per_iteration)),
+            el("td", {class: "num"}, ms(r.current_ms_per_iteration)),
+            el("td", {class: "num"}, (r.delta_ms_per_iteration > 0 ? "+" : "") + ms(r.delta_ms_per_iteration)),
+            el("td", {}, r.material ? "yes" : "no"))))))))];
+  }
+
+  async function comparePage(job, base, cur) {
+    setCrumbs([["jobs", "#/"], [job, jobHash(job)], ["window " + cur + " vs " + base, null]]);
+    const [info, c] = await Promise.all([api(jobApi(job)),
+      api(jobApi(job) + "/compare?baseline=" + encodeURIComponent(base) + "&current=" + encodeURIComponent(cur))]);
+    const byId = new Map(info.windows.map((w) => [w.window_id, w]));
+    const choices = info.windows.filter((w) => w.has_diagnosis || w.state === "diagnosed");
+    const picker = (id, selected, onPick) => el("select", {id: id, onchange: (e) => onPick(e.target.value)},
+        choices.map((w) => {
+          const o = el("option", {value: w.window_id}, "window " + w.window_id +
+              (w.window_id === info.baseline_window ? " (baseline)" : "") + (w.top_code ? " · " + w.top_code : ""));
+          if (String(w.window_id) === String(selected)) o.selected = true;
+          return o;
+        }));
+    const shared = c.shared_scale && Math.abs(c.shared_scale - 1) >= 0.005
+        ? "Every function shares a factor of ×" + c.shared_scale.toFixed(2) + " (" +
+          (c.shared_delta_ms_per_iteration > 0 ? "+" : "") + ms(c.shared_delta_ms_per_iteration) + " per iteration)" +
+          (c.shared_material ? ": a change of the whole job." : ": within the noise, not applied.")
+        : "No factor that every function shares.";
+    show(el("h1", {}, "Window " + c.current_window + " against window " + c.baseline_window + " of ",
+        link(job, jobHash(job), {class: "mono"})),
+    el("p", {class: "pickers"}, "baseline ", picker("pick-baseline", c.baseline_window,
+        (v) => { location.hash = compareHash(job, v, c.current_window); }),
+    " current ", picker("pick-current", c.current_window,
+        (v) => { location.hash = compareHash(job, c.baseline_window, v); })),
+    el("p", {class: "verdict", id: "compare-verdict"}, c.verdict),
+    el("div", {class: "side-by-side", id: "side-by-side"},
+        windowSide(job, "baseline", byId.get(c.baseline_window), c.baseline),
+        windowSide(job, "current", byId.get(c.current_window), c.current)),
+    el("p", {class: "muted", id: "shared"}, shared + " A change counts when it passes " +
+        ms(c.bar_ms_per_iteration) + " per iteration on the median rank (the larger of its noise " +
+        "and the material share of its iteration)."),
+    (c.notes || []).length ? el("ul", {class: "notes"}, c.notes.map((n) => el("li", {}, n))) : null,
+    el("h2", {}, "What changed"),
+    c.changes.length
+        ? el("table", {class: "grid", id: "changes"},
+            el("thead", {}, el("tr", {}, ["", "function", "on", "baseline / iter", "current / iter",
+              "change / iter", "of the iteration"].map((h) => el("th", {}, h)))),
+            el("tbody", {}, c.changes.map(changeRow)))
+        : el("p", {class: "muted", id: "changes"}, c.compared_functions
+            ? "No function changed beyond the bar." : "The runs carried no function times: iterations only."),
+    el("h2", {}, "Iteration time per worker"),
+    el("table", {class: "grid narrow", id: "compare-workers"},
+        el("thead", {}, el("tr", {}, ["rank", "host", "baseline", "current", "bar", "changed"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, c.workers.map((w) => el("tr", {dataset: {rank: w.rank}},
+            el("td", {class: "num"}, w.rank), el("td", {}, w.host),
+            el("td", {class: "num"}, ms(w.baseline_iteration_ms)), el("td", {class: "num"}, ms(w.current_iteration_ms)),
+            el("td", {class: "num"}, ms(w.bar_ms)), el("td", {}, w.material ? "yes" : "no"))))));
   }
 
   // ---- a diagnosis --------------------------------------------------------------------
