@@ -203,7 +203,7 @@ int Main(int argc, char** argv) {
       const bool send_digests = s->registered().send_digests;
       ServerMessage m;
       while (s->Read(&m)) {
-        if (const auto* w = std::get_if<ControlWindow>(&m)) {
+        if (const auto* w = std::get_if<WindowSpec>(&m)) {
           {
             std::lock_guard<std::mutex> lock(mu);
             window_end_ns = w->start_ns + w->duration_ns;
@@ -257,7 +257,7 @@ int Main(int argc, char** argv) {
       digest_mode ? "digests first" : "full summaries");
   if (registered == 0) return 1;
 
-  streams[0]->Write(ControlTrigger{0, "manual", "server_load_bench"});
+  streams[0]->Write(ControlTrigger{0, WindowReason::kManual, "server_load_bench"});
   const auto t_trigger = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu);

@@ -33,10 +33,6 @@ std::optional<int64_t> Int(const json& j, const char* key) {
   return it->get<int64_t>();
 }
 
-const char* ReasonName(uint8_t reason) {
-  return reason == static_cast<uint8_t>(WindowReason::kHang) ? "hang" : "slowdown";
-}
-
 }  // namespace
 
 Agent::Agent(AgentConfig config)
@@ -148,7 +144,7 @@ void Agent::Push(const OutMessage& m) {
 void Agent::PushTrigger(const Trigger& trigger) {
   OutMessage m;
   m.type = OutMessage::Type::kTrigger;
-  m.reason = static_cast<uint8_t>(trigger.reason);
+  m.reason = trigger.reason;
   const size_t n = std::min(trigger.detail.size(), sizeof(m.detail) - 1);
   std::memcpy(m.detail, trigger.detail.data(), n);
   m.detail[n] = '\0';
@@ -385,7 +381,7 @@ void Agent::DrainOutbox() {
       case OutMessage::Type::kTrigger:
         j = {{"type", "trigger"},
              {"rank", rank},
-             {"reason", ReasonName(m.reason)},
+             {"reason", std::string(WindowReasonName(m.reason))},
              {"detail", std::string(m.detail)}};
         break;
       case OutMessage::Type::kEnded:

@@ -57,6 +57,7 @@
 #include "perftracker/agent/gpu_tracing.h"
 #include "perftracker/core/agent_shm.h"
 #include "perftracker/core/status.h"
+#include "perftracker/core/window_reason.h"
 #include "perftracker/detect/iteration_detector.h"
 #include "perftracker/sources/python/python_profiler.h"
 
@@ -141,13 +142,13 @@ class Agent {
   struct OutMessage {
     enum class Type : uint8_t { kIteration, kTrigger, kWindowDone, kEnded };
     Type type = Type::kIteration;
-    uint8_t reason = 0;            // kTrigger: a WindowReason
-    int64_t iteration_end_ns = 0;  // kIteration
-    int64_t iteration_ns = 0;      // kIteration: its duration
-    int64_t window_id = 0;         // kWindowDone
-    uint64_t window_events = 0;    // kWindowDone: events recorded in the window
-    uint64_t window_dropped = 0;   // kWindowDone: events dropped (ProfilerCounts::dropped)
-    char detail[200] = {};         // kTrigger, kEnded: what happened, NUL-terminated
+    WindowReason reason = WindowReason::kSlowdown;  // kTrigger
+    int64_t iteration_end_ns = 0;                   // kIteration
+    int64_t iteration_ns = 0;                       // kIteration: its duration
+    int64_t window_id = 0;                          // kWindowDone
+    uint64_t window_events = 0;                     // kWindowDone: events recorded in the window
+    uint64_t window_dropped = 0;  // kWindowDone: events dropped (ProfilerCounts::dropped)
+    char detail[200] = {};        // kTrigger, kEnded: what happened, NUL-terminated
   };
   struct Window {
     enum class State : uint8_t { kScheduled, kActive, kStopping };

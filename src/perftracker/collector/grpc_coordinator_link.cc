@@ -166,7 +166,7 @@ void GrpcCoordinatorLink::OnIteration(int32_t rank, int64_t end_ns, int64_t dura
 }
 
 void GrpcCoordinatorLink::OnTrigger(int32_t rank, WindowReason reason, const std::string& detail) {
-  Push(ControlTrigger{rank, std::string(WindowReasonName(reason)), detail}, detail.size() + 64);
+  Push(ControlTrigger{rank, reason, detail}, detail.size() + 64);
 }
 
 void GrpcCoordinatorLink::OnStacks(uint64_t window, int32_t rank, bool available,
@@ -488,13 +488,8 @@ void GrpcCoordinatorLink::Dispatch(const ServerMessage& message) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.commands_received;
   }
-  if (const auto* w = std::get_if<ControlWindow>(&message)) {
-    WindowSpec spec;
-    spec.id = w->id;
-    spec.start_ns = w->start_ns;
-    spec.duration_ns = w->duration_ns;
-    if (!ParseWindowReason(w->reason, &spec.reason)) spec.reason = WindowReason::kManual;
-    if (control_ != nullptr) control_->StartWindow(spec);
+  if (const auto* w = std::get_if<WindowSpec>(&message)) {
+    if (control_ != nullptr) control_->StartWindow(*w);
   } else if (const auto* d = std::get_if<ControlDumpStacks>(&message)) {
     if (control_ != nullptr) control_->DumpStacks(d->window);
   } else if (const auto* e = std::get_if<ControlEndWindow>(&message)) {

@@ -145,8 +145,8 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   std::deque<std::pair<CollectorMessage, size_t>> queue_;
   size_t queued_bytes_ = 0;
   std::vector<ControlIteration> iterations_;
-  std::map<int32_t, WorkerInfo> ranks_;   // connected now, for re-registration
-  bool send_digests_ = false;             // what the server said at the last registration
+  std::map<int32_t, WorkerInfo> ranks_;  // connected now, for re-registration
+  bool send_digests_ = false;            // what the server said at the last registration
   struct KeptWindow {
     int64_t since_ns = 0;                      // steady clock
     std::map<int32_t, std::string> summaries;  // rank -> EncodeWorkerSummary bytes

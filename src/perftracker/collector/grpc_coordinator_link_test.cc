@@ -159,7 +159,7 @@ TEST(GrpcCoordinatorLinkTest, ForwardsEverythingAndDeliversCommands) {
     for (const auto& b : recorder.All<ControlIterations>()) points += b.points.size();
     EXPECT_EQ(points, 10u);
     ASSERT_EQ(recorder.All<ControlTrigger>().size(), 1u);
-    EXPECT_EQ(recorder.All<ControlTrigger>()[0].reason, "slowdown");
+    EXPECT_EQ(recorder.All<ControlTrigger>()[0].reason, WindowReason::kSlowdown);
     const auto summaries = recorder.All<ControlSummary>();
     ASSERT_EQ(summaries.size(), 1u);
     EXPECT_EQ(summaries[0].window, 3u);
@@ -170,7 +170,7 @@ TEST(GrpcCoordinatorLinkTest, ForwardsEverythingAndDeliversCommands) {
     EXPECT_EQ(recorder.All<ControlStacks>()[0].text, "Thread main\n  File x.py, line 1");
   }
 
-  recorder.sinks_[0]->Send(ControlWindow{4, 123, 456, "hang"});
+  recorder.sinks_[0]->Send(WindowSpec{4, 123, 456, WindowReason::kHang});
   recorder.sinks_[0]->Send(ControlDumpStacks{4});
   recorder.sinks_[0]->Send(ControlEndWindow{4});
   ASSERT_TRUE(Eventually([&] {
@@ -233,7 +233,7 @@ TEST(GrpcCoordinatorLinkTest, ReconnectsToARestartedServerAndRegistersAgain) {
   ASSERT_EQ(second.registrations_.size(), 1u);
   EXPECT_EQ(second.registrations_[0].ranks.size(), 2u) << "the ranks connected now";
   EXPECT_EQ(link.stats().connections, 2u);
-  second.sinks_[0]->Send(ControlWindow{1, 5, 10, "slowdown"});
+  second.sinks_[0]->Send(WindowSpec{1, 5, 10, WindowReason::kSlowdown});
   ASSERT_TRUE(Eventually([&] {
     std::lock_guard<std::mutex> lock(control.mu_);
     return control.windows_.size() == 1;

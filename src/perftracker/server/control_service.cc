@@ -69,8 +69,7 @@ class ControlService::Job : public CollectorControl {
     }
     if (ServerMetrics* m = service_->options_.metrics)
       m->RecordWindow(id_, WindowMetricState::kOpened);
-    Broadcast(ControlWindow{window.id, window.start_ns, window.duration_ns,
-                            std::string(WindowReasonName(window.reason))});
+    Broadcast(window);
   }
   void DumpStacks(uint64_t window) override { Broadcast(ControlDumpStacks{window}); }
   void EndWindowNow(uint64_t window) override { Broadcast(ControlEndWindow{window}); }
@@ -225,21 +224,17 @@ class ControlService::Session : public ControlSession {
     }
     if (auto* t = std::get_if<ControlTrigger>(&message)) {
       PERFTRACKER_RETURN_IF_ERROR(Known(t->rank, "trigger"));
-      WindowReason reason;
-      if (!ParseWindowReason(t->reason, &reason)) {
-        return Status::InvalidArgument(fmt::format(
-            "trigger of rank {}: unknown reason '{}' (expected slowdown, hang or manual)", t->rank,
-            t->reason.substr(0, 64)));
-      }
+      const std::string_view reason = WindowReasonName(t->reason);
       {
         std::lock_guard<std::mutex> lock(job_->mu_);
         if (job_->triggers_.size() < kMaxTriggersKept) {
-          job_->triggers_.push_back(fmt::format("rank {}: {}{}{}", t->rank, t->reason,
+          job_->triggers_.push_back(fmt::format("rank {}: {}{}{}", t->rank, reason,
                                                 t->detail.empty() ? "" : " — ", t->detail));
         }
       }
-      if (ServerMetrics* m = service_->options_.metrics) m->RecordTrigger(job_->id_, t->reason);
-      job_->coordinator_->OnTrigger(t->rank, reason, t->detail);
+      if (ServerMetrics* m = service_->options_.metrics)
+        m->RecordTrigger(job_->id_, std::string(reason));
+      job_->coordinator_->OnTrigger(t->rank, t->reason, t->detail);
       return Status::Ok();
     }
     if (auto* s = std::get_if<ControlStacks>(&message)) {
@@ -665,10 +660,7 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
   }
   sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs(),
                                digests});
-  for (const WindowSpec& w : joining) {
-    sink->Send(
-        ControlWindow{w.id, w.start_ns, w.duration_ns, std::string(WindowReasonName(w.reason))});
-  }
+  for (const WindowSpec& w : joining) sink->Send(w);
   if (options_.metrics) options_.metrics->CollectorConnected();
   Log(fmt::format("job {}: collector {} ({}) registered with {} rank{}{}", registration.job_id,
                   registration.host, peer, registration.ranks.size(),

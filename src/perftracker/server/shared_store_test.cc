@@ -95,14 +95,14 @@ struct Collector {
 
   // Asks for a window, answers it with both ranks' summaries; returns its id.
   uint64_t RunWindow() {
-    stream->Write(ControlTrigger{1, "slowdown", "mean 1.3x the shortest"});
+    stream->Write(ControlTrigger{1, WindowReason::kSlowdown, "mean 1.3x the shortest"});
     for (;;) {
       ServerMessage m;
       if (!stream->Read(&m)) {
         ADD_FAILURE() << "the stream ended before a window";
         return 0;
       }
-      const auto* w = std::get_if<ControlWindow>(&m);
+      const auto* w = std::get_if<WindowSpec>(&m);
       if (w == nullptr) continue;
       for (int rank = 0; rank < 2; ++rank) {
         WorkerSummary s;

@@ -106,7 +106,7 @@ void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
                  },
                  [&](const ControlTrigger& m) {
                    out->mutable_trigger()->set_rank(m.rank);
-                   out->mutable_trigger()->set_reason(m.reason);
+                   out->mutable_trigger()->set_reason(std::string(WindowReasonName(m.reason)));
                    out->mutable_trigger()->set_detail(m.detail);
                  },
                  [&](const ControlStacks& m) {
@@ -237,7 +237,13 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
       if (t.rank() < 0) return Status::InvalidArgument("trigger: rank is negative");
       PERFTRACKER_RETURN_IF_ERROR(CheckText(t.detail(), kMaxControlTextBytes, "trigger: detail"));
       PERFTRACKER_RETURN_IF_ERROR(CheckText(t.reason(), kMaxControlIdBytes, "trigger: reason"));
-      return CollectorMessage(ControlTrigger{t.rank(), t.reason(), t.detail()});
+      ControlTrigger trigger{t.rank(), WindowReason::kManual, t.detail()};
+      if (!ParseWindowReason(t.reason(), &trigger.reason)) {
+        return Status::InvalidArgument("trigger of rank " + std::to_string(t.rank()) +
+                                       ": unknown reason '" + t.reason().substr(0, 64) +
+                                       "' (expected slowdown, hang or manual)");
+      }
+      return CollectorMessage(std::move(trigger));
     }
     case pb::CollectorMessage::kStacks: {
       const pb::Stacks& s = message.stacks();
@@ -289,12 +295,12 @@ void ToProto(const ServerMessage& message, pb::ServerMessage* out) {
                    out->mutable_registered()->set_server_time_ns(m.server_time_ns);
                    out->mutable_registered()->set_send_digests(m.send_digests);
                  },
-                 [&](const ControlWindow& m) {
+                 [&](const WindowSpec& m) {
                    pb::Window* w = out->mutable_start_window();
                    w->set_id(m.id);
                    w->set_start_ns(m.start_ns);
                    w->set_duration_ns(m.duration_ns);
-                   w->set_reason(m.reason);
+                   w->set_reason(std::string(WindowReasonName(m.reason)));
                  },
                  [&](const ControlDumpStacks& m) { out->set_dump_stacks(m.window); },
                  [&](const ControlEndWindow& m) { out->set_end_window_now(m.window); },
@@ -321,7 +327,11 @@ StatusOr<ServerMessage> FromProto(const pb::ServerMessage& message) {
       if (w.id() == 0 || w.duration_ns() <= 0) {
         return Status::InvalidArgument("start_window: window id 0 or a duration <= 0");
       }
-      return ServerMessage(ControlWindow{w.id(), w.start_ns(), w.duration_ns(), w.reason()});
+      WindowSpec window{w.id(), w.start_ns(), w.duration_ns(), WindowReason::kManual};
+      // A reason this collector does not know (another version's) opens the window all the
+      // same: the reason only names it.
+      if (!ParseWindowReason(w.reason(), &window.reason)) window.reason = WindowReason::kManual;
+      return ServerMessage(window);
     }
     case pb::ServerMessage::kDumpStacks:
       return ServerMessage(ControlDumpStacks{message.dump_stacks()});

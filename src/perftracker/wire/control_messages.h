@@ -8,6 +8,8 @@
 #include <variant>
 #include <vector>
 
+#include "perftracker/core/window_reason.h"
+#include "perftracker/wire/window_spec.h"
 #include "perftracker/wire/worker_info.h"
 
 namespace perftracker {
@@ -20,7 +22,7 @@ inline constexpr size_t kMaxControlIdBytes = 256;         // job id, host
 inline constexpr size_t kMaxControlTextBytes = 4u << 20;  // stacks, details, titles
 inline constexpr size_t kMaxRanksPerCollector = 65536;
 inline constexpr size_t kMaxIterationsPerBatch = 65536;
-inline constexpr size_t kMaxControlDigestBytes = 4096;  // summary/worker_digest.h's budget
+inline constexpr size_t kMaxControlDigestBytes = 4096;       // summary/worker_digest.h's budget
 inline constexpr size_t kMaxRecordingChunkBytes = 1u << 20;  // WindowRecording's data
 
 struct ControlHardware {
@@ -69,9 +71,11 @@ struct ControlIterations {
   std::vector<ControlIteration> points;
 };
 
+// On the wire the reason is its WindowReasonName(); one this server does not know is
+// refused when the message is decoded.
 struct ControlTrigger {
   int32_t rank = -1;
-  std::string reason;  // "slowdown" | "hang" | "manual"
+  WindowReason reason = WindowReason::kManual;
   std::string detail;
 };
 
@@ -120,13 +124,6 @@ struct ControlRegistered {
   bool send_digests = false;
 };
 
-struct ControlWindow {
-  uint64_t id = 0;
-  int64_t start_ns = 0;
-  int64_t duration_ns = 0;
-  std::string reason;
-};
-
 struct ControlDumpStacks {
   uint64_t window = 0;
 };
@@ -156,9 +153,11 @@ struct ControlSendRecordings {
 };
 
 // server -> collector
+// A WindowSpec is start_window; its reason, when a newer server sends one this collector
+// does not know, reads as manual.
 using ServerMessage =
-    std::variant<ControlRegistered, ControlWindow, ControlDumpStacks, ControlEndWindow,
-                 ControlRejected, ControlRequestSummaries, ControlWindowDiagnosed,
+    std::variant<ControlRegistered, WindowSpec /* start window */, ControlDumpStacks,
+                 ControlEndWindow, ControlRejected, ControlRequestSummaries, ControlWindowDiagnosed,
                  ControlSendRecordings>;
 
 }  // namespace perftracker

@@ -132,7 +132,7 @@ TEST_F(ControlServerTest, RegistersStreamsMessagesBothWaysAndClosesTheSession) {
   EXPECT_EQ(handler_.registrations_[0].ranks[1].pid, 101);
 
   ASSERT_TRUE((*stream)->Write(ControlIterations{{{0, 1000, 10}, {1, 1001, 11}}}));
-  ASSERT_TRUE((*stream)->Write(ControlTrigger{1, "slowdown", "mean 1.3x"}));
+  ASSERT_TRUE((*stream)->Write(ControlTrigger{1, WindowReason::kSlowdown, "mean 1.3x"}));
   ASSERT_TRUE((*stream)->Write(ControlSummary{7, 1, std::string(100000, 'x')}));
   ASSERT_TRUE((*stream)->Write(ControlJobExited{143}));
   ASSERT_TRUE(handler_.WaitUntil([&] { return handler_.messages_.size() == 4; }));
@@ -143,13 +143,13 @@ TEST_F(ControlServerTest, RegistersStreamsMessagesBothWaysAndClosesTheSession) {
   EXPECT_EQ(std::get<ControlSummary>(handler_.messages_[2]).worker_summary.size(), 100000u);
   EXPECT_EQ(std::get<ControlJobExited>(handler_.messages_[3]).exit_code, 143);
 
-  ASSERT_TRUE(handler_.sinks_[0]->Send(ControlWindow{3, 5000, 2000, "hang"}));
+  ASSERT_TRUE(handler_.sinks_[0]->Send(WindowSpec{3, 5000, 2000, WindowReason::kHang}));
   ASSERT_TRUE(handler_.sinks_[0]->Send(ControlDumpStacks{3}));
   ServerMessage m;
   ASSERT_TRUE((*stream)->Read(&m));
-  ASSERT_TRUE(std::holds_alternative<ControlWindow>(m));
-  EXPECT_EQ(std::get<ControlWindow>(m).reason, "hang");
-  EXPECT_EQ(std::get<ControlWindow>(m).duration_ns, 2000);
+  ASSERT_TRUE(std::holds_alternative<WindowSpec>(m));
+  EXPECT_EQ(std::get<WindowSpec>(m).reason, WindowReason::kHang);
+  EXPECT_EQ(std::get<WindowSpec>(m).duration_ns, 2000);
   ASSERT_TRUE((*stream)->Read(&m));
   EXPECT_EQ(std::get<ControlDumpStacks>(m).window, 3u);
 

@@ -21,19 +21,10 @@
 
 #include "perftracker/core/window_reason.h"
 #include "perftracker/summary/worker_summary.h"
+#include "perftracker/wire/window_spec.h"
 #include "perftracker/wire/worker_info.h"
 
 namespace perftracker {
-
-// One profiling window: the same wall-clock span (CLOCK_REALTIME ns) on every worker.
-struct WindowSpec {
-  uint64_t id = 0;  // 1, 2, ... per job
-  int64_t start_ns = 0;
-  int64_t duration_ns = 0;
-  WindowReason reason = WindowReason::kManual;
-
-  int64_t end_ns() const { return start_ns + duration_ns; }
-};
 
 // What a collector tells the server. Called from collector threads.
 class CoordinatorLink {

@@ -1,0 +1,66 @@
+// The control messages' reasons on the wire: a trigger's reason is parsed into the one
+// WindowReason when the server decodes it (an unknown one is refused with a line); a
+// window's reason that this collector does not know (another version's server) reads as
+// manual, and the window opens all the same.
+#include "perftracker/wire/control_convert.h"
+
+#include <string>
+#include <variant>
+
+#include <gtest/gtest.h>
+
+namespace perftracker {
+namespace {
+
+namespace pb = perftracker::v1;
+
+TEST(ControlConvertTest, ATriggerWithAnUnknownReasonIsRefusedWithALine) {
+  pb::CollectorMessage m;
+  m.mutable_trigger()->set_rank(0);
+  m.mutable_trigger()->set_reason("bored");
+  StatusOr<CollectorMessage> decoded = wire_internal::FromProto(m);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().message(),
+            "trigger of rank 0: unknown reason 'bored' (expected slowdown, hang or manual)");
+}
+
+TEST(ControlConvertTest, EachTriggerReasonGoesOnTheWireByItsName) {
+  for (WindowReason reason :
+       {WindowReason::kSlowdown, WindowReason::kHang, WindowReason::kManual}) {
+    pb::CollectorMessage m;
+    wire_internal::ToProto(CollectorMessage(ControlTrigger{3, reason, "mean 1.3x"}), &m);
+    EXPECT_EQ(m.trigger().reason(), WindowReasonName(reason));
+    StatusOr<CollectorMessage> decoded = wire_internal::FromProto(m);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+    const auto& trigger = std::get<ControlTrigger>(*decoded);
+    EXPECT_EQ(trigger.rank, 3);
+    EXPECT_EQ(trigger.reason, reason);
+    EXPECT_EQ(trigger.detail, "mean 1.3x");
+  }
+}
+
+TEST(ControlConvertTest, AWindowWithAReasonThisCollectorDoesNotKnowOpensAsManual) {
+  pb::ServerMessage m;
+  pb::Window* w = m.mutable_start_window();
+  w->set_id(4);
+  w->set_start_ns(123);
+  w->set_duration_ns(456);
+  w->set_reason("thermal");
+  StatusOr<ServerMessage> decoded = wire_internal::FromProto(m);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const auto& window = std::get<WindowSpec>(*decoded);
+  EXPECT_EQ(window.id, 4u);
+  EXPECT_EQ(window.start_ns, 123);
+  EXPECT_EQ(window.duration_ns, 456);
+  EXPECT_EQ(window.reason, WindowReason::kManual);
+
+  pb::ServerMessage hang;
+  wire_internal::ToProto(ServerMessage(WindowSpec{5, 10, 20, WindowReason::kHang}), &hang);
+  EXPECT_EQ(hang.start_window().reason(), "hang");
+  decoded = wire_internal::FromProto(hang);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_EQ(std::get<WindowSpec>(*decoded).reason, WindowReason::kHang);
+}
+
+}  // namespace
+}  // namespace perftracker
