@@ -1464,7 +1464,16 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     }
     // Done with this function: free what it held now, so that the summary reuses it.
     if (detail != nullptr) *detail = FunctionDetail{};
-    if (ChunkedVector<FunctionAcc>::LastOfChunk(id)) functions_acc_.ReleaseChunkOf(id);
+    if (ChunkedVector<FunctionAcc>::LastOfChunk(id)) {
+      functions_acc_.ReleaseChunkOf(id);
+#if defined(__GLIBC__)
+      // The summary's vector was reserved whole (its own mapping), so the heap pages that
+      // the released accumulators and details free cannot hold it: handed back now, each
+      // chunk of paths, they do not stay resident beside the finished summary, where a
+      // file's peak was (xdit_sd_3.5: 37.8 -> 35.7 MiB, owlv2 33.6 -> 31.5).
+      if (options_.offline) malloc_trim(0);
+#endif
+    }
     out.functions.push_back(std::move(fs));
   }
   return out;
