@@ -76,6 +76,12 @@ ImportResult ImportOne(const std::string& path, const KinetoImportOptions& impor
       result.summary.stats.first_problem = info->first_malformed;
     }
   }
+  if (info->events_emitted == 0 && info->events_malformed > 0) {
+    result.error =
+        fmt::format("{}: the trace holds no events perftracker can use: {} malformed (first: {})",
+                    path, info->events_malformed, info->first_malformed);
+    return result;
+  }
   if (info->events_emitted == 0) {
     result.error = fmt::format(
         "{}: the trace holds no events perftracker can use (no complete \"X\" events); was "

@@ -66,6 +66,27 @@ TEST(DiagnosisPipeline, AFileThatCannotBeReadOrRepeatsARankIsSkippedWithANote) {
   EXPECT_EQ(skipped_notes, 2);
 }
 
+TEST(DiagnosisPipeline, AFileOfOnlyBadDataSaysWhatWasWrongWithIt) {
+  // Every event's time is out of range (issue 13): the file is skipped, and its one line says
+  // how many events were malformed and why, not that the profiler recorded nothing.
+  const fs::path bad =
+      fs::temp_directory_path() / fmt::format("perftracker_{}_bad_rank0.json", ::getpid());
+  std::ofstream(bad) << R"({"displayTimeUnit": "ns", "traceEvents": [
+    {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 9223372036854775000, "dur": 5000},
+    {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": -9200000000000000000, "dur": 1}]})";
+  std::vector<std::string> files = StragglerFiles();
+  files.push_back(bad.string());
+  DiagnosisPipeline pipeline;
+  pipeline.AddTraceFiles(files);
+  fs::remove(bad);
+  EXPECT_EQ(pipeline.workers().size(), 4u);
+  ASSERT_EQ(pipeline.skipped().size(), 1u);
+  const std::string& error = pipeline.skipped()[0].error;
+  EXPECT_NE(error.find(bad.string()), std::string::npos) << error;
+  EXPECT_NE(error.find("2 malformed"), std::string::npos) << error;
+  EXPECT_NE(error.find("out of range"), std::string::npos) << error;
+}
+
 TEST(DiagnosisPipeline, KeptEventsFollowTheWorkers) {
   PipelineOptions options;
   options.keep_events = true;

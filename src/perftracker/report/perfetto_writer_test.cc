@@ -232,6 +232,43 @@ TEST(PerfettoWriterTest, BeyondTheCapShortEventsAreAggregatedAndCounted) {
             static_cast<size_t>(kSteps));
 }
 
+TEST(PerfettoWriterTest, EventsWithTimesOutOfRangeAreNotRecordedNorDrawn) {
+  // A hostile trace's or rank's times (issue 13): beyond 2^62 ns from the epoch, or ending
+  // before they start. The rank's recording keeps none of them (the summary it forwards to
+  // counts them as malformed), so the export's clock and duration arithmetic never sees them
+  // (this test runs under UBSan: the export subtracted -9.2e18 from 9.2e18).
+  auto r0 = MakeRank(0);
+  auto r1 = MakeRank(1);
+  const uint32_t mm = r0->functions()->Intern(EventKind::kTorchOp, "aten::mm");
+  struct Times {
+    int64_t start;
+    int64_t end;
+  };
+  for (const Times t : {Times{-9'200'000'000'000'000'000, 9'200'000'000'000'000'000},
+                        Times{INT64_MAX - 10, INT64_MAX}, Times{INT64_MIN, INT64_MIN + 10},
+                        Times{kBase + 10, kBase}}) {
+    Event e;
+    e.kind = EventKind::kTorchOp;
+    e.function_id = mm;
+    e.start_ns = t.start;
+    e.end_ns = t.end;
+    r0->OnEvent(e);
+  }
+  EXPECT_EQ(r0->events().size(), 2u * kSteps);
+  EXPECT_EQ(r0->not_recorded_count(), 0u);
+  PerfettoWriter writer;
+  writer.AddRank(r0.get());
+  writer.AddRank(r1.get());
+  const json doc = Export(&writer, StragglerDiagnosis());
+  EXPECT_EQ(doc["otherData"]["events_total"], 4 * kSteps);
+  const std::vector<json> drawn = Select(doc, "X", 0, TidOfThread(doc, 0, "thread 7"));
+  EXPECT_EQ(drawn.size(), 2u * kSteps);
+  for (const json& e : drawn) {
+    EXPECT_GE(TsNs(e), kBase) << e.dump();
+    EXPECT_LE(TsNs(e) + DurNs(e), kBase + kSteps * kStep) << e.dump();
+  }
+}
+
 TEST(PerfettoWriterTest, RelativeClocksThatWouldGoNegativeAreShiftedTogether) {
   // Each rank's times start near 0 (torch 1.13 traces); rank 1, whose clock is 5 ms ahead,
   // recorded an op at its 0, i.e. 5 ms before rank 0's 0.

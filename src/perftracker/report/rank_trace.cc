@@ -1,5 +1,7 @@
 #include "perftracker/report/rank_trace.h"
 
+#include "perftracker/core/event_time.h"
+
 namespace perftracker {
 
 void RankTrace::OnTrack(const TrackInfo& track) {
@@ -8,7 +10,10 @@ void RankTrace::OnTrack(const TrackInfo& track) {
 }
 
 void RankTrace::OnEvent(const Event& event) {
-  if (events_.size() < max_events_) {
+  if (!HasValidTimes(event)) {
+    // Bad data (a hostile trace, a rank writing garbage into its ring): never recorded, so
+    // that no export computes with it; the sink forwarded to counts it as malformed.
+  } else if (events_.size() < max_events_) {
     events_.push_back(event);
   } else {
     NotRecorded& n = not_recorded_[event.track_id];

@@ -8,6 +8,8 @@
 //
 // A cap (set_max_events) bounds the memory of a live window's recording: events beyond it
 // are not kept but counted per track (not_recorded), so that the export says what it lacks.
+// Events with invalid times (HasValidTimes in core/event_time.h: out of range, or ending before
+// they start) are bad data, never kept: the summarizer they are forwarded to counts them.
 #pragma once
 
 #include <cstddef>

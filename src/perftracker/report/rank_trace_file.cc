@@ -13,6 +13,8 @@
 
 #include <fmt/core.h>
 
+#include "perftracker/core/event_time.h"
+
 namespace perftracker {
 namespace {
 
@@ -183,7 +185,7 @@ StatusOr<std::unique_ptr<RankTrace>> ReadRankTraceFile(const std::string& path) 
     std::memcpy(&e, r.here(), sizeof(Event));
     r.Skip(sizeof(Event));
     if (static_cast<uint8_t>(e.kind) >= kNumEventKinds || e.function_id >= functions ||
-        e.end_ns < e.start_ns) {
+        !HasValidTimes(e)) {
       return bad(fmt::format("event {} is invalid", k));
     }
     trace->OnEvent(e);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -105,6 +106,23 @@ TEST(RankTraceFileTest, ATruncatedOrForeignFileIsOneClearError) {
   EXPECT_NE(back.status().message().find("wrong magic"), std::string::npos);
   fs::remove(path);
   EXPECT_FALSE(ReadRankTraceFile(path).ok());
+}
+
+TEST(RankTraceFileTest, AnEventWithTimesOutOfRangeMakesTheFileInvalid) {
+  // A corrupted recording (issue 13): times beyond 2^62 ns from the epoch are refused on
+  // read, as an event ending before its start is, so the export never computes with them.
+  RankTrace r = MakeRecording();
+  std::vector<Event> events = r.TakeEvents();
+  events[1].start_ns = -9'200'000'000'000'000'000;
+  events[1].end_ns = 9'200'000'000'000'000'000;
+  r.AdoptEvents(events);
+  const std::string path = TempPath("rank-trace-file-range");
+  ASSERT_TRUE(WriteRankTraceFile(path, r).ok());
+  StatusOr<std::unique_ptr<RankTrace>> back = ReadRankTraceFile(path);
+  fs::remove(path);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("event 1 is invalid"), std::string::npos)
+      << back.status().message();
 }
 
 }  // namespace

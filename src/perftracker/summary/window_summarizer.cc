@@ -150,6 +150,7 @@
 #include <utility>
 #include <vector>
 
+#include "perftracker/core/event_time.h"
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/summary/call_path_table.h"
 #include "perftracker/summary/receive_slack.h"
@@ -159,10 +160,6 @@ namespace perftracker {
 namespace {
 
 constexpr int64_t kGridBins = 4096;
-// Times are valid in (-kTimeLimitNs, kTimeLimitNs): about ±146 years around the clock's
-// epoch, so that any difference of two times fits in int64. Beyond it an event is bad data
-// (counted as malformed), never arithmetic.
-constexpr int64_t kTimeLimitNs = int64_t{1} << 62;
 // Open frames per track: real traces nest a few dozen deep (Python stacks with with_stack
 // ~100). An event that would open a deeper frame is counted in stats.deep_events and not
 // summarized, so that a hostile file cannot make keys (one path per nested function) grow
@@ -602,7 +599,7 @@ class WindowSummarizer::Impl {
       Problem(stats_.malformed_events, ev, "end before start");
       return;
     }
-    if (ev.start_ns <= -kTimeLimitNs || ev.end_ns >= kTimeLimitNs) {
+    if (!TimeInRange(ev.start_ns) || !TimeInRange(ev.end_ns)) {
       Problem(stats_.malformed_events, ev, "time out of range (beyond 2^62 ns from the epoch)");
       return;
     }
@@ -667,7 +664,7 @@ class WindowSummarizer::Impl {
   void OnMetric(const MetricSample& sample) {
     const auto m = static_cast<size_t>(sample.metric);
     if (m >= static_cast<size_t>(kNumMetrics) || !std::isfinite(sample.value) ||
-        sample.time_ns <= -kTimeLimitNs || sample.time_ns >= kTimeLimitNs) {
+        !TimeInRange(sample.time_ns)) {
       return;
     }
     if (metric_rows_[m][0] < 0) {

@@ -82,6 +82,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "perftracker/core/event_time.h"
 #include "perftracker/core/input_file.h"
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/sources/kineto/kineto_event_classifier.h"
@@ -93,6 +94,9 @@ namespace {
 constexpr size_t kMaxKeyBytes = 64;
 constexpr size_t kMaxCaptureBytes = 64 * 1024;
 constexpr size_t kMaxOpenSlicesPerTrack = 1024;
+// Times beyond kEventTimeLimitNs (core/event_time.h) are bad data: the event is counted as
+// malformed and never reaches the sink, so no consumer computes with them.
+constexpr std::string_view kTsOutOfRange = "\"ts\" is out of range (beyond 2^62 ns from the epoch)";
 
 inline bool IsWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -323,7 +327,8 @@ class KinetoImporter::Impl {
   Status FinishCapture();
 
   void HandleEvent(const KinetoRawEvent& ev, uint64_t offset);
-  void HandleEnd(const KinetoRawEvent& ev, int64_t ts_ns, uint64_t offset);
+  // end_ns: the "E" event's time, none when it is out of range.
+  void HandleEnd(const KinetoRawEvent& ev, std::optional<int64_t> end_ns, uint64_t offset);
   bool DecideUnit(const TraceNumber& ts);
   uint32_t TrackFor(const KinetoRawEvent& ev, bool on_device);
   static uint8_t FlagsOf(const KinetoRawEvent& ev, const KinetoEventClass& c);
@@ -671,12 +676,14 @@ void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset
   if (!unit_decided_) first_event_offset_ = offset;
   const bool micros = DecideUnit(ev.ts);
   int64_t ts_ns = 0;
-  if (!ev.ts.ToNanoseconds(micros, &ts_ns)) {
-    Malformed(offset, "\"ts\" is out of range", ev.name);
+  const bool ts_in_range = ev.ts.ToNanoseconds(micros, &ts_ns) && TimeInRange(ts_ns);
+  if (ev.ph == 'E') {
+    // Out of range, it still closes its "B" (the pair is one malformed event).
+    HandleEnd(ev, ts_in_range ? std::optional<int64_t>(ts_ns) : std::nullopt, offset);
     return;
   }
-  if (ev.ph == 'E') {
-    HandleEnd(ev, ts_ns, offset);
+  if (!ts_in_range) {
+    Malformed(offset, std::string(kTsOutOfRange), ev.name);
     return;
   }
   if (!ev.has_name) {
@@ -724,8 +731,8 @@ void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset
     return;
   }
   int64_t end_ns = 0;
-  if (__builtin_add_overflow(ts_ns, dur_ns, &end_ns)) {
-    Malformed(offset, "\"ts\" + \"dur\" is out of range", ev.name);
+  if (__builtin_add_overflow(ts_ns, dur_ns, &end_ns) || !TimeInRange(end_ns)) {
+    Malformed(offset, "\"ts\" + \"dur\" is out of range (beyond 2^62 ns from the epoch)", ev.name);
     return;
   }
   Event e;
@@ -742,7 +749,8 @@ void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset
   ++emitted_;
 }
 
-void KinetoImporter::Impl::HandleEnd(const KinetoRawEvent& ev, int64_t ts_ns, uint64_t offset) {
+void KinetoImporter::Impl::HandleEnd(const KinetoRawEvent& ev, std::optional<int64_t> end_ns,
+                                     uint64_t offset) {
   const uint32_t track = TrackFor(ev, false);
   auto it = open_slices_.find(track);
   if (it == open_slices_.end() || it->second.empty()) {
@@ -751,6 +759,11 @@ void KinetoImporter::Impl::HandleEnd(const KinetoRawEvent& ev, int64_t ts_ns, ui
   }
   const OpenSlice s = it->second.back();
   it->second.pop_back();
+  if (!end_ns) {
+    Malformed(offset, std::string(kTsOutOfRange), ev.name);
+    return;
+  }
+  const int64_t ts_ns = *end_ns;
   if (!s.keep) {
     ++skipped_;
     return;

@@ -589,6 +589,39 @@ TEST(KinetoImporterTest, EndBeyondTheInt64RangeIsMalformedNotOverflow) {
       << r->info.first_malformed;
 }
 
+TEST(KinetoImporterTest, TimesBeyondTwoToThe62NsAreMalformedNotPassedOn) {
+  // Times that fit int64 but lie beyond 2^62 ns (~146 years) from the epoch are bad data
+  // (issue 13): a later difference of two of them (a span, a clock offset) would overflow.
+  // Each is counted where it is read, whatever the event's phase; only the sane ones reach
+  // the sink, so no consumer (summarizer, Perfetto export) sees them.
+  const std::string trace = R"({"displayTimeUnit": "ns", "traceEvents": [
+    {"ph": "X", "name": "ok", "pid": 1, "tid": 1, "ts": 10, "dur": 1},
+    {"ph": "X", "name": "far", "pid": 1, "tid": 1, "ts": 9200000000000000000, "dur": 10},
+    {"ph": "X", "name": "before", "pid": 1, "tid": 1, "ts": -9200000000000000000, "dur": 10},
+    {"ph": "X", "name": "long", "pid": 1, "tid": 1, "ts": 0, "dur": 9200000000000000000},
+    {"ph": "B", "name": "open_early", "pid": 1, "tid": 2, "ts": -9223372036854775000},
+    {"ph": "E", "pid": 1, "tid": 2, "ts": 9223372036854775000},
+    {"ph": "B", "name": "open", "pid": 1, "tid": 3, "ts": 5},
+    {"ph": "E", "pid": 1, "tid": 3, "ts": 9223372036854775000},
+    {"ph": "X", "name": "ok2", "pid": 1, "tid": 1, "ts": 20, "dur": 1}
+  ]})";
+  for (size_t chunk : {trace.size(), size_t{7}}) {
+    const auto r = ImportText(trace, chunk);
+    ASSERT_TRUE(r->status.ok()) << r->status.message();
+    EXPECT_EQ(r->info.events_emitted, 2u) << chunk;
+    // far, before, long, open_early's B, the E it would have closed (now unmatched), open's E
+    EXPECT_EQ(r->info.events_malformed, 6u) << chunk;
+    EXPECT_NE(r->info.first_malformed.find("\"far\""), std::string::npos)
+        << r->info.first_malformed;
+    EXPECT_NE(r->info.first_malformed.find("out of range"), std::string::npos)
+        << r->info.first_malformed;
+    for (const Event& e : r->sink.events) {
+      EXPECT_LT(e.end_ns, int64_t{1} << 62);
+      EXPECT_GT(e.start_ns, -(int64_t{1} << 62));
+    }
+  }
+}
+
 // Peak RSS (VmHWM) in kB after resetting it; 0 where /proc does not allow it.
 long ResetAndReadPeakKb(bool reset) {
   if (reset) {
