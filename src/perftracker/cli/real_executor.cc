@@ -51,15 +51,20 @@ std::string ReadFile(const fs::path& p) {
   return ss.str();
 }
 
-// Starts argv in a new process group with stdout / stderr redirected; returns the pid.
+// Starts argv in a new process group (with `new_session`, a new session: another scheduler
+// autogroup) with stdout / stderr redirected; returns the pid.
 pid_t Spawn(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err,
-            const fs::path& cwd) {
+            const fs::path& cwd, bool new_session = false) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t pid = fork();
   if (pid != 0) return pid;
-  setpgid(0, 0);
+  if (new_session) {
+    setsid();
+  } else {
+    setpgid(0, 0);
+  }
   const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int in = open("/dev/null", O_RDONLY);
@@ -148,8 +153,7 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
       case FaultKind::kPause:
         // One pause of `magnitude` seconds in a plain function every 100 steps.
         kind = "pause";
-        job_args = {"--pause-seconds", fmt::format("{}", fault->magnitude), "--pause-every",
-                    "100"};
+        job_args = {"--pause-seconds", fmt::format("{}", fault->magnitude), "--pause-every", "100"};
         break;
       case FaultKind::kCpuContention:
         kind = "cpu_contention";
@@ -160,8 +164,7 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
         // live_job --device cuda: every rank reads each block's output with .item().
         if (access("/dev/nvidiactl", F_OK) != 0) {
           run.skipped = true;
-          run.note =
-              "host_sync needs a CUDA GPU (on the CPU .item() waits for no device)";
+          run.note = "host_sync needs a CUDA GPU (on the CPU .item() waits for no device)";
           return run;
         }
         kind = "host_sync";
@@ -198,8 +201,7 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
          "--fault-after-steps", fmt::format("{}", fault->start)});
   }
   if (s.job.loader_workers > 0) {
-    job_args.insert(job_args.end(),
-                    {"--loader-workers", fmt::format("{}", s.job.loader_workers)});
+    job_args.insert(job_args.end(), {"--loader-workers", fmt::format("{}", s.job.loader_workers)});
   }
   if (s.job.teardown_seconds > 0) {
     job_args.insert(job_args.end(),
@@ -253,7 +255,12 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
     if (fault != nullptr && onset < 0) {
       if (busy_loops > 0) {
         // CPU contention: busy processes on the fault rank's CPU (live_job --pin isolate puts
-        // it alone on the last allowed CPU) once rank 0 has done `start` steps.
+        // it alone on the last allowed CPU) once rank 0 has done `start` steps. In a session
+        // of their own, as a noisy neighbour is (another user, container or cgroup): with
+        // kernel.sched_autogroup_enabled the scheduler gives each session a share and, inside
+        // it, each task a share wherever it runs, so busy processes in the job's session took
+        // from the job's own share and, on a host loaded by other sessions, left the rank
+        // beside them no more starved than its peers (see docs/accuracy.md).
         const std::string p = ReadFile(progress);
         int64_t steps = 0;
         for (char c : p) steps += c == '\n';
@@ -271,7 +278,7 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
                                   fmt::format("import os\nos.sched_setaffinity(0, {{{}}})\n"
                                               "while True:\n    pass\n",
                                               std::max(last, 0))},
-                                 "/dev/null", "/dev/null", dir));
+                                 "/dev/null", "/dev/null", dir, /*new_session=*/true));
           }
           onset = Now();
         }
