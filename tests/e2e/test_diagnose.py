@@ -457,6 +457,22 @@ class BadInputTest(unittest.TestCase):
         self.assertIn("symlink loop", line)
         self.assertNotIn("no such file", line)
 
+    def test_special_files_in_a_directory_are_skipped_with_their_reason(self):
+        # A directory walk meets a FIFO and a symlink loop under trace names (issue 13 item 5):
+        # neither is read nor passed over in silence: each is a skipped input with its reason
+        # (exit 1, as for a truncated file in a directory), the good file is diagnosed.
+        self.write("rank0.json", self.valid_trace_bytes())
+        os.mkfifo(os.path.join(self.tmp, "rank1.json"))
+        os.symlink(os.path.join(self.tmp, "rank2.json"), os.path.join(self.tmp, "rank2.json"))
+        r = perftracker("diagnose", "--format", "json", self.tmp)
+        self.assertEqual(r.rc, 1, r.describe())
+        report = json.loads(r.stdout)
+        self.assertEqual(report["num_workers"], 1, r.describe())
+        skipped = {os.path.basename(s["path"]): s["error"] for s in report["skipped_inputs"]}
+        self.assertEqual(sorted(skipped), ["rank1.json", "rank2.json"], r.describe())
+        self.assertIn("is a FIFO", skipped["rank1.json"])
+        self.assertIn("symlink loop", skipped["rank2.json"])
+
     def test_directory_without_traces(self):
         self.write("notes.txt", b"nothing here")
         self.expect_one_error(self.tmp, self.tmp)

@@ -38,9 +38,13 @@ StatusOr<std::vector<std::string>> ExpandTraceInputs(const std::vector<std::stri
       for (auto it = fs::recursive_directory_iterator(
                path, fs::directory_options::skip_permission_denied, ec);
            !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (it->is_regular_file(ec) && IsTraceFileName(it->path())) {
-          found.push_back(it->path().string());
-        }
+        if (!IsTraceFileName(it->path())) continue;
+        // A regular file, or anything else under a trace's name but a directory (a FIFO, a
+        // socket, a device, a dangling symlink, a symlink loop): listed too, so that diagnose
+        // skips it with the reason (one note) instead of passing over it in silence. Its own
+        // error code: a loop must not end the walk.
+        std::error_code entry_ec;
+        if (!fs::is_directory(it->status(entry_ec))) found.push_back(it->path().string());
       }
       if (ec)
         return Status::InvalidArgument(
