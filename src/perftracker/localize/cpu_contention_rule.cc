@@ -86,11 +86,11 @@ void MarkContended(const Crowding& c, WorkerFinding& wf) {
 
 }  // namespace
 
-void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) {
+void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings) {
   const std::vector<WorkerRecord>& workers = ctx.job->workers();
   const std::vector<std::vector<uint32_t>>& members = ctx.peers->members;
   std::vector<float> values;
-  for (auto& wf : wfs) {
+  for (auto& wf : worker_findings) {
     if (wf.dropped) continue;
     const bool straggler = wf.code == fc::kStragglerCompute || wf.code == fc::kStragglerData ||
                            wf.code == fc::kStragglerComm || wf.code == fc::kStragglerSync ||
@@ -112,7 +112,7 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) 
   // iteration, as the largest).
   std::vector<bool> named(workers.size(), false);
   std::vector<double> contended(workers.size(), -1);  // largest relabelled excess
-  for (const auto& wf : wfs) {
+  for (const auto& wf : worker_findings) {
     if (wf.dropped || wf.wait_type()) continue;
     if (wf.code == fc::kCpuContention) {
       contended[wf.named.worker] = std::max(contended[wf.named.worker], wf.named.excess());
@@ -133,7 +133,7 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) 
       wf.run_queue_only = true;
       wf.named = Anomaly::OfWorker(w, g, static_cast<uint32_t>(members[g].size()),
                                    c.extra * ctx.iteration_ns);
-      wfs.push_back(std::move(wf));
+      worker_findings.push_back(std::move(wf));
     }
   }
 }

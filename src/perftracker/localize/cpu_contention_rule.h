@@ -22,6 +22,6 @@
 
 namespace perftracker::localize {
 
-void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& wfs);
+void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings);
 
 }  // namespace perftracker::localize

@@ -65,7 +65,8 @@ void FindingWording::FillVictims(Finding& f, const std::vector<uint32_t>& culpri
                                             victims.size(), FormatDuration(min_extra_wait))});
 }
 
-std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFinding>& wfs) const {
+std::vector<RenderedFinding> FindingWording::Render(
+    const std::vector<WorkerFinding>& worker_findings) const {
   const JobTable& job = *ctx_.job;
   const std::vector<WorkerRecord>& workers = job.workers();
   const std::vector<FunctionInfo>& functions = job.functions();
@@ -74,12 +75,12 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
   // sentence about "their peers" cannot hold for both: each role gets its own finding.
   const std::vector<uint32_t>& group = ctx_.peers->worker_group;
   std::vector<size_t> order;
-  for (size_t i = 0; i < wfs.size(); ++i) {
-    if (!wfs[i].dropped) order.push_back(i);
+  for (size_t i = 0; i < worker_findings.size(); ++i) {
+    if (!worker_findings[i].dropped) order.push_back(i);
   }
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const auto& x = wfs[a];
-    const auto& y = wfs[b];
+    const auto& x = worker_findings[a];
+    const auto& y = worker_findings[b];
     if (x.code != y.code) return x.code < y.code;
     if (x.named.fid != y.named.fid) return x.named.fid < y.named.fid;
     if (group[x.named.worker] != group[y.named.worker]) {
@@ -90,15 +91,15 @@ std::vector<RenderedFinding> FindingWording::Render(const std::vector<WorkerFind
   std::vector<RenderedFinding> out;
   for (size_t i = 0; i < order.size();) {
     size_t j = i;
-    const WorkerFinding& top = wfs[order[i]];
+    const WorkerFinding& top = worker_findings[order[i]];
     std::vector<uint32_t> culprits, extra;
     // Untraced findings are per worker (no function to merge on).
-    while (j < order.size() && wfs[order[j]].code == top.code &&
-           wfs[order[j]].named.fid == top.named.fid &&
-           group[wfs[order[j]].named.worker] == group[top.named.worker] &&
+    while (j < order.size() && worker_findings[order[j]].code == top.code &&
+           worker_findings[order[j]].named.fid == top.named.fid &&
+           group[worker_findings[order[j]].named.worker] == group[top.named.worker] &&
            (top.named.fid != kNone || j == i)) {
-      culprits.push_back(wfs[order[j]].named.worker);
-      for (uint32_t v : wfs[order[j]].extra_victims) extra.push_back(v);
+      culprits.push_back(worker_findings[order[j]].named.worker);
+      for (uint32_t v : worker_findings[order[j]].extra_victims) extra.push_back(v);
       ++j;
     }
     i = j;

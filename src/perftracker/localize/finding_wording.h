@@ -28,7 +28,7 @@ class FindingWording {
   explicit FindingWording(const RuleContext& ctx);
 
   // Merges and words the findings that are not dropped.
-  std::vector<RenderedFinding> Render(const std::vector<WorkerFinding>& wfs) const;
+  std::vector<RenderedFinding> Render(const std::vector<WorkerFinding>& worker_findings) const;
   // Names the victims of a finding about `culprits` in `f`.
   void FillVictims(Finding& f, const std::vector<uint32_t>& culprits,
                    const std::vector<uint32_t>& extra) const;

@@ -7,11 +7,11 @@ namespace perftracker::localize {
 
 namespace fc = finding_codes;
 
-void MarkGcStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) {
+void MarkGcStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings) {
   const std::vector<WorkerRecord>& workers = ctx.job->workers();
   const std::vector<std::vector<uint32_t>>& members = ctx.peers->members;
   std::vector<float> values;
-  for (auto& wf : wfs) {
+  for (auto& wf : worker_findings) {
     if (wf.dropped || (wf.code != fc::kStragglerCompute && wf.code != fc::kStragglerUntraced)) {
       continue;
     }

@@ -12,6 +12,6 @@
 
 namespace perftracker::localize {
 
-void MarkGcStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& wfs);
+void MarkGcStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings);
 
 }  // namespace perftracker::localize

@@ -22,9 +22,9 @@ double ExcessAfterOnset(const JobTable& job, const Anomaly& a, const OnsetRecord
 
 }  // namespace
 
-void JudgeLateOnsets(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) {
+void JudgeLateOnsets(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings) {
   const JobTable& job = *ctx.job;
-  for (WorkerFinding& wf : wfs) {
+  for (WorkerFinding& wf : worker_findings) {
     if (wf.dropped || wf.named.fid == kNone || wf.run_queue_only) continue;
     // The named function, else the first function on the path below it that carries its
     // excess (a GC pause under the Python train_step it interrupted): the rest of the named

@@ -22,6 +22,6 @@ namespace perftracker::localize {
 // Before the onset the worker may exceed its peers by at most this share of the excess after.
 inline constexpr double kBeforeShare = 0.25;
 
-void JudgeLateOnsets(const RuleContext& ctx, std::vector<WorkerFinding>& wfs);
+void JudgeLateOnsets(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings);
 
 }  // namespace perftracker::localize

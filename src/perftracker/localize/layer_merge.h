@@ -18,7 +18,7 @@
 
 namespace perftracker::localize {
 
-void MergeLayerParts(const RuleContext& ctx, std::vector<WorkerFinding>& wfs);
+void MergeLayerParts(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings);
 
 // The layer of `fid`: the nearest function at or above it that the user wrote (a
 // record_function annotation or a Python call), kNone when there is none.

@@ -66,11 +66,11 @@ void PlaceUntraced(const JobTable& job, const std::vector<uint32_t>& group, uint
 
 }  // namespace
 
-void FindUntracedStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) {
+void FindUntracedStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings) {
   const std::vector<WorkerRecord>& workers = ctx.job->workers();
   const std::vector<std::vector<uint32_t>>& members = ctx.peers->members;
   std::vector<bool> has_work(workers.size(), false);
-  for (const auto& f : wfs) {
+  for (const auto& f : worker_findings) {
     if (!f.dropped && !f.wait_type()) has_work[f.named.worker] = true;
   }
   std::vector<float> values;
@@ -98,7 +98,7 @@ void FindUntracedStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& 
       wf.named = Anomaly::OfWorker(w, g, static_cast<uint32_t>(ws.size()), deficit);
       wf.untraced_peer_wait_ns = static_cast<float>(c.median);
       PlaceUntraced(*ctx.job, ws, w, wf);
-      wfs.push_back(std::move(wf));
+      worker_findings.push_back(std::move(wf));
     }
   }
 }

@@ -13,6 +13,6 @@
 
 namespace perftracker::localize {
 
-void FindUntracedStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& wfs);
+void FindUntracedStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings);
 
 }  // namespace perftracker::localize

@@ -11,9 +11,9 @@ constexpr double kEarlyArrivalShare = 0.5;
 
 }  // namespace
 
-void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) {
+void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings) {
   const std::vector<WorkerRecord>& workers = ctx.job->workers();
-  for (auto& f : wfs) {
+  for (auto& f : worker_findings) {
     if (!f.wait_type()) continue;
     // A longer wait at one call site can be a shorter one at another (DDP issues its
     // all-reduces from whichever hook completes a bucket): the job only loses what the
@@ -38,7 +38,7 @@ void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& wfs) {
     // collective) delays every worker of this group alike, so it makes no one wait more
     // than its peers.
     WorkerFinding* explaining = nullptr;
-    for (auto& o : wfs) {
+    for (auto& o : worker_findings) {
       if (o.wait_type() || o.dropped) continue;
       if (o.named.group != f.named.group) continue;
       if (o.named.excess() < kVictimShare * f.named.excess()) continue;

@@ -15,6 +15,6 @@
 
 namespace perftracker::localize {
 
-void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& wfs);
+void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings);
 
 }  // namespace perftracker::localize
