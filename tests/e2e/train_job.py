@@ -7,7 +7,8 @@ gloo over an env:// rendezvous on a free localhost port, a model of three Linear
 DistributedDataParallel (or, with --sync allreduce, an explicit gradient all_reduce inside
 record_function("sync_gradients")), a real torch.utils.data.DataLoader over a Dataset, and
 torch.profiler with a schedule (wait 2, warmup 1, active 15 steps). Each rank exports
-OUTDIR/rank{R}.json (or .json.gz).
+OUTDIR/rank{R}.json (or .json.gz), with how busy the machine was over the recorded steps
+(perftracker.host_load: its threads' CPU time and run-queue wait).
 
 Faults (injected on the --fault-rank ranks only, one rank or a comma-separated list):
   slow_compute      block2's forward work repeated --slow-repeats times inside
@@ -19,6 +20,9 @@ Faults (injected on the --fault-rank ranks only, one rank or a comma-separated l
                     record_function("extra_eval") after the forward pass
   extra_function    the same compute_metrics() called as a plain Python function, with no
                     annotation: only its operators are in the trace
+
+--background-load N: N busy-loop processes run beside the job: the same job on a busier
+machine (what `perftracker compare` must not call a change of the job).
 
 --roles two_models: the first half of the ranks trains the three-block model, the second
 half a different model (record_function "encode" / "decode", another width), each half with
@@ -35,6 +39,7 @@ import gzip
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import time
 
@@ -42,7 +47,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
+
+# perftracker's Python package, from this source tree: the machine's load goes into each trace.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from perftracker.host_load import ProcessLoad, add_to_trace  # noqa: E402
 
 FAULTS = ("none", "slow_compute", "slow_data", "extra_annotation", "extra_function")
 
@@ -173,9 +182,14 @@ def run_rank(rank, args):
     suffix = ".json.gz" if args.gzip else ".json"
     path = os.path.join(args.outdir, f"rank{rank}{suffix}")
 
+    load = ProcessLoad()
+
     def on_trace_ready(prof):
         tmp = os.path.join(args.outdir, f".rank{rank}.tmp.json")
         prof.export_chrome_trace(tmp)
+        # How long this rank's threads waited for a CPU over the recorded steps: how busy
+        # the machine was (perftracker compare discounts what that explains).
+        add_to_trace(tmp, load.stop())
         if args.gzip:
             with open(tmp, "rb") as src, gzip.open(path, "wb", compresslevel=9) as dst:
                 shutil.copyfileobj(src, dst)
@@ -187,6 +201,8 @@ def run_rank(rank, args):
     with profile(activities=[ProfilerActivity.CPU], schedule=sched,
                  on_trace_ready=on_trace_ready) as prof:
         for x, y in loader:
+            if prof.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+                load.start()  # the first recorded step
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
             if extra == "extra_annotation":
@@ -205,6 +221,8 @@ def run_rank(rank, args):
                         dist.all_reduce(p.grad)
                         p.grad /= args.world_size
             opt.step()
+            if prof.current_action == ProfilerAction.RECORD_AND_SAVE:
+                load.stop()  # the last recorded step, before the profiler's export
             prof.step()
     dist.barrier()
     dist.destroy_process_group()
@@ -235,6 +253,9 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--active", type=int, default=15,
                    help="profiled steps (enough that CPU time-slicing noise averages out)")
+    p.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="N busy-loop processes beside the job for its whole run: a machine "
+                        "busier than usual (not a fault of the job)")
     args = p.parse_args(argv)
     try:
         args.fault_ranks = {int(r) for r in args.fault_rank.split(",")}
@@ -245,7 +266,14 @@ def main(argv=None):
     os.makedirs(args.outdir, exist_ok=True)
     args.port = free_port()
     start = time.monotonic()
-    mp.spawn(run_rank, args=(args,), nprocs=args.world_size, join=True)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(args.background_load)]
+    try:
+        mp.spawn(run_rank, args=(args,), nprocs=args.world_size, join=True)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     print(f"train_job: {args.world_size} ranks, fault={args.fault} "
           f"(rank {args.fault_rank}), traces in {args.outdir}, "
           f"{time.monotonic() - start:.1f} s", file=sys.stderr)

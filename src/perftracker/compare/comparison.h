@@ -70,6 +70,11 @@ struct Comparison {
   // iteration moved beyond the bar the same way.
   double shared_delta_ns = 0;
   bool shared_material = false;
+  // How much longer each CPU second took in the current run than in the baseline (the
+  // median over ranks of the ratio of ProfileWorker::cpu_stretch; 0 when a run does not
+  // say), and whether that explains the shared factor (it is then not material).
+  double machine_scale = 0;
+  bool shared_explained_by_load = false;
   double median_bar_ns = 0;
   // The options the bars were drawn with (CompareOptions).
   double material_share = 0;

@@ -422,14 +422,47 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
   // bar the same way: self-time ratios of a few large functions scatter on a loaded machine
   // while the iteration stays put (waits shrink as work grows).
   const double iteration_delta = out.current_iteration_ns - out.baseline_iteration_ns;
-  out.shared_material = std::fabs(out.shared_delta_ns) >= out.median_bar_ns &&
-                        std::fabs(iteration_delta) >= out.median_bar_ns &&
+  const bool factor_passes_bar = std::fabs(out.shared_delta_ns) >= out.median_bar_ns;
+  out.shared_material = factor_passes_bar && std::fabs(iteration_delta) >= out.median_bar_ns &&
                         (iteration_delta > 0) == (out.shared_delta_ns > 0);
+
+  // Machine load: how much longer each CPU second took in the current run than in the
+  // baseline (the median over ranks of the ratio of their CPU stretch), when both runs say.
+  std::vector<double> load_ratios;
+  for (const RankPair& p : pairs) {
+    if (p.baseline->cpu_stretch > 0 && p.current->cpu_stretch > 0) {
+      load_ratios.push_back(p.current->cpu_stretch / p.baseline->cpu_stretch);
+    }
+  }
+  if (!load_ratios.empty()) out.machine_scale = Median(std::move(load_ratios));
+  // Whether or not the iteration moved with it (a function that got slower while the machine
+  // got quieter moves it the other way), a factor the load explains is the machine's.
+  if (factor_passes_bar && out.machine_scale > 0) {
+    const double shared_log = std::log(out.shared_scale);
+    const double machine_log = std::log(out.machine_scale);
+    // Explained: the machine moved the same way, by at least kLoadExplains of the factor.
+    if (shared_log * machine_log > 0 &&
+        std::fabs(machine_log) >= kLoadExplains * std::fabs(shared_log)) {
+      out.shared_material = false;
+      out.shared_explained_by_load = true;
+    }
+    out.notes.push_back(fmt::format(
+        "every function is x{:.2f}; the ranks' threads waited for a CPU so that each CPU second "
+        "took x{:.2f} as long as in the baseline (CPU time + run-queue wait per CPU time): {}",
+        out.shared_scale, out.machine_scale,
+        out.shared_explained_by_load
+            ? "the machine's load explains the shared factor, probably not the code (functions "
+              "are measured beyond it)"
+            : "the machine's load does not explain the shared factor"));
+  }
 
   if (out.compared_functions) {
     // A shared factor that is not a change of the job is noise: functions are measured
     // against their baseline times as they are.
-    Walker walker(tree, pairs, out.shared_material ? out.shared_scale : 1.0,
+    // A factor the machine's load explains is applied too: every function is measured beyond
+    // it, so that one slower beyond the load is still named.
+    Walker walker(tree, pairs,
+                  out.shared_material || out.shared_explained_by_load ? out.shared_scale : 1.0,
                   out.baseline_iteration_ns);
     for (ChangeDirection d : {ChangeDirection::kSlower, ChangeDirection::kFaster}) {
       size_t dropped = 0;

@@ -20,6 +20,19 @@
 //    median iteration moved beyond the bar the same way (on a loaded machine the ratios of a
 //    few large functions scatter by 20 % while the iteration stays put). A factor that is not
 //    such a change is noise and is not applied: delta = current - baseline.
+//    Machine load. A shared factor that the machine's load explains is not a change of the
+//    job: when both runs say how long their threads waited for a CPU (ProfileWorker::
+//    cpu_stretch: a live window's host metrics, a trace's host-load event), the ratio of the
+//    two stretches (median over ranks) is the factor by which load alone lengthens CPU work.
+//    When the factor's cost passes the bar and the load moved the same way, by at least
+//    kLoadExplains of it (in log terms), the shared factor is reported as the machine's
+//    (shared_explained_by_load, a note), not as a material change, and functions are
+//    measured beyond it, whether or not the iteration moved with it (block2 slower on a
+//    quieter machine moves the iteration the other way): a function slower on every rank
+//    beyond the load is named, and the others are not called faster. The stretch is a model
+//    (blocked time, e.g. waiting in a collective, is not stretched; several threads of one process
+//    wait at once), hence a factor "explained" by a load that accounts for half of it; a
+//    load that explains less leaves the factor material, with a note that says so.
 // 2. Materiality per rank: |delta| >= max(material_share x the rank's baseline iteration,
 //    noise_sigmas x hypot(standard error of the rank's mean iteration in the baseline, in the
 //    current run)). The standard error is the spread of one iteration (1.4826 x MAD of the
@@ -60,6 +73,8 @@ struct CompareOptions {
 };
 
 inline constexpr double kExplainsMost = 0.7;
+// The share (in log terms) of the shared factor that the machine's load must explain.
+inline constexpr double kLoadExplains = 0.5;
 
 class RunComparer {
  public:

@@ -140,6 +140,85 @@ TEST(RunComparer, ASlowdownEveryFunctionSharesIsReportedAsSharedNotPerFunction) 
   EXPECT_TRUE(c->has_material_change());
 }
 
+// Machine load: each worker's CPU stretch ((CPU time + run-queue wait) / CPU time).
+ProfileWorker Loaded(ProfileWorker w, double cpu_stretch) {
+  w.cpu_stretch = cpu_stretch;
+  return w;
+}
+
+TEST(RunComparer, ASharedFactorTheMachinesLoadExplainsIsNotAChangeOfTheJob) {
+  // Two healthy runs; in the current one the machine was busier: every CPU second took 1.3x
+  // as long (the threads waited for a CPU), and every function is 1.3x slower.
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) {
+    base.AddWorker(Loaded(Worker(&tree, r, 40, 0.5, Healthy()), 2.0));
+    cur.AddWorker(Loaded(Worker(&tree, r, 52, 0.5, Healthy(1.3)), 2.6 + 0.01 * r));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_NEAR(c->shared_scale, 1.3, 1e-6);
+  EXPECT_NEAR(c->machine_scale, 1.3075, 1e-3);
+  EXPECT_FALSE(c->shared_material);
+  EXPECT_TRUE(c->shared_explained_by_load);
+  EXPECT_TRUE(c->changes.empty());
+  EXPECT_FALSE(c->has_material_change());
+  ASSERT_FALSE(c->notes.empty());
+  EXPECT_NE(c->notes.back().find("the machine's load explains the shared factor"),
+            std::string::npos)
+      << c->notes.back();
+
+  // ... and a function slower on every rank beyond the load is still named, measured beyond
+  // the shared factor.
+  RunProfile slow(&tree, "slow");
+  for (int32_t r = 0; r < 4; ++r) {
+    slow.AddWorker(Loaded(Worker(&tree, r, 72, 0.5, Healthy(1.3, 20)), 2.6));
+  }
+  c = RunComparer().Compare(base, slow);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->shared_explained_by_load);
+  ASSERT_EQ(c->changes.size(), 1u);
+  EXPECT_EQ(c->changes[0].function, "block2");
+  EXPECT_EQ(c->changes[0].direction, ChangeDirection::kSlower);
+  EXPECT_EQ(c->changes[0].workers, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_NEAR(c->changes[0].delta_ns, 20 * kMs, 0.5 * kMs);
+  EXPECT_TRUE(c->has_material_change());
+}
+
+TEST(RunComparer, ASharedSlowdownTheMachineDoesNotExplainIsStillReported) {
+  // Every function 1.3x slower with the machine as busy as before (a new library, a slower
+  // clock), or with a load that explains less than half of it, or the other way: a change.
+  for (const double current_stretch : {2.0, 2.1, 1.6}) {
+    CallPathTree tree;
+    RunProfile base(&tree, "base");
+    RunProfile cur(&tree, "cur");
+    for (int32_t r = 0; r < 4; ++r) {
+      base.AddWorker(Loaded(Worker(&tree, r, 40, 0.5, Healthy()), 2.0));
+      cur.AddWorker(Loaded(Worker(&tree, r, 52, 0.5, Healthy(1.3)), current_stretch));
+    }
+    StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+    ASSERT_TRUE(c.ok());
+    EXPECT_TRUE(c->shared_material) << current_stretch;
+    EXPECT_FALSE(c->shared_explained_by_load) << current_stretch;
+    EXPECT_TRUE(c->has_material_change()) << current_stretch;
+    ASSERT_FALSE(c->notes.empty());
+    EXPECT_NE(c->notes.back().find("does not explain"), std::string::npos) << c->notes.back();
+  }
+  // A run that does not say how busy its machine was: as before.
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) {
+    base.AddWorker(Worker(&tree, r, 40, 0.5, Healthy()));
+    cur.AddWorker(Loaded(Worker(&tree, r, 52, 0.5, Healthy(1.3)), 2.6));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->machine_scale, 0);
+  EXPECT_TRUE(c->shared_material);
+}
+
 TEST(RunComparer, TinyOperatorsInflatedByMachineLoadDoNotSetTheSharedFactor) {
   // Two healthy runs of one job, the second on a machine 3x busier: every function takes 3x
   // longer, but ten tiny operators (0.05 ms each), which preemptions inflate 20x: at 1 ms

@@ -56,6 +56,13 @@ void RunProfile::AddSummary(const WorkerSummary& summary,
     durations.push_back(static_cast<double>(it.duration_ns));
   }
   worker.iteration_spread_ns = RobustSpread(std::move(durations));
+  double cpu = -1;
+  double run_queue = -1;
+  for (const FunctionMetric& m : summary.worker_metrics) {
+    if (m.metric == Metric::kCpuUtilization) cpu = m.mean;
+    if (m.metric == Metric::kRunQueueDelayFraction) run_queue = m.mean;
+  }
+  if (cpu > 0 && run_queue >= 0) worker.cpu_stretch = 1 + run_queue / cpu;
 
   // Parents precede their children in a summary (WorkerSummary::Key()), so one pass interns
   // each function under its parent's node; a function with an explicit key is interned by it.

@@ -33,6 +33,11 @@ struct ProfileWorker {
   // 1.4826 x the MAD of the iteration times: how much one iteration scatters about the median
   // in this run (a robust standard deviation); 0 with fewer than two iterations.
   double iteration_spread_ns = 0;
+  // How busy the machine was: (CPU time + run-queue wait) / CPU time of the worker's threads
+  // over the window (>= 1: each CPU second it ran took this long; 1 = never waited for a
+  // CPU), from the window's kCpuUtilization and kRunQueueDelayFraction (a live collector's
+  // host sampler, or a trace's host-load event). 0 when unknown.
+  double cpu_stretch = 0;
   std::unordered_map<uint32_t, FunctionTimes> functions;  // by CallPathTree node
 };
 

@@ -68,6 +68,14 @@ ImportResult ImportOne(const std::string& path, const KinetoImportOptions& impor
     result.trace->rank = info->rank;
     result.trace->source = path;
   }
+  // How busy the machine was (the trace's host-load event): the levels a live collector's
+  // host sampler gives for the window, as fractions of the recorded wall time.
+  if (info->load_wall_ns > 0) {
+    result.summary.worker_metrics.push_back(
+        {Metric::kCpuUtilization, info->load_cpu_ns / info->load_wall_ns, 0});
+    result.summary.worker_metrics.push_back(
+        {Metric::kRunQueueDelayFraction, info->load_run_delay_ns / info->load_wall_ns, 0});
+  }
   // The importer's counts join the summarizer's (summary/data_quality_counters.h).
   result.summary.stats.names_truncated += info->names_truncated;
   if (info->events_malformed > 0) {

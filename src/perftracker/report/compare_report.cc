@@ -67,6 +67,15 @@ std::string ComparisonVerdict(const Comparison& c) {
     return s;
   }
   if (c.shared_material) return SharedSentence(c);
+  if (c.shared_explained_by_load) {
+    return fmt::format(
+        "no material change of the job: every function is {:.2f}x {} (iteration {} -> {}), as "
+        "the machine's load explains (each CPU second took x{:.2f} as long): probably the "
+        "machine, not the code",
+        c.shared_scale >= 1 ? c.shared_scale : 1 / std::max(c.shared_scale, 1e-9),
+        c.shared_scale >= 1 ? "slower" : "faster", FormatDuration(c.baseline_iteration_ns),
+        FormatDuration(c.current_iteration_ns), c.machine_scale);
+  }
   return fmt::format(
       "no material change: iteration {} -> {}, within the noise (a change counts from {} per "
       "iteration)",
@@ -90,7 +99,14 @@ std::string RenderComparisonText(const Comparison& c, int width) {
       "iteration, or {:g} standard errors of the mean iteration when it scatters more)\n",
       FormatDuration(c.median_bar_ns), FormatShare(c.material_share), c.noise_sigmas);
   out += fmt::format("shared    every function x{:.3f} ({} per iteration){}\n", c.shared_scale,
-                     Signed(c.shared_delta_ns), c.shared_material ? ", material" : "");
+                     Signed(c.shared_delta_ns),
+                     c.shared_material            ? ", material"
+                     : c.shared_explained_by_load ? ", the machine's load"
+                                                  : "");
+  if (c.machine_scale > 0) {
+    out += fmt::format("machine   each CPU second took x{:.3f} as long (run-queue wait)\n",
+                       c.machine_scale);
+  }
   if (!c.changes.empty()) {
     out += "\nchanges per iteration, largest first (beyond the shared factor):\n";
     size_t shown = 0;
@@ -154,6 +170,10 @@ std::string RenderComparisonJson(const Comparison& c) {
   root["shared_scale"] = std::round(Finite(c.shared_scale) * 1e4) / 1e4;
   root["shared_delta_ms_per_iteration"] = Ms(c.shared_delta_ns);
   root["shared_material"] = c.shared_material;
+  root["machine_scale"] = c.machine_scale > 0
+                              ? ordered_json(std::round(c.machine_scale * 1e4) / 1e4)
+                              : ordered_json(nullptr);
+  root["shared_explained_by_load"] = c.shared_explained_by_load;
   root["bar_ms_per_iteration"] = Ms(c.median_bar_ns);
   ordered_json changes = ordered_json::array();
   for (const FunctionChange& f : c.changes) {

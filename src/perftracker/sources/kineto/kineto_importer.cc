@@ -78,6 +78,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -327,6 +328,9 @@ class KinetoImporter::Impl {
   Status FinishCapture();
 
   void HandleEvent(const KinetoRawEvent& ev, uint64_t offset);
+  // The host-load metadata event [begin, end): its args' numbers (rare: one per trace, so
+  // parsed as a whole instead of on the hot path).
+  void ReadHostLoad(const char* begin, const char* end);
   // end_ns: the "E" event's time, none when it is out of range.
   void HandleEnd(const KinetoRawEvent& ev, std::optional<int64_t> end_ns, uint64_t offset);
   bool DecideUnit(const TraceNumber& ts);
@@ -386,6 +390,11 @@ class KinetoImporter::Impl {
   std::string track_key_;
   NumericTrack last_numeric_[2];  // [0] host, [1] device
   std::unordered_map<uint32_t, std::vector<OpenSlice>> open_slices_;
+
+  // The perftracker_host_load metadata event's args (0: none).
+  double load_cpu_ns_ = 0;
+  double load_run_delay_ns_ = 0;
+  double load_wall_ns_ = 0;
 
   // distributedInfo.
   std::optional<int32_t> dist_rank_;
@@ -519,6 +528,7 @@ void KinetoImporter::Impl::EndEventsArray() {
 const char* KinetoImporter::Impl::StartEvent(const char* p, const char* end) {
   ++elements_;
   if (parser_.Parse(p, end, &raw_) == KinetoEventParser::Result::kOk) {
+    if (raw_.ph == 'M' && raw_.name == kHostLoadEventName) ReadHostLoad(p, parser_.object_end());
     HandleEvent(raw_, Offset(p));
     state_ = State::kEventsAfterElem;
     return parser_.object_end();
@@ -541,6 +551,9 @@ const char* KinetoImporter::Impl::ContinueCarry(const char* p, const char* end) 
     const std::string& bytes = carry_.bytes();
     const auto result = parser_.Parse(bytes.data(), bytes.data() + bytes.size(), &raw_);
     if (result == KinetoEventParser::Result::kOk) {
+      if (raw_.ph == 'M' && raw_.name == kHostLoadEventName) {
+        ReadHostLoad(bytes.data(), parser_.object_end());
+      }
       HandleEvent(raw_, carry_.offset());
     } else if (result == KinetoEventParser::Result::kSyntaxError) {
       Malformed(carry_.offset(), std::string("invalid JSON in the event at its byte ") +
@@ -650,6 +663,25 @@ uint32_t KinetoImporter::Impl::FunctionOf(const KinetoEventClass& c, uint8_t fla
 // (NCCL's SendRecv kernel serves both; the metadata says which).
 uint8_t KinetoImporter::Impl::FlagsOf(const KinetoRawEvent& ev, const KinetoEventClass& c) {
   return c.flags | (ev.collective.empty() ? 0 : PointToPointFlagsOfCollective(ev.collective));
+}
+
+void KinetoImporter::Impl::ReadHostLoad(const char* begin, const char* end) {
+  const nlohmann::json event = nlohmann::json::parse(begin, end, nullptr, false);
+  if (event.is_discarded() || !event.is_object()) return;
+  const auto args = event.find("args");
+  if (args == event.end() || !args->is_object()) return;
+  const auto number = [&](const char* key) {
+    const auto it = args->find(key);
+    return it != args->end() && it->is_number() && it->get<double>() >= 0 ? it->get<double>()
+                                                                          : -1.0;
+  };
+  const double cpu = number("cpu_ns");
+  const double delay = number("run_delay_ns");
+  const double wall = number("wall_ns");
+  if (cpu < 0 || delay < 0 || wall <= 0) return;  // incomplete: as if absent
+  load_cpu_ns_ = cpu;
+  load_run_delay_ns_ = delay;
+  load_wall_ns_ = wall;
 }
 
 void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset) {
@@ -1055,6 +1087,9 @@ StatusOr<KinetoTraceInfo> KinetoImporter::Impl::Finish() {
   info.tracks = tracks_.size();
   info.time_unit = micros_ ? TraceTimeUnit::kMicroseconds : TraceTimeUnit::kNanoseconds;
   info.bare_list = bare_list_;
+  info.load_cpu_ns = load_cpu_ns_;
+  info.load_run_delay_ns = load_run_delay_ns_;
+  info.load_wall_ns = load_wall_ns_;
   return info;
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "perftracker/core/event_sink.h"
 #include "perftracker/core/function_table.h"
@@ -26,7 +27,7 @@ struct KinetoImportOptions {
 struct KinetoTraceInfo {
   int32_t rank = -1;
   int32_t world_size = -1;
-  std::string backend;  // "nccl", "gloo", ...
+  std::string backend;      // "nccl", "gloo", ...
   uint64_t bytes_read = 0;  // uncompressed JSON bytes
   uint64_t events_emitted = 0;
   uint64_t events_skipped = 0;    // well-formed but irrelevant (metadata, flows, instants)
@@ -35,8 +36,18 @@ struct KinetoTraceInfo {
   uint64_t names_truncated = 0;   // event names longer than the cap, kept truncated
   uint64_t tracks = 0;            // host threads + device streams seen
   TraceTimeUnit time_unit = TraceTimeUnit::kMicroseconds;  // the unit actually applied
-  bool bare_list = false;         // the document was a bare list of events (torch 1.13 CPU-only)
+  bool bare_list = false;  // the document was a bare list of events (torch 1.13 CPU-only)
+  // How busy the machine was while the trace was recorded: the trace's metadata event
+  // {"ph": "M", "name": "perftracker_host_load", "args": {"cpu_ns", "run_delay_ns",
+  // "wall_ns"}} (python/perftracker/host_load.py): the process's threads' CPU time and
+  // run-queue wait over the recorded steps. All 0 when the trace has none.
+  double load_cpu_ns = 0;
+  double load_run_delay_ns = 0;
+  double load_wall_ns = 0;
 };
+
+// The name of the metadata event that carries KinetoTraceInfo's load.
+inline constexpr std::string_view kHostLoadEventName = "perftracker_host_load";
 
 // Streaming importer: feed chunks split at any byte, then call Finish().
 // Memory stays bounded whatever the input: only one event object that spans two chunks is

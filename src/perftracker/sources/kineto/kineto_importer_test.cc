@@ -267,6 +267,41 @@ TEST(KinetoImporterTest, ChunkSplitInvarianceEverySize) {
   }
 }
 
+TEST(KinetoImporterTest, TheHostLoadEventSaysHowBusyTheMachineWas) {
+  // What python/perftracker/host_load.py appends: in a bare list (torch 1.13 CPU-only) and in
+  // the object form, split at every byte (the event may be carried across chunks).
+  const std::string event =
+      R"({"ph": "M", "name": "perftracker_host_load", "pid": 7, "tid": 0, "args": )"
+      R"({"cpu_ns": 600000000, "run_delay_ns": 900000000.0, "wall_ns": 1200000000}})";
+  const std::string op =
+      R"({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 10, "dur": 5})";
+  for (const std::string& text :
+       {"[" + op + ", " + event + "]",
+        R"({"distributedInfo": {"rank": 0}, "traceEvents": [)" + event + ", " + op + "]}"}) {
+    for (size_t chunk : {text.size(), size_t{1}, size_t{7}}) {
+      const auto r = ImportText(text, chunk);
+      ASSERT_TRUE(r->status.ok()) << r->status.message();
+      EXPECT_EQ(r->info.load_cpu_ns, 6e8) << text;
+      EXPECT_EQ(r->info.load_run_delay_ns, 9e8);
+      EXPECT_EQ(r->info.load_wall_ns, 1.2e9);
+      EXPECT_EQ(r->info.events_emitted, 1u);
+      EXPECT_EQ(r->info.events_malformed, 0u);
+    }
+  }
+  // Without it, or with args that are not what the module writes: unknown (0), no error.
+  for (const std::string& args :
+       {std::string(R"({})"), std::string(R"({"cpu_ns": "x", "run_delay_ns": 1, "wall_ns": 2})"),
+        std::string(R"({"cpu_ns": 1, "run_delay_ns": -1, "wall_ns": 2})"),
+        std::string(R"({"cpu_ns": 1, "run_delay_ns": 1, "wall_ns": 0})"), std::string("[1, 2]")}) {
+    const std::string text =
+        "[" + op + R"(, {"ph": "M", "name": "perftracker_host_load", "args": )" + args + "}]";
+    const auto r = ImportText(text, text.size());
+    ASSERT_TRUE(r->status.ok()) << r->status.message();
+    EXPECT_EQ(r->info.load_wall_ns, 0) << args;
+    EXPECT_EQ(r->info.events_emitted, 1u);
+  }
+}
+
 TEST(KinetoImporterTest, GoldenTorch113BareListTrace) {
   // A real torch 1.13.1 CPU-only trace: 2-rank gloo job (torch.multiprocessing.spawn),
   // ProfilerActivity.CPU, export_chrome_trace; rank 0. Expected numbers below were computed
