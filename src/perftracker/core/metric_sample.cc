@@ -58,6 +58,8 @@ std::string_view MetricName(Metric metric) {
       return "timeslices_per_s";
     case Metric::kMainThreadTimeslicesPerSec:
       return "main_thread_timeslices_per_s";
+    case Metric::kTcpWireSecondsPerSec:
+      return "tcp_wire_seconds_per_s";
   }
   return "unknown";
 }

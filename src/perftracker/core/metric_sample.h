@@ -42,8 +42,13 @@ enum class Metric : uint16_t {
   // the time the thread wanted to run or how often it woke.
   kTimeslicesPerSec = 25,
   kMainThreadTimeslicesPerSec = 26,
+  // Seconds a process's busy TCP connections took to deliver what they delivered, at the
+  // kernel's delivery rate of each when it was sampled, per second of wall time: the time
+  // its bytes spent on their paths. Bytes delivered / this is its delivery rate weighted by
+  // bytes (a harmonic mean), which a few samples of a burst at line rate cannot inflate.
+  kTcpWireSecondsPerSec = 27,
 };
-inline constexpr int kNumMetrics = 27;
+inline constexpr int kNumMetrics = 28;
 
 std::string_view MetricName(Metric metric);
 

@@ -28,11 +28,13 @@
 //    PT-LINK-DEGRADED. The burst rate must also be consistent with the bytes moved (bytes / rate at
 //    most kConsistentShare x D): a worker that mostly waited inside its collectives has only
 //    background samples there, and a low rate that could not have moved its bytes is no evidence.
-//  - Slow network link (TCP, per process: TcpSampler): the delivery rate of a worker's
-//    busiest connection is below kSlowLinkShare of its peers' median, and the bytes it
-//    sends per iteration take at that rate at least kSlowLinkExplains of its communication
-//    time: PT-NET-SLOW-LINK. A receiver that acknowledges late (it is behind the slow link)
-//    does not lower its senders' rate sample, so the rank behind the link is the one named.
+//  - Slow network link (TCP, per process: TcpSampler): a worker's delivery rate (the bytes
+//    it delivered over the time they took at the kernel's rate samples: a byte-weighted
+//    harmonic mean, which the few samples of a burst at line rate cannot inflate as they
+//    inflate the samples' mean) is below kSlowLinkShare of its peers' median, and the bytes
+//    it sends per iteration take at that rate at least kSlowLinkExplains of its
+//    communication time: PT-NET-SLOW-LINK. A receiver that acknowledges late (it is behind the slow
+//    link) does not lower its senders' rate sample, so the rank behind the link is the one named.
 //  - Flapping NIC: link-down samples (kNicLinkUp < 1 on average) during the window:
 //    PT-NIC-FLAPPING.
 //  Link findings absorb the peer comparison's communication / memcpy straggler findings
@@ -93,7 +95,7 @@ class HardwareFindings {
     float compute_ns = 0;
     float clock = -1, clock_max = -1, throttle = -1, temperature = -1, power = -1;
     float link_up = -1;
-    float tcp_rate = -1;     // delivery rate of its busiest TCP connection, bytes/s (mean)
+    float tcp_rate = -1;     // its TCP delivery rate, bytes/s (see Add)
     float tcp_send = -1;     // bytes/s its TCP connections delivered (mean)
     float comm_ns = 0;       // communication per iteration
     float iteration_ns = 0;  // mean iteration

@@ -195,6 +195,49 @@ TEST(HardwareFindingsTest, SlowNetworkLinkNeedsARateThatExplainsTheTime) {
   for (const auto& f : d.findings) EXPECT_NE(f.code, finding_codes::kNetSlowLink) << f.title;
 }
 
+// The failing window of e2e_live's net_rate_limit case (rank 1 of 4 behind a 25 Mbit/s token
+// bucket, 4 ranks on 2 loaded cores): every rank ~544 ms per iteration, 305-382 ms of it in
+// gloo's all-reduce, every rank delivering ~16-17 Mbit/s. Rank 1's busy intervals mostly
+// sampled ~25 Mbit/s, but a few sampled a burst the bucket let through at line rate (up to
+// 1.24 Gbit/s, tcp_sampler.cc): the mean of its samples was 202 Mbit/s (sd 508), at which its
+// 1.15 MB per iteration would take 45 ms, not half its 332 ms of communication, and no finding
+// came out. The time its bytes took at the rates sampled while it sent them (TcpSampler's
+// kTcpWireSecondsPerSec, here 0.6 s a second: nearly all of its communication) is what a few
+// burst samples cannot hide.
+TEST(HardwareFindingsTest, BurstSamplesDoNotHideARankBehindATokenBucket) {
+  auto ws = Job(4, 4);
+  const double peer_rates[] = {3.85e9, 0, 5.26e9, 5.55e9};  // bytes/s (30.8-44.4 Gbit/s)
+  const double comm_ms[] = {382, 332, 382, 305};
+  for (auto& w : ws) {
+    w.has_device = false;
+    for (auto& it : w.iterations) {
+      it.duration_ns = 544'000'000;
+      it.compute_ns = it.duration_ns;
+      it.communication_ns = static_cast<int64_t>(comm_ms[w.rank] * 1e6);
+    }
+    w.worker_metrics.clear();
+    const double send = 2.1e6;  // bytes/s
+    if (w.rank == 1) {
+      w.worker_metrics.push_back({Metric::kTcpDeliveryRateBytesPerSec, 25.3e6, 63.5e6});
+      w.worker_metrics.push_back({Metric::kTcpWireSecondsPerSec, 0.6, 0.3});
+    } else {
+      w.worker_metrics.push_back({Metric::kTcpDeliveryRateBytesPerSec, peer_rates[w.rank], 0});
+      w.worker_metrics.push_back({Metric::kTcpWireSecondsPerSec, send / peer_rates[w.rank], 0});
+    }
+    w.worker_metrics.push_back({Metric::kTcpSendBytesPerSec, send, 0});
+  }
+  const Diagnosis d = Localize(ws);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, finding_codes::kNetSlowLink) << f.title;
+  EXPECT_EQ(f.workers, std::vector<int32_t>{1});
+  EXPECT_TRUE(f.material);
+  // 2.1 MB/s over 0.6 s on the wire per second: 3.5 MB/s, 28 Mbit/s.
+  EXPECT_THAT(f.title, HasSubstr("deliver at 28.0 Mbit/s"));
+  // Its bytes took 0.6 x 544 = 326 ms per iteration at its rate (~0 at its peers').
+  EXPECT_NEAR(f.lost_ns_per_iteration, 326e6, 1e6);
+}
+
 // A transfer-carrying function over the NIC, per iteration (10 iterations): its time, the
 // bytes it moved and the transmit throughput sampled during it.
 void Nic(FunctionSummary& f, double ms, double mb, double gbps_mean, double gbps_sd) {

@@ -227,7 +227,7 @@ bool MetricRelevant(Metric m, EventKind kind, bool device) {
   const bool nic = m == Metric::kNicTxBytesPerSec || m == Metric::kNicRxBytesPerSec ||
                    m == Metric::kIbTxBytesPerSec || m == Metric::kIbRxBytesPerSec ||
                    m == Metric::kNicLinkUp || m == Metric::kTcpSendBytesPerSec ||
-                   m == Metric::kTcpDeliveryRateBytesPerSec;
+                   m == Metric::kTcpDeliveryRateBytesPerSec || m == Metric::kTcpWireSecondsPerSec;
   const bool host = m == Metric::kCpuUtilization || m == Metric::kRunQueueDelayFraction ||
                     m == Metric::kMemoryRssBytes;
   if (device) {

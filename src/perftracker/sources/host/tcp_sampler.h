@@ -49,6 +49,9 @@ class TcpSampler : public MetricSampler {
   //   kTcpDeliveryRateBytesPerSec  the kernel's latest delivery-rate estimate of the
   //                                connection that delivered the most, when it was busy
   //                                (>= kBusyBytes in the interval)
+  //   kTcpWireSecondsPerSec        the seconds its busy connections took to deliver what
+  //                                they delivered, each at its delivery-rate estimate, per
+  //                                second (0 when none was busy)
   void Sample(int64_t now_ns, const std::vector<int32_t>& pids,
               std::vector<PidSample>* out) override;
 

@@ -101,12 +101,17 @@ TEST(TcpSamplerTest, DeliveredBytesAndRateOfTheBusiestConnection) {
   const auto rate = Values(out, child.pid(), Metric::kTcpDeliveryRateBytesPerSec);
   ASSERT_EQ(rate.size(), 1u);
   EXPECT_GT(rate[0], 1e6) << "loopback delivers far faster than 1 MB/s";
+  // One busy connection: its 1 MiB at its rate, per second of the 2 s interval.
+  const auto wire = Values(out, child.pid(), Metric::kTcpWireSecondsPerSec);
+  ASSERT_EQ(wire.size(), 1u);
+  EXPECT_DOUBLE_EQ(wire[0], static_cast<double>(kBytes) / rate[0] / 2);
 
   // Idle since: nothing delivered, so no rate (a stale estimate is not a measurement).
   out.clear();
   sampler.Sample(4 * kSec, {child.pid()}, &out);
   EXPECT_EQ(Values(out, child.pid(), Metric::kTcpSendBytesPerSec), std::vector<double>{0.0});
   EXPECT_TRUE(Values(out, child.pid(), Metric::kTcpDeliveryRateBytesPerSec).empty());
+  EXPECT_EQ(Values(out, child.pid(), Metric::kTcpWireSecondsPerSec), std::vector<double>{0.0});
   EXPECT_EQ(sampler.stats().unreadable_pids, 0u);
 }
 
