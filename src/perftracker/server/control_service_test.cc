@@ -178,7 +178,7 @@ class DownStore final : public Store {
     return Status::Internal("store postgresql://db/pt: server closed the connection");
   }
   Status UpsertJob(const JobRecord&) override { return Down(); }
-  Status UpsertWorker(const WorkerRecord&) override { return Down(); }
+  Status UpsertWorkers(const std::vector<WorkerRecord>&) override { return Down(); }
   StatusOr<JobRecord> GetJob(const std::string&) override { return Down(); }
   StatusOr<std::vector<JobRecord>> ListJobs() override { return Down(); }
   StatusOr<std::vector<WorkerRecord>> ListWorkers(const std::string&) override { return Down(); }

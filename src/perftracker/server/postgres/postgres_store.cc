@@ -302,21 +302,23 @@ Status PostgresStore::UpsertJob(const JobRecord& job) {
       {job.job_id, job.title, job.world_size, job.created_ns, job.last_seen_ns});
 }
 
-Status PostgresStore::UpsertWorker(const WorkerRecord& worker) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(worker.job_id));
-  if (worker.rank < 0) {
-    return Status::InvalidArgument(
-        fmt::format("store: job {}: worker rank {} is negative", worker.job_id, worker.rank));
-  }
+Status PostgresStore::UpsertWorkers(const std::vector<WorkerRecord>& workers) {
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreWorkers(workers));
+  if (workers.empty()) return Status::Ok();
   StatusOr<Lease> conn = Acquire();
   if (!conn.ok()) return conn.status();
-  return RunChildWrite(
-      conn->get(),
-      "INSERT INTO workers (job_id, rank, host, pid, joined_ns) VALUES ($1, $2, $3, $4, $5) "
-      "ON CONFLICT (job_id, rank) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
-      "joined_ns = excluded.joined_ns",
-      {worker.job_id, worker.rank, worker.host, worker.pid, worker.joined_ns},
-      NoJob(worker.job_id));
+  PgTransaction tx(conn->get());
+  PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
+  for (const WorkerRecord& worker : workers) {
+    PERFTRACKER_RETURN_IF_ERROR(RunChildWrite(
+        conn->get(),
+        "INSERT INTO workers (job_id, rank, host, pid, joined_ns) VALUES ($1, $2, $3, $4, $5) "
+        "ON CONFLICT (job_id, rank) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+        "joined_ns = excluded.joined_ns",
+        {worker.job_id, worker.rank, worker.host, worker.pid, worker.joined_ns},
+        NoJob(worker.job_id)));
+  }
+  return tx.Commit();
 }
 
 StatusOr<JobRecord> PostgresStore::GetJob(const std::string& job_id) {

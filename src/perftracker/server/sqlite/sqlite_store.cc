@@ -275,17 +275,18 @@ Status SqliteStore::UpsertJob(const JobRecord& job) {
   return st->Run();
 }
 
-Status SqliteStore::UpsertWorker(const WorkerRecord& worker) {
-  PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(worker.job_id));
-  if (worker.rank < 0) {
-    return Status::InvalidArgument(
-        fmt::format("store: job {}: worker rank {} is negative", worker.job_id, worker.rank));
-  }
+Status SqliteStore::UpsertWorkers(const std::vector<WorkerRecord>& workers) {
+  PERFTRACKER_RETURN_IF_ERROR(CheckStoreWorkers(workers));
+  if (workers.empty()) return Status::Ok();
   std::lock_guard<std::mutex> lock(write_mu_);
   Transaction tx(writer_.get());
   PERFTRACKER_RETURN_IF_ERROR(tx.Begin());
-  PERFTRACKER_RETURN_IF_ERROR(RequireJob(worker.job_id));
-  {
+  std::string checked_job;
+  for (const WorkerRecord& worker : workers) {
+    if (worker.job_id != checked_job) {
+      PERFTRACKER_RETURN_IF_ERROR(RequireJob(worker.job_id));
+      checked_job = worker.job_id;
+    }
     StatusOr<Statement> st = writer_->Prepare(
         "INSERT OR REPLACE INTO workers (job_id, rank, host, pid, joined_ns) "
         "VALUES (?1, ?2, ?3, ?4, ?5)");

@@ -59,7 +59,7 @@ class SqliteStore final : public Store {
   ~SqliteStore() override;
 
   Status UpsertJob(const JobRecord& job) override;
-  Status UpsertWorker(const WorkerRecord& worker) override;
+  Status UpsertWorkers(const std::vector<WorkerRecord>& workers) override;
   StatusOr<JobRecord> GetJob(const std::string& job_id) override;
   StatusOr<std::vector<JobRecord>> ListJobs() override;
   StatusOr<std::vector<WorkerRecord>> ListWorkers(const std::string& job_id) override;

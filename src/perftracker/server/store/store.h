@@ -19,7 +19,7 @@
 //   what is already stored.
 // - Reads of something absent return NotFound naming it; list reads return empty vectors.
 // - Job ids are opaque strings chosen by the collectors (`perftracker run` uses its run id).
-// - Child records need their parent: UpsertWorker / AppendIterations / PutWindow need the job
+// - Child records need their parent: UpsertWorker(s) / AppendIterations / PutWindow need the job
 //   (UpsertJob first), PutSummary / PutSummaryBytes / PutDiagnosis / SetBaseline need the window
 //   (PutWindow first); otherwise NotFound naming it. Window ids are 1 .. 2^63-1.
 // - Window states only move forward: open -> diagnosed | abandoned, abandoned -> diagnosed
@@ -99,7 +99,10 @@ class Store {
 
   // Jobs and workers. Upserts replace the record with the same key.
   virtual Status UpsertJob(const JobRecord& job) = 0;
-  virtual Status UpsertWorker(const WorkerRecord& worker) = 0;
+  // Several workers in one transaction (a collector's registration with all its ranks): all
+  // of them or, on any error (a bad rank, a job not registered), none.
+  virtual Status UpsertWorkers(const std::vector<WorkerRecord>& workers) = 0;
+  Status UpsertWorker(const WorkerRecord& worker) { return UpsertWorkers({worker}); }
   virtual StatusOr<JobRecord> GetJob(const std::string& job_id) = 0;
   virtual StatusOr<std::vector<JobRecord>> ListJobs() = 0;  // newest first
   virtual StatusOr<std::vector<WorkerRecord>> ListWorkers(const std::string& job_id) = 0;

@@ -44,6 +44,18 @@ inline Status CheckStoreJobId(const std::string& job_id) {
   return Status::Ok();
 }
 
+// Every worker of an UpsertWorkers batch: a job id and a rank >= 0.
+inline Status CheckStoreWorkers(const std::vector<WorkerRecord>& workers) {
+  for (const WorkerRecord& worker : workers) {
+    PERFTRACKER_RETURN_IF_ERROR(CheckStoreJobId(worker.job_id));
+    if (worker.rank < 0) {
+      return Status::InvalidArgument(
+          fmt::format("store: job {}: worker rank {} is negative", worker.job_id, worker.rank));
+    }
+  }
+  return Status::Ok();
+}
+
 inline Status CheckStoreWindowId(const std::string& job_id, uint64_t window_id) {
   if (window_id == 0 || window_id > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return Status::InvalidArgument(

@@ -129,6 +129,29 @@ TEST_P(StoreContractTest, JobsAndWorkers) {
   EXPECT_EQ(store->UpsertJob(Job("")).code(), StatusCode::kInvalidArgument);
 }
 
+// A collector's registration stores all its ranks in one call: all of them, or none when one
+// is bad or the job is not there.
+TEST_P(StoreContractTest, WorkersOfARegistrationAreStoredTogetherOrNotAtAll) {
+  auto store = OpenOrDie(NewLocation());
+  ASSERT_TRUE(store->UpsertJob(Job("a")).ok());
+  std::vector<WorkerRecord> batch;
+  for (int r = 0; r < 50; ++r) batch.push_back({"a", r, "node-7", 1000 + r, 5});
+  ASSERT_TRUE(store->UpsertWorkers(batch).ok());
+  ASSERT_TRUE(store->UpsertWorkers({}).ok());
+  StatusOr<std::vector<WorkerRecord>> workers = store->ListWorkers("a");
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 50u);
+  EXPECT_EQ((*workers)[49].pid, 1049);
+
+  std::vector<WorkerRecord> bad = {{"a", 60, "node-8", 1, 6}, {"a", -2, "node-8", 2, 6}};
+  EXPECT_EQ(store->UpsertWorkers(bad).code(), StatusCode::kInvalidArgument);
+  std::vector<WorkerRecord> orphan = {{"a", 61, "node-8", 1, 6}, {"ghost", 0, "node-8", 2, 6}};
+  Status st = store->UpsertWorkers(orphan);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_NE(st.message().find("job ghost is not registered"), std::string::npos) << st.message();
+  EXPECT_EQ(store->ListWorkers("a")->size(), 50u);  // neither batch left a row
+}
+
 TEST_P(StoreContractTest, Iterations) {
   auto store = OpenOrDie(NewLocation());
   ASSERT_TRUE(store->UpsertJob(Job("j")).ok());
