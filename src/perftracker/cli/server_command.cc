@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -152,6 +153,15 @@ int RunServer(const ServerCommandOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Each collector's connection is an open file: take the hard limit, not the soft one
+  // (often 1,024); the control server says when the streams come near it.
+  {
+    rlimit lim{};
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+      lim.rlim_cur = lim.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &lim);
+    }
+  }
 
   {
     const Status st = EnsureReportDir(o.report_dir);

@@ -1,5 +1,7 @@
 #include "perftracker/wire/control_server.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -113,6 +115,13 @@ class ControlServerImpl final : public ControlServer, public pb::ControlPlane::C
   ~ControlServerImpl() override { Shutdown(); }
 
   Status Listen() {
+    open_files_limit_ = options_.open_files_limit;
+    if (open_files_limit_ == 0) {
+      rlimit lim{};
+      if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+        open_files_limit_ = static_cast<size_t>(lim.rlim_cur);
+      }
+    }
     grpc::ServerBuilder builder;
     std::shared_ptr<grpc::ServerCredentials> creds;
     if (!options_.tls_cert_pem.empty() || !options_.tls_key_pem.empty()) {
@@ -219,6 +228,24 @@ class ControlServerImpl final : public ControlServer, public pb::ControlPlane::C
     return ok;
   }
 
+  // Every collector's connection is an open file of this process: once they are near the
+  // limit, further collectors cannot connect (the accept fails: EMFILE). Said once, with
+  // the numbers and what to do.
+  void CheckOpenFiles(uint64_t streams_open) {
+    if (open_files_limit_ == 0) return;
+    const size_t bar = open_files_limit_ > 2 * kOpenFilesReserve
+                           ? open_files_limit_ - kOpenFilesReserve
+                           : open_files_limit_ / 2;
+    if (streams_open < bar || warned_open_files_.exchange(true)) return;
+    Log(std::to_string(streams_open) + " collector streams are open and this process may open " +
+        std::to_string(open_files_limit_) +
+        " files (RLIMIT_NOFILE): each collector's connection is one, and collectors beyond "
+        "about " +
+        std::to_string(bar) +
+        " cannot connect; raise the server's limit (ulimit -n, LimitNOFILE= in systemd, the "
+        "container's nofile ulimit)");
+  }
+
   void Log(const std::string& line) const {
     if (options_.log) {
       options_.log(line);
@@ -240,9 +267,13 @@ class ControlServerImpl final : public ControlServer, public pb::ControlPlane::C
   std::atomic<uint64_t> commands_dropped_{0};
 
  private:
+  // Files kept for the store, the report files and the web server's connections.
+  static constexpr size_t kOpenFilesReserve = 256;
   ControlServerOptions options_;
   ControlHandler* handler_;
   int port_ = 0;
+  size_t open_files_limit_ = 0;  // 0: unknown or unlimited
+  std::atomic<bool> warned_open_files_{false};
   void StartWorkers() {
     const int n = std::max(1, options_.worker_threads);
     for (int i = 0; i < n; ++i) {
@@ -289,7 +320,7 @@ class ControlServerImpl final : public ControlServer, public pb::ControlPlane::C
 ConnectReactor::ConnectReactor(ControlServerImpl* server, grpc::CallbackServerContext* context)
     : server_(server), peer_(context->peer()) {
   ++server_->streams_opened_;
-  ++server_->streams_open_;
+  server_->CheckOpenFiles(++server_->streams_open_);
   if (!server_->Authorized(context)) {
     FinishOnce(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                             "perftracker server: missing or wrong token (pass the server's "

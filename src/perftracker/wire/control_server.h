@@ -69,9 +69,12 @@ struct ControlServerOptions {
   std::string token;                   // empty: no authentication (loopback use only)
   std::string tls_cert_pem;            // both set: TLS
   std::string tls_key_pem;
-  size_t max_message_bytes = 64u << 20;       // largest message a collector may send
-  size_t max_queued_per_stream = 1024;        // commands waiting to be sent on one stream
-  int worker_threads = 4;                     // threads that run the handler's calls
+  size_t max_message_bytes = 64u << 20;  // largest message a collector may send
+  size_t max_queued_per_stream = 1024;   // commands waiting to be sent on one stream
+  int worker_threads = 4;                // threads that run the handler's calls
+  // Open files this process may hold (each collector's connection is one); once the streams
+  // come within 256 of it the log says so, once. 0: the process's RLIMIT_NOFILE.
+  size_t open_files_limit = 0;
   std::function<void(std::string_view)> log;  // default: stderr, "perftracker: " prefix
 };
 

@@ -269,6 +269,40 @@ TEST_F(ControlServerTest, TokenIsRequiredAndRefusalsAreLoggedOncePerPeer) {
   ASSERT_TRUE(stream.ok()) << stream.status().message();
 }
 
+// Every collector's connection is an open file of the server: near the process's limit the
+// log says, once, how many are open, what the limit is and how to raise it.
+TEST_F(ControlServerTest, StreamsNearTheOpenFilesLimitAreLoggedOnceWithWhatToDo) {
+  ControlServerOptions o;
+  o.open_files_limit = 6;  // said from the 3rd stream (half of a limit this small)
+  StartServer(o);
+  const auto warnings = [&] {
+    std::vector<std::string> out;
+    for (const auto& line : Log()) {
+      if (line.find("RLIMIT_NOFILE") != std::string::npos) out.push_back(line);
+    }
+    return out;
+  };
+  std::vector<std::unique_ptr<ControlClient>> clients;
+  std::vector<std::unique_ptr<ControlStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    ControlClientOptions co;
+    co.private_connection = true;
+    clients.push_back(Client(co));
+    auto stream = clients.back()->Connect(Registration("node-" + std::to_string(i)), 20000);
+    ASSERT_TRUE(stream.ok()) << stream.status().message();
+    streams.push_back(std::move(stream).value());
+    if (i < 2) {
+      EXPECT_TRUE(warnings().empty()) << "said at stream " << i + 1;
+    }
+  }
+  const std::vector<std::string> said = warnings();
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("3 collector streams are open"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find("may open 6 files"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find("ulimit -n"), std::string::npos) << said[0];
+  for (auto& s : streams) s->Cancel();
+}
+
 TEST(TokenMatchesTest, ComparesWholeTokens) {
   EXPECT_TRUE(TokenMatches("abc", "abc"));
   EXPECT_FALSE(TokenMatches("abd", "abc"));
