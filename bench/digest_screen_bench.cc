@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include "perftracker/localize/digest_screen.h"
 #include "perftracker/localize/localizer.h"
@@ -50,9 +51,11 @@ double PeakRssMb() {
 constexpr int kSlowEvery = 1000;
 constexpr int kSlowOffset = 37;
 
+int ranks_per_host = 8;
+
 WorkerSummary Worker(const WorkerSummary& base, int32_t r) {
   WorkerSummary s = JitteredWorker(base, r, r % kSlowEvery == kSlowOffset ? 1.4 : 1.0);
-  s.host = fmt::format("sim-node-{}", r / 8);
+  s.host = fmt::format("sim-node-{}", r / ranks_per_host);
   return s;
 }
 
@@ -62,6 +65,8 @@ int Main(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--workers") {
       workers = std::atoi(argv[i + 1]);
+    } else if (k == "--ranks-per-host") {
+      ranks_per_host = std::max(1, std::atoi(argv[i + 1]));
     } else {
       fmt::print(stderr, "digest_screen_bench: unknown option {}\n", k);
       return 2;
@@ -96,13 +101,35 @@ int Main(int argc, char** argv) {
   }
   const auto t2 = Clock::now();
   const double c2 = CpuSeconds();
-  const ScreenResult result = screen.Finish();
+  ScreenResult result = screen.Finish();
   const auto t3 = Clock::now();
   const double c3 = CpuSeconds();
-  Localizer localizer;
-  for (int32_t r : result.ranks) localizer.Add(Worker(base, r));
-  Diagnosis d = localizer.Finish();
-  const bool generalized = GeneralizeToGroups(result, &d);
+  // As the server's coordinator: up to 3 more rounds (DigestScreen::Refine) when a finding
+  // names part of a group's sample.
+  Diagnosis d;
+  bool generalized = false;
+  for (;;) {
+    Localizer localizer;
+    for (int32_t r : result.ranks) localizer.Add(Worker(base, r));
+    d = localizer.Finish();
+    std::vector<int32_t> in_sample;
+    generalized = GeneralizeToGroups(result, &d, &in_sample);
+    if (generalized) break;
+    for (const Finding& f : d.findings) {
+      fmt::print("round {}: {} {} names {} worker(s): {}{}\n", result.round, f.code,
+                 f.material ? "material" : "minor", f.workers.size(),
+                 fmt::join(f.workers.begin(),
+                           f.workers.begin() + std::min<size_t>(f.workers.size(), 12), ","),
+                 f.workers.size() > 12 ? ",..." : "");
+    }
+    fmt::print("round {}: {} sampled peer(s) named: {}\n", result.round, in_sample.size(),
+               fmt::join(in_sample, ","));
+    if (result.round >= 3) break;
+    ScreenResult next = screen.Refine(result, in_sample, result.round + 1);
+    fmt::print("round {}: {}\n", next.round, next.reason);
+    if (next.full) break;
+    result = std::move(next);
+  }
   const auto t4 = Clock::now();
   const double c4 = CpuSeconds();
 

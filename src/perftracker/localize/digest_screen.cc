@@ -29,6 +29,8 @@ constexpr size_t kMinSampledPerGroup = 3;
 // (their sampling error, ~1 % of the scale at 8,192, is far inside the suspect thresholds'
 // margins); every worker is then tested against them. Exact below that.
 constexpr size_t kMaxCenterSample = 8192;
+// Each round of Refine multiplies the suspect thresholds by this (and doubles the sample).
+constexpr double kRefineLoosening = 0.75;
 
 struct FunctionFeatures {
   uint64_t hash = 0;
@@ -105,12 +107,19 @@ class DigestScreen::Impl {
     workers_.push_back(std::move(w));
   }
 
-  ScreenResult Finish();
+  ScreenResult Finish() { return Decide(options_, {}, {}, 0); }
+  ScreenResult Refine(const ScreenResult& previous, const std::vector<int32_t>& named, int round);
 
  private:
+  // Steps 2-4 with `options`; the workers of `forced` are suspects whatever their digests,
+  // those of `keep` (ascending) are asked whatever the sample.
+  ScreenResult Decide(const DigestScreenOptions& options, const std::vector<int32_t>& forced,
+                      const std::vector<int32_t>& keep, int round);
+
   // Marks the workers (indices into workers_) whose value is a two-sided robust outlier.
   void FlagOutliers(const std::vector<std::pair<size_t, float>>& values, double scale_floor,
                     double effect_floor) {
+    const DigestScreenOptions& options = *current_;
     if (values.size() < 3) return;
     const size_t n = values.size();
     const size_t step = n > kMaxCenterSample ? (n + kMaxCenterSample - 1) / kMaxCenterSample : 1;
@@ -121,8 +130,8 @@ class DigestScreen::Impl {
     const double scale = RobustScale(c, kRelativeScaleFloor, scale_floor);
     for (const auto& [i, x] : values) {
       const double dev = std::abs(static_cast<double>(x) - c.median);
-      if (dev > options_.suspect_z * scale &&
-          dev > options_.suspect_relative * std::abs(c.median) && dev >= effect_floor) {
+      if (dev > options.suspect_z * scale && dev > options.suspect_relative * std::abs(c.median) &&
+          dev >= effect_floor) {
         suspect_[i] = true;
       }
     }
@@ -131,6 +140,7 @@ class DigestScreen::Impl {
   void ScreenPeers(const std::vector<size_t>& group, double report_ns);
 
   DigestScreenOptions options_;
+  const DigestScreenOptions* current_ = &options_;  // the options of this Decide
   std::vector<WorkerFeatures> workers_;
   std::vector<bool> suspect_;
 };
@@ -157,7 +167,7 @@ void DigestScreen::Impl::ScreenPeers(const std::vector<size_t>& group, double re
   // for noise); otherwise it merely missed some digests' cut.
   std::vector<float> cutoffs;
   for (size_t i : group) cutoffs.push_back(workers_[i].total_cutoff);
-  const double cutoff = MedianInPlace(cutoffs) * (1 + options_.suspect_relative);
+  const double cutoff = MedianInPlace(cutoffs) * (1 + current_->suspect_relative);
   for (const auto& [hash, present] : by_hash) {
     if (present.size() * 2 < group.size()) {
       for (const auto& [i, f] : present) {
@@ -190,21 +200,46 @@ void DigestScreen::Impl::ScreenPeers(const std::vector<size_t>& group, double re
   }
 }
 
-ScreenResult DigestScreen::Impl::Finish() {
+ScreenResult DigestScreen::Impl::Refine(const ScreenResult& previous,
+                                        const std::vector<int32_t>& named, int round) {
+  DigestScreenOptions options = options_;
+  const double loosen = std::pow(kRefineLoosening, round);
+  options.suspect_z *= loosen;
+  options.suspect_relative *= loosen;
+  options.sample_workers <<= round;
+  std::vector<int32_t> forced = previous.suspects;
+  forced.insert(forced.end(), named.begin(), named.end());
+  std::sort(forced.begin(), forced.end());
+  forced.erase(std::unique(forced.begin(), forced.end()), forced.end());
+  return Decide(options, forced, previous.ranks, round);
+}
+
+ScreenResult DigestScreen::Impl::Decide(const DigestScreenOptions& options,
+                                        const std::vector<int32_t>& forced,
+                                        const std::vector<int32_t>& keep, int round) {
+  current_ = &options;
   ScreenResult r;
+  r.round = round;
   r.workers = workers_.size();
   suspect_.assign(workers_.size(), false);
+  const auto in = [](const std::vector<int32_t>& sorted, int32_t rank) {
+    return std::binary_search(sorted.begin(), sorted.end(), rank);
+  };
   std::vector<float> iters;
   for (const WorkerFeatures& w : workers_) {
     if (w.median_iteration > 0) iters.push_back(w.median_iteration);
   }
   const double job_iteration = MedianInPlace(iters);
-  const double report_ns = options_.report_share * job_iteration;
+  const double report_ns = options.report_share * job_iteration;
 
   std::map<uint64_t, std::vector<size_t>> groups;
   for (size_t i = 0; i < workers_.size(); ++i) groups[workers_[i].signature].push_back(i);
   for (const auto& [signature, members] : groups) {
     if (members.size() >= kMinScreenedGroup) ScreenPeers(members, report_ns);
+  }
+  current_ = &options_;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!forced.empty() && in(forced, workers_[i].rank)) suspect_[i] = true;
   }
   size_t suspects = 0;
   for (size_t i = 0; i < workers_.size(); ++i) {
@@ -214,8 +249,8 @@ ScreenResult DigestScreen::Impl::Finish() {
   }
   std::sort(r.suspects.begin(), r.suspects.end());
   const size_t suspect_budget = std::max(
-      options_.min_suspects,
-      static_cast<size_t>(options_.max_suspect_share * static_cast<double>(workers_.size())));
+      options.min_suspects,
+      static_cast<size_t>(options.max_suspect_share * static_cast<double>(workers_.size())));
   const auto all_ranks = [&] {
     r.ranks.clear();
     r.groups.clear();
@@ -236,7 +271,7 @@ ScreenResult DigestScreen::Impl::Finish() {
   // of the job's workers runs on half of those asked. The rate leaves every group at least
   // 4 of its own peers per suspect.
   std::map<uint64_t, size_t> group_suspects;
-  double rate = static_cast<double>(options_.sample_workers) /
+  double rate = static_cast<double>(options.sample_workers) /
                 static_cast<double>(std::max<size_t>(workers_.size(), 1));
   for (const auto& [signature, members] : groups) {
     size_t n = 0;
@@ -261,11 +296,23 @@ ScreenResult DigestScreen::Impl::Finish() {
         std::max(kMinSampledPerGroup,
                  static_cast<size_t>(std::ceil(rate * static_cast<double>(members.size()))));
     const size_t taken = group_suspects[signature];
-    const size_t k = std::min(others.size(), quota > taken ? quota - taken : 0);
+    size_t k = std::min(others.size(), quota > taken ? quota - taken : 0);
     ScreenGroup g;
     std::vector<bool> picked(others.size(), false);
+    // A later round keeps the peers asked before (their summaries are in), and samples the
+    // rest of its quota evenly among the others.
+    std::vector<size_t> free;
+    for (size_t j = 0; j < others.size(); ++j) {
+      if (!keep.empty() && in(keep, workers_[others[j]].rank)) {
+        picked[j] = true;
+        k -= std::min<size_t>(k, 1);
+      } else {
+        free.push_back(j);
+      }
+    }
     // Evenly over the ranks: k picks at (j + 0.5) * n / k.
-    for (size_t j = 0; j < k; ++j) picked[(2 * j + 1) * others.size() / (2 * k)] = true;
+    k = std::min(k, free.size());
+    for (size_t j = 0; j < k; ++j) picked[free[(2 * j + 1) * free.size() / (2 * k)]] = true;
     for (size_t j = 0; j < others.size(); ++j) {
       const int32_t rank = workers_[others[j]].rank;
       if (picked[j]) {
@@ -283,7 +330,7 @@ ScreenResult DigestScreen::Impl::Finish() {
   std::sort(r.ranks.begin(), r.ranks.end());
   r.ranks.erase(std::unique(r.ranks.begin(), r.ranks.end()), r.ranks.end());
   if (static_cast<double>(r.ranks.size()) >=
-      options_.max_request_share * static_cast<double>(workers_.size())) {
+      options.max_request_share * static_cast<double>(workers_.size())) {
     r.full = true;
     r.reason = fmt::format(
         "the {} suspect(s) and the peers to compare them with are {} of {} workers: every full "
@@ -296,6 +343,12 @@ ScreenResult DigestScreen::Impl::Finish() {
       "{} digests screened in {} peer group(s): {} suspect(s); the full summaries of {} "
       "workers (the suspects and a sample of their peers)",
       workers_.size(), groups.size(), suspects, r.ranks.size());
+  if (round > 0) {
+    r.reason += fmt::format(
+        "; round {}: the workers a finding named in a group's sample became suspects, the "
+        "screen {:.2g}x looser and the sample {}x larger",
+        round, std::pow(kRefineLoosening, round), 1 << round);
+  }
   return r;
 }
 
@@ -303,6 +356,10 @@ DigestScreen::DigestScreen(DigestScreenOptions options) : impl_(std::make_unique
 DigestScreen::~DigestScreen() = default;
 void DigestScreen::Add(const WorkerDigest& digest) { impl_->Add(digest); }
 ScreenResult DigestScreen::Finish() { return impl_->Finish(); }
+ScreenResult DigestScreen::Refine(const ScreenResult& previous, const std::vector<int32_t>& named,
+                                  int round) {
+  return impl_->Refine(previous, named, round);
+}
 
 }  // namespace perftracker
 
@@ -323,13 +380,15 @@ Coverage CoverageOf(const std::vector<int32_t>& named_sorted, const ScreenGroup&
 
 }  // namespace
 
-bool GeneralizeToGroups(const ScreenResult& screen, Diagnosis* diagnosis) {
+bool GeneralizeToGroups(const ScreenResult& screen, Diagnosis* diagnosis,
+                        std::vector<int32_t>* named_in_sample) {
   if (screen.full) {
     diagnosis->notes.push_back("progressive disclosure: full path: " + screen.reason);
     return true;
   }
   std::vector<std::vector<int32_t>> workers(diagnosis->findings.size());
   std::vector<std::vector<int32_t>> victims(diagnosis->findings.size());
+  bool cannot_decide = false;
   for (size_t f = 0; f < diagnosis->findings.size(); ++f) {
     const Finding& finding = diagnosis->findings[f];
     std::vector<int32_t> named = finding.workers;
@@ -348,12 +407,28 @@ bool GeneralizeToGroups(const ScreenResult& screen, Diagnosis* diagnosis) {
           workers[f].insert(workers[f].end(), g.not_asked.begin(), g.not_asked.end());
           break;
         case Coverage::kPart:
-          return false;
+          if (named_in_sample != nullptr) {
+            for (int32_t r : g.sampled) {
+              if (std::binary_search(named.begin(), named.end(), r)) {
+                named_in_sample->push_back(r);
+              }
+            }
+          }
+          cannot_decide = true;
+          continue;
       }
       if (CoverageOf(named_victims, g) == Coverage::kWhole) {
         victims[f].insert(victims[f].end(), g.not_asked.begin(), g.not_asked.end());
       }
     }
+  }
+  if (cannot_decide) {
+    if (named_in_sample != nullptr) {
+      std::sort(named_in_sample->begin(), named_in_sample->end());
+      named_in_sample->erase(std::unique(named_in_sample->begin(), named_in_sample->end()),
+                             named_in_sample->end());
+    }
+    return false;
   }
   for (size_t f = 0; f < diagnosis->findings.size(); ++f) {
     Finding& finding = diagnosis->findings[f];

@@ -31,8 +31,11 @@
 //  5. After the localizer ran on the full summaries asked for, GeneralizeToGroups() makes its
 //     findings the job's: a finding that names every sampled peer of a group names the
 //     group's workers that were not asked too (they are what the sample stands for); one
-//     that names some of a group's sampled peers but not all cannot be generalized, and the
-//     caller falls back to every full summary.
+//     that names some of a group's sampled peers but not all cannot be generalized.
+//  6. Then the caller asks again in rounds (Refine, a few at most): the peers so named are
+//     suspects, the screen looser and the sample larger, each round's request a superset of
+//     the last; only when the rounds run out or a round's request passes the budgets of
+//     step 4 does it fall back to every full summary.
 //
 // Memory: Add() keeps the features (~1 KB per worker), not the digests. Time: in a group of
 // more than 8,192 workers a feature's median and MAD come from every k-th worker (8,192 of
@@ -77,14 +80,17 @@ struct ScreenResult {
   std::vector<int32_t> suspects;  // ascending
   size_t workers = 0;
   std::vector<ScreenGroup> groups;
+  int round = 0;  // 0: Finish; 1, 2, ...: Refine
 };
 
 // Step 5 of the header comment: widens `diagnosis` (the localizer's, on the full summaries of
 // screen.ranks) to every worker: findings and victims naming a whole group's sample name the
 // group, num_workers counts every worker, and a note says which path the diagnosis took.
 // False (diagnosis unchanged) when a finding names part of a group's sample: the digests
-// cannot decide, ask every worker.
-bool GeneralizeToGroups(const ScreenResult& screen, Diagnosis* diagnosis);
+// cannot decide as they were screened; `named_in_sample` (when given) gets those sampled
+// peers, for DigestScreen::Refine.
+bool GeneralizeToGroups(const ScreenResult& screen, Diagnosis* diagnosis,
+                        std::vector<int32_t>* named_in_sample = nullptr);
 
 class DigestScreen {
  public:
@@ -95,6 +101,12 @@ class DigestScreen {
 
   void Add(const WorkerDigest& digest);
   ScreenResult Finish();
+  // Another round (1, 2, ...) after GeneralizeToGroups could not decide on `previous`: the
+  // peers a finding named in a sample (`named`) and the previous suspects are suspects now,
+  // the suspect thresholds are 0.5^round of the options' and the sample 2^round times
+  // larger, and every rank of `previous` stays asked. Full (as Finish) when that is more
+  // than the budgets allow. The caller bounds the rounds.
+  ScreenResult Refine(const ScreenResult& previous, const std::vector<int32_t>& named, int round);
 
  private:
   class Impl;

@@ -113,7 +113,7 @@ TEST(DigestScreen, ProgressiveFindingsEqualTheFullPathOnEverySimulatedScenario) 
   options.sample_workers = kDefaultSample;
   if (const char* sample = std::getenv("PERFTRACKER_DIGEST_SAMPLE"))
     options.sample_workers = static_cast<size_t>(std::atoi(sample));
-  int progressive = 0, full = 0, undecided = 0, skipped = 0, minor_differ = 0;
+  int progressive = 0, full = 0, undecided = 0, skipped = 0, minor_differ = 0, refined = 0;
   for (const std::string& path : files) {
     StatusOr<Scenario> s = LoadScenario(path);
     ASSERT_TRUE(s.ok()) << s.status().message();
@@ -134,18 +134,35 @@ TEST(DigestScreen, ProgressiveFindingsEqualTheFullPathOnEverySimulatedScenario) 
     }
     const Diagnosis full_path = all.Finish();
     const std::vector<FindingId> want = Ids(full_path, true);
-    const ScreenResult result = screen.Finish();
+    ScreenResult result = screen.Finish();
     if (result.full) {
       ++full;
       continue;
     }
-    Localizer some;
-    for (int32_t r : result.ranks) some.Add(Summarize(sim, r));
-    Diagnosis partial = some.Finish();
-    if (!GeneralizeToGroups(result, &partial)) {
+    // As the server's coordinator: up to kRounds more rounds (Refine) when a finding names
+    // part of a group's sample, then every full summary.
+    constexpr int kRounds = 3;
+    Diagnosis partial;
+    bool decided = false;
+    for (;;) {
+      Localizer some;
+      for (int32_t r : result.ranks) some.Add(Summarize(sim, r));
+      partial = some.Finish();
+      std::vector<int32_t> named;
+      if (GeneralizeToGroups(result, &partial, &named)) {
+        decided = true;
+        break;
+      }
+      if (result.round >= kRounds) break;
+      ScreenResult next = screen.Refine(result, named, result.round + 1);
+      if (next.full) break;
+      result = std::move(next);
+    }
+    if (!decided) {
       ++undecided;  // the caller asks every worker: the full path's findings by construction
       continue;
     }
+    if (result.round > 0) ++refined;
     ++progressive;
     const std::vector<FindingId> got = Ids(partial, true);
     EXPECT_EQ(got, want) << result.reason << "\nfull path:\n"
@@ -158,9 +175,95 @@ TEST(DigestScreen, ProgressiveFindingsEqualTheFullPathOnEverySimulatedScenario) 
     }
   }
   fmt::print(
-      "{} scenarios on the progressive path ({} with different minor findings), {} on the full "
-      "path by the screen, {} after the second pass, {} skipped\n",
-      progressive, minor_differ, full, undecided, skipped);
+      "{} scenarios on the progressive path ({} with different minor findings, {} after more "
+      "rounds), {} on the full path by the screen, {} after the rounds, {} skipped\n",
+      progressive, minor_differ, refined, full, undecided, skipped);
+}
+
+// A round after the localizer named part of a group's sample: the named peer and the
+// earlier suspects are suspects now, every rank asked before is asked again (the caller
+// has them), the sample grows, and the reason says which round it is. A round that would
+// ask for most of the job is the full path.
+TEST(DigestScreen, ARoundAsksForMoreAndKeepsWhatWasAsked) {
+  // 200 alike workers (a 100 ms step of two functions, each worker within +-1 %): nothing
+  // a screen flags, even 8x looser.
+  DigestScreenOptions options;
+  options.sample_workers = 16;
+  DigestScreen screen(options);
+  for (int32_t r = 0; r < 200; ++r) {
+    const int64_t jitter = (r * 7919) % 2001 - 1000;  // -1,000 .. 1,000 us
+    WorkerDigest d;
+    d.rank = r;
+    d.iteration_total = 10;
+    for (int i = 0; i < 10; ++i) {
+      IterationSummary it;
+      it.start_ns = i * 100'000'000;
+      it.duration_ns = 100'000'000 + jitter * 1000;
+      it.compute_ns = 80'000'000 + jitter * 1000;
+      it.communication_ns = 20'000'000;
+      d.iterations.push_back(it);
+    }
+    d.functions.push_back({KeyHash("forward"), EventKind::kTorchOp, 10,
+                           800'000'000 + jitter * 10'000, 400'000'000, 800'000'000});
+    d.functions.push_back(
+        {KeyHash("all_reduce"), EventKind::kTorchOp, 10, 200'000'000, 200'000'000, 200'000'000});
+    screen.Add(d);
+  }
+  const ScreenResult first = screen.Finish();
+  ASSERT_FALSE(first.full) << first.reason;
+  ASSERT_FALSE(first.groups.empty());
+  ASSERT_FALSE(first.groups[0].sampled.empty());
+  const int32_t named = first.groups[0].sampled[0];
+
+  const ScreenResult second = screen.Refine(first, {named}, 1);
+  ASSERT_FALSE(second.full) << second.reason;
+  EXPECT_EQ(second.round, 1);
+  EXPECT_TRUE(std::binary_search(second.suspects.begin(), second.suspects.end(), named));
+  for (int32_t r : first.ranks) {
+    EXPECT_TRUE(std::binary_search(second.ranks.begin(), second.ranks.end(), r))
+        << "rank " << r << " was asked before";
+  }
+  EXPECT_GT(second.ranks.size(), first.ranks.size());
+  for (const ScreenGroup& g : second.groups) {
+    EXPECT_FALSE(std::binary_search(g.sampled.begin(), g.sampled.end(), named))
+        << "a suspect stands for nobody";
+  }
+  EXPECT_NE(second.reason.find("round 1"), std::string::npos) << second.reason;
+
+  // The named peer is one: the finding generalizes now, naming it alone.
+  Diagnosis d;
+  d.num_workers = static_cast<int32_t>(second.ranks.size());
+  Finding f;
+  f.code = "PT-STRAGGLER-UNTRACED";
+  f.workers = {named};
+  d.findings.push_back(f);
+  std::vector<int32_t> in_sample;
+  ASSERT_TRUE(GeneralizeToGroups(second, &d, &in_sample));
+  EXPECT_TRUE(in_sample.empty());
+  EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{named});
+  EXPECT_EQ(d.num_workers, 200);
+
+  // Three rounds on: a sample of 16 x 2^3 = 128 is most of the job, the full path.
+  const ScreenResult last = screen.Refine(second, {}, 3);
+  EXPECT_TRUE(last.full) << last.reason;
+}
+
+// GeneralizeToGroups says which sampled peers a finding named when it cannot decide.
+TEST(DigestScreen, AFindingNamingPartOfASampleReportsThosePeers) {
+  ScreenResult screen;
+  screen.workers = 10;
+  screen.ranks = {0, 1, 2, 7};
+  screen.suspects = {7};
+  screen.groups.push_back({{0, 1, 2}, {3, 4, 5, 6, 8, 9}});
+  Diagnosis d;
+  Finding f;
+  f.code = "PT-STRAGGLER-UNTRACED";
+  f.workers = {7, 1};
+  d.findings.push_back(f);
+  std::vector<int32_t> named;
+  EXPECT_FALSE(GeneralizeToGroups(screen, &d, &named));
+  EXPECT_EQ(named, std::vector<int32_t>{1});
+  EXPECT_EQ(d.findings[0].workers, (std::vector<int32_t>{7, 1}));  // unchanged
 }
 
 }  // namespace

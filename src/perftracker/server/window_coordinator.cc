@@ -44,6 +44,8 @@ constexpr size_t kIterationHistory = 10000;
 constexpr size_t kFramesInNote = 4;
 constexpr size_t kMaxRanksInIterationNote = 16;
 constexpr size_t kIterationsForNote = 50;
+// Rounds of DigestScreen::Refine before a window falls back to every full summary.
+constexpr int kMaxScreenRounds = 3;
 
 std::string UtcTime(int64_t ns) {
   const time_t secs = static_cast<time_t>(ns / 1'000'000'000);
@@ -940,7 +942,6 @@ ScreenResult WindowCoordinator::Screen(OpenWindow* w) {
     if (!w->digested.count(rank)) w->screen->Add(MakeWorkerDigest(summary));
   }
   ScreenResult result = w->screen->Finish();
-  w->screen.reset();
   if (w->stacks_requested && !result.full) {
     result.full = true;
     result.reason = "a hang window (its report needs every rank's summary)";
@@ -1132,31 +1133,72 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     return localizer.Finish();
   };
   Diagnosis diagnosis = localize();
-  if (screen && !GeneralizeToGroups(*screen, &diagnosis)) {
-    // A finding names part of a group's sampled peers: the digests cannot decide.
+  // The localizer's findings name part of a group's sample: the digests cannot decide as
+  // screened. Ask again in rounds (those peers suspects, the screen looser, the sample
+  // larger), at most kMaxScreenRounds, before every full summary.
+  std::vector<int32_t> named_in_sample;
+  while (screen && !GeneralizeToGroups(*screen, &diagnosis, &named_in_sample)) {
     for (auto& summary : summaries) {
       const int32_t rank = summary.rank;
       w.summaries.insert_or_assign(rank, std::move(summary));
     }
+    summaries.clear();
+    std::optional<ScreenResult> next;
+    if (screen->round < kMaxScreenRounds && w.screen) {
+      next = w.screen->Refine(*screen, named_in_sample, screen->round + 1);
+    }
+    if (next && !next->full) {
+      std::vector<int32_t> want;
+      for (int32_t rank : next->ranks) {
+        if (!w.summaries.count(rank)) want.push_back(rank);
+      }
+      Log(fmt::format(
+          "window {}: a finding names {} of a group's sampled peers; round {}: asking for {} more "
+          "full summaries ({} in all)",
+          w.spec.id, named_in_sample.size(), next->round, want.size(), next->ranks.size()));
+      FetchSummaries(&w, want);
+      const std::set<int32_t> asked(next->ranks.begin(), next->ranks.end());
+      not_asked.clear();
+      for (int32_t rank : w.digested) {
+        if (!w.summaries.count(rank) && !asked.count(rank)) not_asked.insert(rank);
+      }
+      missing.clear();
+      for (int32_t rank : w.expected) {
+        if (!w.summaries.count(rank) && !not_asked.count(rank)) missing.push_back(rank);
+      }
+      for (auto& [rank, sm] : w.summaries) summaries.push_back(std::move(sm));
+      w.summaries.clear();
+      screen = std::move(next);
+      named_in_sample.clear();
+      diagnosis = localize();
+      continue;
+    }
+    // Rounds spent, or a round would ask for more than the screen's budgets: every summary.
     std::vector<int32_t> rest(not_asked.begin(), not_asked.end());
     Log(
-        fmt::format("window {}: a finding names part of a group's sampled peers: asking for "
+        fmt::format("window {}: a finding names part of a group's sampled peers{}: asking for "
                     "every full summary ({} more)",
-                    w.spec.id, rest.size()));
+                    w.spec.id,
+                    next ? " and another round would ask for too many"
+                         : fmt::format(" after {} round(s)", screen->round),
+                    rest.size()));
     not_asked.clear();
     FetchSummaries(&w, rest);
     missing.clear();
     for (int32_t rank : w.expected) {
       if (!w.summaries.count(rank)) missing.push_back(rank);
     }
-    summaries.clear();
-    for (auto& [rank, s] : w.summaries) summaries.push_back(std::move(s));
+    for (auto& [rank, sm] : w.summaries) summaries.push_back(std::move(sm));
+    w.summaries.clear();
     diagnosis = localize();
-    diagnosis.notes.push_back(
-        "progressive disclosure: full path after the digest path: a finding named part of a "
-        "group's sampled peers (" +
-        screen->reason + ")");
+    diagnosis.notes.push_back(fmt::format(
+        "progressive disclosure: full path after the digest path and {} more round(s){}: a "
+        "finding named part of a group's sampled peers ({})",
+        screen->round, next ? " (the next would have asked for too many)" : "",
+        next ? next->reason : screen->reason));
+    break;
   }
+  w.screen.reset();
   const auto t_localized = SteadyClock::now();
   if (w.stacks_requested) {
     HangAnalyzer hang;
