@@ -29,6 +29,17 @@ void AddRemoteOptions(CLI::App* cmd, RemoteOptions* o) {
                   "The job's id on the server: the same on every host of one job (default: "
                   "$PERFTRACKER_JOB_ID, else a fresh id)");
   cmd->add_option("--host", o->host, "This host's name in the reports (default: its hostname)");
+  cmd->add_option("--keep-summaries-mb", o->keep_summaries_mb,
+                  "When the server asks for digests first (a large job): keep at most this "
+                  "many MB of encoded full summaries for it to ask for (the oldest window's "
+                  "go first)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->default_val(512);
+  cmd->add_option("--keep-summaries-seconds", o->keep_summaries_seconds,
+                  "... and keep each window's for at most this long (or until the server "
+                  "says the window is diagnosed)")
+      ->check(CLI::Range(1, 7 * 24 * 3600))
+      ->default_val(600);
 }
 
 StatusOr<GrpcLinkOptions> MakeLinkOptions(const RemoteOptions& o, const std::string& title) {
@@ -37,6 +48,8 @@ StatusOr<GrpcLinkOptions> MakeLinkOptions(const RemoteOptions& o, const std::str
   l.job_id = o.job_id;
   l.host = o.host;
   l.title = title;
+  l.max_kept_bytes = static_cast<size_t>(o.keep_summaries_mb) << 20;
+  l.keep_summaries_ms = o.keep_summaries_seconds * 1000;
   if (!o.token_file.empty()) {
     StatusOr<std::string> token = ReadApiTokenFile(o.token_file);
     if (!token.ok()) return Status::InvalidArgument("--token-file: " + token.status().message());

@@ -21,10 +21,13 @@ struct RemoteOptions {
   std::string tls_server_name;  // the name in that certificate, if not the address' host
   std::string job_id;           // shared by every host of a job
   std::string host;             // this host's name in reports (default: hostname)
+  // Progressive disclosure: the encoded full summaries kept for the server to ask for.
+  int keep_summaries_mb = 512;
+  int keep_summaries_seconds = 600;
 };
 
-// Adds --token-file, --tls-ca, --tls-server-name, --job-id, --host (not --server: each
-// command words it its own way).
+// Adds --token-file, --tls-ca, --tls-server-name, --job-id, --host, --keep-summaries-mb,
+// --keep-summaries-seconds (not --server: each command words it its own way).
 void AddRemoteOptions(CLI::App* cmd, RemoteOptions* options);
 
 // Reads the token and CA files; errors name the option and the file.

@@ -132,6 +132,9 @@ TEST_F(RunCommandTest, BadUsageIsOneLineAndExitCode2) {
       {"run", "--hang-factor", "0.5", "--", "true"},
       {"run", "--max-windows", "-3", "--", "true"},
       {"run", "--no-such-option", "--", "true"},
+      {"run", "--keep-summaries-mb", "0", "--", "true"},
+      {"run", "--keep-summaries-seconds", "-5", "--", "true"},
+      {"collector", "--server", "127.0.0.1:1", "--keep-summaries-mb", "lots"},
   };
   for (const auto& args : bad) {
     const Result r = RunPerftracker(args);
@@ -265,6 +268,22 @@ TEST_F(RunCommandTest, AFifoAsTokenFileOrTlsCaIsRefusedNotWaitedOn) {
   ASSERT_FALSE(link.ok());
   EXPECT_NE(link.status().message().find(fifo + ": is a FIFO"), std::string::npos)
       << link.status().message();
+}
+
+// The collector's keep limits for progressive disclosure reach its link.
+TEST(RemoteOptionsTest, KeepLimitsReachTheLink) {
+  RemoteOptions o;
+  o.server = "127.0.0.1:1";
+  StatusOr<GrpcLinkOptions> link = MakeLinkOptions(o, "t");
+  ASSERT_TRUE(link.ok()) << link.status().message();
+  EXPECT_EQ(link->max_kept_bytes, size_t{512} << 20);
+  EXPECT_EQ(link->keep_summaries_ms, 600'000);
+  o.keep_summaries_mb = 64;
+  o.keep_summaries_seconds = 30;
+  link = MakeLinkOptions(o, "t");
+  ASSERT_TRUE(link.ok()) << link.status().message();
+  EXPECT_EQ(link->max_kept_bytes, size_t{64} << 20);
+  EXPECT_EQ(link->keep_summaries_ms, 30'000);
 }
 
 TEST_F(RunCommandTest, SigtermIsForwardedToTheJob) {

@@ -233,6 +233,7 @@ void GrpcCoordinatorLink::SendKept(uint64_t window, const std::vector<int32_t>& 
   size_t unkept = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    ExpireKeptLocked(SteadyNs());  // kept at most keep_summaries_ms, asked for or not
     auto k = kept_.find(window);
     for (int32_t rank : ranks) {
       if (k == kept_.end()) {

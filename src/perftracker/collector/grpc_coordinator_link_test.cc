@@ -42,7 +42,7 @@ class Recorder : public ControlHandler {
   };
   StatusOr<std::shared_ptr<ControlSession>> OnRegister(const ControlRegistration& reg,
                                                        std::shared_ptr<CommandSink> sink) override {
-    sink->Send(ControlRegistered{"c1", 0});
+    sink->Send(ControlRegistered{"c1", 0, send_digests_});
     std::lock_guard<std::mutex> lock(mu_);
     registrations_.push_back(reg);
     sinks_.push_back(sink);
@@ -68,6 +68,7 @@ class Recorder : public ControlHandler {
   std::vector<std::shared_ptr<CommandSink>> sinks_;
   std::vector<CollectorMessage> messages_;
   int closed_ = 0;
+  bool send_digests_ = false;  // tell collectors to send digests first
 };
 
 class FakeControl : public CollectorControl {
@@ -298,6 +299,127 @@ TEST(GrpcCoordinatorLinkTest, RecordingsStayHereUntilTheServerAsksThenGoInChunks
             "its collector on node-a recorded none: --perfetto-events-per-rank 0, or no event "
             "of the window");
   EXPECT_FALSE(std::filesystem::exists(path)) << "sent once, then removed from this host";
+}
+
+}  // namespace
+}  // namespace perftracker
+
+namespace perftracker {
+namespace {
+
+// A link told to send digests, against a server that asks for full summaries later.
+struct DigestLink {
+  explicit DigestLink(GrpcLinkOptions o) {
+    recorder.send_digests_ = true;
+    ControlServerOptions so;
+    so.log = [](std::string_view) {};
+    server = std::move(ControlServer::Start(so, &recorder)).value();
+    GrpcLinkOptions lo = LinkOptions(server->port());
+    lo.max_kept_bytes = o.max_kept_bytes;
+    lo.keep_summaries_ms = o.keep_summaries_ms;
+    lo.log = [this](std::string_view line) {
+      std::lock_guard<std::mutex> lock(log_mu);
+      log.emplace_back(line);
+    };
+    link = std::make_unique<GrpcCoordinatorLink>(lo);
+    link->SetControl(&control);
+    link->OnWorkerJoined({0, 2, 0, 10, "node-a"});
+    link->OnWorkerJoined({1, 2, 1, 11, "node-a"});
+    EXPECT_TRUE(link->Start().ok());
+    EXPECT_TRUE(link->WaitFirstAttempt(5000).ok());
+  }
+  ~DigestLink() {
+    link->Stop(1000);
+    server->Shutdown();
+  }
+  // Asks for `ranks` of `window`; waits until the link answered (sent or counted unkept).
+  void Ask(uint64_t window, std::vector<int32_t> ranks) {
+    const GrpcLinkStats before = link->stats();
+    const uint64_t n = ranks.size();
+    recorder.sinks_.back()->Send(ControlRequestSummaries{window, std::move(ranks)});
+    EXPECT_TRUE(Eventually([&] {
+      const GrpcLinkStats now = link->stats();
+      return now.summaries_asked + now.summaries_unkept ==
+             before.summaries_asked + before.summaries_unkept + n;
+    }));
+  }
+  std::vector<std::pair<uint64_t, int32_t>> FullSummaries() {
+    std::lock_guard<std::mutex> lock(recorder.mu_);
+    std::vector<std::pair<uint64_t, int32_t>> out;
+    for (const auto& s : recorder.All<ControlSummary>()) out.emplace_back(s.window, s.rank);
+    return out;
+  }
+  Recorder recorder;
+  std::unique_ptr<ControlServer> server;
+  FakeControl control;
+  std::unique_ptr<GrpcCoordinatorLink> link;
+  std::mutex log_mu;
+  std::vector<std::string> log;
+};
+
+// max_kept_bytes (--keep-summaries-mb): the oldest window's summaries make room for a newer
+// window's; one that does not fit beside its own window's is not kept, and counted; the
+// server's request for what is gone is answered by nothing, counted and logged.
+TEST(GrpcCoordinatorLinkTest, KeptSummariesMakeRoomOldestWindowFirst) {
+  const size_t one = EncodeWorkerSummary(Summary(0)).size();
+  GrpcLinkOptions o;
+  o.max_kept_bytes = 2 * one + one / 2;  // room for two
+  DigestLink d(o);
+  d.link->OnSummary(1, Summary(0));
+  d.link->OnSummary(1, Summary(1));
+  d.link->OnSummary(2, Summary(0));  // window 1's two go
+  d.link->OnSummary(2, Summary(1));
+  EXPECT_EQ(d.link->stats().summaries_unkept, 0u);
+  ASSERT_TRUE(d.recorder.WaitUntil([&] { return d.recorder.All<ControlDigest>().size() == 4; }));
+  EXPECT_EQ(d.link->stats().digests_sent, 4u);
+
+  d.Ask(1, {0, 1});
+  EXPECT_EQ(d.link->stats().summaries_unkept, 2u);
+  d.Ask(2, {1, 0});
+  ASSERT_TRUE(Eventually([&] { return d.FullSummaries().size() == 2; }));
+  EXPECT_EQ(d.FullSummaries(), (std::vector<std::pair<uint64_t, int32_t>>{{2, 1}, {2, 0}}));
+  EXPECT_EQ(d.link->stats().summaries_asked, 2u);
+
+  // A third summary of one window does not fit beside its own two (nothing older to drop).
+  d.link->OnSummary(3, Summary(0));
+  d.link->OnSummary(3, Summary(1));
+  d.link->OnSummary(3, Summary(2));
+  EXPECT_EQ(d.link->stats().summaries_unkept, 3u);
+  EXPECT_EQ(d.link->stats().digests_sent, 7u) << "its digest still goes";
+  std::lock_guard<std::mutex> lock(d.log_mu);
+  bool said = false;
+  for (const auto& line : d.log) {
+    said = said || line.find(
+                       "asked for 2 full summaries of window 1 that this collector does "
+                       "not keep") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << "the unkept request is logged";
+}
+
+// keep_summaries_ms (--keep-summaries-seconds): a window's summaries are gone once it passed,
+// whether or not a newer summary came.
+TEST(GrpcCoordinatorLinkTest, KeptSummariesExpireAfterKeepSummariesMs) {
+  GrpcLinkOptions o;
+  o.keep_summaries_ms = 50;
+  DigestLink d(o);
+  d.link->OnSummary(1, Summary(0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // > keep_summaries_ms
+  d.Ask(1, {0});
+  EXPECT_EQ(d.link->stats().summaries_unkept, 1u);
+  EXPECT_EQ(d.link->stats().summaries_asked, 0u);
+}
+
+TEST(GrpcCoordinatorLinkTest, KeptSummariesGoWhenTheServerSaysTheWindowIsDiagnosed) {
+  GrpcLinkOptions o;
+  DigestLink d(o);
+  d.link->OnSummary(4, Summary(0));
+  d.link->OnSummary(5, Summary(1));
+  ASSERT_TRUE(d.recorder.WaitUntil([&] { return d.recorder.All<ControlDigest>().size() == 2; }));
+  d.recorder.sinks_.back()->Send(ControlWindowDiagnosed{4});
+  d.Ask(5, {1});  // commands are handled in order: window 4's are gone by now
+  d.Ask(4, {0});
+  EXPECT_EQ(d.link->stats().summaries_asked, 1u);
+  EXPECT_EQ(d.link->stats().summaries_unkept, 1u);
 }
 
 }  // namespace

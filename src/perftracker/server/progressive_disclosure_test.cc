@@ -30,7 +30,9 @@
 #include "perftracker/sources/sim/cluster_simulator.h"
 #include "perftracker/sources/sim/scenario.h"
 #include "perftracker/summary/window_summarizer.h"
+#include "perftracker/wire/control_client.h"
 #include "perftracker/wire/control_server.h"
+#include "perftracker/wire/summary_codec.h"
 
 namespace perftracker {
 namespace {
@@ -122,10 +124,65 @@ struct Outcome {
   GrpcLinkStats links;  // summed over the collectors
 };
 
-// One window of `summaries` through a server and its collectors; digest_min_workers as
-// ControlServiceOptions.
+// An older collector: it knows nothing of digests and sends every rank's full summary at
+// the window's end (as collectors did before progressive disclosure), over its own stream.
+class OldCollector {
+ public:
+  OldCollector(int port, std::vector<WorkerSummary> summaries, int32_t world)
+      : summaries_(std::move(summaries)) {
+    ControlClientOptions o;
+    o.address = "127.0.0.1:" + std::to_string(port);
+    client_ = std::move(ControlClient::Create(o)).value();
+    ControlRegistration reg;
+    reg.job_id = "sim";
+    reg.host = "old-node";
+    for (const WorkerSummary& s : summaries_) {
+      reg.ranks.push_back(
+          {s.rank, world, static_cast<int32_t>(reg.ranks.size()), 1000 + s.rank, reg.host});
+    }
+    auto stream = client_->Connect(reg, 10000);
+    EXPECT_TRUE(stream.ok()) << stream.status().message();
+    if (!stream.ok()) return;
+    stream_ = std::move(stream).value();
+    reader_ = std::thread([this] {
+      ServerMessage m;
+      while (stream_->Read(&m)) {
+        const auto* w = std::get_if<WindowSpec>(&m);
+        if (w == nullptr) continue;  // requests for summaries: it keeps none
+        const int64_t wait = w->start_ns + w->duration_ns - RealtimeNs();
+        if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+        for (const WorkerSummary& s : summaries_) {
+          WorkerSummary copy = s;
+          copy.window_start_ns = w->start_ns;
+          copy.window_end_ns = w->start_ns + w->duration_ns;
+          stream_->Write(ControlSummary{w->id, s.rank, EncodeWorkerSummary(copy)});
+        }
+      }
+    });
+  }
+  ~OldCollector() {
+    if (stream_) stream_->Cancel();
+    if (reader_.joinable()) reader_.join();
+  }
+
+ private:
+  std::vector<WorkerSummary> summaries_;
+  std::unique_ptr<ControlClient> client_;
+  std::unique_ptr<ControlStream> stream_;
+  std::thread reader_;
+};
+
+struct RunOptions {
+  size_t digest_min_workers = 0;       // as ControlServiceOptions
+  int32_t old_collector_ranks = 0;     // the first ranks are served by an OldCollector
+  size_t max_kept_bytes = 512u << 20;  // the links' --keep-summaries-mb
+  int64_t wait_summaries_ns = 60'000 * kMs;
+};
+
+// One window of `summaries` through a server and its collectors.
 Outcome RunWindow(const std::vector<WorkerSummary>& summaries, int32_t world,
-                  size_t digest_min_workers, const fs::path& dir) {
+                  size_t digest_min_workers, const fs::path& dir, RunOptions ro = {}) {
+  ro.digest_min_workers = digest_min_workers;
   Outcome out;
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -133,12 +190,12 @@ Outcome RunWindow(const std::vector<WorkerSummary>& summaries, int32_t world,
   o.coordinator.report_dir = (dir / "reports").string();
   o.coordinator.window_ns = 200 * kMs;
   o.coordinator.delay_ns = 50 * kMs;
-  o.coordinator.wait_summaries_ns = 60'000 * kMs;
+  o.coordinator.wait_summaries_ns = ro.wait_summaries_ns;
   o.coordinator.cooldown_ns = 0;
   o.coordinator.screen.sample_workers = 16;
   o.coordinator.log = [](std::string_view) {};
   o.report_poll_ms = 20;
-  o.digest_min_workers = digest_min_workers;
+  o.digest_min_workers = ro.digest_min_workers;
   o.log = [](std::string_view) {};
   ControlService service(o);
   EXPECT_TRUE(service.Start().ok());
@@ -150,8 +207,16 @@ Outcome RunWindow(const std::vector<WorkerSummary>& summaries, int32_t world,
 
   std::vector<std::unique_ptr<GrpcCoordinatorLink>> links;
   std::vector<std::unique_ptr<SimulatedNode>> nodes;
-  for (int32_t first = 0; first < world; first += kRanksPerCollector) {
+  std::unique_ptr<OldCollector> old;
+  if (ro.old_collector_ranks > 0) {
+    old = std::make_unique<OldCollector>(
+        (*server)->port(),
+        std::vector<WorkerSummary>(summaries.begin(), summaries.begin() + ro.old_collector_ranks),
+        world);
+  }
+  for (int32_t first = ro.old_collector_ranks; first < world; first += kRanksPerCollector) {
     GrpcLinkOptions lo;
+    lo.max_kept_bytes = ro.max_kept_bytes;
     lo.client.address = "127.0.0.1:" + std::to_string((*server)->port());
     lo.job_id = "sim";
     lo.host = fmt::format("node-{}", first / kRanksPerCollector);
@@ -193,6 +258,7 @@ Outcome RunWindow(const std::vector<WorkerSummary>& summaries, int32_t world,
     out.links.summaries_unkept += s.summaries_unkept;
     l->Stop(1000);
   }
+  old.reset();
   (*server)->Shutdown();
   service.Stop();
   fs::remove_all(dir);
@@ -272,6 +338,61 @@ TEST(ProgressiveDisclosure, FindingsThroughTheServerEqualTheFullPathOnSimulatedS
              digest_path, full_path, fallback);
   EXPECT_GT(run, 0);
   EXPECT_GT(digest_path, 0) << "no scenario took the digest path";
+}
+
+// A job whose first collector is older (full summaries, no digests) beside newer ones
+// (digests first): the server screens the older one's summaries by their digests, and the
+// window has every rank and the full path's material findings.
+TEST(ProgressiveDisclosure, OldAndNewCollectorsInOneJob) {
+  const char* src = std::getenv("PERFTRACKER_SOURCE_DIR");
+  StatusOr<Scenario> s = LoadScenario(
+      (fs::path(src ? src : ".") / "scenarios/sim/sim-nvlink-degraded-64.json").string());
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const std::vector<WorkerSummary> summaries = Simulate(*s);
+  const int32_t world = static_cast<int32_t>(summaries.size());
+  const fs::path dir =
+      fs::temp_directory_path() / ("perftracker-progressive-mixed-" + std::to_string(getpid()));
+  const Outcome full = RunWindow(summaries, world, /*digest_min_workers=*/0, dir);
+  RunOptions ro;
+  ro.old_collector_ranks = kRanksPerCollector;
+  const Outcome mixed = RunWindow(summaries, world, /*digest_min_workers=*/1, dir, ro);
+  EXPECT_TRUE(mixed.missing.empty());
+  EXPECT_EQ(mixed.diagnosis.num_workers, world);
+  EXPECT_EQ(mixed.links.digests_sent, static_cast<uint64_t>(world - kRanksPerCollector));
+  const std::string note = PathNote(mixed.diagnosis);
+  EXPECT_TRUE(note.starts_with("progressive disclosure:")) << note;
+  EXPECT_EQ(Material(mixed.diagnosis), Material(full.diagnosis))
+      << "full path:\n"
+      << Describe(Material(full.diagnosis)) << "mixed (" << note << "):\n"
+      << Describe(Material(mixed.diagnosis));
+}
+
+// Collectors that kept no full summary (--keep-summaries-mb too small for one): the server
+// asks, nothing comes, and after --wait-summaries-seconds the window is still diagnosed,
+// naming the ranks whose summaries it asked for and never got.
+TEST(ProgressiveDisclosure, SummariesTheCollectorsDidNotKeepAreNamedMissing) {
+  const char* src = std::getenv("PERFTRACKER_SOURCE_DIR");
+  StatusOr<Scenario> s = LoadScenario(
+      (fs::path(src ? src : ".") / "scenarios/sim/sim-nvlink-degraded-64.json").string());
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const std::vector<WorkerSummary> summaries = Simulate(*s);
+  const int32_t world = static_cast<int32_t>(summaries.size());
+  const fs::path dir =
+      fs::temp_directory_path() / ("perftracker-progressive-unkept-" + std::to_string(getpid()));
+  RunOptions ro;
+  ro.max_kept_bytes = 1;
+  ro.wait_summaries_ns = 3'000 * kMs;
+  const Outcome o = RunWindow(summaries, world, /*digest_min_workers=*/1, dir, ro);
+  EXPECT_EQ(o.links.digests_sent, static_cast<uint64_t>(world));
+  EXPECT_EQ(o.links.summaries_asked, 0u);
+  ASSERT_GT(o.links.summaries_unkept, 0u);
+  EXPECT_EQ(o.missing.size(), o.links.summaries_unkept - static_cast<uint64_t>(world))
+      << "every rank's summary went unkept at the window's end, then each one asked for";
+  bool named = false;
+  for (const std::string& n : o.diagnosis.notes) {
+    named = named || n.find("sent no summary") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << "the report names the ranks without a summary";
 }
 
 }  // namespace
