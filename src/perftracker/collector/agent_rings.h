@@ -70,6 +70,8 @@ class AgentRings {
   const std::optional<WindowSpec>& window() const { return window_; }
   // Ends the window's span early (the job is ending): later events are not summarized.
   void TruncateWindow(int64_t end_ns);
+  // The span's end: the window's, or where TruncateWindow cut it. Requires in_window().
+  int64_t window_end_ns() const { return window_end_ns_; }
   // A host metric sample: summarized when it falls inside the open window.
   void AddMetric(const MetricSample& sample);
   // What the collector's sampler could not read for this worker (or its host) at time_ns:

@@ -77,7 +77,8 @@ struct NodeCollector::Session {
   WorkerInfo worker;
   std::unique_ptr<AgentRings> rings;
   uint64_t done_window = 0;  // last window the agent said window_done for
-  bool finish_now = false;   // EndWindowNow
+  // EndWindowNow cut the window: the agent's window_done ends it even before its start.
+  bool ended_early = false;
   // In-process sources that write files of their own next to the agent's (bit i: kSourceSuffixes[i]
   // attached or given up), and when to look for them again.
   uint32_t sources_done = 0;
@@ -593,7 +594,7 @@ void NodeCollector::RunCommands() {
             if (s->hello && !s->gone && !s->duplicate && s->worker.rank >= 0 && s->rings) {
               s->rings->BeginWindow(c.window);
               s->done_window = 0;
-              s->finish_now = false;
+              s->ended_early = false;
               send = true;
             }
           }
@@ -622,7 +623,7 @@ void NodeCollector::RunCommands() {
             std::lock_guard<std::mutex> lock(s->mu);
             if (s->rings && s->rings->window() && s->rings->window()->id == c.window.id) {
               s->rings->TruncateWindow(now);
-              s->finish_now = true;
+              s->ended_early = true;
               send = !s->gone;
             }
           }
@@ -683,6 +684,11 @@ void NodeCollector::DrainLoop(int index) {
       if (s->rings->in_window()) {
         const WindowSpec& w = *s->rings->window();
         const bool done = s->done_window == w.id;
+        // The planned end, or where EndWindowNow cut the window. Either way the agent's
+        // window_done ends it: what the agent writes at its window's end (CUPTI's records at
+        // its flush) comes before window_done, and may come long after the cut on a loaded
+        // machine. An agent that does not answer is summarized finish_grace after the end.
+        const int64_t end = s->rings->window_end_ns();
         if (s->gone && !s->bye) {
           Log(
               fmt::format("{} disconnected during window {} without saying bye (killed or "
@@ -690,8 +696,8 @@ void NodeCollector::DrainLoop(int index) {
                           s->Name(), w.id));
           s->rings->AbandonWindow();
           ++lost;
-        } else if (s->finish_now || s->gone || (now >= w.end_ns() && done) ||
-                   now >= w.end_ns() + grace_ns || last_round) {
+        } else if (s->gone || (done && (now >= end || s->ended_early)) || now >= end + grace_ns ||
+                   last_round) {
           const uint64_t id = w.id;
           // A source's file can appear after the last periodic look: CUPTI's is created when
           // the agent begins GPU tracing and filled when it flushes, just before window_done,
@@ -702,8 +708,8 @@ void NodeCollector::DrainLoop(int index) {
           if (std::unique_ptr<RankTrace> r = s->rings->TakeRecording()) {
             recordings.emplace_back(id, std::move(r));
           }
-          s->finish_now = false;
-        } else if (now + kSampleLeadNs >= w.start_ns && now <= w.end_ns()) {
+          s->ended_early = false;
+        } else if (now + kSampleLeadNs >= w.start_ns && now <= end) {
           sampling = true;
         }
       }

@@ -21,7 +21,10 @@
 // hello: that agent is ignored until it says a valid hello).
 //
 // A window ends for an agent when the agent said window_done for it (its hooks are off and
-// its events are in the rings), or finish_grace after the window's end, or at EndWindowNow.
+// its events, CUPTI's flushed records included, are in the rings), or finish_grace after the
+// window's end. EndWindowNow moves the end to now and changes nothing else: the agent's
+// window_done still ends it (a collector that summarized at once lost, on a loaded machine,
+// the GPU records the agent's CUPTI flush was still writing).
 // An agent that disconnects during a window without `bye` sends no summary; with `bye` (the
 // process exited cleanly) its summary holds what it recorded until then.
 #pragma once
@@ -60,7 +63,7 @@ struct CollectorOptions {
   int drain_threads = 0;
   int sample_interval_ms = 100;
   // After a window's end, wait at most this long for an agent's window_done.
-  int finish_grace_ms = 1500;
+  int finish_grace_ms = static_cast<int>(kWindowDoneGraceNs / 1'000'000);
   size_t max_agents = 4096;
   // Optional: host metrics during windows (MakeHostSampler(); tests pass fakes). Drain thread
   // 0 calls it; what it could not read is counted into the summaries of the workers it

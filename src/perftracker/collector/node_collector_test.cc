@@ -448,6 +448,47 @@ TEST_F(NodeCollectorTest, ASourceFileCreatedJustBeforeWindowDoneJoinsTheSummary)
   EXPECT_EQ(all_reduce->count, 4u);
 }
 
+// A window the server ends early (EndWindowNow: every rank completed its iterations, the job
+// ended, a confirmed hang) still ends for each agent at its window_done: the agent writes
+// records of the window at its end, before window_done (CUPTI delivers its buffered kernels
+// at the agent's flush). Seen in CI: e2e_gpu_check_script's window had no CUPTI kernel, under
+// load, when the collector summarized at its next drain round, while the agent's flush was
+// still writing. An agent that never says window_done is summarized after the grace.
+TEST_F(NodeCollectorTest, AWindowEndedEarlyWaitsForWhatTheAgentWritesAtItsEnd) {
+  StartCollector();
+  FakeAgent flushing(0, 2, "end-flush");
+  FakeAgent silent(1, 2, "end-silent");
+  Join(flushing);
+  Join(silent);
+  const WindowSpec w = OpenWindow(60'000);
+  auto m0 = flushing.WaitFor("window", 2000);
+  ASSERT_TRUE(m0 && silent.WaitFor("window", 2000));
+  while (NowNs() < w.start_ns + 100 * kMs)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const uint32_t step = flushing.Publish(EventKind::kPythonCall, "train.py:9 step");
+  flushing.Push(step, w.start_ns + 60 * kMs, w.start_ns + 90 * kMs);
+  collector_->EndWindowNow(w.id);
+  ASSERT_TRUE(flushing.WaitFor("end_window", 5000));
+  // The agent's window end takes a while (the flush of a loaded machine): many drain rounds.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const uint32_t kernel = flushing.Publish(EventKind::kGpuKernel, "fake_gemm_kernel");
+  for (int i = 0; i < 10; ++i) {
+    const int64_t at = w.start_ns + (2 + 5 * i) * kMs;
+    flushing.Push(kernel, at, at + 2 * kMs, EventKind::kGpuKernel);
+  }
+  flushing.WindowDone(w.id);
+  ASSERT_TRUE(coordinator_.WaitUntil([&] { return coordinator_.summaries.size() == 2; }, 10000))
+      << "a window ended early was not summarized long before its planned end";
+  std::lock_guard<std::mutex> lock(coordinator_.mu());
+  for (const auto& [window, s] : coordinator_.summaries) {
+    if (s.rank != 0) continue;
+    const FunctionSummary* k = Find(s, "kernel:fake_gemm_kernel");
+    ASSERT_NE(k, nullptr) << "the records written at the agent's window end are missing";
+    EXPECT_EQ(k->count, 10u);
+    EXPECT_NE(Find(s, "python:train.py:9 step"), nullptr);
+  }
+}
+
 TEST_F(NodeCollectorTest, MalformedMessagesAreLoggedOnceAndNeverFatal) {
   StartCollector();
   FakeAgent bad(0, 2, "bad");

@@ -36,8 +36,10 @@ namespace fs = std::filesystem;
 
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr int64_t kTickNs = 50'000'000;
-// A hang window ended once its stacks were in waits at most this long for the summaries.
-constexpr int64_t kHangSummaryWaitNs = 1'000'000'000;
+// A hang window ended once its stacks were in waits at most this long for the summaries:
+// longer than a collector waits for an agent's window_done (a hung agent that holds the GIL
+// never says it), plus a second for the summary to arrive.
+constexpr int64_t kHangSummaryWaitNs = kWindowDoneGraceNs + 1'000'000'000;
 constexpr size_t kIterationHistory = 10000;
 // The report's notes show this many innermost frames of each rank's main thread (the
 // stacks file has everything).

@@ -26,6 +26,11 @@
 
 namespace perftracker {
 
+// After a window's end (or EndWindowNow), how long a collector waits for an agent's
+// window_done before it summarizes the window without it (an agent whose threads cannot run:
+// one holds the GIL). The server waits longer than this for a window's summaries.
+inline constexpr int64_t kWindowDoneGraceNs = 1'500'000'000;
+
 // What a collector tells the server. Called from collector threads.
 class CoordinatorLink {
  public:
@@ -65,7 +70,9 @@ class CollectorControl {
   virtual void StartWindow(const WindowSpec& window) = 0;
   // Ask every worker of this collector for the Python stacks of all its threads.
   virtual void DumpStacks(uint64_t window) = 0;
-  // End `window` now (the job is ending): summarize what arrived and send it.
+  // End `window` now (every rank completed its iterations, a hang is confirmed, the job
+  // ended): each worker's summary follows its agent's window_done (its hooks are off and what
+  // it writes at a window's end, CUPTI's records, is in), or kWindowDoneGraceNs after now.
   virtual void EndWindowNow(uint64_t window) = 0;
   // Progressive disclosure (the server's control plane only): send the full summaries of
   // `ranks` for `window`, whose digests came first. A collector that sends full summaries
