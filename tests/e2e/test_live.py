@@ -500,10 +500,26 @@ class LiveChecks(unittest.TestCase):
         return run
 
 
-class LiveFaultTest(LiveChecks):
-    """One injected fault per test; the detector opens the window."""
+class HealthyJobTest(LiveChecks):
+    """One healthy 4-rank job with a forced window serves three checks (one job instead of
+    three: each job costs 20-40 s of start-up and steps on 2 cores): no material finding,
+    the window's Perfetto timeline, and that a CPU job never loads CUPTI."""
 
-    def test_healthy_job_has_no_material_finding(self):
+    job = None  # the LiveRun (TestCase.run is unittest's)
+    rc = None
+    cupti_dir = None
+
+    @classmethod
+    def setUpClass(cls):
+        require_torch()
+        # --gpu-tracing auto (the default) with the suite's fake libcupti offered: torch
+        # never initializes CUDA in these ranks, so the library must never be loaded.
+        env = None
+        if CONFIG.fake_cupti and os.path.exists(CONFIG.fake_cupti):
+            cls.cupti_dir = tempfile.mkdtemp(prefix="perftracker-fake-cupti-")
+            cls.addClassCleanup(shutil.rmtree, cls.cupti_dir, True)
+            env = {"PERFTRACKER_CUPTI_LIBRARY": CONFIG.fake_cupti,
+                   "FAKE_CUPTI_LOG": os.path.join(cls.cupti_dir, "cupti-calls.txt")}
         # A window is forced 3 s after the first rank's hello. As in the offline healthy
         # test (test_diagnose.py), 4 ranks on 2 cores make real ~8 % imbalances between
         # ranks (CPU time-slicing), so the healthy check uses a 10 % materiality bar; the
@@ -511,12 +527,22 @@ class LiveFaultTest(LiveChecks):
         # A 10 s window: a few iterations even when a busy machine stretches them to ~1 s (a
         # 4 s window held none on rank 0 with two busy loops and other builds, load 25); the
         # job's 250 steps (~25 s idle) outlast it.
-        run = self.new_run("healthy", ["--trigger-at-seconds", "3", "--window-seconds", "10",
-                                       "--max-windows", "1", "--material-share", "0.10",
-                                       "--window-iterations", "20", "--slowdown-ratio",
-                                       "0.15"], [], steps=250)
-        run.start()
-        self.assertEqual(run.wait(900, stall=STALL_SECONDS), 0, run.describe())
+        cls.job = LiveRun("healthy", ["--trigger-at-seconds", "3", "--window-seconds", "10",
+                                      "--max-windows", "1", "--material-share", "0.10",
+                                      "--window-iterations", "20", "--slowdown-ratio",
+                                      "0.15"], [], steps=250, env=env)
+        cls.addClassCleanup(cls.job.cleanup)
+        cls.job.start()
+        try:
+            cls.rc = cls.job.wait(900, stall=STALL_SECONDS)
+        except AssertionError as e:  # each test reports it
+            cls.rc = str(e)
+
+    def setUp(self):
+        self.assertEqual(self.rc, 0, self.job.describe())
+
+    def test_healthy_job_has_no_material_finding(self):
+        run = self.job
         paths = run.report_paths()
         self.assertEqual(len(paths), 1, run.describe())
         report = run.report()
@@ -543,6 +569,69 @@ class LiveFaultTest(LiveChecks):
             self.assertEqual(counts, {"jobs": 1, "workers": 4, "windows": 1, "summaries": 4,
                                       "diagnoses": 1}, counts)
             self.assertGreater(c.execute("select count(*) from iterations").fetchone()[0], 100)
+
+    def test_window_timeline_opens_and_reimports_with_the_windows_event_counts(self):
+        # The window's timeline (window-<id>.perfetto.json, docs/perfetto-export.md): every
+        # rank's recorded events merged by the embedded server, linked from the HTML report.
+        run = self.job
+        report = run.report()
+        self.check_schema(report, run)
+        path = os.path.join(run.report_dir, "window-1.perfetto.json")
+        self.assertTrue(os.path.exists(path), run.describe())
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)  # Trace Event Format: an object with traceEvents
+        events = doc["traceEvents"]
+        self.assertIsInstance(events, list)
+        names = {e["pid"]: e["args"]["name"] for e in events
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        self.assertEqual(sorted(names), [0, 1, 2, 3], names)
+        for rank, name in names.items():
+            self.assertRegex(name, rf"^rank {rank} \(.+\)$")
+        # Every rank's clock offset is in the metadata (one host: the same clock, offset 0).
+        ranks = {r["rank"]: r for r in doc["otherData"]["ranks"]}
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3])
+        for r in ranks.values():
+            self.assertIn("clock_offset_ns", r)
+        self.assertEqual(doc["otherData"]["events_aggregated"], 0, doc["otherData"])
+        # The recordings were merged and removed.
+        self.assertEqual(glob.glob(os.path.join(run.report_dir, "recordings", "*")), [])
+        # Linked from the HTML report next to it.
+        html_path = glob.glob(os.path.join(run.report_dir, "window-1-*.html"))[0]
+        with open(html_path, encoding="utf-8") as f:
+            self.assertIn('href="window-1.perfetto.json"', f.read())
+
+        # Each rank's events, re-imported by perftracker's own importer (`diagnose`), are the
+        # events the window summarized: the same count per rank.
+        window_events = {w["rank"]: w["stats"]["events"] for w in report["workers"]}
+        per_rank = {}
+        for e in events:
+            if e["ph"] != "M" and e.get("cat") != "perftracker":
+                per_rank.setdefault(e["pid"], []).append(e)
+        files = []
+        for rank, evs in sorted(per_rank.items()):
+            self.assertEqual(len(evs), window_events[rank], f"rank {rank}")
+            f = os.path.join(run.dir, f"exported_rank{rank}.json")
+            with open(f, "w", encoding="utf-8") as out:
+                json.dump({"distributedInfo": {"rank": rank, "world_size": 4},
+                           "traceEvents": evs}, out)
+            files.append(f)
+        r = subprocess.run([CONFIG.perftracker, "diagnose", "--format", "json", *files],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        back = json.loads(r.stdout)
+        reimported = {w["rank"]: w["stats"]["events"] for w in back["workers"]}
+        log(f"perfetto: window events per rank {window_events}, re-imported {reimported}")
+        self.assertEqual(reimported, window_events)
+
+    def test_cpu_job_never_loads_cupti(self):
+        if self.cupti_dir is None:
+            self.skipTest("no fake libcupti (built only with the CUDA toolkit's CUPTI headers)")
+        self.assertEqual(len(self.job.report_paths()), 1, self.job.describe())
+        self.assertFalse(os.path.exists(os.path.join(self.cupti_dir, "cupti-calls.txt")))
+
+
+class LiveFaultTest(LiveChecks):
+    """One injected fault per test; the detector opens the window."""
 
     def test_slow_compute_names_rank_and_block2_forward(self):
         # Ranks started as torchrun starts them (RANK / WORLD_SIZE ... in the environment).
@@ -849,66 +938,6 @@ class NoFalseHangTest(LiveChecks):
         self.check_no_hang_diagnosed(run)
 
 
-class PerfettoTimelineTest(LiveChecks):
-    """The window's timeline (window-<id>.perfetto.json, docs/perfetto-export.md): every
-    rank's recorded events merged by the embedded server, linked from the HTML report."""
-
-    def test_window_timeline_opens_and_reimports_with_the_windows_event_counts(self):
-        run = self.new_run("perfetto", ["--trigger-at-seconds", "3", "--window-seconds", "4",
-                                        "--max-windows", "1", "--window-iterations", "20",
-                                        "--slowdown-ratio", "0.15"], [], steps=150)
-        run.start()
-        self.assertEqual(run.wait(600), 0, run.describe())
-        report = run.report()
-        self.check_schema(report, run)
-        path = os.path.join(run.report_dir, "window-1.perfetto.json")
-        self.assertTrue(os.path.exists(path), run.describe())
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)  # Trace Event Format: an object with traceEvents
-        events = doc["traceEvents"]
-        self.assertIsInstance(events, list)
-        names = {e["pid"]: e["args"]["name"] for e in events
-                 if e["ph"] == "M" and e["name"] == "process_name"}
-        self.assertEqual(sorted(names), [0, 1, 2, 3], names)
-        for rank, name in names.items():
-            self.assertRegex(name, rf"^rank {rank} \(.+\)$")
-        # Every rank's clock offset is in the metadata (one host: the same clock, offset 0).
-        ranks = {r["rank"]: r for r in doc["otherData"]["ranks"]}
-        self.assertEqual(sorted(ranks), [0, 1, 2, 3])
-        for r in ranks.values():
-            self.assertIn("clock_offset_ns", r)
-        self.assertEqual(doc["otherData"]["events_aggregated"], 0, doc["otherData"])
-        # The recordings were merged and removed.
-        self.assertEqual(glob.glob(os.path.join(run.report_dir, "recordings", "*")), [])
-        # Linked from the HTML report next to it.
-        html_path = glob.glob(os.path.join(run.report_dir, "window-1-*.html"))[0]
-        with open(html_path, encoding="utf-8") as f:
-            self.assertIn('href="window-1.perfetto.json"', f.read())
-
-        # Each rank's events, re-imported by perftracker's own importer (`diagnose`), are the
-        # events the window summarized: the same count per rank.
-        window_events = {w["rank"]: w["stats"]["events"] for w in report["workers"]}
-        per_rank = {}
-        for e in events:
-            if e["ph"] != "M" and e.get("cat") != "perftracker":
-                per_rank.setdefault(e["pid"], []).append(e)
-        files = []
-        for rank, evs in sorted(per_rank.items()):
-            self.assertEqual(len(evs), window_events[rank], f"rank {rank}")
-            f = os.path.join(run.dir, f"exported_rank{rank}.json")
-            with open(f, "w", encoding="utf-8") as out:
-                json.dump({"distributedInfo": {"rank": rank, "world_size": 4},
-                           "traceEvents": evs}, out)
-            files.append(f)
-        r = subprocess.run([CONFIG.perftracker, "diagnose", "--format", "json", *files],
-                           capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        back = json.loads(r.stdout)
-        reimported = {w["rank"]: w["stats"]["events"] for w in back["workers"]}
-        log(f"perfetto: window events per rank {window_events}, re-imported {reimported}")
-        self.assertEqual(reimported, window_events)
-
-
 class PerftrackerFaultTest(LiveChecks):
     """perftracker's own failures must not hurt the job."""
 
@@ -1076,18 +1105,6 @@ class GpuSourcesTest(LiveChecks):
                 if "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" in line]
         self.assertEqual(len(said), 4, run.describe())  # once per rank
         self.assertIn("another CUPTI client", said[0])
-
-    def test_cpu_job_never_loads_cupti(self):
-        # --gpu-tracing auto (the default): torch has not initialized CUDA in these ranks.
-        tmp = tempfile.mkdtemp(prefix="perftracker-fake-cupti-")
-        self.addCleanup(shutil.rmtree, tmp, True)
-        env = self.fake_cupti_env(tmp)
-        run = self.new_run("gpu_auto_cpu", ["--trigger-at-seconds", "3", "--window-seconds", "2",
-                                            "--max-windows", "1"], [], steps=100, env=env)
-        run.start()
-        self.assertEqual(run.wait(180, stall=STALL_SECONDS), 0, run.describe())
-        self.assertEqual(len(run.report_paths()), 1, run.describe())
-        self.assertFalse(os.path.exists(os.path.join(tmp, "cupti-calls.txt")))
 
     def plugin_seen_by_job(self, run_args, env=None):
         """What NCCL_PROFILER_PLUGIN the job sees; the caller's environment has none unless
