@@ -1,5 +1,4 @@
 #include "perftracker/cli/run_command.h"
-#include "perftracker/core/private_file_mode.h"
 
 #include <cmath>
 #include <cstdio>
@@ -115,52 +114,12 @@ CLI::App* AddRunCommand(CLI::App& app, RunOptions* o) {
                   "Directory for the reports (window-<id>-<reason>.json / .html), created if "
                   "needed")
       ->default_val("perftracker-reports");
-  cmd->add_option_function<std::string>(
-         "--report-mode",
-         [](const std::string& mode) {
-           const Status st = SetPrivateFileMode(mode);
-           if (!st.ok()) throw CLI::ValidationError(st.message());
-         },
-         "Mode of the report files and of a new store (default 0600: the owner's only; they "
-         "name hosts, paths and code), e.g. 0640 to share them with the directory's group; "
-         "directories created for them get x where r is set")
-      ->type_name("MODE");
-  cmd->add_option("--window-seconds", o->window_seconds, "Length of a profiling window")
-      ->check(CLI::Range(0.1, 3600.0))
-      ->default_val(20.0);
-  cmd->add_option(
-         "--window-min-iterations", o->window_min_iterations,
-         "A window lasts --window-seconds and, when some rank has completed fewer than this "
-         "many iterations in it by then, until every rank has (at most "
-         "--window-max-seconds): a length in seconds alone may hold no whole iteration "
-         "of a job with long iterations; 0: exactly --window-seconds")
-      ->check(CLI::Range(0, 1000))
-      ->default_val(3);
-  cmd->add_option("--window-max-seconds", o->window_max_seconds,
-                  "The longest a window waits for --window-min-iterations")
-      ->check(CLI::Range(0.1, 86400.0))
-      ->default_val(120.0);
-  cmd->add_option("--window-delay-ms", o->window_delay_ms,
-                  "A window starts this long after its trigger, at the same wall-clock time on "
-                  "every rank")
-      ->check(CLI::Range(0, 60000))
-      ->default_val(300);
-  cmd->add_option("--wait-summaries-seconds", o->wait_summaries_seconds,
-                  "After a window's end, localize without the workers whose summaries are still "
-                  "missing after this long (the report names them)")
-      ->check(CLI::Range(0.1, 3600.0))
-      ->default_val(10.0);
+  AddReportModeOption(cmd);
+  AddWindowOptions(cmd, &o->window, /*max_windows_limit=*/1000);
   cmd->add_option("--trigger-at-seconds", o->trigger_at_seconds,
                   "Also take one window this long after the first rank says hello (demos, "
                   "tests, on-demand profiling)")
       ->check(CLI::Range(0.0, 1e6));
-  cmd->add_option("--cooldown-seconds", o->cooldown_seconds,
-                  "After a window's report, ignore triggers for this long")
-      ->check(CLI::Range(0.0, 1e6))
-      ->default_val(30.0);
-  cmd->add_option("--max-windows", o->max_windows, "At most this many windows per job")
-      ->check(CLI::Range(0, 1000))
-      ->default_val(3);
   cmd->add_option("--slowdown-ratio", o->slowdown_ratio,
                   "Detector: trigger when the mean of the last --window-iterations iterations "
                   "exceeds the recent shortest mean by this fraction")
@@ -277,14 +236,8 @@ int RunJob(const RunOptions& options) {
   } else {
     CoordinatorOptions& co = run_options.coordinator;
     co.report_dir = options.report_dir;
-    co.window_ns = Seconds(options.window_seconds);
-    co.window_min_iterations = options.window_min_iterations;
-    co.window_max_ns = Seconds(std::max(options.window_max_seconds, options.window_seconds));
-    co.delay_ns = int64_t{options.window_delay_ms} * 1'000'000;
-    co.wait_summaries_ns = Seconds(options.wait_summaries_seconds);
+    ApplyWindowOptions(options.window, &co);
     if (options.trigger_at_seconds) co.trigger_at_ns = Seconds(*options.trigger_at_seconds);
-    co.cooldown_ns = Seconds(options.cooldown_seconds);
-    co.max_windows = options.max_windows;
     co.localizer.material_share = options.material_share;
     co.title = run_options.title;
     co.text.color = options.color;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "perftracker/cli/remote_options.h"
+#include "perftracker/cli/window_options.h"
 
 namespace CLI {
 class App;
@@ -25,14 +26,8 @@ namespace perftracker {
 struct RunOptions {
   std::vector<std::string> command;
   std::string report_dir = "perftracker-reports";
-  double window_seconds = 20;
-  int window_min_iterations = 3;
-  double window_max_seconds = 120;
-  int window_delay_ms = 300;
-  double wait_summaries_seconds = 10;
+  WindowOptions window{.max_windows = 3};
   std::optional<double> trigger_at_seconds;
-  double cooldown_seconds = 30;
-  int max_windows = 3;
   // Detector thresholds (the agent's PERFTRACKER_AGENT_OPTIONS).
   double slowdown_ratio = 0.05;
   int learn_repeats = 10;

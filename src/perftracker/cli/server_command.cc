@@ -1,5 +1,5 @@
 #include "perftracker/cli/server_command.h"
-#include "perftracker/core/private_file_mode.h"
+#include "perftracker/cli/window_options.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -81,47 +81,8 @@ CLI::App* AddServerCommand(CLI::App& app, ServerCommandOptions* o) {
   cmd->add_option("--report-dir", o->report_dir,
                   "Reports go to <report-dir>/<job id>/window-<id>-<reason>.json / .html")
       ->default_val("perftracker-server");
-  cmd->add_option_function<std::string>(
-         "--report-mode",
-         [](const std::string& mode) {
-           const Status st = SetPrivateFileMode(mode);
-           if (!st.ok()) throw CLI::ValidationError(st.message());
-         },
-         "Mode of the report files and of a new store (default 0600: the owner's only; they "
-         "name hosts, paths and code), e.g. 0640 to share them with the directory's group; "
-         "directories created for them get x where r is set")
-      ->type_name("MODE");
-  cmd->add_option("--window-seconds", o->window_seconds, "Length of a profiling window")
-      ->check(CLI::Range(0.1, 3600.0))
-      ->default_val(20.0);
-  cmd->add_option(
-         "--window-min-iterations", o->window_min_iterations,
-         "A window lasts --window-seconds and, when some rank has completed fewer than this "
-         "many iterations in it by then, until every rank has (at most "
-         "--window-max-seconds): a length in seconds alone may hold no whole iteration "
-         "of a job with long iterations; 0: exactly --window-seconds")
-      ->check(CLI::Range(0, 1000))
-      ->default_val(3);
-  cmd->add_option("--window-max-seconds", o->window_max_seconds,
-                  "The longest a window waits for --window-min-iterations")
-      ->check(CLI::Range(0.1, 86400.0))
-      ->default_val(120.0);
-  cmd->add_option("--window-delay-ms", o->window_delay_ms,
-                  "A window starts this long after its trigger on every rank")
-      ->check(CLI::Range(0, 60000))
-      ->default_val(300);
-  cmd->add_option("--wait-summaries-seconds", o->wait_summaries_seconds,
-                  "After a window's end, diagnose without the summaries still missing after "
-                  "this long (the report names the ranks)")
-      ->check(CLI::Range(0.1, 3600.0))
-      ->default_val(10.0);
-  cmd->add_option("--cooldown-seconds", o->cooldown_seconds,
-                  "After a window's report, ignore a job's triggers for this long")
-      ->check(CLI::Range(0.0, 1e6))
-      ->default_val(30.0);
-  cmd->add_option("--max-windows", o->max_windows, "At most this many windows per job")
-      ->check(CLI::Range(0, 100000))
-      ->default_val(5);
+  AddReportModeOption(cmd);
+  AddWindowOptions(cmd, &o->window, /*max_windows_limit=*/100000);
   cmd->add_option("--material-share", o->material_share,
                   "A finding is material when it costs at least this share of the iteration")
       ->check(CLI::Range(0.0001, 1.0))
@@ -190,13 +151,7 @@ int RunServer(const ServerCommandOptions& o) {
   so.max_message_bytes = static_cast<size_t>(o.max_message_mb) << 20;
   CoordinatorOptions& co = so.service.coordinator;
   co.report_dir = o.report_dir;
-  co.window_ns = Seconds(o.window_seconds);
-  co.window_min_iterations = o.window_min_iterations;
-  co.window_max_ns = Seconds(std::max(o.window_max_seconds, o.window_seconds));
-  co.delay_ns = int64_t{o.window_delay_ms} * 1'000'000;
-  co.wait_summaries_ns = Seconds(o.wait_summaries_seconds);
-  co.cooldown_ns = Seconds(o.cooldown_seconds);
-  co.max_windows = o.max_windows;
+  ApplyWindowOptions(o.window, &co);
   co.localizer.material_share = o.material_share;
   so.service.digest_min_workers = static_cast<size_t>(o.digest_min_workers);
   co.perfetto = o.perfetto_wait_seconds > 0;

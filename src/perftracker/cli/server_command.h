@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "perftracker/cli/window_options.h"
+
 namespace CLI {
 class App;
 }
@@ -21,13 +23,7 @@ struct ServerCommandOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string report_dir = "perftracker-server";
-  double window_seconds = 20;
-  int window_min_iterations = 3;
-  double window_max_seconds = 120;
-  int window_delay_ms = 300;
-  double wait_summaries_seconds = 10;
-  double cooldown_seconds = 30;
-  int max_windows = 5;
+  WindowOptions window{.max_windows = 5};
   double material_share = 0.05;
   int max_message_mb = 64;
   int digest_min_workers = 1024;
