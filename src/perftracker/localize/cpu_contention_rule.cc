@@ -23,6 +23,15 @@ constexpr double kExplains = 0.5;
 // least this share of wall time.
 constexpr double kAloneRatio = 1.5;
 constexpr double kAloneExtraShare = 0.1;
+// ... and each compared thread (or process) put on a CPU at least this many times in the
+// iterations: a turn's wait varies about as much as its mean (coefficient of variation ~1),
+// so the mean of n turns is known to 1/sqrt(n) and the ratio of two such to sqrt(2/n); at 100
+// turns two standard errors (0.28) stay under the 0.3 the relabelling ratio must clear. A
+// training thread on a loaded host may be put on a CPU only 15-40 times in a 4 s window
+// (load 23-31 on 2 cores: one rank's 1.03x over 102 turns read 1.57x over 34 turns in the
+// next window, real-cpu-contention-r3). A straggler function corroborates the relabelling
+// above, so it needs no such count.
+constexpr double kAloneMinTurns = 100;
 
 // One worker's CPU waits in the window: run-queue delay / wall time and timeslices per
 // second, of its main thread or of its whole process.
@@ -45,6 +54,7 @@ struct Crowding {
   double wait_s = 0;       // w's wait per timeslice
   double peer_wait_s = 0;  // the peers' median
   double extra = 0;        // w's delay beyond peer_wait_s x its timeslices, share of wall time
+  double turns = 0;        // the fewest turns on a CPU of w and its peers over their iterations
 };
 
 Crowding CrowdingOf(const std::vector<WorkerRecord>& workers, const std::vector<uint32_t>& group,
@@ -56,10 +66,17 @@ Crowding CrowdingOf(const std::vector<WorkerRecord>& workers, const std::vector<
                               [&](uint32_t o) { return WaitOf(workers[o], true).valid(); });
   const CpuWait own = WaitOf(workers[w], c.main_thread);
   if (!own.valid()) return c;
+  const auto turns = [](const WorkerRecord& r, const CpuWait& wait) {
+    return wait.slices * static_cast<double>(r.iterations) * r.mean_iteration_ns / 1e9;
+  };
+  c.turns = turns(workers[w], own);
   values.clear();
   for (uint32_t o : group) {
     const CpuWait peer = WaitOf(workers[o], c.main_thread);
-    if (o != w && peer.valid()) values.push_back(static_cast<float>(peer.per_slice_s()));
+    if (o != w && peer.valid()) {
+      values.push_back(static_cast<float>(peer.per_slice_s()));
+      c.turns = std::min(c.turns, turns(workers[o], peer));
+    }
   }
   if (values.empty()) return c;
   c.known = true;
@@ -125,7 +142,9 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& worke
     for (uint32_t w : members[g]) {
       if (named[w]) continue;
       const Crowding c = CrowdingOf(workers, members[g], w, values);
-      if (!Crowded(c, kAloneRatio) || c.extra < kAloneExtraShare) continue;
+      if (!Crowded(c, kAloneRatio) || c.extra < kAloneExtraShare || c.turns < kAloneMinTurns) {
+        continue;
+      }
       // A material relabelled finding names the function and says it already.
       if (contended[w] >= ctx.material_ns || c.extra * ctx.iteration_ns <= contended[w]) continue;
       WorkerFinding wf;

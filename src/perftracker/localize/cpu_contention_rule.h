@@ -11,7 +11,8 @@
 //     of its excess per iteration.
 //   - A worker with no straggler function whose wait per turn is far above its peers' gets
 //     a PT-CPU-CONTENTION finding of its own (run_queue_only): in DDP a starved rank loses
-//     its time everywhere a little.
+//     its time everywhere a little. Only when every compared thread was put on a CPU at
+//     least 100 times in the window: over fewer turns a wait per turn is noise.
 // No timeslice counts (offline traces, old summaries): no judgment.
 #pragma once
 
