@@ -8,9 +8,12 @@ process's threads waited for a CPU: this module measures that (Linux: the thread
 metadata event,
 
     {"ph": "M", "name": "perftracker_host_load", "pid": PID, "tid": 0,
-     "args": {"cpu_ns": ..., "run_delay_ns": ..., "wall_ns": ...}}
+     "args": {"cpu_ns": ..., "run_delay_ns": ..., "wall_ns": ..., "steal_fraction": ...}}
 
 which Perfetto UI and chrome://tracing ignore (docs/compare.md, "Machine load").
+steal_fraction (present when /proc/stat has the field) is the host's steal time over all its
+CPU time in that span: on a VM, the share the hypervisor gave other guests, which slows every
+CPU second of the job without any run-queue wait.
 
 With torch.profiler::
 
@@ -60,6 +63,20 @@ def _thread_times(pid="self"):
     return cpu, delay
 
 
+def _host_cpu_ticks():
+    """(steal, total) clock ticks of all CPUs from /proc/stat's "cpu" line, or None (no file,
+    or a kernel without the steal field). Guest time is inside user and nice already."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        if fields[0] != "cpu" or len(fields) < 9:
+            return None
+        ticks = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError, IndexError):
+        return None
+    return ticks[7], sum(ticks)
+
+
 class ProcessLoad:
     """CPU time and run-queue wait of this process's threads from start() to stop()."""
 
@@ -69,7 +86,7 @@ class ProcessLoad:
 
     def start(self):
         if self._start is None and self._result is None:
-            self._start = (time.monotonic_ns(), _thread_times())
+            self._start = (time.monotonic_ns(), _thread_times(), _host_cpu_ticks())
 
     def stop(self):
         """The args of the trace's metadata event (the same on later calls): {} when start()
@@ -78,13 +95,16 @@ class ProcessLoad:
             return self._result
         if self._start is None:
             return {}
-        t0, threads0 = self._start
-        t1, threads1 = time.monotonic_ns(), _thread_times()
+        t0, threads0, host0 = self._start
+        t1, threads1, host1 = time.monotonic_ns(), _thread_times(), _host_cpu_ticks()
         self._result = {}
         if threads0 is not None and threads1 is not None:
             self._result = {"cpu_ns": max(0, threads1[0] - threads0[0]),
                             "run_delay_ns": max(0, threads1[1] - threads0[1]),
                             "wall_ns": t1 - t0}
+            if host0 is not None and host1 is not None and host1[1] > host0[1] \
+                    and host1[0] >= host0[0]:
+                self._result["steal_fraction"] = (host1[0] - host0[0]) / (host1[1] - host0[1])
         return self._result
 
 

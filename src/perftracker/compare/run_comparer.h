@@ -22,8 +22,9 @@
 //    such a change is noise and is not applied: delta = current - baseline.
 //    Machine load. A shared factor that the machine's load explains is not a change of the
 //    job: when both runs say how long their threads waited for a CPU (ProfileWorker::
-//    cpu_stretch: a live window's host metrics, a trace's host-load event), the ratio of the
-//    two stretches (median over ranks) is the factor by which load alone lengthens CPU work.
+//    cpu_stretch: a live window's host metrics, a trace's host-load event; on a VM its
+//    host's steal time too), the ratio of the two stretches (median over ranks) is the
+//    factor by which load alone lengthens CPU work.
 //    When the factor's cost passes the bar and the load moved the same way, by at least
 //    kLoadExplains of it (in log terms), the shared factor is reported as the machine's
 //    (shared_explained_by_load, a note), not as a material change, and functions are

@@ -492,6 +492,50 @@ TEST(RunProfile, PathHashesMatchTheTreeAndAFilteredProfileCountsTheSameTimes) {
   EXPECT_EQ(tree.size(), 5u);  // root, step, block2, addmm, relu
 }
 
+TEST(RunProfile, StealTimeOfAVirtualMachineStretchesEveryCpuSecond) {
+  // The same worker on two VMs: threads that ran 0.5 of wall time and waited 0.25 for a CPU;
+  // on the second VM the hypervisor took 20 % of the host's CPU time for other guests. Its
+  // schedstat CPU time cannot show that (the thread was "running" while its virtual CPU was
+  // not), so each CPU second took 1 / 0.8 s before the run-queue wait.
+  EXPECT_DOUBLE_EQ(CpuStretch(0.5, 0.25, -1), 1.5);
+  EXPECT_DOUBLE_EQ(CpuStretch(0.5, 0.25, 0), 1.5);
+  EXPECT_DOUBLE_EQ(CpuStretch(0.5, 0.25, 0.2), 1.25 + 0.5);
+  EXPECT_DOUBLE_EQ(CpuStretch(0.5, 0.25, 1.0), 1.5) << "not a measurement";
+  EXPECT_EQ(CpuStretch(0, 0.25, 0.2), 0) << "unknown CPU time";
+  EXPECT_EQ(CpuStretch(0.5, -1, 0.2), 0) << "unknown run-queue wait";
+
+  // Through a summary's host metrics (a live window's, a trace's host-load event), and into
+  // the comparison: every function 1.25x slower on the VM whose host lost 20 % to steal,
+  // with the same run-queue wait, is the machine, not the job.
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) {
+    for (const double steal : {0.0, 0.2}) {
+      WorkerSummary w = SummaryWithAnExplicitKey();
+      w.rank = r;
+      const int64_t scale = steal > 0 ? 1250 : 1000;  // ns per ns of the summary
+      w.iterations[0].duration_ns = w.iterations[1].duration_ns = 100 * scale;
+      for (FunctionSummary& f : w.functions) {
+        f.total_ns *= scale;
+        f.self_ns *= scale;
+      }
+      w.worker_metrics = {{Metric::kCpuUtilization, 0.5, 0},
+                          {Metric::kRunQueueDelayFraction, 0.05, 0},
+                          {Metric::kCpuStealFraction, steal, 0}};
+      (steal > 0 ? cur : base).AddSummary(w);
+    }
+  }
+  EXPECT_DOUBLE_EQ(base.workers()[0].cpu_stretch, 1.1);
+  EXPECT_DOUBLE_EQ(cur.workers()[0].cpu_stretch, 1.35);
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_DOUBLE_EQ(c->shared_scale, 1.25);
+  EXPECT_NEAR(c->machine_scale, 1.35 / 1.1, 1e-6);
+  EXPECT_TRUE(c->shared_explained_by_load);
+  EXPECT_FALSE(c->has_material_change());
+}
+
 TEST(ReportJsonReader, RefusesWhatIsNotAReportInOneLine) {
   CallPathTree tree;
   RunProfile p(&tree, "x");

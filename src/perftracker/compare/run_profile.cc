@@ -8,6 +8,8 @@ namespace {
 
 // Makes the MAD a consistent estimator of the standard deviation of normal data.
 constexpr double kMadToSigma = 1.4826;
+// A steal fraction beyond this is not a measurement to stretch by (a broken counter).
+constexpr double kMaxSteal = 0.95;
 
 }  // namespace
 
@@ -27,6 +29,15 @@ double RobustSpread(std::vector<double> values) {
   const double center = Median(values);
   for (double& v : values) v = std::fabs(v - center);
   return kMadToSigma * Median(std::move(values));
+}
+
+double CpuStretch(double cpu, double run_queue, double steal) {
+  if (!(cpu > 0) || !(run_queue >= 0)) return 0;
+  // On a VM the schedstat CPU time is the guest's view: the threads ran, but the hypervisor
+  // kept their virtual CPUs for another guest a share `steal` of the time, so each second of
+  // work took 1 / (1 - steal) seconds on top of the run-queue wait.
+  const double on_cpu = steal >= 0 && steal < kMaxSteal ? 1 / (1 - steal) : 1;
+  return on_cpu + run_queue / cpu;
 }
 
 std::vector<uint64_t> CallPathHashes(const WorkerSummary& summary) {
@@ -58,11 +69,13 @@ void RunProfile::AddSummary(const WorkerSummary& summary,
   worker.iteration_spread_ns = RobustSpread(std::move(durations));
   double cpu = -1;
   double run_queue = -1;
+  double steal = -1;
   for (const FunctionMetric& m : summary.worker_metrics) {
     if (m.metric == Metric::kCpuUtilization) cpu = m.mean;
     if (m.metric == Metric::kRunQueueDelayFraction) run_queue = m.mean;
+    if (m.metric == Metric::kCpuStealFraction) steal = m.mean;
   }
-  if (cpu > 0 && run_queue >= 0) worker.cpu_stretch = 1 + run_queue / cpu;
+  worker.cpu_stretch = CpuStretch(cpu, run_queue, steal);
 
   // Parents precede their children in a summary (WorkerSummary::Key()), so one pass interns
   // each function under its parent's node; a function with an explicit key is interned by it.

@@ -33,10 +33,9 @@ struct ProfileWorker {
   // 1.4826 x the MAD of the iteration times: how much one iteration scatters about the median
   // in this run (a robust standard deviation); 0 with fewer than two iterations.
   double iteration_spread_ns = 0;
-  // How busy the machine was: (CPU time + run-queue wait) / CPU time of the worker's threads
-  // over the window (>= 1: each CPU second it ran took this long; 1 = never waited for a
-  // CPU), from the window's kCpuUtilization and kRunQueueDelayFraction (a live collector's
-  // host sampler, or a trace's host-load event). 0 when unknown.
+  // How busy the machine was: how long each second of the worker's CPU work took, CpuStretch()
+  // of the window's kCpuUtilization, kRunQueueDelayFraction and kCpuStealFraction (a live
+  // collector's host sampler, or a trace's host-load event). 0 when unknown.
   double cpu_stretch = 0;
   std::unordered_map<uint32_t, FunctionTimes> functions;  // by CallPathTree node
 };
@@ -81,6 +80,12 @@ class RunProfile {
 // The hash (CallPathTree::FrameHash, KeyHash) of each function's call path, by index: equal
 // for the functions AddSummary() counts in one node.
 std::vector<uint64_t> CallPathHashes(const WorkerSummary& summary);
+
+// How long each second of CPU work took, from a worker's CPU utilization and run-queue
+// delay fraction (both per wall second, summed over its threads) and its host's steal
+// fraction (-1 when unknown): 1 / (1 - steal) + run_queue / cpu, >= 1 (1 = never waited for a
+// CPU, on a host that lost none to other guests). 0 when cpu or run_queue is unknown.
+double CpuStretch(double cpu, double run_queue, double steal);
 
 // 1.4826 x the median absolute deviation of `values` (reordered); 0 for fewer than two.
 double RobustSpread(std::vector<double> values);

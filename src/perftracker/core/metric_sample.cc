@@ -60,6 +60,8 @@ std::string_view MetricName(Metric metric) {
       return "main_thread_timeslices_per_s";
     case Metric::kTcpWireSecondsPerSec:
       return "tcp_wire_seconds_per_s";
+    case Metric::kCpuStealFraction:
+      return "cpu_steal_fraction";
   }
   return "unknown";
 }

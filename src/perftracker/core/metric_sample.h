@@ -47,8 +47,13 @@ enum class Metric : uint16_t {
   // its bytes spent on their paths. Bytes delivered / this is its delivery rate weighted by
   // bytes (a harmonic mean), which a few samples of a burst at line rate cannot inflate.
   kTcpWireSecondsPerSec = 27,
+  // The share of the host's CPU time taken by the hypervisor for other guests (/proc/stat's
+  // steal over all of its CPU time: 0..1, host-wide). On a VM a thread's second of CPU work
+  // then takes 1 / (1 - steal) seconds, a stretch that no run-queue wait shows: the thread
+  // was running, from the guest's view, while its virtual CPU was not.
+  kCpuStealFraction = 28,
 };
-inline constexpr int kNumMetrics = 28;
+inline constexpr int kNumMetrics = 29;
 
 std::string_view MetricName(Metric metric);
 

@@ -75,6 +75,10 @@ ImportResult ImportOne(const std::string& path, const KinetoImportOptions& impor
         {Metric::kCpuUtilization, info->load_cpu_ns / info->load_wall_ns, 0});
     result.summary.worker_metrics.push_back(
         {Metric::kRunQueueDelayFraction, info->load_run_delay_ns / info->load_wall_ns, 0});
+    if (info->load_steal_fraction >= 0) {
+      result.summary.worker_metrics.push_back(
+          {Metric::kCpuStealFraction, info->load_steal_fraction, 0});
+    }
   }
   // The importer's counts join the summarizer's (summary/data_quality_counters.h).
   result.summary.stats.names_truncated += info->names_truncated;

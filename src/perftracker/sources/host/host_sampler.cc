@@ -21,6 +21,13 @@
 //                                  (per thread; /proc/<pid>/status shows the leader only)
 //   /proc/<pid>/statm              field 2: resident pages (a level, not a counter)
 //   /sys/class/net/<if>/statistics/{tx,rx}_bytes, /sys/class/net/<if>/ifindex
+//   /proc/stat                     the "cpu" line: user nice system idle iowait irq softirq
+//                                  steal (clock ticks of all CPUs). Steal is time the
+//                                  hypervisor gave another guest while this one wanted to
+//                                  run; its share of the line's total is host-wide and
+//                                  given with each pid's CPU samples (a kernel without the
+//                                  steal field, before 2.6.11, or a tree without the file
+//                                  gives none)
 // Thread counters are kept per thread id: a thread that appears between two samples
 // contributes all of its counts (it ran only in that interval), one that exits loses its
 // last interval (its counters are gone with it); a counter that went backwards (tid reused)
@@ -138,10 +145,45 @@ void HostSampler::Sample(int64_t now_ns, const std::vector<int32_t>& pids,
   for (auto it = pids_.begin(); it != pids_.end();) {
     it = wanted.count(it->first) != 0 ? std::next(it) : pids_.erase(it);
   }
+  steal_fraction_ = wanted.empty() ? -1 : SampleSteal();
   for (int32_t pid : wanted) {
     if (!SamplePid(now_ns, pid, out)) pids_.erase(pid);
   }
   SampleNics(now_ns, out);
+}
+
+double HostSampler::SampleSteal() {
+  const std::string path = proc_root_ + "/stat";
+  std::string text;
+  // Optional, as the steal field is: without the file (a fixture tree) nothing is said.
+  if (!ReadFile(path, &text)) {
+    host_cpu_.valid = false;
+    return -1;
+  }
+  const std::string_view line = std::string_view(text).substr(0, text.find('\n'));
+  if (Field(line, 0) != "cpu") {
+    Unreadable(-1, path, "no \"cpu\" line first");
+    host_cpu_.valid = false;
+    return -1;
+  }
+  // Fields 1..8: user nice system idle iowait irq softirq steal (guest time is already in
+  // user and nice, so it is not added again).
+  HostCpuState now;
+  for (int f = 1; f <= 8; ++f) {
+    uint64_t v = 0;
+    if (!ParseU64(Field(line, f), &v)) {
+      host_cpu_.valid = false;
+      return -1;  // an old kernel without the steal field: nothing to say
+    }
+    now.total += v;
+    if (f == 8) now.steal = v;
+  }
+  now.valid = true;
+  const HostCpuState before = host_cpu_;
+  host_cpu_ = now;
+  if (!before.valid || now.total <= before.total || now.steal < before.steal) return -1;
+  return static_cast<double>(now.steal - before.steal) /
+         static_cast<double>(now.total - before.total);
 }
 
 bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>* out) {
@@ -250,6 +292,7 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
     if (run_delay_ok) {
       emit(Metric::kCpuUtilization, static_cast<double>(cpu_ns) / wall_ns);
       emit(Metric::kRunQueueDelayFraction, static_cast<double>(run_delay) / wall_ns);
+      if (steal_fraction_ >= 0) emit(Metric::kCpuStealFraction, steal_fraction_);
       if (timeslices_ok) {
         emit(Metric::kTimeslicesPerSec, static_cast<double>(timeslices) * 1e9 / wall_ns);
       }

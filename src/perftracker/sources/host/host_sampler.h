@@ -43,6 +43,9 @@ class HostSampler : public MetricSampler {
   //   kVoluntaryCtxSwitchesPerSec   summed over threads
   //   kInvoluntaryCtxSwitchesPerSec summed over threads
   //   kMemoryRssBytes               resident set size
+  //   kCpuStealFraction             the host's steal time over all its CPU time (/proc/stat:
+  //                                 the hypervisor ran other guests), host-wide, given with
+  //                                 each pid's CPU samples
   //   kNicTxBytesPerSec / kNicRxBytesPerSec  per interface except loopback (pid -1)
   void Sample(int64_t now_ns, const std::vector<int32_t>& pids,
               std::vector<PidSample>* out) override;
@@ -68,7 +71,15 @@ class HostSampler : public MetricSampler {
     uint64_t rx_bytes = 0;
   };
 
+  struct HostCpuState {
+    bool valid = false;
+    uint64_t steal = 0;  // /proc/stat "cpu" line, clock ticks of all CPUs
+    uint64_t total = 0;
+  };
+
   bool SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>* out);
+  // The steal fraction since the previous call (reads /proc/stat); -1 when unknown.
+  double SampleSteal();
   void SampleNics(int64_t now_ns, std::vector<PidSample>* out);
   void Unreadable(int32_t pid, const std::string& path, const char* why);  // pid -1: host-wide
 
@@ -78,6 +89,8 @@ class HostSampler : public MetricSampler {
   double page_bytes_ = 4096;
   std::map<int32_t, PidState> pids_;
   std::map<std::string, NicState> nics_;
+  HostCpuState host_cpu_;
+  double steal_fraction_ = -1;  // of the current Sample() call's interval; -1 unknown
   HostSamplerStats stats_;
 };
 

@@ -137,6 +137,36 @@ TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
   EXPECT_EQ(sampler.stats().unreadable_files, 0u) << sampler.stats().first_problem;
 }
 
+TEST(HostSamplerTest, StealTimeOfTheHostComesWithEachPidsCpuSamples) {
+  // A VM whose hypervisor ran other guests: /proc/stat's eighth field (steal) grew by 50
+  // ticks of the 1,000 the two CPUs' fields grew by (guest and guest_nice, already inside
+  // user and nice, are not added again).
+  FixtureTree t;
+  t.Process(10, 0, 0, 100);
+  t.Thread(10, 10, 0, 0, 0, 0);
+  t.Write("proc/stat",
+          "cpu  1000 10 300 5000 20 0 5 100 400 0\ncpu0 500 5 150 2500 10 0 3 50 200 0\n"
+          "intr 12345\n");
+  HostSampler sampler(t.proc(), t.sys());
+  std::vector<PidSample> out;
+  sampler.Sample(1 * kSec, {10}, &out);
+  EXPECT_FALSE(Find(out, 10, Metric::kCpuStealFraction, 10).has_value()) << "no interval yet";
+  t.Thread(10, 10, 500'000'000, 100'000'000, 1, 1);
+  t.Write("proc/stat", "cpu  1600 10 500 5130 20 0 25 150 900 0\nintr 12399\n");
+  out.clear();
+  sampler.Sample(2 * kSec, {10}, &out);
+  EXPECT_DOUBLE_EQ(*Find(out, 10, Metric::kCpuStealFraction, 10), 50.0 / 1000.0);
+  EXPECT_DOUBLE_EQ(*Find(out, 10, Metric::kCpuUtilization, 10), 0.5);
+
+  // A kernel without the steal field says nothing, and is not an error.
+  t.Write("proc/stat", "cpu  1700 10 500 5200\n");
+  out.clear();
+  sampler.Sample(3 * kSec, {10}, &out);
+  EXPECT_FALSE(Find(out, 10, Metric::kCpuStealFraction, 10).has_value());
+  EXPECT_TRUE(Find(out, 10, Metric::kCpuUtilization, 10).has_value());
+  EXPECT_EQ(sampler.stats().unreadable_files, 3u) << sampler.stats().first_problem;  // /sys
+}
+
 TEST(HostSamplerTest, ClockTicksWhenSchedstatIsMissing) {
   // A kernel without CONFIG_SCHED_INFO: CPU time from /proc/<pid>/stat, no run-queue delay.
   const auto ticks = static_cast<uint64_t>(sysconf(_SC_CLK_TCK));

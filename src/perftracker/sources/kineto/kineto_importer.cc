@@ -395,6 +395,7 @@ class KinetoImporter::Impl {
   double load_cpu_ns_ = 0;
   double load_run_delay_ns_ = 0;
   double load_wall_ns_ = 0;
+  double load_steal_fraction_ = -1;
 
   // distributedInfo.
   std::optional<int32_t> dist_rank_;
@@ -682,6 +683,9 @@ void KinetoImporter::Impl::ReadHostLoad(const char* begin, const char* end) {
   load_cpu_ns_ = cpu;
   load_run_delay_ns_ = delay;
   load_wall_ns_ = wall;
+  // Optional; a fraction of 1 or more is not one (every CPU second stolen).
+  const double steal = number("steal_fraction");
+  load_steal_fraction_ = steal < 1 ? steal : -1;
 }
 
 void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset) {
@@ -1090,6 +1094,7 @@ StatusOr<KinetoTraceInfo> KinetoImporter::Impl::Finish() {
   info.load_cpu_ns = load_cpu_ns_;
   info.load_run_delay_ns = load_run_delay_ns_;
   info.load_wall_ns = load_wall_ns_;
+  info.load_steal_fraction = load_steal_fraction_;
   return info;
 }
 

@@ -39,11 +39,13 @@ struct KinetoTraceInfo {
   bool bare_list = false;  // the document was a bare list of events (torch 1.13 CPU-only)
   // How busy the machine was while the trace was recorded: the trace's metadata event
   // {"ph": "M", "name": "perftracker_host_load", "args": {"cpu_ns", "run_delay_ns",
-  // "wall_ns"}} (python/perftracker/host_load.py): the process's threads' CPU time and
-  // run-queue wait over the recorded steps. All 0 when the trace has none.
+  // "wall_ns", "steal_fraction"}} (python/perftracker/host_load.py): the process's threads'
+  // CPU time and run-queue wait over the recorded steps. All 0 when the trace has none.
   double load_cpu_ns = 0;
   double load_run_delay_ns = 0;
   double load_wall_ns = 0;
+  // The host's steal time over all its CPU time then (0..1); -1 when the event does not say.
+  double load_steal_fraction = -1;
 };
 
 // The name of the metadata event that carries KinetoTraceInfo's load.

@@ -300,6 +300,20 @@ TEST(KinetoImporterTest, TheHostLoadEventSaysHowBusyTheMachineWas) {
     EXPECT_EQ(r->info.load_wall_ns, 0) << args;
     EXPECT_EQ(r->info.events_emitted, 1u);
   }
+  // The host's steal fraction (a VM's), when the module could read it; one that is not a
+  // fraction is unknown, the rest of the event still read.
+  for (const auto& [steal, want] : std::vector<std::pair<std::string, double>>{
+           {"0.125", 0.125}, {"0", 0.0}, {"1.5", -1.0}, {"-0.1", -1.0}, {"\"a\"", -1.0}}) {
+    const std::string text =
+        "[" + op + R"(, {"ph": "M", "name": "perftracker_host_load", "args": {"cpu_ns": 6, )" +
+        R"("run_delay_ns": 9, "wall_ns": 12, "steal_fraction": )" + steal + "}}]";
+    const auto r = ImportText(text, text.size());
+    ASSERT_TRUE(r->status.ok()) << r->status.message();
+    EXPECT_EQ(r->info.load_steal_fraction, want) << steal;
+    EXPECT_EQ(r->info.load_wall_ns, 12) << steal;
+  }
+  EXPECT_EQ(ImportText("[" + op + ", " + event + "]", 1)->info.load_steal_fraction, -1)
+      << "an event without it";
 }
 
 TEST(KinetoImporterTest, GoldenTorch113BareListTrace) {
