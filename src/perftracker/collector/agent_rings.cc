@@ -71,7 +71,11 @@ void AgentRings::SyncFunctions(Source& source) {
                                   ? FunctionTable::kNoParent
                                   : source.local_ids[slot.parent];
       const std::string_view name(slot.name, slot.name_len);
-      local = functions_.Intern(SummaryKind(static_cast<EventKind>(slot.kind), name), name, parent);
+      const EventKind kind = SummaryKind(static_cast<EventKind>(slot.kind), name);
+      local = functions_.Intern(kind, name, parent);
+      if (kind != static_cast<EventKind>(slot.kind) && kind == EventKind::kDataLoad) {
+        iterator_next_callers_.insert(parent);
+      }
     } else {
       ++stats_.invalid_functions;
       local = functions_.Intern(EventKind::kPythonCall, fmt::format("<invalid function {}>", id));
@@ -120,6 +124,15 @@ void AgentRings::Route(Source& source, int ring, const Event& event) {
   }
   Event ev = event;
   ev.function_id = source.local_ids[event.function_id];
+  // The agent's DataLoader wrapper marks each next() with a kDataLoad event around the call
+  // of the iterator's own __next__, which its Python profile records too, under the same
+  // caller: one call. Summarized once, as that Python call (with what it calls under it);
+  // the marker alone only where the profile has no such call under its caller.
+  if (ev.kind == EventKind::kDataLoad && !iterator_next_callers_.empty() &&
+      iterator_next_callers_.count(functions_.Get(ev.function_id).parent) != 0) {
+    ++stats_.duplicate_data_load_markers;
+    return;
+  }
   if (ev.kind == EventKind::kPythonCall) ev.kind = functions_.Get(ev.function_id).kind;
   if (tracks_announced_.insert(ev.track_id).second) {
     TrackInfo track;

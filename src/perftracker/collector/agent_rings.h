@@ -51,6 +51,9 @@ struct AgentRingsStats {
   uint64_t events_outside = 0;     // popped outside any window (discarded)
   uint64_t malformed_events = 0;   // unknown function id, unknown kind
   uint64_t invalid_functions = 0;  // published slots that failed validation
+  // The agent's DataLoader markers not summarized: the iterator's own __next__ call, which
+  // the profile recorded, is the same call (AgentRings::Route).
+  uint64_t duplicate_data_load_markers = 0;
 };
 
 class AgentRings {
@@ -121,6 +124,10 @@ class AgentRings {
   WorkerInfo worker_;
   FunctionTable functions_;
   std::unordered_set<uint32_t> invalid_functions_;  // functions_ ids of invalid slots
+  // functions_ ids of the callers of a DataLoader iterator's own __next__ (a Python call the
+  // agent's profile records): the agent's kDataLoad marker under such a caller is the same
+  // call recorded twice, and is not summarized (see Route).
+  std::unordered_set<uint32_t> iterator_next_callers_;
   std::vector<Event> batch_;
   AgentRingsStats stats_;
 
