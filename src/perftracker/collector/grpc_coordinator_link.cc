@@ -197,11 +197,16 @@ void GrpcCoordinatorLink::OnSummary(uint64_t window, WorkerSummary summary) {
     // Room for it: the oldest other windows go first.
     while (kept_bytes_ + size > options_.max_kept_bytes && !kept_.empty() &&
            kept_.begin()->first != window) {
-      for (const auto& [rank, b] : kept_.begin()->second.summaries) kept_bytes_ -= b.size();
-      kept_.erase(kept_.begin());
+      ForgetKeptLocked(kept_.begin()->first,
+                       fmt::format("{} dropped it to make room for a newer window's "
+                                   "(--keep-summaries-mb: at most {:g} MB)",
+                                   options_.host, KeepLimitMb()));
     }
     if (kept_bytes_ + size > options_.max_kept_bytes) {
       ++stats_.summaries_unkept;
+      NoteGoneLocked(window, fmt::format("it did not fit in {}'s --keep-summaries-mb (at most "
+                                         "{:g} MB kept)",
+                                         options_.host, KeepLimitMb()));
     } else {
       KeptWindow& k = kept_[window];
       if (k.since_ns == 0) k.since_ns = now;
@@ -223,26 +228,47 @@ void GrpcCoordinatorLink::ExpireKeptLocked(int64_t now_ns) {
       ++it;
       continue;
     }
-    for (const auto& [rank, b] : it->second.summaries) kept_bytes_ -= b.size();
-    it = kept_.erase(it);
+    const uint64_t window = it->first;
+    ++it;
+    ForgetKeptLocked(window, fmt::format("{} dropped it after --keep-summaries-seconds ({:g})",
+                                         options_.host, options_.keep_summaries_ms / 1000.0));
   }
+}
+
+double GrpcCoordinatorLink::KeepLimitMb() const {
+  return static_cast<double>(options_.max_kept_bytes) / static_cast<double>(1u << 20);
+}
+
+void GrpcCoordinatorLink::ForgetKeptLocked(uint64_t window, std::string why) {
+  auto k = kept_.find(window);
+  if (k != kept_.end()) {
+    for (const auto& [rank, b] : k->second.summaries) kept_bytes_ -= b.size();
+    kept_.erase(k);
+  }
+  NoteGoneLocked(window, std::move(why));
+}
+
+void GrpcCoordinatorLink::NoteGoneLocked(uint64_t window, std::string why) {
+  gone_why_[window] = std::move(why);
+  while (gone_why_.size() > kGoneWindowsRemembered) gone_why_.erase(gone_why_.begin());
 }
 
 void GrpcCoordinatorLink::SendKept(uint64_t window, const std::vector<int32_t>& ranks) {
   std::vector<std::pair<int32_t, std::string>> out;
-  size_t unkept = 0;
+  ControlSummariesNotKept not_kept{window, {}, ""};
+  bool answer = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ExpireKeptLocked(SteadyNs());  // kept at most keep_summaries_ms, asked for or not
     auto k = kept_.find(window);
     for (int32_t rank : ranks) {
       if (k == kept_.end()) {
-        ++unkept;
+        not_kept.ranks.push_back(rank);
         continue;
       }
       auto it = k->second.summaries.find(rank);
       if (it == k->second.summaries.end()) {
-        ++unkept;
+        not_kept.ranks.push_back(rank);
         continue;
       }
       kept_bytes_ -= it->second.size();
@@ -250,16 +276,28 @@ void GrpcCoordinatorLink::SendKept(uint64_t window, const std::vector<int32_t>& 
       k->second.summaries.erase(it);
     }
     stats_.summaries_asked += out.size();
-    stats_.summaries_unkept += unkept;
+    stats_.summaries_unkept += not_kept.ranks.size();
+    answer = takes_not_kept_;
+    auto why = gone_why_.find(window);
+    not_kept.reason =
+        why != gone_why_.end()
+            ? why->second
+            : fmt::format("{} does not have it (sent already, or never summarized)", options_.host);
   }
-  if (unkept > 0) {
-    Log("the server asked for " + std::to_string(unkept) + " full summaries of window " +
-        std::to_string(window) +
-        " that this collector does not keep (gone after max_kept_bytes or keep_summaries_ms)");
+  if (!not_kept.ranks.empty()) {
+    Log(
+        fmt::format("the server asked for {} full summaries of window {} that this collector does "
+                    "not keep (gone after max_kept_bytes or keep_summaries_ms): {}",
+                    not_kept.ranks.size(), window, not_kept.reason));
   }
   for (auto& [rank, bytes] : out) {
     const size_t size = bytes.size();
     Push(ControlSummary{window, rank, std::move(bytes)}, size + 64);
+  }
+  // Said once its summaries are queued: the server stops waiting for these ranks at once.
+  if (answer && !not_kept.ranks.empty()) {
+    const size_t size = not_kept.ranks.size() * sizeof(int32_t) + not_kept.reason.size() + 64;
+    Push(std::move(not_kept), size);
   }
 }
 
@@ -384,6 +422,7 @@ void GrpcCoordinatorLink::Loop() {
       ++stats_.connections;
       stats_.connected = true;
       send_digests_ = (*stream)->registered().send_digests;
+      takes_not_kept_ = (*stream)->registered().takes_summaries_not_kept;
       stream_broken_ = false;
       if (!first_attempt_done_) {
         first_attempt_done_ = true;
@@ -499,11 +538,7 @@ void GrpcCoordinatorLink::Dispatch(const ServerMessage& message) {
     SendKept(q->window, q->ranks);
   } else if (const auto* done = std::get_if<ControlWindowDiagnosed>(&message)) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto k = kept_.find(done->window);
-    if (k != kept_.end()) {
-      for (const auto& [rank, b] : k->second.summaries) kept_bytes_ -= b.size();
-      kept_.erase(k);
-    }
+    ForgetKeptLocked(done->window, "the server said the window was diagnosed");
   } else if (const auto* r = std::get_if<ControlSendRecordings>(&message)) {
     SendRecordings(r->window);
   } else if (const auto* r = std::get_if<ControlRejected>(&message)) {

@@ -22,7 +22,10 @@
 // OnSummary sends the worker's digest (summary/worker_digest.h) and keeps the encoded full
 // summary until the server asks for it (RequestSummaries: sent, then forgotten), says the
 // window is diagnosed, or keep_summaries_ms pass; at most max_kept_bytes are kept (the
-// oldest window's go first; a summary beyond that is not kept and counted).
+// oldest window's go first; a summary beyond that is not kept and counted). A request for
+// summaries no longer kept is answered ControlSummariesNotKept with why (which limit dropped
+// them; remembered for the last kGoneWindowsRemembered windows) when the server takes that
+// answer, so that it stops waiting for them; it is logged either way.
 //
 // Perfetto recordings. The NodeCollector's window recordings (files on this host, at most
 // --perfetto-events-per-rank events of 40 B per rank) are remembered here, not sent: the
@@ -127,6 +130,10 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   void SendKept(uint64_t window, const std::vector<int32_t>& ranks);
   // Drops kept windows older than keep_summaries_ms (mu_ held).
   void ExpireKeptLocked(int64_t now_ns);
+  // Drops `window`'s kept summaries, remembering why for a later request (mu_ held).
+  void ForgetKeptLocked(uint64_t window, std::string why);
+  void NoteGoneLocked(uint64_t window, std::string why);
+  double KeepLimitMb() const;
   void Log(const std::string& line);
 
   GrpcLinkOptions options_;
@@ -147,12 +154,15 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   std::vector<ControlIteration> iterations_;
   std::map<int32_t, WorkerInfo> ranks_;  // connected now, for re-registration
   bool send_digests_ = false;            // what the server said at the last registration
+  bool takes_not_kept_ = false;          // likewise: answer ControlSummariesNotKept
   struct KeptWindow {
     int64_t since_ns = 0;                      // steady clock
     std::map<int32_t, std::string> summaries;  // rank -> EncodeWorkerSummary bytes
   };
   std::map<uint64_t, KeptWindow> kept_;  // window id -> its full summaries
   size_t kept_bytes_ = 0;
+  static constexpr size_t kGoneWindowsRemembered = 64;
+  std::map<uint64_t, std::string> gone_why_;  // window -> why (some of) its summaries went
   std::map<uint64_t, std::map<int32_t, std::string>> recordings_;  // window -> rank -> file
   GrpcLinkStats stats_;
   uint64_t rejected_logged_ = 0;

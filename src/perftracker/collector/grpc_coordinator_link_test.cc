@@ -42,7 +42,7 @@ class Recorder : public ControlHandler {
   };
   StatusOr<std::shared_ptr<ControlSession>> OnRegister(const ControlRegistration& reg,
                                                        std::shared_ptr<CommandSink> sink) override {
-    sink->Send(ControlRegistered{"c1", 0, send_digests_});
+    sink->Send(ControlRegistered{"c1", 0, send_digests_, takes_not_kept_});
     std::lock_guard<std::mutex> lock(mu_);
     registrations_.push_back(reg);
     sinks_.push_back(sink);
@@ -68,7 +68,8 @@ class Recorder : public ControlHandler {
   std::vector<std::shared_ptr<CommandSink>> sinks_;
   std::vector<CollectorMessage> messages_;
   int closed_ = 0;
-  bool send_digests_ = false;  // tell collectors to send digests first
+  bool send_digests_ = false;    // tell collectors to send digests first
+  bool takes_not_kept_ = false;  // a server that takes ControlSummariesNotKept
 };
 
 class FakeControl : public CollectorControl {
@@ -309,8 +310,9 @@ namespace {
 
 // A link told to send digests, against a server that asks for full summaries later.
 struct DigestLink {
-  explicit DigestLink(GrpcLinkOptions o) {
+  explicit DigestLink(GrpcLinkOptions o, bool takes_not_kept = false) {
     recorder.send_digests_ = true;
+    recorder.takes_not_kept_ = takes_not_kept;
     ControlServerOptions so;
     so.log = [](std::string_view) {};
     server = std::move(ControlServer::Start(so, &recorder)).value();
@@ -342,6 +344,10 @@ struct DigestLink {
       return now.summaries_asked + now.summaries_unkept ==
              before.summaries_asked + before.summaries_unkept + n;
     }));
+  }
+  std::vector<ControlSummariesNotKept> NotKept() {
+    std::lock_guard<std::mutex> lock(recorder.mu_);
+    return recorder.All<ControlSummariesNotKept>();
   }
   std::vector<std::pair<uint64_t, int32_t>> FullSummaries() {
     std::lock_guard<std::mutex> lock(recorder.mu_);
@@ -394,6 +400,36 @@ TEST(GrpcCoordinatorLinkTest, KeptSummariesMakeRoomOldestWindowFirst) {
                        "not keep") != std::string::npos;
   }
   EXPECT_TRUE(said) << "the unkept request is logged";
+  EXPECT_TRUE(d.NotKept().empty()) << "a server that does not take the answer gets none";
+}
+
+// A server that takes the answer is told at once which requested ranks are not kept, and
+// why, so that it need not wait --wait-summaries-seconds for them; the kept ones come.
+TEST(GrpcCoordinatorLinkTest, RequestedSummariesNoLongerKeptAreAnsweredNotKept) {
+  const size_t one = EncodeWorkerSummary(Summary(0)).size();
+  GrpcLinkOptions o;
+  o.max_kept_bytes = 2 * one + one / 2;  // room for two
+  DigestLink d(o, /*takes_not_kept=*/true);
+  d.link->OnSummary(1, Summary(0));
+  d.link->OnSummary(2, Summary(0));
+  d.link->OnSummary(2, Summary(1));  // window 1's goes to make room
+  d.link->OnSummary(2, Summary(2));  // does not fit beside its own window's two
+  ASSERT_TRUE(d.recorder.WaitUntil([&] { return d.recorder.All<ControlDigest>().size() == 4; }));
+  d.Ask(1, {0});
+  d.Ask(2, {0, 1, 2});
+  d.Ask(3, {4});  // a window this collector never had
+  ASSERT_TRUE(Eventually([&] { return d.NotKept().size() == 3; }));
+  const std::vector<ControlSummariesNotKept> n = d.NotKept();
+  EXPECT_EQ(n[0].window, 1u);
+  EXPECT_EQ(n[0].ranks, (std::vector<int32_t>{0}));
+  EXPECT_NE(n[0].reason.find("--keep-summaries-mb"), std::string::npos) << n[0].reason;
+  EXPECT_EQ(n[1].window, 2u);
+  EXPECT_EQ(n[1].ranks, (std::vector<int32_t>{2}));
+  EXPECT_NE(n[1].reason.find("--keep-summaries-mb"), std::string::npos) << n[1].reason;
+  EXPECT_EQ(n[2].window, 3u);
+  EXPECT_EQ(n[2].ranks, (std::vector<int32_t>{4}));
+  ASSERT_TRUE(Eventually([&] { return d.FullSummaries().size() == 2; }));
+  EXPECT_EQ(d.FullSummaries(), (std::vector<std::pair<uint64_t, int32_t>>{{2, 0}, {2, 1}}));
 }
 
 // keep_summaries_ms (--keep-summaries-seconds): a window's summaries are gone once it passed,
@@ -407,6 +443,19 @@ TEST(GrpcCoordinatorLinkTest, KeptSummariesExpireAfterKeepSummariesMs) {
   d.Ask(1, {0});
   EXPECT_EQ(d.link->stats().summaries_unkept, 1u);
   EXPECT_EQ(d.link->stats().summaries_asked, 0u);
+}
+
+TEST(GrpcCoordinatorLinkTest, ExpiredSummariesAreAnsweredNotKeptWithTheLimit) {
+  GrpcLinkOptions o;
+  o.keep_summaries_ms = 50;
+  DigestLink d(o, /*takes_not_kept=*/true);
+  d.link->OnSummary(1, Summary(0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // > keep_summaries_ms
+  d.Ask(1, {0});
+  ASSERT_TRUE(Eventually([&] { return d.NotKept().size() == 1; }));
+  EXPECT_EQ(d.NotKept()[0].ranks, (std::vector<int32_t>{0}));
+  EXPECT_NE(d.NotKept()[0].reason.find("--keep-summaries-seconds"), std::string::npos)
+      << d.NotKept()[0].reason;
 }
 
 TEST(GrpcCoordinatorLinkTest, KeptSummariesGoWhenTheServerSaysTheWindowIsDiagnosed) {

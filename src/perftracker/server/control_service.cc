@@ -294,6 +294,13 @@ class ControlService::Session : public ControlSession {
       job_->coordinator_->OnSummary(s->window, std::move(decoded).value());
       return Status::Ok();
     }
+    if (auto* n = std::get_if<ControlSummariesNotKept>(&message)) {
+      for (int32_t rank : n->ranks) {
+        PERFTRACKER_RETURN_IF_ERROR(Known(rank, "summaries_not_kept"));
+      }
+      job_->coordinator_->OnSummariesNotKept(n->window, n->ranks, n->reason);
+      return Status::Ok();
+    }
     if (auto* r = std::get_if<ControlWindowRecording>(&message)) return OnRecording(*r);
     // Heartbeats only prove the stream is alive.
     return Status::Ok();
@@ -670,7 +677,7 @@ StatusOr<std::shared_ptr<ControlSession>> ControlService::OnRegister(
     job->digests_ = true;
   }
   sink->Send(ControlRegistered{fmt::format("{}#{}", registration.host, session_id), RealtimeNs(),
-                               digests});
+                               digests, /*takes_summaries_not_kept=*/true});
   for (const WindowSpec& w : joining) sink->Send(w);
   if (options_.metrics) options_.metrics->CollectorConnected();
   Log(fmt::format("job {}: collector {} ({}) registered with {} rank{}{}", registration.job_id,

@@ -484,6 +484,16 @@ void WindowCoordinator::OnSummary(uint64_t window, WorkerSummary summary) {
     cv_.notify_all();
 }
 
+void WindowCoordinator::OnSummariesNotKept(uint64_t window, const std::vector<int32_t>& ranks,
+                                           const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fetch_window_ == 0 || fetch_window_ != window) return;  // not (or no longer) asked for
+  for (int32_t rank : ranks) {
+    if (fetch_waiting_.erase(rank) > 0) fetch_not_kept_.insert_or_assign(rank, why);
+  }
+  if (fetch_waiting_.empty()) cv_.notify_all();
+}
+
 void WindowCoordinator::OnDigest(uint64_t window, const WorkerDigest& digest) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!window_ || window_->spec.id != window) return;  // a late digest of a finished window
@@ -959,6 +969,7 @@ void WindowCoordinator::FetchSummaries(OpenWindow* w, const std::vector<int32_t>
     fetch_window_ = w->spec.id;
     fetch_waiting_ = std::set<int32_t>(ranks.begin(), ranks.end());
     fetched_.clear();
+    fetch_not_kept_.clear();
     collectors = collectors_;
   }
   for (CollectorControl* c : collectors) c->RequestSummaries(w->spec.id, ranks);
@@ -974,7 +985,9 @@ void WindowCoordinator::FetchSummaries(OpenWindow* w, const std::vector<int32_t>
     cv_.wait_for(lock, kTick);
   }
   for (auto& [rank, summary] : fetched_) w->summaries.insert_or_assign(rank, std::move(summary));
+  for (auto& [rank, why] : fetch_not_kept_) w->not_kept.insert_or_assign(rank, std::move(why));
   fetched_.clear();
+  fetch_not_kept_.clear();
   fetch_waiting_.clear();
   fetch_window_ = 0;
 }
@@ -1073,7 +1086,10 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     for (int32_t rank : missing) {
       auto it = workers.find(rank);
       std::string why = "agent gone?";
-      if (it == workers.end()) {
+      auto gone = w.not_kept.find(rank);
+      if (gone != w.not_kept.end()) {
+        why = "its collector no longer keeps it: " + gone->second;
+      } else if (it == workers.end()) {
         why = "its agent never connected: did the process start, and load perftracker?";
       } else if (it->second.left && !it->second.left_clean) {
         why = "agent gone? it disconnected without saying bye: killed or crashed";

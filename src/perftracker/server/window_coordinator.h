@@ -46,10 +46,12 @@
 // came. Once every rank is in, the DigestScreen (localize/digest_screen.h) names the full
 // summaries the localizer needs (the suspects and a sample of their peers); the coordinator
 // asks the collectors for those (CollectorControl::RequestSummaries), waits for them at most
-// wait_summaries, localizes, and widens the findings to the groups the sample stands for
-// (GeneralizeToGroups). When the screen cannot decide (too many suspects, a small job, a
-// hang window) or the findings name part of a group's sample, it asks for every full summary
-// and localizes on all of them. A note in the report says which path the window took.
+// wait_summaries (not for a rank whose collector answers that it no longer keeps the summary,
+// OnSummariesNotKept: it is named in the notes with why), localizes, and widens the findings
+// to the groups the sample stands for (GeneralizeToGroups). When the screen cannot decide (too
+// many suspects, a small job, a hang window) or the findings name part of a group's sample,
+// it asks for every full summary and localizes on all of them. A note in the report says
+// which path the window took.
 // Digests are screened as they arrive (~1 KB kept per worker, not the digest).
 //
 // Reports: for every window, <report_dir>/window-<id>-<reason>.json (the schema of
@@ -196,6 +198,10 @@ class WindowCoordinator : public CoordinatorLink {
   // Progressive disclosure: a worker's digest of `window` in place of its full summary
   // (the full summary comes later, through OnSummary, if the screen asks for it).
   void OnDigest(uint64_t window, const WorkerDigest& digest);
+  // Progressive disclosure: the collector of `ranks` no longer keeps the full summaries the
+  // screen asked for (`why`, one line): they are not waited for, and named in the notes.
+  void OnSummariesNotKept(uint64_t window, const std::vector<int32_t>& ranks,
+                          const std::string& why);
   // A collector asked for `window`'s recordings has none for `rank`: `why`.
   void OnRecordingMissing(uint64_t window, int32_t rank, const std::string& why);
   // The recordings of `window` are being asked for now (a remote collector's may come in).
@@ -227,6 +233,7 @@ class WindowCoordinator : public CoordinatorLink {
     // Progressive disclosure: the ranks whose digest came, screened as they came.
     std::set<int32_t> digested;
     std::unique_ptr<DigestScreen> screen;
+    std::map<int32_t, std::string> not_kept;  // rank -> why its collector no longer has it
     std::map<int32_t, std::string> stacks;
     std::map<int32_t, std::string> no_stacks;   // rank -> the agent's explanation
     std::map<int32_t, std::string> recordings;  // rank -> its window events' file (this host)
@@ -307,6 +314,7 @@ class WindowCoordinator : public CoordinatorLink {
   uint64_t fetch_window_ = 0;
   std::set<int32_t> fetch_waiting_;
   std::map<int32_t, WorkerSummary> fetched_;
+  std::map<int32_t, std::string> fetch_not_kept_;  // rank -> why its collector has none
   // The recordings asked for after a diagnosis (FetchRecordings), as they come in.
   struct Fetch {
     uint64_t window = 0;

@@ -137,6 +137,12 @@ void ToProto(const CollectorMessage& message, pb::CollectorMessage* out) {
                    r->set_last(m.last);
                    r->set_missing(m.missing);
                  },
+                 [&](const ControlSummariesNotKept& m) {
+                   pb::SummariesNotKept* n = out->mutable_summaries_not_kept();
+                   n->set_window(m.window);
+                   for (int32_t rank : m.ranks) n->add_ranks(rank);
+                   n->set_reason(m.reason);
+                 },
              },
              message);
 }
@@ -282,6 +288,27 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
       return CollectorMessage(ControlWindowRecording{r.window(), r.rank(), r.offset(), r.data(),
                                                      r.last(), r.missing()});
     }
+    case pb::CollectorMessage::kSummariesNotKept: {
+      const pb::SummariesNotKept& n = message.summaries_not_kept();
+      if (n.window() == 0) {
+        return Status::InvalidArgument("summaries_not_kept: window id 0 does not exist");
+      }
+      if (static_cast<size_t>(n.ranks_size()) > kMaxRanksPerCollector) {
+        return Status::InvalidArgument("summaries_not_kept: " + std::to_string(n.ranks_size()) +
+                                       " ranks, over the limit of " +
+                                       std::to_string(kMaxRanksPerCollector));
+      }
+      PERFTRACKER_RETURN_IF_ERROR(
+          CheckText(n.reason(), kMaxControlIdBytes * 4, "summaries_not_kept: reason"));
+      ControlSummariesNotKept out;
+      out.window = n.window();
+      out.reason = n.reason();
+      for (int32_t rank : n.ranks()) {
+        if (rank < 0) return Status::InvalidArgument("summaries_not_kept: a rank is negative");
+        out.ranks.push_back(rank);
+      }
+      return CollectorMessage(std::move(out));
+    }
     case pb::CollectorMessage::BODY_NOT_SET:
       break;
   }
@@ -291,9 +318,11 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
 void ToProto(const ServerMessage& message, pb::ServerMessage* out) {
   std::visit(Overloaded{
                  [&](const ControlRegistered& m) {
-                   out->mutable_registered()->set_collector_id(m.collector_id);
-                   out->mutable_registered()->set_server_time_ns(m.server_time_ns);
-                   out->mutable_registered()->set_send_digests(m.send_digests);
+                   pb::Registered* r = out->mutable_registered();
+                   r->set_collector_id(m.collector_id);
+                   r->set_server_time_ns(m.server_time_ns);
+                   r->set_send_digests(m.send_digests);
+                   r->set_takes_summaries_not_kept(m.takes_summaries_not_kept);
                  },
                  [&](const WindowSpec& m) {
                    pb::Window* w = out->mutable_start_window();
@@ -319,9 +348,9 @@ void ToProto(const ServerMessage& message, pb::ServerMessage* out) {
 StatusOr<ServerMessage> FromProto(const pb::ServerMessage& message) {
   switch (message.body_case()) {
     case pb::ServerMessage::kRegistered:
-      return ServerMessage(ControlRegistered{message.registered().collector_id(),
-                                             message.registered().server_time_ns(),
-                                             message.registered().send_digests()});
+      return ServerMessage(ControlRegistered{
+          message.registered().collector_id(), message.registered().server_time_ns(),
+          message.registered().send_digests(), message.registered().takes_summaries_not_kept()});
     case pb::ServerMessage::kStartWindow: {
       const pb::Window& w = message.start_window();
       if (w.id() == 0 || w.duration_ns() <= 0) {

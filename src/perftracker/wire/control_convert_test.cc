@@ -6,6 +6,7 @@
 
 #include <string>
 #include <variant>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -60,6 +61,37 @@ TEST(ControlConvertTest, AWindowWithAReasonThisCollectorDoesNotKnowOpensAsManual
   decoded = wire_internal::FromProto(hang);
   ASSERT_TRUE(decoded.ok()) << decoded.status().message();
   EXPECT_EQ(std::get<WindowSpec>(*decoded).reason, WindowReason::kHang);
+}
+
+// Progressive disclosure: the collector's answer for the requested summaries it no longer
+// keeps, and the server's word that it takes that answer (an older server does not).
+TEST(ControlConvertTest, SummariesNotKeptGoOnTheWireWithTheirReason) {
+  pb::CollectorMessage m;
+  wire_internal::ToProto(
+      CollectorMessage(ControlSummariesNotKept{7, {3, 9}, "older than --keep-summaries-seconds"}),
+      &m);
+  StatusOr<CollectorMessage> decoded = wire_internal::FromProto(m);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const auto& n = std::get<ControlSummariesNotKept>(*decoded);
+  EXPECT_EQ(n.window, 7u);
+  EXPECT_EQ(n.ranks, (std::vector<int32_t>{3, 9}));
+  EXPECT_EQ(n.reason, "older than --keep-summaries-seconds");
+
+  m.mutable_summaries_not_kept()->add_ranks(-1);
+  decoded = wire_internal::FromProto(m);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().message(), "summaries_not_kept: a rank is negative");
+  m.mutable_summaries_not_kept()->set_window(0);
+  EXPECT_EQ(wire_internal::FromProto(m).status().message(),
+            "summaries_not_kept: window id 0 does not exist");
+
+  for (bool takes : {false, true}) {
+    pb::ServerMessage r;
+    wire_internal::ToProto(ServerMessage(ControlRegistered{"c", 1, true, takes}), &r);
+    StatusOr<ServerMessage> back = wire_internal::FromProto(r);
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(std::get<ControlRegistered>(*back).takes_summaries_not_kept, takes);
+  }
 }
 
 }  // namespace

@@ -99,6 +99,15 @@ struct ControlDigest {
   std::string worker_digest;  // EncodeWorkerDigest bytes
 };
 
+// The answer to ControlRequestSummaries for the ranks whose full summary the collector no
+// longer keeps (its --keep-summaries-mb / --keep-summaries-seconds dropped it): the server
+// stops waiting for them and names them in the window's notes with `reason` (one line).
+struct ControlSummariesNotKept {
+  uint64_t window = 0;
+  std::vector<int32_t> ranks;
+  std::string reason;
+};
+
 // A chunk of a rank's recorded window events (report/rank_trace_file.h's bytes), sent when
 // the server asks (ControlSendRecordings); `missing` (no data, last) when there is none.
 struct ControlWindowRecording {
@@ -115,13 +124,16 @@ using CollectorMessage =
     std::variant<ControlRegistration, ControlHeartbeat, WorkerInfo /* worker joined */,
                  ControlWorkerLeft, ControlIterations, ControlTrigger, ControlStacks,
                  ControlSummary, ControlTrainingEnded, ControlJobExited, ControlDigest,
-                 ControlWindowRecording>;
+                 ControlWindowRecording, ControlSummariesNotKept>;
 
 struct ControlRegistered {
   std::string collector_id;
   int64_t server_time_ns = 0;
   // Send a digest per worker at a window's end, and full summaries when asked for them.
   bool send_digests = false;
+  // Answer a request for summaries no longer kept with ControlSummariesNotKept (an older
+  // server does not know that message).
+  bool takes_summaries_not_kept = false;
 };
 
 struct ControlDumpStacks {
