@@ -23,13 +23,14 @@
 //
 // Restart (--server-cmd CMD --restart 1): the bench starts the server itself (CMD through
 // /bin/sh), lets every collector register, SIGKILLs the server and starts it again with the
-// same command; each collector reconnects as GrpcCoordinatorLink does (backoff doubling from
-// 200 ms to 5 s, 3 s per attempt) and registers again. Printed: how long until half, 90 % and
-// all of them are registered again, the server's open files, threads and memory before and
-// after, then the window as above on the new server. With --channels equal to --collectors
-// every collector has its own connection, as real ones do (the bench raises its open-files
-// limit to fit, or says why it cannot). The collectors run in --processes child processes
-// (gRPC's blocking client, a thread per stream, stalls at ~10,000 streams in one process:
+// same command; each collector reconnects as GrpcCoordinatorLink does (full-jitter backoff
+// under a cap doubling from 200 ms to 5 s, 3 s per attempt; --jitter 0: the lockstep backoff
+// before it, each wait its cap and none before the first attempt) and registers again. Printed: how
+// long until half, 90 % and all of them are registered again, the server's open files, threads and
+// memory before and after, then the window as above on the new server. With --channels equal to
+// --collectors every collector has its own connection, as real ones do (the bench raises its
+// open-files limit to fit, or says why it cannot). The collectors run in --processes child
+// processes (gRPC's blocking client, a thread per stream, stalls at ~10,000 streams in one process:
 // 126 of 10,000 registered in a minute, the server idle), which report to this one over a
 // pipe.
 #include <pthread.h>
@@ -62,6 +63,7 @@
 #include "perftracker/summary/worker_digest.h"
 #include "perftracker/wire/control_client.h"
 #include "perftracker/wire/digest_codec.h"
+#include "perftracker/wire/reconnect_backoff.h"
 #include "perftracker/wire/summary_codec.h"
 #include "synthetic_worker.h"
 
@@ -84,6 +86,7 @@ struct Args {
   std::string server_cmd;  // the bench starts (and stops) the server itself
   bool restart = false;    // SIGKILL the server once all registered, start it again
   int processes = 1;       // collector processes (each runs its share of the collectors)
+  bool jitter = true;      // the link's jittered backoff; 0: the lockstep one before it
 };
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -231,9 +234,15 @@ void RunCollectors(const Args& a, const std::string& token, int ranks, int c0, i
         reg.ranks.push_back({first + i, ranks, i, 100000 + first + i, reg.host});
       }
       ControlClient* client = clients[static_cast<size_t>((c - c0) % channels)].get();
-      // As GrpcCoordinatorLink: reconnect with a backoff doubling from 200 ms to 5 s, each
-      // attempt waiting at most 3 s for the connection.
-      int backoff_ms = kBackoffInitialMs;
+      // As GrpcCoordinatorLink: reconnect with a jittered backoff (wire/reconnect_backoff.h,
+      // its cap doubling from 200 ms to 5 s), each attempt waiting at most 3 s for the
+      // connection; --jitter 0: each wait is the cap, as before the jitter (lockstep).
+      ReconnectBackoff backoff(kBackoffInitialMs, kBackoffMaxMs, 1 + static_cast<uint64_t>(c));
+      const auto next_wait = [&] {
+        const int cap = backoff.CapMs();
+        const int jittered = backoff.NextDelayMs();
+        return std::chrono::milliseconds(a.jitter ? jittered : cap);
+      };
       bool ever_registered = false;
       for (;;) {
         auto stream =
@@ -243,11 +252,10 @@ void RunCollectors(const Args& a, const std::string& token, int ranks, int c0, i
             Report(fd, fmt::format("F collector {}: {}", c, stream.status().message()));
             return;
           }
-          std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
-          backoff_ms = std::min(backoff_ms * 2, kBackoffMaxMs);
+          std::this_thread::sleep_for(next_wait());
           continue;
         }
-        backoff_ms = kBackoffInitialMs;
+        backoff.Reset();
         ever_registered = true;
         ControlStream* s = stream->get();
         const bool send_digests = s->registered().send_digests;
@@ -285,6 +293,8 @@ void RunCollectors(const Args& a, const std::string& token, int ranks, int c0, i
         }
         (void)s->Finish();
         Report(fd, fmt::format("X {}", c));
+        // The link waits before its first attempt after a break too (none before the jitter).
+        if (a.jitter) std::this_thread::sleep_for(next_wait());
       }
     }));
   }
@@ -323,6 +333,8 @@ int Main(int argc, char** argv) {
       a.restart = v == "1" || v == "true";
     else if (k == "--processes")
       a.processes = std::atoi(v.c_str());
+    else if (k == "--jitter")
+      a.jitter = v == "1" || v == "true";
     else {
       fmt::print(stderr, "server_load_bench: unknown option {}\n", k);
       return 2;

@@ -17,6 +17,7 @@
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/summary/worker_digest.h"
 #include "perftracker/wire/digest_codec.h"
+#include "perftracker/wire/reconnect_backoff.h"
 #include "perftracker/wire/summary_codec.h"
 
 namespace perftracker {
@@ -382,7 +383,8 @@ ControlRegistration GrpcCoordinatorLink::RegistrationNow() {
 }
 
 void GrpcCoordinatorLink::Loop() {
-  int backoff_ms = options_.backoff_initial_ms;
+  ReconnectBackoff backoff(options_.backoff_initial_ms, options_.backoff_max_ms,
+                           options_.backoff_seed);
   bool failing = false;
   std::string last_error;
   for (;;) {
@@ -411,10 +413,9 @@ void GrpcCoordinatorLink::Loop() {
           first_attempt_ = stream.status();
         }
         cv_.notify_all();
-        cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms), [&] { return stop_; });
+        cv_.wait_for(lock, std::chrono::milliseconds(backoff.NextDelayMs()), [&] { return stop_; });
         if (stop_) break;
       }
-      backoff_ms = std::min(backoff_ms * 2, options_.backoff_max_ms);
       continue;
     }
     {
@@ -436,7 +437,7 @@ void GrpcCoordinatorLink::Loop() {
     cv_.notify_all();
     failing = false;
     last_error.clear();
-    backoff_ms = options_.backoff_initial_ms;
+    backoff.Reset();
 
     ControlStream* s = stream->get();
     std::thread reader([this, s] { ReadLoop(s); });
@@ -459,6 +460,10 @@ void GrpcCoordinatorLink::Loop() {
     Log("lost the server at " + options_.client.address + (end.ok() ? "" : ": " + end.message()) +
         "; reconnecting");
     failing = true;
+    // Every collector of the server lost it at this moment: the first attempt is jittered
+    // too, or they would all reach a restarted (or still running) server at once.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(backoff.NextDelayMs()), [&] { return stop_; });
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!first_attempt_done_) {

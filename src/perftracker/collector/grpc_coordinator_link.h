@@ -11,11 +11,12 @@
 // server's commands and calls the NodeCollector, whose CollectorControl methods only queue.
 //
 // Reconnecting. When the stream breaks (server killed, restarted, network gone) the link
-// thread reconnects with exponential backoff (backoff_initial_ms doubling to
-// backoff_max_ms) and registers again with the ranks that are connected at that moment,
-// so a restarted server knows the job's workers without waiting for new hellos. What was
-// queued while disconnected is sent after the registration (a summary of a window the new
-// server does not know is rejected by it: logged, not retried). The first failure and the
+// thread reconnects with exponential backoff and full jitter (wire/reconnect_backoff.h: each
+// wait drawn from [0, cap], the cap backoff_initial_ms doubling to backoff_max_ms; the first
+// attempt after a break waits too) and registers again with the ranks that are connected at
+// that moment, so a restarted server knows the job's workers without waiting for new hellos.
+// What was queued while disconnected is sent after the registration (a summary of a window
+// the new server does not know is rejected by it: logged, not retried). The first failure and the
 // first success after failures are logged; the retries in between are silent.
 //
 // Progressive disclosure. When the server's answer to the registration says send_digests,
@@ -68,6 +69,7 @@ struct GrpcLinkOptions {
   int connect_timeout_ms = 3000;
   int backoff_initial_ms = 200;
   int backoff_max_ms = 5000;
+  uint64_t backoff_seed = 0;  // the backoff's jitter; 0: random (a test's fixed waits: not 0)
   size_t max_kept_bytes = 512u << 20;
   int keep_summaries_ms = 600'000;
   LogFn log;  // default: stderr, "perftracker: " prefix
