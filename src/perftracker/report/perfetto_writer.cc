@@ -22,6 +22,8 @@ namespace {
 constexpr int64_t kFindingTidBase = 1'000'000'000;
 // A pid for a trace that knows no rank (never collides with a real rank).
 constexpr int64_t kUnknownRankPidBase = 1'000'000'000;
+// How far inside its slice's end an arrow leaves the culprit's call and enters the wait.
+constexpr int64_t kArrowInsetNs = 1000;
 // Flush the output buffer past this size.
 constexpr size_t kFlushBytes = 1 << 20;
 
@@ -97,6 +99,12 @@ struct RankPlan {
   PerfettoRankAlignment alignment;
   std::unordered_map<uint32_t, size_t> track_index;  // track id -> index in trace->tracks()
   std::vector<uint32_t> order;                       // event indices written, by track, start
+  // The end written for order[i]: the event's end, or the end of the slice that encloses its
+  // start on its track when it ends past it (a partial overlap, which a viewer cannot draw on
+  // one track: Kineto's µs times often end a child 1 µs after its parent).
+  std::vector<int64_t> end_ns;
+  uint64_t clipped = 0;
+  int64_t clipped_ns = 0;
   std::vector<uint64_t> aggregated_count;            // per track index (+1: unknown track)
   std::vector<int64_t> aggregated_ns;
   uint64_t aggregated = 0;
@@ -400,6 +408,25 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
       if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
       return x.end_ns > y.end_ns;  // parents before their children
     });
+    // Slices of one track nest: a slice that starts inside another and ends past it is
+    // clipped at that one's end, and counted.
+    p.end_ns.resize(p.order.size());
+    std::vector<int64_t> open;  // ends of the slices enclosing the current start
+    for (size_t i = 0; i < p.order.size(); ++i) {
+      const Event& e = ev[p.order[i]];
+      if (i > 0 && ev[p.order[i - 1]].track_id != e.track_id) open.clear();
+      while (!open.empty() && open.back() <= e.start_ns) open.pop_back();
+      int64_t end = e.end_ns;
+      if (!open.empty() && end > open.back()) {
+        ++p.clipped;
+        p.clipped_ns += end - open.back();
+        end = open.back();
+      }
+      p.end_ns[i] = end;
+      open.push_back(end);
+    }
+    stats_.events_clipped += p.clipped;
+    stats_.clipped_ns += p.clipped_ns;
     if (!ev.empty()) global_shift_ns = std::max(global_shift_ns, -p.first_ns);
     for (const auto& [track_id, n] : r.not_recorded()) {
       auto it = p.track_index.find(track_id);
@@ -426,6 +453,8 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
   other["events_total"] = stats_.events_total;
   other["events_written"] = stats_.events_written;
   other["events_aggregated"] = stats_.events_aggregated;
+  other["events_clipped"] = stats_.events_clipped;
+  other["clipped_ns"] = stats_.clipped_ns;
   other["clock_reference_rank"] = reference_rank;
   other["time_shift_ns"] = global_shift_ns;
   nlohmann::ordered_json rank_list = nlohmann::ordered_json::array();
@@ -442,7 +471,9 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
                          {"events", p.trace->events().size() + p.trace->not_recorded_count()},
                          {"events_not_recorded", p.trace->not_recorded_count()},
                          {"events_aggregated", p.aggregated},
-                         {"aggregated_ns", p.aggregated_total_ns}});
+                         {"aggregated_ns", p.aggregated_total_ns},
+                         {"events_clipped", p.clipped},
+                         {"clipped_ns", p.clipped_ns}});
   }
   other["ranks"] = std::move(rank_list);
   o.Raw("{\"displayTimeUnit\":\"ms\",\"otherData\":");
@@ -493,10 +524,11 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
         R"({{"ph":"M","pid":{},"tid":0,"name":"process_labels","args":{{"labels":{}}}}})", p.pid,
         JsonString(clock)));
     o.Add(fmt::format(
-        R"({{"ph":"M","pid":{},"tid":0,"name":"perftracker_rank","args":{{"rank":{},"clock_offset_ns":{},"sync_points":{},"sync_spread_ns":{},"sync_side":"{}","host_ranks_pooled":{},"clock_reference_rank":{},"events":{},"events_aggregated":{},"aggregated_ns":{},"source":{}}}}})",
+        R"({{"ph":"M","pid":{},"tid":0,"name":"perftracker_rank","args":{{"rank":{},"clock_offset_ns":{},"sync_points":{},"sync_spread_ns":{},"sync_side":"{}","host_ranks_pooled":{},"clock_reference_rank":{},"events":{},"events_aggregated":{},"aggregated_ns":{},"events_clipped":{},"clipped_ns":{},"source":{}}}}})",
         p.pid, r.rank, p.alignment.offset_ns, p.alignment.sync_points, p.alignment.spread_ns,
         p.alignment.device_side ? "device" : "host", p.alignment.host_ranks, reference_rank,
-        r.events().size(), p.aggregated, p.aggregated_total_ns, JsonString(r.source)));
+        r.events().size(), p.aggregated, p.aggregated_total_ns, p.clipped, p.clipped_ns,
+        JsonString(r.source)));
     for (size_t t = 0; t < r.tracks().size(); ++t) {
       const TrackInfo& track = r.tracks()[t];
       const int64_t tid = static_cast<int64_t>(t) + 1;
@@ -515,8 +547,8 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
     std::vector<std::string> names(r.functions().size());
     std::vector<uint32_t> step(r.tracks().size() + 1, 0);
     const std::string unknown_name = JsonString("?");
-    for (uint32_t k : p.order) {
-      const Event& e = r.events()[k];
+    for (size_t i = 0; i < p.order.size(); ++i) {
+      const Event& e = r.events()[p.order[i]];
       auto it = p.track_index.find(e.track_id);
       const size_t t = it == p.track_index.end() ? r.tracks().size() : it->second;
       const int64_t tid = static_cast<int64_t>(t) + 1;
@@ -548,8 +580,8 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
       }
       o.Add(fmt::format(
           R"({{"ph":"X","cat":"{}","name":{},"pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
-          CategoryOf(e), name, p.pid, tid, Micros(e.start_ns - p.shift_ns), Micros(e.duration_ns()),
-          args));
+          CategoryOf(e), name, p.pid, tid, Micros(e.start_ns - p.shift_ns),
+          Micros(p.end_ns[i] - e.start_ns), args));
     }
   }
 
@@ -685,8 +717,13 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
               Micros(w->start), Micros(w->end - w->start), common_args, plans[c].trace->rank));
           ++stats_.annotations;
         }
-        const int64_t from = iv.start + (iv.end - iv.start) / 2;
-        const int64_t to = last_drawn.start + (last_drawn.end - last_drawn.start) / 2;
+        // From the end of the culprit's call to the end of the wait it released (inside
+        // both slices, so that each arrow end binds to its slice): never back in time.
+        const int64_t from = iv.end - std::min<int64_t>((iv.end - iv.start) / 2, kArrowInsetNs);
+        const int64_t to =
+            last_drawn.end -
+            std::min<int64_t>((last_drawn.end - last_drawn.start) / 2, kArrowInsetNs);
+        if (to < from) continue;  // the wait drawn ended before this call: no arrow
         o.Add(fmt::format(
             R"({{"ph":"s","id":{},"cat":"perftracker","name":{},"pid":{},"tid":{},"ts":{}}})",
             flow_id, JsonString(finding.code), plans[c].pid, tid, Micros(from)));

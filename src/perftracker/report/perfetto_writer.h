@@ -38,6 +38,11 @@
 // nesting intact); the rest is aggregated per track into a count and a total time (the
 // thread_name args) and per rank and in total (otherData), never silently cut. Finding
 // annotations are drawn from all events, before the cap.
+//
+// Nesting: slices of one track must nest for a viewer to draw them; Kineto's µs times often
+// end a child 1 µs after its parent. A slice that starts inside another and ends past it is
+// written clipped at that one's end, counted (events_clipped, clipped_ns: in the rank's
+// metadata and otherData).
 #pragma once
 
 #include <cstddef>
@@ -79,6 +84,10 @@ struct PerfettoStats {
   uint64_t events_total = 0;       // raw events of all ranks
   uint64_t events_written = 0;     // as slices
   uint64_t events_aggregated = 0;  // beyond the cap: counted per track, not drawn
+  // Slices that started inside another of their track and ended past it, written clipped at
+  // its end (slices of a track must nest), and the time cut off.
+  uint64_t events_clipped = 0;
+  int64_t clipped_ns = 0;
   uint64_t annotations = 0;        // finding slices and instants
   uint64_t flows = 0;              // culprit -> victim arrows
 };

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "perftracker/report/trace_event_format_check.h"
 #include "perftracker/sources/kineto/kineto_importer.h"
 
 namespace perftracker {
@@ -79,12 +80,19 @@ Diagnosis StragglerDiagnosis() {
   return d;
 }
 
+// The export's own metadata event (viewers skip it) is the only one not of the format.
+TraceEventFormatCheck FormatCheck() { return TraceEventFormatCheck({"perftracker_rank"}); }
+
 json Export(PerfettoWriter* writer, const Diagnosis& d) {
   std::ostringstream out;
   Status st = writer->Write(d, &out);
   EXPECT_TRUE(st.ok()) << st.message();
   json doc = json::parse(out.str(), nullptr, false);
   EXPECT_FALSE(doc.is_discarded()) << "the export is not valid JSON";
+  // Every export is read strictly against the Trace Event Format, as a viewer would need it.
+  const TraceEventFormatReport format = FormatCheck().Check(doc);
+  EXPECT_TRUE(format.ok()) << format.problem_count << " problems, first: "
+                           << (format.problems.empty() ? "" : format.problems[0]);
   return doc;
 }
 
@@ -485,7 +493,17 @@ void ExpectRoundTrip(const std::vector<std::string>& files) {
     ASSERT_TRUE(info.ok()) << info.status().message();
     EXPECT_EQ(info->events_malformed, 0u);
     EXPECT_EQ(back.events().size(), r->events().size());
-    EXPECT_TRUE(CountsOf(back) == CountsOf(*r)) << "event counts or times per kind differ";
+    // The same events of each kind, and the same time but for what was clipped so that the
+    // slices of each track nest (the rank's perftracker_rank metadata says how much).
+    const KindCounts got = CountsOf(back);
+    const KindCounts want = CountsOf(*r);
+    EXPECT_EQ(got.count, want.count) << "event counts per kind differ";
+    int64_t clipped = 0;
+    for (size_t k = 0; k < kNumEventKinds; ++k) {
+      EXPECT_LE(got.total_ns[k], want.total_ns[k]) << "kind " << k;
+      clipped += want.total_ns[k] - got.total_ns[k];
+    }
+    EXPECT_EQ(clipped, Metadata(doc, "perftracker_rank", r->rank)["clipped_ns"].get<int64_t>());
     EXPECT_EQ(back.tracks().size(), r->tracks().size());
   }
 }
