@@ -15,7 +15,8 @@ built=$SECONDS
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
-# The Kineto importer + offline summarizer under libFuzzer (ASan + UBSan) for a bounded time,
+# The Kineto importer + offline summarizer + Perfetto export (checked against the Trace Event
+# Format) under libFuzzer (ASan + UBSan) for a bounded time,
 # seeded with fuzz_corpus/ (hostile times, durations, nesting). Needs clang; skipped
 # without it or with PERFTRACKER_FUZZ_SECONDS=0. It runs beside ctest (one process, as a
 # busy loop: the tests hold beside two), not after it: ~75 s less wall time
@@ -59,7 +60,7 @@ echo
 echo "==== perftracker test summary ===="
 grep -E "tests passed|tests failed out of|Total Test time" build-asan/ctest-summary.log || true
 grep -A100 "The following tests FAILED" build-asan/ctest-summary.log || true
-echo "fuzzer (Kineto importer + summarizer): $fuzz_result"
+echo "fuzzer (Kineto importer + summarizer + Perfetto export): $fuzz_result"
 echo "build (ASan+UBSan): $((built - start)) s, tests: $((SECONDS - built)) s"
 if [ "$rc" -eq 0 ]; then echo "RESULT: all tests passed"; else echo "RESULT: FAILED (exit $rc: ctest or the fuzzer)"; fi
 exit "$rc"

@@ -3,16 +3,27 @@
 // that both give the same events and the same result: the chunk-split invariance the
 // importer promises, on arbitrary bytes. The events then go through the offline
 // WindowSummarizer (what diagnose does), so that hostile times, durations and nesting reach
-// its arithmetic under ASan + UBSan. Seed corpus: fuzz_corpus/ (scripts/test.sh runs it for a
-// bounded time when clang is installed):
+// its arithmetic under ASan + UBSan, and through the Perfetto export (PerfettoWriter, what
+// diagnose --perfetto and a live window's timeline write), with a finding drawn on it and a
+// cap that the input's last byte sometimes makes small: the export must be JSON that the
+// importer reads back with no malformed event and exactly the events written, and that
+// passes TraceEventFormatCheck (what a viewer needs). Seed corpus:
+// fuzz_corpus/ (scripts/test.sh runs it for a bounded time when clang is installed):
 //   build-fuzz/src/perftracker/sources/kineto/kineto_importer_fuzzer WORKDIR \
 //       src/perftracker/sources/kineto/fuzz_corpus -max_total_time=60
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "perftracker/localize/diagnosis.h"
+#include "perftracker/report/perfetto_writer.h"
+#include "perftracker/report/rank_trace.h"
+#include "perftracker/report/trace_event_format_check.h"
 #include "perftracker/sources/kineto/kineto_importer.h"
 #include "perftracker/summary/window_summarizer.h"
 
@@ -62,6 +73,47 @@ void Summarize(const uint8_t* data, size_t size) {
   if (s.stats.events != info->events_emitted) std::abort();
 }
 
+// The whole input through the importer into a RankTrace, exported for Perfetto with a
+// finding on its first function, and the export read back.
+void ExportPerfetto(const uint8_t* data, size_t size) {
+  perftracker::RankTrace trace;
+  perftracker::KinetoImportOptions options;
+  options.rank = 0;
+  perftracker::KinetoImporter importer("fuzz.json", trace.functions(), &trace, options);
+  if (!importer.Parse(reinterpret_cast<const char*>(data), size).ok()) return;
+  if (!importer.Finish().ok()) return;
+  trace.rank = 0;
+
+  perftracker::PerfettoOptions perfetto;
+  if (data[size - 1] % 4 == 0) perfetto.max_events = data[size - 1] / 4;  // beyond the cap
+  perftracker::PerfettoWriter writer(perfetto);
+  writer.AddRank(&trace);
+  perftracker::Diagnosis diagnosis;
+  diagnosis.num_workers = 1;
+  perftracker::Finding finding;
+  finding.code = "PT-STRAGGLER-COMPUTE";
+  finding.title = "fuzz";
+  finding.workers = {0};
+  if (!trace.events().empty()) {
+    finding.function = std::string(trace.functions()->Get(trace.events().front().function_id).name);
+  }
+  diagnosis.findings.push_back(finding);
+  std::ostringstream out;
+  if (!writer.Write(diagnosis, &out).ok()) std::abort();
+  const std::string text = out.str();
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded()) std::abort();
+  // Strictly of the Trace Event Format, as a viewer needs it (nesting, flows, metadata).
+  if (!perftracker::TraceEventFormatCheck({"perftracker_rank"}).Check(doc).ok()) std::abort();
+
+  perftracker::RankTrace back;
+  perftracker::KinetoImporter reader("export.json", back.functions(), &back, options);
+  if (!reader.Parse(text.data(), text.size()).ok()) std::abort();
+  const auto info = reader.Finish();
+  if (!info.ok() || info->events_malformed != 0) std::abort();
+  if (back.events().size() != writer.stats().events_written) std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -73,5 +125,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (whole.ends_with("|error") != parts.ends_with("|error")) std::abort();
   if (!whole.ends_with("|error") && whole != parts) std::abort();
   Summarize(data, size);
+  ExportPerfetto(data, size);
   return 0;
 }
