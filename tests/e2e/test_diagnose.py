@@ -29,6 +29,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_check import torch_missing  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN_JOB = os.path.join(HERE, "train_job.py")
 CATEGORIES = {"compute", "data_loading", "communication", "synchronization", "host_overhead",
@@ -64,14 +67,6 @@ def log(msg):
     print(f"[e2e] {msg}", file=sys.stderr, flush=True)
 
 
-def torch_available():
-    try:
-        r = subprocess.run([CONFIG.torch_python, "-c", "import torch.distributed"],
-                           capture_output=True, timeout=120)
-        return r.returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
 
 _TRACES = {}
 _TRACE_ERROR = None
@@ -90,9 +85,11 @@ def traces(name):
     out = os.path.join(CONFIG.cache_dir, f"{name}-{key}")
     done = os.path.join(out, "DONE")
     if not os.path.exists(done):
-        if not torch_available():
-            _TRACE_ERROR = (f"torch is not importable by {CONFIG.torch_python} "
-                            "(install python3-torch): skipping tests on real torch traces")
+        # No torch: a reason to skip; a loaded machine's slow interpreter: an error
+        # (torch_check).
+        missing = torch_missing(CONFIG.torch_python)
+        if missing:
+            _TRACE_ERROR = f"{missing}: skipping tests on real torch traces"
             raise unittest.SkipTest(_TRACE_ERROR)
         shutil.rmtree(out, ignore_errors=True)
         cmd = [CONFIG.torch_python, TRAIN_JOB, "--outdir", out] + args

@@ -55,6 +55,7 @@ LIVE_JOB = os.path.join(HERE, "live_job.py")
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 import report_files  # noqa: E402  (the report directory's file names)
+from torch_check import torch_missing  # noqa: E402
 DEMO_JOB = os.path.join(REPO, "examples", "live", "train.py")
 CATEGORIES = {"compute", "data_loading", "communication", "synchronization", "host_overhead",
               "gc", "cpu_contention", "gpu_hardware", "memory", "hang", "data_quality"}
@@ -98,16 +99,11 @@ _TORCH = {}
 
 
 def require_torch():
-    if "ok" not in _TORCH:
-        try:
-            r = subprocess.run([CONFIG.torch_python, "-c", "import torch.distributed"],
-                               capture_output=True, timeout=120)
-            _TORCH["ok"] = r.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            _TORCH["ok"] = False
-    if not _TORCH["ok"]:
-        raise unittest.SkipTest(f"torch is not importable by {CONFIG.torch_python} "
-                                "(install python3-torch): skipping live-mode jobs")
+    """Skips without torch; a loaded machine's slow interpreter is an error (torch_check)."""
+    if "missing" not in _TORCH:
+        _TORCH["missing"] = torch_missing(CONFIG.torch_python, timeout=STARTUP_SECONDS)
+    if _TORCH["missing"]:
+        raise unittest.SkipTest(f"{_TORCH['missing']}: skipping live-mode jobs")
 
 
 # ------------------------------------------------------------------ processes
