@@ -328,9 +328,10 @@ class KinetoImporter::Impl {
   Status FinishCapture();
 
   void HandleEvent(const KinetoRawEvent& ev, uint64_t offset);
-  // The host-load metadata event [begin, end): its args' numbers (rare: one per trace, so
-  // parsed as a whole instead of on the hot path).
-  void ReadHostLoad(const char* begin, const char* end);
+  // When `ev` (its JSON object [begin, end)) is the host-load metadata event: its args'
+  // numbers (rare: one per trace, so parsed as a whole instead of on the hot path). Every
+  // other event returns at once.
+  void ReadHostLoad(const KinetoRawEvent& ev, const char* begin, const char* end);
   // end_ns: the "E" event's time, none when it is out of range.
   void HandleEnd(const KinetoRawEvent& ev, std::optional<int64_t> end_ns, uint64_t offset);
   bool DecideUnit(const TraceNumber& ts);
@@ -529,7 +530,7 @@ void KinetoImporter::Impl::EndEventsArray() {
 const char* KinetoImporter::Impl::StartEvent(const char* p, const char* end) {
   ++elements_;
   if (parser_.Parse(p, end, &raw_) == KinetoEventParser::Result::kOk) {
-    if (raw_.ph == 'M' && raw_.name == kHostLoadEventName) ReadHostLoad(p, parser_.object_end());
+    ReadHostLoad(raw_, p, parser_.object_end());
     HandleEvent(raw_, Offset(p));
     state_ = State::kEventsAfterElem;
     return parser_.object_end();
@@ -552,9 +553,7 @@ const char* KinetoImporter::Impl::ContinueCarry(const char* p, const char* end) 
     const std::string& bytes = carry_.bytes();
     const auto result = parser_.Parse(bytes.data(), bytes.data() + bytes.size(), &raw_);
     if (result == KinetoEventParser::Result::kOk) {
-      if (raw_.ph == 'M' && raw_.name == kHostLoadEventName) {
-        ReadHostLoad(bytes.data(), parser_.object_end());
-      }
+      ReadHostLoad(raw_, bytes.data(), parser_.object_end());
       HandleEvent(raw_, carry_.offset());
     } else if (result == KinetoEventParser::Result::kSyntaxError) {
       Malformed(carry_.offset(), std::string("invalid JSON in the event at its byte ") +
@@ -666,7 +665,9 @@ uint8_t KinetoImporter::Impl::FlagsOf(const KinetoRawEvent& ev, const KinetoEven
   return c.flags | (ev.collective.empty() ? 0 : PointToPointFlagsOfCollective(ev.collective));
 }
 
-void KinetoImporter::Impl::ReadHostLoad(const char* begin, const char* end) {
+void KinetoImporter::Impl::ReadHostLoad(const KinetoRawEvent& ev, const char* begin,
+                                        const char* end) {
+  if (ev.ph != 'M' || ev.name != kHostLoadEventName) return;
   const nlohmann::json event = nlohmann::json::parse(begin, end, nullptr, false);
   if (event.is_discarded() || !event.is_object()) return;
   const auto args = event.find("args");
