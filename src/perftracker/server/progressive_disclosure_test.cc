@@ -284,6 +284,22 @@ std::vector<WorkerSummary> Simulate(const Scenario& scenario) {
   return out;
 }
 
+// A temporary directory of this test process for one test's server.
+fs::path TestDir(const std::string& name) {
+  return fs::temp_directory_path() /
+         ("perftracker-progressive-" + name + "-" + std::to_string(getpid()));
+}
+
+// The workers' summaries of scenarios/sim/sim-nvlink-degraded-64.json (64 ranks, one slow
+// NVLink): the job of the tests that change one thing of the collectors.
+void SimulateNvlinkDegraded64(std::vector<WorkerSummary>* out) {
+  const char* src = std::getenv("PERFTRACKER_SOURCE_DIR");
+  StatusOr<Scenario> s = LoadScenario(
+      (fs::path(src ? src : ".") / "scenarios/sim/sim-nvlink-degraded-64.json").string());
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  *out = Simulate(*s);
+}
+
 TEST(ProgressiveDisclosure, FindingsThroughTheServerEqualTheFullPathOnSimulatedScenarios) {
   const char* src = std::getenv("PERFTRACKER_SOURCE_DIR");
   const fs::path root = src ? src : ".";
@@ -296,8 +312,7 @@ TEST(ProgressiveDisclosure, FindingsThroughTheServerEqualTheFullPathOnSimulatedS
   }
   std::sort(files.begin(), files.end());
   ASSERT_FALSE(files.empty()) << "no scenarios: set PERFTRACKER_SOURCE_DIR";
-  const fs::path dir =
-      fs::temp_directory_path() / ("perftracker-progressive-" + std::to_string(getpid()));
+  const fs::path dir = TestDir("scenarios");
   int digest_path = 0, full_path = 0, fallback = 0, run = 0;
   for (const std::string& path : files) {
     StatusOr<Scenario> s = LoadScenario(path);
@@ -347,14 +362,10 @@ TEST(ProgressiveDisclosure, FindingsThroughTheServerEqualTheFullPathOnSimulatedS
 // (digests first): the server screens the older one's summaries by their digests, and the
 // window has every rank and the full path's material findings.
 TEST(ProgressiveDisclosure, OldAndNewCollectorsInOneJob) {
-  const char* src = std::getenv("PERFTRACKER_SOURCE_DIR");
-  StatusOr<Scenario> s = LoadScenario(
-      (fs::path(src ? src : ".") / "scenarios/sim/sim-nvlink-degraded-64.json").string());
-  ASSERT_TRUE(s.ok()) << s.status().message();
-  const std::vector<WorkerSummary> summaries = Simulate(*s);
+  std::vector<WorkerSummary> summaries;
+  ASSERT_NO_FATAL_FAILURE(SimulateNvlinkDegraded64(&summaries));
   const int32_t world = static_cast<int32_t>(summaries.size());
-  const fs::path dir =
-      fs::temp_directory_path() / ("perftracker-progressive-mixed-" + std::to_string(getpid()));
+  const fs::path dir = TestDir("mixed");
   const Outcome full = RunWindow(summaries, world, /*digest_min_workers=*/0, dir);
   RunOptions ro;
   ro.old_collector_ranks = kRanksPerCollector;
@@ -374,14 +385,10 @@ TEST(ProgressiveDisclosure, OldAndNewCollectorsInOneJob) {
 // asks, each collector answers that it no longer keeps them, and the window is diagnosed at
 // once (not after --wait-summaries-seconds), naming the ranks it asked for and why.
 TEST(ProgressiveDisclosure, SummariesTheCollectorsDidNotKeepAreNamedMissingAtOnce) {
-  const char* src = std::getenv("PERFTRACKER_SOURCE_DIR");
-  StatusOr<Scenario> s = LoadScenario(
-      (fs::path(src ? src : ".") / "scenarios/sim/sim-nvlink-degraded-64.json").string());
-  ASSERT_TRUE(s.ok()) << s.status().message();
-  const std::vector<WorkerSummary> summaries = Simulate(*s);
+  std::vector<WorkerSummary> summaries;
+  ASSERT_NO_FATAL_FAILURE(SimulateNvlinkDegraded64(&summaries));
   const int32_t world = static_cast<int32_t>(summaries.size());
-  const fs::path dir =
-      fs::temp_directory_path() / ("perftracker-progressive-unkept-" + std::to_string(getpid()));
+  const fs::path dir = TestDir("unkept");
   RunOptions ro;
   ro.max_kept_bytes = 1;
   ro.wait_summaries_ns = 60'000 * kMs;

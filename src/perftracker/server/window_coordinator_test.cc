@@ -199,6 +199,23 @@ class WindowCoordinatorTest : public ::testing::Test {
     for (const auto& [rank, text] : stacks) coordinator_->OnStacks(window, rank, true, text);
   }
 
+  // Waits (at most 5 s) until a hang was retracted: exactly one, its reason containing `why`.
+  ::testing::AssertionResult OneRetractedHang(const std::string& why) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (coordinator_->retracted_hangs().empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const std::vector<std::string> retracted = coordinator_->retracted_hangs();
+    if (retracted.size() != 1) {
+      return ::testing::AssertionFailure() << retracted.size() << " hangs retracted, not 1";
+    }
+    if (retracted[0].find(why) == std::string::npos) {
+      return ::testing::AssertionFailure()
+             << "retracted: " << retracted[0] << "; expected \"" << why << "\" in it";
+    }
+    return ::testing::AssertionSuccess();
+  }
+
   bool LogContains(const std::string& part) {
     std::lock_guard<std::mutex> lock(log_mu_);
     for (const auto& l : logs_) {
@@ -719,14 +736,7 @@ TEST_F(WindowCoordinatorTest, ProgressBeforeTheSecondSampleRetractsTheHangAndDro
   coordinator_->OnTrigger(1, WindowReason::kHang, "no progress for 31 s");
   for (int r = 0; r < 2; ++r) coordinator_->OnStacks(1, r, true, kSleeping);
   coordinator_->OnIteration(0, NowNs() + 1, 100 * kMs);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (coordinator_->retracted_hangs().empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_EQ(coordinator_->retracted_hangs().size(), 1u);
-  EXPECT_NE(coordinator_->retracted_hangs()[0].find("rank 0 finished an iteration"),
-            std::string::npos)
-      << coordinator_->retracted_hangs()[0];
+  ASSERT_TRUE(OneRetractedHang("rank 0 finished an iteration"));
   EXPECT_TRUE(LogContains("a pause, not a hang"));
   EXPECT_EQ(c1_.Ended(), std::vector<uint64_t>{1}) << "the dropped window is ended everywhere";
   EXPECT_EQ(c1_.StacksAsked().size(), 1u) << "no second sample after the retraction";
@@ -746,14 +756,7 @@ TEST_F(WindowCoordinatorTest, AMainThreadThatMovesOnBetweenTwoSamplesIsNotAHang)
   coordinator_->OnStacks(1, 0, true, kSleeping);
   ASSERT_TRUE(WaitForStackRequests(2));
   coordinator_->OnStacks(1, 0, true, kTraining);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (coordinator_->retracted_hangs().empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_EQ(coordinator_->retracted_hangs().size(), 1u);
-  EXPECT_NE(coordinator_->retracted_hangs()[0].find("rank 0's main thread moved on"),
-            std::string::npos)
-      << coordinator_->retracted_hangs()[0];
+  ASSERT_TRUE(OneRetractedHang("rank 0's main thread moved on"));
   coordinator_->Flush(200 * kMs);
   EXPECT_TRUE(coordinator_->reports().empty());
 }
@@ -801,14 +804,7 @@ TEST_F(WindowCoordinatorTest, TheEndOfTrainingDuringTheConfirmationRetractsTheHa
   coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
   for (int r = 0; r < 2; ++r) coordinator_->OnStacks(1, r, true, kSleeping);
   coordinator_->OnTrainingEnded(0, "interpreter exit");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (coordinator_->retracted_hangs().empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_EQ(coordinator_->retracted_hangs().size(), 1u);
-  EXPECT_NE(coordinator_->retracted_hangs()[0].find("rank 0's training ended (interpreter exit)"),
-            std::string::npos)
-      << coordinator_->retracted_hangs()[0];
+  ASSERT_TRUE(OneRetractedHang("rank 0's training ended (interpreter exit)"));
   coordinator_->Flush(200 * kMs);
   EXPECT_TRUE(coordinator_->reports().empty());
 }
@@ -822,8 +818,7 @@ TEST_F(WindowCoordinatorTest, TheJobEndingBeforeAHangIsConfirmedDropsIt) {
   coordinator_->OnStacks(1, 0, true, kSleeping);
   coordinator_->Flush(500 * kMs);
   EXPECT_TRUE(coordinator_->reports().empty());
-  ASSERT_EQ(coordinator_->retracted_hangs().size(), 1u);
-  EXPECT_NE(coordinator_->retracted_hangs()[0].find("the job ended"), std::string::npos);
+  ASSERT_TRUE(OneRetractedHang("the job ended"));
 }
 
 TEST_F(WindowCoordinatorTest, ARetractedHangLeavesTheSlowdownWindowItJoined) {

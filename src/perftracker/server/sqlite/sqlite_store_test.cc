@@ -172,28 +172,37 @@ TEST(SqliteStoreTest, ForeignAndNewerDatabasesAreRefused) {
   EXPECT_NE(store.status().message().find("no/such/dir/store.db"), std::string::npos);
 }
 
+// Job "j" and its window 1 (in `state`) in a new store at `path`; the store is closed again.
+void PutWindowOne(const std::string& path, WindowState state) {
+  auto s = OpenOrDie(path);
+  ASSERT_TRUE(s->UpsertJob({"j", "t", 1, 1, 1}).ok());
+  WindowRecord w;
+  w.job_id = "j";
+  w.window_id = 1;
+  w.reason = "manual";
+  w.start_ns = 10;
+  w.duration_ns = 20;
+  w.state = state;
+  ASSERT_TRUE(s->PutWindow(w).ok());
+}
+
+// Makes the store at `path` look as schema `version` wrote it: runs `undo` (drops what the
+// later versions added) and sets its user_version.
+void Downgrade(const std::string& path, int version, const std::vector<std::string>& undo) {
+  StatusOr<std::unique_ptr<SqliteConnection>> conn = SqliteConnection::Open(path, false, 100);
+  ASSERT_TRUE(conn.ok());
+  for (const std::string& sql : undo) ASSERT_TRUE((*conn)->Exec(sql).ok()) << sql;
+  ASSERT_TRUE((*conn)->Exec("PRAGMA user_version=" + std::to_string(version)).ok());
+}
+
 TEST(SqliteStoreTest, AVersion1StoreIsMigratedAndKeepsItsWindows) {
   TempDir dir;
   const std::string path = dir.File("v1.db");
-  {
-    auto s = OpenOrDie(path);
-    ASSERT_TRUE(s->UpsertJob({"j", "t", 1, 1, 1}).ok());
-    WindowRecord w;
-    w.job_id = "j";
-    w.window_id = 1;
-    w.reason = "manual";
-    w.start_ns = 10;
-    w.duration_ns = 20;
-    ASSERT_TRUE(s->PutWindow(w).ok());
-  }
-  {
-    // Version 1 had no windows.state_reason (nor version 2's diagnoses.perfetto_path).
-    StatusOr<std::unique_ptr<SqliteConnection>> conn = SqliteConnection::Open(path, false, 100);
-    ASSERT_TRUE(conn.ok());
-    ASSERT_TRUE((*conn)->Exec("ALTER TABLE windows DROP COLUMN state_reason").ok());
-    ASSERT_TRUE((*conn)->Exec("ALTER TABLE diagnoses DROP COLUMN perfetto_path").ok());
-    ASSERT_TRUE((*conn)->Exec("PRAGMA user_version=1").ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(PutWindowOne(path, WindowState::kOpen));
+  // Version 1 had no windows.state_reason (nor version 2's diagnoses.perfetto_path).
+  ASSERT_NO_FATAL_FAILURE(Downgrade(path, 1,
+                                    {"ALTER TABLE windows DROP COLUMN state_reason",
+                                     "ALTER TABLE diagnoses DROP COLUMN perfetto_path"}));
   auto store = OpenOrDie(path);
   StatusOr<WindowRecord> w = store->GetWindow("j", 1);
   ASSERT_TRUE(w.ok()) << w.status().message();
@@ -209,17 +218,9 @@ TEST(SqliteStoreTest, AVersion1StoreIsMigratedAndKeepsItsWindows) {
 TEST(SqliteStoreTest, AVersion2StoreIsMigratedAndKeepsItsDiagnoses) {
   TempDir dir;
   const std::string path = dir.File("v2.db");
+  ASSERT_NO_FATAL_FAILURE(PutWindowOne(path, WindowState::kDiagnosed));
   {
     auto s = OpenOrDie(path);
-    ASSERT_TRUE(s->UpsertJob({"j", "t", 1, 1, 1}).ok());
-    WindowRecord w;
-    w.job_id = "j";
-    w.window_id = 1;
-    w.reason = "manual";
-    w.start_ns = 10;
-    w.duration_ns = 20;
-    w.state = WindowState::kDiagnosed;
-    ASSERT_TRUE(s->PutWindow(w).ok());
     DiagnosisRecord d;
     d.job_id = "j";
     d.window_id = 1;
@@ -227,13 +228,8 @@ TEST(SqliteStoreTest, AVersion2StoreIsMigratedAndKeepsItsDiagnoses) {
     d.text = "no material finding";
     ASSERT_TRUE(s->PutDiagnosis(d).ok());
   }
-  {
-    // Version 2 kept no Perfetto export's path.
-    StatusOr<std::unique_ptr<SqliteConnection>> conn = SqliteConnection::Open(path, false, 100);
-    ASSERT_TRUE(conn.ok());
-    ASSERT_TRUE((*conn)->Exec("ALTER TABLE diagnoses DROP COLUMN perfetto_path").ok());
-    ASSERT_TRUE((*conn)->Exec("PRAGMA user_version=2").ok());
-  }
+  // Version 2 kept no Perfetto export's path.
+  ASSERT_NO_FATAL_FAILURE(Downgrade(path, 2, {"ALTER TABLE diagnoses DROP COLUMN perfetto_path"}));
   auto store = OpenOrDie(path);
   StatusOr<DiagnosisRecord> d = store->GetDiagnosis("j", 1);
   ASSERT_TRUE(d.ok()) << d.status().message();
