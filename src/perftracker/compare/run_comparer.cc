@@ -45,6 +45,15 @@ double StandardError(const ProfileWorker& w) {
   return w.iteration_spread_ns / std::sqrt(static_cast<double>(std::max<size_t>(1, w.iterations)));
 }
 
+// The bar of a change `current - scale x baseline` on one rank (see the header): the
+// material share of the baseline's iteration and the noise of both runs' mean iteration,
+// the baseline's as it is multiplied, both in the current run's terms.
+double Bar(const CompareOptions& options, const ProfileWorker& b, const ProfileWorker& c,
+           double scale) {
+  return std::max(options.material_share * scale * b.median_iteration_ns,
+                  options.noise_sigmas * std::hypot(scale * StandardError(b), StandardError(c)));
+}
+
 // A frame whose time is a wait for the other ranks: a collective, a synchronization, a torch
 // communication operator (c10d::, record_param_comms, ...).
 bool IsWait(const CallPathTree& tree, uint32_t node) {
@@ -402,8 +411,7 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
   for (RankPair& p : pairs) {
     const ProfileWorker& b = *p.baseline;
     const ProfileWorker& c = *p.current;
-    p.bar_ns = std::max(options_.material_share * b.median_iteration_ns,
-                        options_.noise_sigmas * std::hypot(StandardError(b), StandardError(c)));
+    p.bar_ns = Bar(options_, b, c, 1.0);
     WorkerChange w;
     w.rank = b.rank;
     w.host = c.host.empty() ? b.host : c.host;
@@ -461,9 +469,13 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
     // against their baseline times as they are.
     // A factor the machine's load explains is applied too: every function is measured beyond
     // it, so that one slower beyond the load is still named.
-    Walker walker(tree, pairs,
-                  out.shared_material || out.shared_explained_by_load ? out.shared_scale : 1.0,
-                  out.baseline_iteration_ns);
+    const double scale =
+        out.shared_material || out.shared_explained_by_load ? out.shared_scale : 1.0;
+    // Functions are measured as current - scale x baseline: the baseline's noise and share
+    // are scaled with it (a slowdown on a quieter machine is measured against the quieter
+    // machine's noise, not the busy baseline's; a busier current run raises the bar).
+    for (RankPair& p : pairs) p.bar_ns = Bar(options_, *p.baseline, *p.current, scale);
+    Walker walker(tree, pairs, scale, out.baseline_iteration_ns);
     for (ChangeDirection d : {ChangeDirection::kSlower, ChangeDirection::kFaster}) {
       size_t dropped = 0;
       std::vector<FunctionChange> changes = walker.Changes(d, &dropped);

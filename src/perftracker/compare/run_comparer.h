@@ -34,14 +34,18 @@
 //    (blocked time, e.g. waiting in a collective, is not stretched; several threads of one process
 //    wait at once), hence a factor "explained" by a load that accounts for half of it; a
 //    load that explains less leaves the factor material, with a note that says so.
-// 2. Materiality per rank: |delta| >= max(material_share x the rank's baseline iteration,
-//    noise_sigmas x hypot(standard error of the rank's mean iteration in the baseline, in the
-//    current run)). The standard error is the spread of one iteration (1.4826 x MAD of the
-//    iteration times) over sqrt(iterations). A function's time per iteration scatters less
-//    than the whole iteration it is part of, so the iteration's noise bounds it from above.
-//    On a quiet machine the share decides; on a loaded one (iterations that scatter by 20 %)
-//    the noise does. What shifts between two runs as a whole (load that comes and goes) is
-//    the shared scale's part, not a function's.
+// 2. Materiality per rank: |delta| >= max(material_share x scale x the rank's baseline
+//    iteration, noise_sigmas x hypot(scale x standard error of the rank's mean iteration in
+//    the baseline, the same in the current run)), scale being the shared factor applied
+//    (1 when none is): delta compares the current run with the baseline multiplied by it,
+//    so the baseline's noise and share are multiplied too. A slowdown measured on a machine
+//    quieter than the baseline's (scale < 1) is not held to the busy baseline's noise; two
+//    healthy runs, the current one busier, are held to more. The standard error is the
+//    spread of one iteration (1.4826 x MAD of the iteration times) over sqrt(iterations).
+//    A function's time per iteration scatters less than the whole iteration it is part of,
+//    so the iteration's noise bounds it from above. On a quiet machine the share decides; on
+//    a loaded one (iterations that scatter by 20 %) the noise does. What shifts between two
+//    runs as a whole (load that comes and goes) is the shared scale's part, not a function's.
 //
 // Waits. In synchronous training a rank's time in a collective (or a synchronization, or a
 // torch communication operator) is the collective's own part, which every rank spends, plus

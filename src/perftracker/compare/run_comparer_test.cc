@@ -186,6 +186,43 @@ TEST(RunComparer, ASharedFactorTheMachinesLoadExplainsIsNotAChangeOfTheJob) {
   EXPECT_TRUE(c->has_material_change());
 }
 
+TEST(RunComparer, ASlowdownOnAQuieterMachineIsHeldToTheQuieterMachinesNoise) {
+  // The baseline ran on a busy machine (every CPU second took 2x, iterations scatter by
+  // 6 ms); the current run on a quieter one (1.2x: every function 0.6x as long, iterations
+  // scatter by 1 ms), where block2 is 4.5 ms slower per iteration beyond that. block2 is
+  // measured as current - 0.6 x baseline, whose noise is hypot(0.6 x the baseline's, the
+  // current's): 3 x hypot(0.6 x 1.90, 0.32) = 3.55 ms, not the busy baseline's 5.78 ms.
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  for (int32_t r = 0; r < 4; ++r) {
+    base.AddWorker(Loaded(Worker(&tree, r, 40, 6, Healthy()), 2.0));
+    cur.AddWorker(Loaded(Worker(&tree, r, 28.5, 1, Healthy(0.6, 4.5)), 1.2));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_NEAR(c->shared_scale, 0.6, 1e-6);
+  EXPECT_TRUE(c->shared_explained_by_load);
+  ASSERT_EQ(c->changes.size(), 1u);
+  EXPECT_EQ(c->changes[0].function, "block2");
+  EXPECT_EQ(c->changes[0].direction, ChangeDirection::kSlower);
+  EXPECT_EQ(c->changes[0].workers, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_NEAR(c->changes[0].delta_ns, 4.5 * kMs, 1e-3 * kMs);
+
+  // The other way round (the current run busier, a healthy pair): block2 4.5 ms beyond the
+  // shared factor is within the busier run's noise, 3 x hypot(1.67 x 0.32, 1.90) = 5.92 ms.
+  RunProfile quiet(&tree, "quiet");
+  RunProfile busy(&tree, "busy");
+  for (int32_t r = 0; r < 4; ++r) {
+    quiet.AddWorker(Loaded(Worker(&tree, r, 24, 1, Healthy(0.6)), 1.2));
+    busy.AddWorker(Loaded(Worker(&tree, r, 44.5, 6, Healthy(1.0, 4.5)), 2.0));
+  }
+  c = RunComparer().Compare(quiet, busy);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->shared_explained_by_load);
+  EXPECT_TRUE(c->changes.empty()) << c->changes[0].function;
+}
+
 TEST(RunComparer, ASharedSlowdownTheMachineDoesNotExplainIsStillReported) {
   // Every function 1.3x slower with the machine as busy as before (a new library, a slower
   // clock), or with a load that explains less than half of it, or the other way: a change.
