@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <new>
+#include <span>
 
 namespace perftracker {
 namespace {
@@ -22,148 +24,242 @@ double QuantileSketch::BucketValue(int32_t index) {
   return 2 * std::pow(kGamma, index) / (kGamma + 1);
 }
 
-QuantileSketch::QuantileSketch(const QuantileSketch& other) { *this = other; }
+// One bucket holding the only value of a single-value sketch.
+constexpr uint64_t kOne = 1;
+
+QuantileSketch::QuantileSketch(const QuantileSketch& other) : mode_(kEmpty) { *this = other; }
 
 // A moved-from sketch is empty.
-QuantileSketch::QuantileSketch(QuantileSketch&& other) noexcept { *this = std::move(other); }
+QuantileSketch::QuantileSketch(QuantileSketch&& other) noexcept : mode_(kEmpty) {
+  *this = std::move(other);
+}
 
 QuantileSketch& QuantileSketch::operator=(const QuantileSketch& other) {
   if (this == &other) return *this;
-  Assign(other.data(), other.size_);
-  offset_ = other.offset_;
-  zero_count_ = other.zero_count_;
-  count_ = other.count_;
-  sum_ = other.sum_;
-  min_ = other.min_;
-  max_ = other.max_;
+  Release();
+  if (other.mode_ == kState) {
+    const State& from = *other.state_;
+    State* st = NewState(Capacity(from.size));
+    const uint32_t capacity = st->capacity;
+    *st = from;
+    st->capacity = capacity;
+    std::copy(from.buckets(), from.buckets() + from.size, st->buckets());
+    state_ = st;
+  } else {
+    single_ = other.mode_ == kSingle ? other.single_ : 0;
+  }
+  mode_ = other.mode_;
   return *this;
 }
 
 QuantileSketch& QuantileSketch::operator=(QuantileSketch&& other) noexcept {
   if (this == &other) return *this;
   Release();
-  if (other.size_ > 1) {
-    heap_ = other.heap_;
+  if (other.mode_ == kState) {
+    state_ = other.state_;
   } else {
-    inline_bucket_ = other.inline_bucket_;
+    single_ = other.mode_ == kSingle ? other.single_ : 0;
   }
-  size_ = other.size_;
-  offset_ = other.offset_;
-  zero_count_ = other.zero_count_;
-  count_ = other.count_;
-  sum_ = other.sum_;
-  min_ = other.min_;
-  max_ = other.max_;
-  // The source is left empty (not half of a sketch: counts without buckets).
-  other.size_ = 0;
-  other.inline_bucket_ = 0;
-  other.offset_ = 0;
-  other.zero_count_ = other.count_ = 0;
-  other.sum_ = other.min_ = other.max_ = 0;
+  mode_ = other.mode_;
+  other.mode_ = kEmpty;  // the source is left empty (not half of a sketch)
+  other.single_ = 0;
   return *this;
 }
 
 QuantileSketch::~QuantileSketch() { Release(); }
 
 uint32_t QuantileSketch::Capacity(uint32_t size) {
-  if (size <= 1) return 0;
+  if (size == 0) return 0;
   return std::min(std::bit_ceil(size), static_cast<uint32_t>(kDefaultMaxBuckets));
 }
 
-void QuantileSketch::Release() {
-  if (size_ > 1) delete[] heap_;
-  size_ = 0;
-  inline_bucket_ = 0;
+QuantileSketch::State* QuantileSketch::NewState(uint32_t capacity) {
+  void* block = ::operator new(sizeof(State) + sizeof(uint64_t) * capacity);
+  State* st = new (block) State;
+  st->capacity = capacity;
+  return st;
 }
 
-void QuantileSketch::Assign(const uint64_t* from, uint32_t size) {
-  if (Capacity(size) != Capacity(size_)) {
-    Release();
-    if (size > 1) heap_ = new uint64_t[Capacity(size)];
+void QuantileSketch::Release() {
+  if (mode_ == kState) {
+    state_->~State();
+    ::operator delete(state_);
   }
-  size_ = size;
-  std::copy(from, from + size, data());
+  mode_ = kEmpty;
+  single_ = 0;
+}
+
+double QuantileSketch::sum() const {
+  // A single value's sum is 0 + value, as adding it to an empty sketch gives (-0 -> +0).
+  return mode_ == kState ? state_->sum : mode_ == kSingle ? 0.0 + single_ : 0;
+}
+
+double QuantileSketch::min() const {
+  if (mode_ == kState) return state_->count ? state_->min : 0;
+  return mode_ == kSingle ? single_ : 0;
+}
+
+double QuantileSketch::max() const {
+  if (mode_ == kState) return state_->count ? state_->max : 0;
+  return mode_ == kSingle ? single_ : 0;
+}
+
+double QuantileSketch::mean() const {
+  const uint64_t n = count();
+  return n ? sum() / static_cast<double>(n) : 0;
+}
+
+int32_t QuantileSketch::offset() const {
+  if (mode_ == kState) return state_->offset;
+  return mode_ == kSingle && single_ > 0 ? BucketIndex(single_) : 0;
+}
+
+std::span<const uint64_t> QuantileSketch::buckets() const {
+  if (mode_ == kState) return {state_->buckets(), state_->size};
+  if (mode_ == kSingle && single_ > 0) return {&kOne, 1};
+  return {};
+}
+
+uint64_t QuantileSketch::zero_count() const {
+  if (mode_ == kState) return state_->zero_count;
+  return mode_ == kSingle && single_ <= 0 ? 1 : 0;
+}
+
+QuantileSketch::State* QuantileSketch::MutableState() {
+  if (mode_ == kState) return state_;
+  const bool had_value = mode_ == kSingle;
+  const double value = single_;
+  State* st = NewState(had_value && value > 0 ? 1 : 0);
+  if (had_value) {
+    // Exactly what adding `value` to an empty sketch holds.
+    st->count = 1;
+    st->sum = 0.0 + value;
+    st->min = st->max = value;
+    if (value <= 0) {
+      st->zero_count = 1;
+    } else {
+      st->offset = BucketIndex(value);
+      st->size = 1;
+      st->buckets()[0] = 1;
+    }
+  }
+  state_ = st;
+  mode_ = kState;
+  return st;
 }
 
 void QuantileSketch::EnsureRange(int32_t index) {
-  if (size_ == 0) {
-    offset_ = index;
-    size_ = 1;
-    inline_bucket_ = 0;
+  State* st = state_;
+  if (st->size == 0) {
+    if (st->capacity < 1) {
+      State* grown = NewState(1);
+      const uint32_t capacity = grown->capacity;
+      *grown = *st;
+      grown->capacity = capacity;
+      ::operator delete(st);
+      state_ = st = grown;
+    }
+    st->offset = index;
+    st->size = 1;
+    st->buckets()[0] = 0;
     return;
   }
-  const int64_t top = int64_t{offset_} + size_ - 1;
-  if (index >= offset_ && index <= top) return;
+  const int64_t top = int64_t{st->offset} + st->size - 1;
+  if (index >= st->offset && index <= top) return;
   const int64_t hi = std::max<int64_t>(top, index);
   // At most kDefaultMaxBuckets remain: the lowest buckets collapse into the lowest kept one.
   const int64_t lo =
-      std::max<int64_t>(std::min<int64_t>(offset_, index), hi - kDefaultMaxBuckets + 1);
+      std::max<int64_t>(std::min<int64_t>(st->offset, index), hi - kDefaultMaxBuckets + 1);
   uint64_t next[kDefaultMaxBuckets] = {};
-  const uint64_t* cur = data();
-  for (uint32_t i = 0; i < size_; ++i) {
-    next[std::max<int64_t>(offset_ + int64_t{i}, lo) - lo] += cur[i];
+  const uint64_t* cur = st->buckets();
+  for (uint32_t i = 0; i < st->size; ++i) {
+    next[std::max<int64_t>(st->offset + int64_t{i}, lo) - lo] += cur[i];
   }
-  Assign(next, static_cast<uint32_t>(hi - lo + 1));
-  offset_ = static_cast<int32_t>(lo);
+  const auto size = static_cast<uint32_t>(hi - lo + 1);
+  if (Capacity(size) > st->capacity) {
+    State* grown = NewState(Capacity(size));
+    const uint32_t capacity = grown->capacity;
+    *grown = *st;
+    grown->capacity = capacity;
+    ::operator delete(st);
+    state_ = st = grown;
+  }
+  st->size = size;
+  std::copy(next, next + size, st->buckets());
+  st->offset = static_cast<int32_t>(lo);
 }
 
 void QuantileSketch::Add(double value, uint64_t times) {
   if (times == 0 || std::isnan(value)) return;
-  if (count_ == 0) {
-    min_ = max_ = value;
-  } else {
-    min_ = std::min(min_, value);
-    max_ = std::max(max_, value);
+  if (mode_ == kEmpty && times == 1) {
+    single_ = value;
+    mode_ = kSingle;
+    return;
   }
-  count_ += times;
-  sum_ += value * static_cast<double>(times);
+  State* st = MutableState();
+  if (st->count == 0) {
+    st->min = st->max = value;
+  } else {
+    st->min = std::min(st->min, value);
+    st->max = std::max(st->max, value);
+  }
+  st->count += times;
+  st->sum += value * static_cast<double>(times);
   if (value <= 0) {
-    zero_count_ += times;
+    st->zero_count += times;
     return;
   }
   int32_t index = BucketIndex(value);
   EnsureRange(index);
-  index = std::max(index, offset_);  // a value below a collapsed range lands in the lowest bucket
-  data()[index - offset_] += times;
+  st = state_;
+  // A value below a collapsed range lands in the lowest bucket.
+  index = std::max(index, st->offset);
+  st->buckets()[index - st->offset] += times;
 }
 
 void QuantileSketch::Merge(const QuantileSketch& other) {
-  if (other.count_ == 0) return;
-  if (count_ == 0) {
+  if (other.count() == 0) return;
+  if (count() == 0) {
     *this = other;
     return;
   }
-  min_ = std::min(min_, other.min_);
-  max_ = std::max(max_, other.max_);
-  count_ += other.count_;
-  sum_ += other.sum_;
-  zero_count_ += other.zero_count_;
-  const uint64_t* theirs = other.data();
-  for (uint32_t i = 0; i < other.size_; ++i) {
+  State* st = MutableState();
+  st->min = std::min(st->min, other.min());
+  st->max = std::max(st->max, other.max());
+  st->count += other.count();
+  st->sum += other.sum();
+  st->zero_count += other.zero_count();
+  const std::span<const uint64_t> theirs = other.buckets();
+  const int32_t their_offset = other.offset();
+  for (uint32_t i = 0; i < theirs.size(); ++i) {
     if (theirs[i] == 0) continue;
-    int32_t index = other.offset_ + static_cast<int32_t>(i);
+    int32_t index = their_offset + static_cast<int32_t>(i);
     EnsureRange(index);
-    index = std::max(index, offset_);
-    data()[index - offset_] += theirs[i];
+    st = state_;
+    index = std::max(index, st->offset);
+    st->buckets()[index - st->offset] += theirs[i];
   }
 }
 
 double QuantileSketch::Quantile(double q) const {
-  if (count_ == 0) return 0;
+  const uint64_t n = count();
+  if (n == 0) return 0;
   q = std::clamp(q, 0.0, 1.0);
-  if (q == 0) return min_;
-  if (q == 1) return max_;
-  const auto rank = static_cast<uint64_t>(q * static_cast<double>(count_ - 1));
-  if (rank < zero_count_) return std::min(0.0, max_);
-  uint64_t seen = zero_count_;
-  const uint64_t* buckets = data();
-  for (uint32_t i = 0; i < size_; ++i) {
-    seen += buckets[i];
+  if (q == 0) return min();
+  if (q == 1) return max();
+  const auto rank = static_cast<uint64_t>(q * static_cast<double>(n - 1));
+  const uint64_t zeros = zero_count();
+  if (rank < zeros) return std::min(0.0, max());
+  uint64_t seen = zeros;
+  const std::span<const uint64_t> b = buckets();
+  const int32_t first = offset();
+  for (uint32_t i = 0; i < b.size(); ++i) {
+    seen += b[i];
     if (seen > rank) {
-      return std::clamp(BucketValue(offset_ + static_cast<int32_t>(i)), min_, max_);
+      return std::clamp(BucketValue(first + static_cast<int32_t>(i)), min(), max());
     }
   }
-  return max_;
+  return max();
 }
 
 bool QuantileSketch::Restore(int32_t offset, std::span<const uint64_t> buckets, uint64_t zero_count,
@@ -181,13 +277,33 @@ bool QuantileSketch::Restore(int32_t offset, std::span<const uint64_t> buckets, 
   }
   if (!std::isfinite(sum)) return false;
   if (total > 0 && (!std::isfinite(min) || !std::isfinite(max) || min > max)) return false;
-  offset_ = offset;
-  Assign(buckets.data(), static_cast<uint32_t>(buckets.size()));
-  zero_count_ = zero_count;
-  count_ = total;
-  sum_ = sum;
-  min_ = min;
-  max_ = max;
+  Release();
+  auto same = [](double a, double b) {
+    return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+  };
+  if (total == 0 && buckets.empty() && offset == 0 && same(sum, 0.0)) return true;  // empty
+  // One value whose raw state is exactly what adding it to an empty sketch gives: held inline.
+  if (total == 1 && same(min, max) && same(sum, 0.0 + min)) {
+    const bool derived = min <= 0
+                             ? zero_count == 1 && buckets.empty() && offset == 0
+                             : zero_count == 0 && buckets.size() == 1 && offset == BucketIndex(min);
+    if (derived) {
+      single_ = min;
+      mode_ = kSingle;
+      return true;
+    }
+  }
+  State* st = NewState(Capacity(static_cast<uint32_t>(buckets.size())));
+  st->count = total;
+  st->size = static_cast<uint32_t>(buckets.size());
+  st->offset = offset;
+  st->zero_count = zero_count;
+  st->sum = sum;
+  st->min = min;
+  st->max = max;
+  std::copy(buckets.begin(), buckets.end(), st->buckets());
+  state_ = st;
+  mode_ = kState;
   return true;
 }
 

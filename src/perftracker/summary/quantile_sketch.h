@@ -13,12 +13,13 @@
 // a dense array from offset_. When the span would exceed max_buckets, the lowest buckets
 // are collapsed into one ("collapsing lowest" DDSketch): the upper quantiles, where
 // stragglers show, stay exact to alpha; only quantiles inside the collapsed low tail lose
-// accuracy. Values <= 0 are counted in zero_count_.
+// accuracy. Values <= 0 are counted in zero_count.
 //
 // Memory: a summary holds one sketch per call path, and with Python stacks most paths run
-// once (one bucket), so a single bucket lives inline; more go to the heap, in a buffer of
-// Capacity(size) entries (a power of two up to kDefaultMaxBuckets). 56 bytes, no
-// allocation for a one-bucket sketch.
+// once, so a sketch of one value is that value (16 bytes, no allocation: its bucket, sum,
+// min and max follow from it). A second value moves the sketch to a heap block holding the
+// rest of its state and its buckets (Capacity(size) entries, a power of two up to
+// kDefaultMaxBuckets), allocated once per growth, not twice.
 #pragma once
 
 #include <cstdint>
@@ -44,16 +45,16 @@ class QuantileSketch {
   // q in [0,1]. Returns 0 for an empty sketch.
   double Quantile(double q) const;
 
-  uint64_t count() const { return count_; }
-  double sum() const { return sum_; }
-  double min() const { return count_ ? min_ : 0; }
-  double max() const { return count_ ? max_ : 0; }
-  double mean() const { return count_ ? sum_ / static_cast<double>(count_) : 0; }
+  uint64_t count() const { return mode_ == kState ? state_->count : mode_ == kSingle ? 1 : 0; }
+  double sum() const;
+  double min() const;
+  double max() const;
+  double mean() const;
 
   // Raw state, for the wire form and tests.
-  int32_t offset() const { return offset_; }
-  std::span<const uint64_t> buckets() const { return {data(), size_}; }
-  uint64_t zero_count() const { return zero_count_; }
+  int32_t offset() const;
+  std::span<const uint64_t> buckets() const;
+  uint64_t zero_count() const;
   // Rebuilds a sketch from its raw state (the wire decoder). Returns false if inconsistent.
   bool Restore(int32_t offset, std::span<const uint64_t> buckets, uint64_t zero_count, double sum,
                double min, double max);
@@ -62,26 +63,36 @@ class QuantileSketch {
   static double BucketValue(int32_t index);
 
  private:
+  // The state of a sketch of two or more values (or of one value that does not follow from
+  // it, e.g. restored from the wire), followed by its buckets.
+  struct State {
+    uint64_t count = 0;
+    uint32_t size = 0;      // buckets in use
+    uint32_t capacity = 0;  // buckets allocated after the header
+    int32_t offset = 0;
+    uint64_t zero_count = 0;
+    double sum = 0;
+    double min = 0;
+    double max = 0;
+    uint64_t* buckets() { return reinterpret_cast<uint64_t*>(this + 1); }
+    const uint64_t* buckets() const { return reinterpret_cast<const uint64_t*>(this + 1); }
+  };
+  enum Mode : uint8_t { kEmpty, kSingle, kState };
+
+  // This sketch as a State (allocated from an empty or single-value sketch).
+  State* MutableState();
+  static State* NewState(uint32_t capacity);
+  // Makes room for bucket `index` in state_, reallocating it as needed.
   void EnsureRange(int32_t index);
-  // Heap entries allocated for `size` buckets (0 for at most one: it is inline).
+  // Heap entries allocated for `size` buckets (a power of two, at most kDefaultMaxBuckets).
   static uint32_t Capacity(uint32_t size);
-  uint64_t* data() { return size_ <= 1 ? &inline_bucket_ : heap_; }
-  const uint64_t* data() const { return size_ <= 1 ? &inline_bucket_ : heap_; }
-  // Replaces the buckets with `size` copies from `from`, reallocating as needed.
-  void Assign(const uint64_t* from, uint32_t size);
   void Release();
 
   union {
-    uint64_t inline_bucket_ = 0;  // size_ <= 1
-    uint64_t* heap_;              // size_ > 1: Capacity(size_) entries
+    double single_;  // kSingle: the one value
+    State* state_;   // kState
   };
-  uint32_t size_ = 0;
-  int32_t offset_ = 0;
-  uint64_t zero_count_ = 0;
-  uint64_t count_ = 0;
-  double sum_ = 0;
-  double min_ = 0;
-  double max_ = 0;
+  Mode mode_ = kEmpty;
 };
 
 }  // namespace perftracker

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -182,6 +183,69 @@ TEST(QuantileSketchTest, CopiesAndMovesKeepTheirOwnBuckets) {
     moved = QuantileSketch();
     EXPECT_TRUE(moved.buckets().empty());
   }
+}
+
+// Raw state and every quantile of two sketches, bit for bit.
+void ExpectSameSketch(const QuantileSketch& a, const QuantileSketch& b) {
+  EXPECT_EQ(a.count(), b.count());
+  EXPECT_EQ(a.offset(), b.offset());
+  EXPECT_TRUE(std::ranges::equal(a.buckets(), b.buckets()));
+  EXPECT_EQ(a.zero_count(), b.zero_count());
+  EXPECT_EQ(std::bit_cast<uint64_t>(a.sum()), std::bit_cast<uint64_t>(b.sum()));
+  EXPECT_EQ(std::bit_cast<uint64_t>(a.min()), std::bit_cast<uint64_t>(b.min()));
+  EXPECT_EQ(std::bit_cast<uint64_t>(a.max()), std::bit_cast<uint64_t>(b.max()));
+  for (double q : kQuantiles) EXPECT_EQ(a.Quantile(q), b.Quantile(q)) << "q=" << q;
+}
+
+TEST(QuantileSketchTest, AOneValueSketchIsSmallAndReadsAsAnyOther) {
+  // Most call paths of a Python-stack trace run once: such a sketch holds its value inline
+  // (16 bytes, no allocation); its buckets, sum and bounds follow from the value.
+  static_assert(sizeof(QuantileSketch) <= 16);
+  for (double v : {1234.5, 1.0, 0.0, -0.0, -3.0, 1e15}) {
+    QuantileSketch one;
+    one.Add(v);
+    // The same value through the general form: added twice over a zero count and merged.
+    QuantileSketch general;
+    general.Add(v, 1);
+    QuantileSketch two;
+    two.Add(v, 2);
+    EXPECT_EQ(two.count(), 2u);
+    EXPECT_EQ(one.count(), 1u);
+    EXPECT_EQ(one.min(), v);
+    EXPECT_EQ(one.max(), v);
+    EXPECT_EQ(one.sum(), 0.0 + v);
+    EXPECT_EQ(one.zero_count(), v <= 0 ? 1u : 0u);
+    EXPECT_EQ(one.buckets().size(), v <= 0 ? 0u : 1u);
+    if (v > 0) {
+      EXPECT_EQ(one.offset(), QuantileSketch::BucketIndex(v));
+    }
+    // Restored from its raw state, it is the same sketch; a second value then counts.
+    QuantileSketch restored;
+    ASSERT_TRUE(restored.Restore(one.offset(), one.buckets(), one.zero_count(), one.sum(),
+                                 one.min(), one.max()));
+    ExpectSameSketch(restored, one);
+    QuantileSketch merged;
+    merged.Merge(one);
+    merged.Merge(one);
+    one.Add(v);
+    ExpectSameSketch(one, two);
+    ExpectSameSketch(merged, two);
+  }
+  // One value whose raw state does not follow from it (written elsewhere) keeps it as is.
+  QuantileSketch odd;
+  ASSERT_TRUE(odd.Restore(5, Buckets{0, 1}, 0, 100, 100, 100));
+  EXPECT_EQ(odd.offset(), 5);
+  EXPECT_TRUE(std::ranges::equal(odd.buckets(), Buckets{0, 1}));
+  QuantileSketch copy = odd;
+  EXPECT_EQ(copy.offset(), 5);
+  EXPECT_EQ(copy.count(), 1u);
+  // An empty restored sketch with a sum keeps it (as the wire said).
+  QuantileSketch counted_nothing;
+  ASSERT_TRUE(counted_nothing.Restore(3, Buckets{}, 0, 7, 0, 0));
+  EXPECT_EQ(counted_nothing.count(), 0u);
+  EXPECT_EQ(counted_nothing.sum(), 7);
+  EXPECT_EQ(counted_nothing.offset(), 3);
+  EXPECT_EQ(counted_nothing.min(), 0);
 }
 
 }  // namespace
