@@ -73,8 +73,8 @@ struct Template {
   size_t AddFn(const std::string& parent_key, uint32_t parent, EventKind kind,
                const std::string& name, double self_ns, uint32_t calls_per_iter) {
     FunctionSummary f;
-    f.key = parent_key.empty() ? "" : parent_key + " > ";
-    f.key += std::string(perftracker::EventKindName(kind)) + ":" + name;
+    f.key = (parent_key.empty() ? "" : parent_key + " > ") +
+            std::string(perftracker::EventKindName(kind)) + ":" + name;
     f.name = name;
     f.kind = kind;
     f.parent = parent;

@@ -60,7 +60,7 @@ WorkerSummary Worker(int32_t rank, double iteration_ms, const std::vector<Fn>& f
     if (s.count > 0) {
       s.durations.Add(static_cast<double>(s.total_ns) / static_cast<double>(s.count), s.count);
     }
-    s.metrics = f.metrics;
+    for (const FunctionMetric& m : f.metrics) s.metrics.push_back(m);
     w.functions.push_back(std::move(s));
   }
   w.worker_metrics = std::move(worker_metrics);

@@ -1190,7 +1190,7 @@ TEST(Localizer, KeysGivenOrDerivedNameTheSameFunction) {
     for (size_t i = 0; i < w.functions.size(); ++i) {
       FunctionSummary& f = w.functions[i];
       if (spec.rank % 3 == 0) {
-        f.key.clear();  // derived
+        f.key = {};  // derived
       } else if (spec.rank % 3 == 1 && f.parent != FunctionSummary::kNoParent) {
         f.key = w.Key(i);  // spelled out, with no parent to derive it from
         f.parent = FunctionSummary::kNoParent;

@@ -592,7 +592,7 @@ class HtmlWriter {
         std::string key = w.Key(i);
         auto [it, inserted] = index.emplace(key, all.size());
         if (inserted) {
-          all.push_back({key, f.name.empty() ? key : f.name, 0, 0, false, ""});
+          all.push_back({key, f.name.empty() ? key : f.name.str(), 0, 0, false, ""});
           values.emplace_back(sample.size(), 0.0);
         }
         values[it->second][s] += static_cast<double>(f.total_ns) / iters;

@@ -30,6 +30,7 @@ class CallPathTable {
     std::string_view name;
     EventKind kind = EventKind::kTorchOp;
     uint32_t parent = kNone;
+    uint32_t leaf = 0;  // its leaf's id, dense from 0 (< leaves())
   };
 
   // The leaf id of (kind, name).
@@ -40,7 +41,7 @@ class CallPathTable {
   Path Get(uint32_t id) const {
     const Node& n = nodes_[id];
     const Leaf& l = leaves_[n.leaf];
-    return {l.name, l.kind, n.parent};
+    return {l.name, l.kind, n.parent, n.leaf};
   }
   size_t size() const { return nodes_.size(); }
   size_t leaves() const { return leaves_.size(); }

@@ -1382,6 +1382,8 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
   const int shift = grid_.shift();
   std::vector<std::pair<int64_t, double>> lone_bins;  // a lone first call's bins
   out.functions.reserve(paths_.size());
+  // One copy of each leaf's name, shared by every path that ends in it.
+  std::vector<SharedString> leaf_names(paths_.leaves());
   for (uint32_t id = 0; id < paths_.size(); ++id) {
     FunctionAcc& acc = functions_acc_[id];
     FunctionDetail* detail = acc.detail == kNone ? nullptr : &details_[acc.detail];
@@ -1413,7 +1415,9 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     const CallPathTable::Path e = paths_.Get(id);
     FunctionSummary fs;
     // fs.key stays empty: the key derives from the parent chain (WorkerSummary::Key).
-    fs.name = std::string(e.name);
+    SharedString& leaf_name = leaf_names[e.leaf];
+    if (leaf_name.empty()) leaf_name = e.name;
+    fs.name = leaf_name;
     fs.kind = e.kind;
     fs.parent = e.parent == CallPathTable::kNone ? FunctionSummary::kNoParent : e.parent;
     fs.count = acc.count;

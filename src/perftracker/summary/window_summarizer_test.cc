@@ -555,6 +555,36 @@ TEST(WindowSummarizerTest, ACallPathCountedOnceHoldsNoFullAccumulator) {
   }
 }
 
+TEST(WindowSummarizerTest, PathsEndingInOneLeafShareItsName) {
+  // Python stacks: one distinct call path per ~2 events, a few hundred distinct leaves. Each
+  // path's summary is small and holds no copy of its own of the leaf's name (issue 11).
+  static_assert(sizeof(FunctionSummary) <= 120, "the per-path part of a summary");
+  StreamBuilder b;
+  b.HostTrack(kMain);
+  b.Emit(kMain, EventKind::kIteration, "ProfilerStep#1", 0, 1'000'000);
+  constexpr int kLayers = 36;
+  for (int i = 0; i < kLayers; ++i) {
+    const int64_t t = 1000 + i * 10'000;
+    b.Emit(kMain, EventKind::kPythonCall, "nn.Module: Layer_" + std::to_string(i), t, t + 5000);
+    b.Emit(kMain, EventKind::kPythonCall, "inspect.py(2699): kind", t + 100, t + 200);
+  }
+  const WorkerSummary s = b.Finish();
+  std::vector<const FunctionSummary*> kinds;
+  for (size_t i = 0; i < s.functions.size(); ++i) {
+    if (s.functions[i].name == "inspect.py(2699): kind") kinds.push_back(&s.functions[i]);
+  }
+  ASSERT_EQ(kinds.size(), static_cast<size_t>(kLayers)) << "one path under each layer";
+  for (const FunctionSummary* f : kinds) {
+    EXPECT_TRUE(f->name.SharesTextWith(kinds[0]->name));
+    EXPECT_TRUE(f->key.empty()) << "derived from the parent chain";
+    EXPECT_TRUE(f->metrics.empty());
+    EXPECT_EQ(f->durations.count(), 1u);
+    EXPECT_EQ(f->durations.Quantile(0.5), 100.0);
+  }
+  ASSERT_FN(last, s, "python:nn.Module: Layer_35 > python:inspect.py(2699): kind");
+  EXPECT_EQ(last->count, 1u);
+}
+
 TEST(WindowSummarizerTest, WorkerMetricsCoverTheWholeWindow) {
   StreamBuilder b;
   b.HostTrack(kMain);

@@ -9,6 +9,8 @@
 
 #include "perftracker/core/event.h"
 #include "perftracker/core/metric_sample.h"
+#include "perftracker/core/shared_string.h"
+#include "perftracker/summary/compact_vector.h"
 #include "perftracker/summary/quantile_sketch.h"
 
 namespace perftracker {
@@ -28,8 +30,12 @@ struct FunctionSummary {
   // holds it only where it does not (a summary written by hand, a decoded explicit key) and
   // is empty otherwise: with Python stacks (50 frames deep) a stored path per function
   // repeats every ancestor's frames, hundreds of MB for a 60k-event trace.
-  std::string key;
-  std::string name;  // the leaf name, for display
+  //
+  // Both are SharedStrings (8 bytes; copies share the text): the summarizer and the wire
+  // decoder give every path ending in the same leaf one copy of its name, so a path costs no
+  // heap of its own for them (issue 11: with Python stacks, one path per two events).
+  SharedString key;
+  SharedString name;  // the leaf name, for display
   EventKind kind = EventKind::kTorchOp;
   // kEventFlagPageable / kEventFlagDeviceToDevice when any of its calls carried it;
   // kEventFlagOnDevice when its calls ran on a device stream. (Next to `kind`: one summary
@@ -46,10 +52,10 @@ struct FunctionSummary {
   // Time of the calls on the critical path: host calls while no device work ran (on a
   // host-only job: all of their time on the main thread), device calls: all of it.
   int64_t critical_ns = 0;
-  int64_t idle_gap_before_ns = 0;  // idle time of the track just before each call, summed
-  uint64_t bytes = 0;              // bytes moved (memcpy, memset, collectives)
-  QuantileSketch durations;        // per-call duration, ns
-  std::vector<FunctionMetric> metrics;
+  int64_t idle_gap_before_ns = 0;         // idle time of the track just before each call, summed
+  uint64_t bytes = 0;                     // bytes moved (memcpy, memset, collectives)
+  QuantileSketch durations;               // per-call duration, ns (16 bytes for a single call)
+  CompactVector<FunctionMetric> metrics;  // empty on every path of a trace file
   // Where its time per iteration steps up and stays up (summary/step_onset.h): the index of
   // the first iteration of the higher level in WorkerSummary::iterations (0 = no such step)
   // and its time in the iterations from there on. From the time grid: exact to a grid bin.

@@ -235,7 +235,8 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     s.iterations.push_back(o);
   }
 
-  std::vector<std::string> strings(m.strings().begin(), m.strings().end());
+  // SharedStrings: every function named by one entry shares its one copy.
+  std::vector<SharedString> strings(m.strings().begin(), m.strings().end());
   if (!m.strings_deflated().empty()) {
     if (!strings.empty()) {
       return WireDataLoss(kWhat, rank + ": both a plain and a deflated string table");
@@ -350,8 +351,8 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
         return WireDataLoss(
             kWhat, where + " (" + o.name + "): unknown metric " + std::to_string(f.metric_ids(j)));
       }
-      o.metrics.push_back({static_cast<Metric>(f.metric_ids(j)), f.metric_means(j),
-                           f.metric_stddevs(j)});
+      o.metrics.push_back(
+          {static_cast<Metric>(f.metric_ids(j)), f.metric_means(j), f.metric_stddevs(j)});
     }
     s.functions.push_back(std::move(o));
   }

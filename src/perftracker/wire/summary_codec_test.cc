@@ -191,7 +191,7 @@ TEST(SummaryCodecTest, ImplicitKeysTravelAsParentAndLeafAndStayImplicit) {
   // What the summarizer writes: no key where it derives from parent, kind and name.
   const WorkerSummary given = SampleSummary();
   WorkerSummary s = given;
-  for (size_t i = 0; i < 4; ++i) s.functions[i].key.clear();
+  for (size_t i = 0; i < 4; ++i) s.functions[i].key = {};
   for (size_t i = 0; i < s.functions.size(); ++i) {
     EXPECT_EQ(s.Key(i), given.Key(i));
     EXPECT_TRUE(s.KeyIs(i, given.functions[i].key));
