@@ -86,7 +86,7 @@ Finding JobFinding(const RuleContext& ctx, std::string_view code, FindingCategor
   f.lost_share = ctx.iteration_ns > 0 ? lost_ns / ctx.iteration_ns : 0;
   f.material = lost_ns >= ctx.material_ns;
   if (fid != kNone) {
-    f.function = ctx.job->functions()[fid].name;
+    f.function = ctx.job->Name(fid);
     f.function_key = ctx.job->Key(fid);
   }
   return f;
@@ -100,7 +100,7 @@ std::vector<uint32_t> TopFunctions(const JobTable& job, bool (*pred)(const Funct
     if (pred(functions[fid])) fids.push_back(fid);
   }
   auto weight = [&](uint32_t fid) {
-    return by_critical ? functions[fid].sum_critical_ns : functions[fid].sum_time_ns;
+    return by_critical ? job.Totals(fid).sum_critical_ns : job.Totals(fid).sum_time_ns;
   };
   std::sort(fids.begin(), fids.end(),
             [&](uint32_t a, uint32_t b) { return weight(a) > weight(b); });
@@ -115,6 +115,7 @@ void RunExpectationChecks(const RuleContext& ctx, std::vector<RenderedFinding>& 
   const auto num_workers = static_cast<double>(job.workers().size());
   const std::string median_of = fmt::format("median of {} workers", job.workers().size());
   std::vector<float> values;
+  std::vector<double> calls, bytes;  // of the cited functions
   for (const Expectation& e : kExpectations) {
     values.clear();
     for (const WorkerRecord& wr : job.workers()) values.push_back(wr.*e.per_worker);
@@ -129,21 +130,23 @@ void RunExpectationChecks(const RuleContext& ctx, std::vector<RenderedFinding>& 
                           fmt::arg("share", FormatShare(f.lost_share)));
     f.evidence.push_back(
         {std::string(e.median_label), fmt::format("{} ({})", FormatDuration(lost), median_of)});
-    for (uint32_t fid : top) {
-      const FunctionInfo& fn = functions[fid];
-      const double rate = fn.sum_time_ns > 0 ? fn.sum_bytes * 1e9 / fn.sum_time_ns : 0;
-      const uint32_t p = fn.parent;
+    job.SumCallsAndBytes(top, calls, bytes);
+    for (size_t i = 0; i < top.size(); ++i) {
+      const uint32_t fid = top[i];
+      const FunctionTotals& fn = job.Totals(fid);
+      const double rate = fn.sum_time_ns > 0 ? bytes[i] * 1e9 / fn.sum_time_ns : 0;
+      const uint32_t p = functions[fid].parent;
       f.evidence.push_back(
           {std::string(e.cite_label),
-           fmt::format(fmt::runtime(e.cite), fmt::arg("name", fn.name),
-                       fmt::arg("time", FormatDuration(fn.sum_time_ns / num_workers)),
-                       fmt::arg("critical", FormatDuration(fn.sum_critical_ns / num_workers)),
-                       fmt::arg("calls", FormatCount(fn.sum_calls / num_workers)),
-                       fmt::arg("bytes", FormatBytes(fn.sum_bytes / num_workers)),
-                       fmt::arg("rate", FormatBytes(rate)),
-                       fmt::arg("caller",
-                                p == kNone ? std::string()
-                                           : fmt::format(", called from {}", functions[p].name)))});
+           fmt::format(
+               fmt::runtime(e.cite), fmt::arg("name", job.Name(fid)),
+               fmt::arg("time", FormatDuration(fn.sum_time_ns / num_workers)),
+               fmt::arg("critical", FormatDuration(fn.sum_critical_ns / num_workers)),
+               fmt::arg("calls", FormatCount(calls[i] / num_workers)),
+               fmt::arg("bytes", FormatBytes(bytes[i] / num_workers)),
+               fmt::arg("rate", FormatBytes(rate)),
+               fmt::arg("caller", p == kNone ? std::string()
+                                             : fmt::format(", called from {}", job.Name(p))))});
     }
     f.evidence.push_back({"median iteration (job)", FormatDuration(ctx.iteration_ns)});
     RenderedFinding r;

@@ -157,7 +157,7 @@ std::vector<RenderedFinding> FindingWording::Render(
       // PT-STRAGGLER-UNTRACED.
       const WorkerRecord& wr = workers[w];
       if (top.untraced_before != UINT32_MAX) {
-        const std::string_view before = functions[top.untraced_before].name;
+        const std::string_view before = job.Name(top.untraced_before);
         f.title = fmt::format(
             "{} has {}/iter of untraced time before {}: no traced function covers it, and its "
             "peers wait for it ({} of the iteration)",
@@ -191,36 +191,36 @@ std::vector<RenderedFinding> FindingWording::Render(
                                         FormatDuration(gap_median))});
     } else {
       const FunctionInfo& fn = functions[a.fid];
-      f.function = fn.name;
+      f.function = job.Name(a.fid);
       f.function_key = job.Key(a.fid);
       if (!top.parts.empty()) {
         // One layer slower in several places (its forward and backward, ...).
-        std::string where = RatioPhrase(a, fn.name);
+        std::string where = RatioPhrase(a, job.Name(a.fid));
         for (const Anomaly& p : top.parts) {
-          where += ", " + RatioPhrase(p, functions[p.fid].name);
+          where += ", " + RatioPhrase(p, job.Name(p.fid));
         }
         f.title = fmt::format("{} run{} {} slower than {} peers in {} places: {} ({})", who,
-                              plural ? "" : "s", functions[top.layer].name,
-                              plural ? "their" : "its", top.parts.size() + 1, where, effect);
+                              plural ? "" : "s", job.Name(top.layer), plural ? "their" : "its",
+                              top.parts.size() + 1, where, effect);
       } else if (a.only_on_some) {
         f.title = fmt::format(
             "only {} run{} {} ({}/iter); the other {} ranks of {} peer group do not ({})", who,
-            plural ? "" : "s", fn.name, FormatDuration(a.value), a.peers - a.present,
+            plural ? "" : "s", job.Name(a.fid), FormatDuration(a.value), a.peers - a.present,
             plural ? "their" : "its", effect);
       } else if (a.median < kAlmostNothingShare * a.value) {
         // A ratio to almost nothing ("47697.3x its peers") says nothing.
         f.title = fmt::format("only {} run{} {} for real: {}/iter against {} peers' median {} ({})",
-                              who, plural ? "" : "s", fn.name, FormatDuration(a.value),
+                              who, plural ? "" : "s", job.Name(a.fid), FormatDuration(a.value),
                               plural ? "their" : "its", FormatDuration(a.median), effect);
       } else {
         f.title =
             fmt::format("{} spend{} {}/iter in {}, {:.1f}x {} peers ({})", who, plural ? "" : "s",
-                        FormatDuration(a.value), fn.name, a.median > 0 ? a.value / a.median : 0.0,
-                        plural ? "their" : "its", effect);
+                        FormatDuration(a.value), job.Name(a.fid),
+                        a.median > 0 ? a.value / a.median : 0.0, plural ? "their" : "its", effect);
       }
       f.evidence.push_back(
-          {"time per iteration",
-           fmt::format("{} in {} on {}", FormatDuration(a.value), fn.name, job.WorkerName(w))});
+          {"time per iteration", fmt::format("{} in {} on {}", FormatDuration(a.value),
+                                             job.Name(a.fid), job.WorkerName(w))});
       if (a.only_on_some) {
         f.evidence.push_back(
             {"peer group workers running it", fmt::format("{} of {}", a.present, a.peers)});
@@ -251,9 +251,9 @@ std::vector<RenderedFinding> FindingWording::Render(
       }
       for (const Anomaly& b : top.below) {
         f.evidence.push_back(
-            {"time goes into", fmt::format("{}: {} -> {} per iteration (+{})",
-                                           functions[b.fid].name, FormatDuration(b.median),
-                                           FormatDuration(b.value), FormatDuration(b.excess()))});
+            {"time goes into", fmt::format("{}: {} -> {} per iteration (+{})", job.Name(b.fid),
+                                           FormatDuration(b.median), FormatDuration(b.value),
+                                           FormatDuration(b.excess()))});
       }
       if (top.onset_iteration > 0) {
         f.evidence.push_back(
@@ -262,7 +262,7 @@ std::vector<RenderedFinding> FindingWording::Render(
                          "iteration; before it at its peers' level; averaged over the window "
                          "+{}",
                          top.onset_iteration + 1, top.onset_of, FormatDuration(top.onset_value),
-                         functions[top.onset_function].name, FormatDuration(top.onset_median),
+                         job.Name(top.onset_function), FormatDuration(top.onset_median),
                          FormatDuration(top.onset_excess), FormatDuration(a.excess()))});
       }
       for (const Anomaly& p : top.parts) {
@@ -274,21 +274,21 @@ std::vector<RenderedFinding> FindingWording::Render(
       for (size_t k = 0; k < top.children.size() && k < 3; ++k) {
         const Anomaly& c = top.children[k];
         f.evidence.push_back(
-            {"of which", fmt::format("{}: {} -> {} per iteration (+{})", functions[c.fid].name,
+            {"of which", fmt::format("{}: {} -> {} per iteration (+{})", job.Name(c.fid),
                                      FormatDuration(c.median), FormatDuration(c.value),
                                      FormatDuration(c.excess()))});
       }
       if (top.below.empty() && top.children.empty() && has_children_[a.fid]) {
         f.evidence.push_back({"where", fmt::format("in {}'s own code: none of its traced "
                                                    "callees is longer",
-                                                   fn.name)});
+                                                   job.Name(a.fid))});
       }
       if (!IsUserLevel(fn.kind)) {
         int depth = 0;
         for (uint32_t p = fn.parent; p != kNone && depth < kMaxDepth;
              p = functions[p].parent, ++depth) {
           if (IsUserLevel(functions[p].kind)) {
-            f.evidence.push_back({"called from", std::string(functions[p].name)});
+            f.evidence.push_back({"called from", std::string(job.Name(p))});
             break;
           }
         }

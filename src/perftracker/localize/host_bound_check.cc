@@ -75,10 +75,10 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out) {
   f.evidence.push_back({"threshold", FormatShare(kHostBoundShare)});
   for (uint32_t fid : TopFunctions(
            job, [](const FunctionInfo& fn) { return IsHostWorkKind(fn.kind); }, true, 3)) {
-    const FunctionInfo& fn = job.functions()[fid];
+    const FunctionTotals& fn = job.Totals(fid);
     f.evidence.push_back(
         {"host function on the critical path",
-         fmt::format("{}: {}/iter (mean of workers)", fn.name,
+         fmt::format("{}: {}/iter (mean of workers)", job.Name(fid),
                      FormatDuration(fn.sum_critical_ns / static_cast<double>(num_workers)))});
   }
   f.evidence.push_back({"median iteration (job)", FormatDuration(ctx.iteration_ns)});

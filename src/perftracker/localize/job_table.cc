@@ -59,6 +59,7 @@ uint32_t JobTable::InternName(std::string_view name) {
   const auto id = static_cast<uint32_t>(names_.size());
   names_.emplace_back(name);
   name_index_.emplace(names_.back(), id);
+  if (name.empty()) empty_name_ = id;
   return id;
 }
 
@@ -119,14 +120,15 @@ uint32_t JobTable::NewFunction(const FunctionSummary& f, std::string_view name_s
     if (colon != std::string_view::npos) leaf.remove_prefix(colon + 1);
     name = leaf.empty() ? name_source : leaf;
   }
-  info.name = names_[InternName(name)];
+  info.name_id = InternName(name);
+  const std::string_view display = names_[info.name_id];
   info.kind = f.kind;
   info.key_kind = f.kind;
   // Communication issued through torch operators (c10d::allreduce_, functional collectives'
   // wait_tensor, record_param_comms) waits like a collective: DDP runs them inside
   // AccumulateGrad hooks, under whichever gradient completes a bucket, so they must not read
   // as compute.
-  if (f.kind == EventKind::kTorchOp && IsTorchCommunicationOp(info.name)) {
+  if (f.kind == EventKind::kTorchOp && IsTorchCommunicationOp(display)) {
     info.kind = EventKind::kCollective;
   }
   info.pageable = f.kind == EventKind::kMemcpy && (f.name.find("Pageable") != std::string::npos ||
@@ -137,11 +139,9 @@ uint32_t JobTable::NewFunction(const FunctionSummary& f, std::string_view name_s
   info.device_to_device =
       f.kind == EventKind::kMemcpy && (f.event_flags & kEventFlagDeviceToDevice) != 0;
   if (info.kind == EventKind::kCollective) {
-    info.point_to_point = PointToPointOf(info.name, f.event_flags);
+    info.point_to_point = PointToPointOf(display, f.event_flags);
   }
   functions_.push_back(std::move(info));
-  stamp_.push_back(0);
-  stamp_pos_.push_back(0);
   return static_cast<uint32_t>(functions_.size() - 1);
 }
 
@@ -180,7 +180,9 @@ uint32_t JobTable::InternFunction(const WorkerSummary& worker, size_t i) {
   const uint32_t fid = NewFunction(f, name_source);
   FunctionInfo& info = functions_[fid];
   info.key_parent = parent;
-  info.key_name = name_id;
+  // The display name is the key's leaf name, but for a summary without names (then the
+  // leaf of its key is shown).
+  info.empty_key_name = info.name_id != name_id;
   IndexNode(fid);
   return fid;
 }
@@ -192,19 +194,19 @@ uint32_t JobTable::FindNode(uint32_t parent, uint32_t name, EventKind kind) cons
     const uint32_t fid = node_slots_[i];
     if (fid == kNone) return kNone;
     const FunctionInfo& info = functions_[fid];
-    if (info.key_parent == parent && info.key_name == name && info.key_kind == kind) return fid;
+    if (info.key_parent == parent && KeyName(info) == name && info.key_kind == kind) return fid;
   }
 }
 
 void JobTable::IndexNode(uint32_t fid) {
-  if (2 * (indexed_nodes_ + 1) > node_slots_.size()) {
-    // Double and re-insert every indexed fid (those with a key_name: derived keys).
+  if (4 * (indexed_nodes_ + 1) > 3 * node_slots_.size()) {
+    // Double and re-insert every indexed fid (derived keys).
     std::vector<uint32_t> slots(node_slots_.empty() ? 64 : 2 * node_slots_.size(), kNone);
     const size_t mask = slots.size() - 1;
     for (const uint32_t old : node_slots_) {
       if (old == kNone) continue;
       const FunctionInfo& info = functions_[old];
-      size_t i = NodeHash(info.key_parent, info.key_name, info.key_kind) & mask;
+      size_t i = NodeHash(info.key_parent, KeyName(info), info.key_kind) & mask;
       while (slots[i] != kNone) i = (i + 1) & mask;
       slots[i] = old;
     }
@@ -212,7 +214,7 @@ void JobTable::IndexNode(uint32_t fid) {
   }
   const FunctionInfo& info = functions_[fid];
   const size_t mask = node_slots_.size() - 1;
-  size_t i = NodeHash(info.key_parent, info.key_name, info.key_kind) & mask;
+  size_t i = NodeHash(info.key_parent, KeyName(info), info.key_kind) & mask;
   while (node_slots_[i] != kNone) i = (i + 1) & mask;
   node_slots_[i] = fid;
   ++indexed_nodes_;
@@ -222,7 +224,7 @@ bool JobTable::SameFunction(const WorkerSummary& worker, size_t i, uint32_t fid)
   const FunctionSummary& f = worker.functions[i];
   const FunctionInfo& info = functions_[fid];
   if (info.has_explicit_key) return f.key == ExplicitKey(fid);
-  if (info.key_kind != f.kind || names_[info.key_name] != f.name) return false;
+  if (info.key_kind != f.kind || names_[KeyName(info)] != f.name) return false;
   const uint32_t parent = f.parent < i ? fids_[f.parent] : kNone;
   return info.key_parent == parent && KeyDerives(worker, i);
 }
@@ -243,7 +245,7 @@ std::string JobTable::Key(uint32_t fid) const {
     }
     key += EventKindName(f.key_kind);
     key += ':';
-    key += names_[f.key_name];
+    key += names_[KeyName(f)];
   }
   return key;
 }
@@ -350,18 +352,14 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     } else {
       fids_[i] = InternFunction(worker, i);
       const uint32_t fid = fids_[i];
-      if (fid < prev_position_.size() && prev_position_worker_[fid] == w) {
-        cursor = prev_position_[fid] + 1;
+      if (fid < listings_.size() && listings_[fid].listed_by == w) {
+        cursor = listings_[fid].position + 1;
       }
     }
   }
   // Positions of this worker's keys, for the next worker's cursor resync.
-  prev_position_.resize(functions_.size(), 0);
-  prev_position_worker_.resize(functions_.size(), kNone);
-  for (size_t i = 0; i < n; ++i) {
-    prev_position_[fids_[i]] = static_cast<uint32_t>(i);
-    prev_position_worker_[fids_[i]] = w + 1;
-  }
+  listings_.resize(functions_.size());
+  for (size_t i = 0; i < n; ++i) listings_[fids_[i]] = {w + 1, static_cast<uint32_t>(i), kNone};
   if (functions_.size() > first_new_fid) ResolveNewFunctions(worker, fids_, first_new_fid);
 
   wr.first_record = static_cast<uint32_t>(records_.size());
@@ -391,8 +389,9 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     r.critical_ns = static_cast<float>(static_cast<double>(f.critical_ns) / iters);
     r.idle_gap_ns = static_cast<float>(static_cast<double>(f.idle_gap_before_ns) / iters);
     r.bytes = static_cast<float>(static_cast<double>(f.bytes) / iters);
-    if (stamp_[fid] == w + 1) {
-      FunctionRecord& prev = records_[stamp_pos_[fid]];
+    Listing& listing = listings_[fid];
+    if (listing.record != kNone) {
+      FunctionRecord& prev = records_[listing.record];
       prev.time_ns += r.time_ns;
       prev.self_ns += r.self_ns;
       prev.calls += r.calls;
@@ -400,8 +399,7 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
       prev.idle_gap_ns += r.idle_gap_ns;
       prev.bytes += r.bytes;
     } else {
-      stamp_[fid] = w + 1;
-      stamp_pos_[fid] = static_cast<uint32_t>(records_.size());
+      listing.record = static_cast<uint32_t>(records_.size());
       const size_t its = worker.iterations.size();
       if (f.onset_iteration > 0 && f.onset_iteration < its && f.onset_ns >= 0) {
         OnsetRecord o;
@@ -426,25 +424,22 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     int depth = 0;
     for (uint32_t a = functions_[r.fid].parent; a != kNone && depth < kMaxDepth;
          a = functions_[a].parent, ++depth) {
-      if (stamp_[a] != w + 1) continue;
-      FunctionRecord& anc = records_[stamp_pos_[a]];
+      const Listing& listing = listings_[a];
+      if (listing.listed_by != w + 1 || listing.record == kNone) continue;
+      const uint32_t pos = listing.record;
+      FunctionRecord& anc = records_[pos];
       anc.time_ns = std::max(anc.time_ns - r.time_ns, 0.0f);
-      if (!onsets_.empty() && onsets_.back().record >= stamp_pos_[a]) {
-        auto it = std::lower_bound(onsets_.begin(), onsets_.end(), uint64_t{stamp_pos_[a]},
+      if (!onsets_.empty() && onsets_.back().record >= pos) {
+        auto it = std::lower_bound(onsets_.begin(), onsets_.end(), uint64_t{pos},
                                    [](const OnsetRecord& o, uint64_t i) { return o.record < i; });
-        if (it != onsets_.end() && it->record == stamp_pos_[a]) it->comparable = false;
+        if (it != onsets_.end() && it->record == pos) it->comparable = false;
       }
     }
   }
-  // Pass 3: job-wide and per-worker sums.
+  // Pass 3: per-worker sums (the job-wide ones: EndIngest).
   for (uint32_t k = 0; k < count; ++k) {
     const FunctionRecord& r = records_[first + k];
-    FunctionInfo& info = functions_[r.fid];
-    ++info.present;
-    info.sum_time_ns += r.time_ns;
-    info.sum_critical_ns += r.critical_ns;
-    info.sum_calls += r.calls;
-    info.sum_bytes += r.bytes;
+    const FunctionInfo& info = functions_[r.fid];
     if (info.outermost_wait) wr.wait_fn_ns += r.time_ns;
     if (info.parent == kNone && !IsWaitKind(info.kind) && info.kind != EventKind::kIteration) {
       wr.work_ns += r.time_ns;
@@ -500,6 +495,43 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   workers_.push_back(wr);
 }
 
+void JobTable::EndIngest() {
+  // swap, not clear(): clear() keeps the capacity.
+  std::vector<uint32_t>().swap(node_slots_);
+  indexed_nodes_ = 0;
+  std::unordered_map<std::string, uint32_t>().swap(explicit_index_);
+  std::unordered_map<std::string_view, uint32_t>().swap(name_index_);
+  std::unordered_map<std::string, uint32_t>().swap(host_index_);
+  std::vector<uint32_t>().swap(prev_fids_);
+  std::vector<Listing>().swap(listings_);
+  std::vector<uint32_t>().swap(fids_);
+  // A record is final once its worker is added (pass 2 adjusts only its own worker's):
+  // summed in record order, the totals are what summing at each Add would give.
+  totals_.assign(functions_.size(), FunctionTotals{});
+  for (uint64_t k = 0; k < records_.size(); ++k) {
+    const FunctionRecord& r = records_[k];
+    FunctionTotals& t = totals_[r.fid];
+    ++t.present;
+    t.sum_time_ns += r.time_ns;
+    t.sum_critical_ns += r.critical_ns;
+  }
+}
+
+void JobTable::SumCallsAndBytes(const std::vector<uint32_t>& fids, std::vector<double>& calls,
+                                std::vector<double>& bytes) const {
+  calls.assign(fids.size(), 0);
+  bytes.assign(fids.size(), 0);
+  if (fids.empty()) return;
+  for (uint64_t k = 0; k < records_.size(); ++k) {
+    const FunctionRecord& r = records_[k];
+    for (size_t i = 0; i < fids.size(); ++i) {
+      if (fids[i] != r.fid) continue;
+      calls[i] += r.calls;
+      bytes[i] += r.bytes;
+    }
+  }
+}
+
 const OnsetRecord* JobTable::OnsetOf(uint32_t w, uint32_t fid) const {
   if (w >= workers_.size() || onsets_.empty()) return nullptr;
   const WorkerRecord& wr = workers_[w];
@@ -517,7 +549,7 @@ std::string JobTable::PathName(uint32_t fid) const {
   std::vector<std::string_view> names;
   for (uint32_t f = fid; f != kNone && f < functions_.size() && names.size() < kMaxDepth;
        f = functions_[f].parent) {
-    names.push_back(functions_[f].name);
+    names.push_back(Name(f));
   }
   std::string out;
   for (auto it = names.rbegin(); it != names.rend(); ++it) {

@@ -11,6 +11,10 @@
 // and the culprit / victim rules need (outermost collective + sync time, sync and
 // data-loading critical time, GC, pageable copies). The summary itself is not kept:
 // 100,000 workers x 300 functions is about 1 GB.
+// Memory per call path (with Python stacks one trace file holds ~35,000, one per ~2 events,
+// and its summary is alive beside this table): a 16-byte FunctionInfo and its record (32
+// bytes), plus while adding ~20 bytes of index and scratch that EndIngest() frees before it
+// sums the 24-byte FunctionTotals.
 // A non-wait function's time excludes the collectives / syncs nested in it (DDP issues
 // all-reduces from AccumulateGrad hooks: that is waiting, not work).
 //
@@ -91,35 +95,43 @@ struct OnsetRecord {
   bool comparable = true;
 };
 
+// A function's job-wide sums over the workers that ran it, per iteration (JobTable::Totals,
+// summed by JobTable::EndIngest from the records, in worker order; the calls and bytes of
+// the few functions a finding cites: JobTable::SumCallsAndBytes).
+struct FunctionTotals {
+  double sum_time_ns = 0;
+  double sum_critical_ns = 0;
+  uint32_t present = 0;  // workers that ran it
+};
+
 struct FunctionInfo {
-  // Identity: the call path (key_parent, key_kind, name), its key JobTable::Key(fid); or,
-  // when a summary gave a key that does not derive from its parent, that key
-  // (JobTable::ExplicitKey). No key is stored: with Python stacks each would repeat every
-  // ancestor's frames.
-  // The leaf name, for display: a view into the JobTable's name table (each distinct name is
-  // stored once; with Python stacks ~32,000 paths share a few thousand names).
-  std::string_view name;
+  // The leaf name, for display: JobTable::Name(fid), an id into the JobTable's name table
+  // (each distinct name is stored once; with Python stacks ~32,000 paths share a few
+  // thousand names). No string and no key is stored per path.
+  uint32_t name_id = kNone;
+  // Identity: the call path (key_parent, key_kind, key name), its key JobTable::Key(fid);
+  // the key name is the leaf name (name_id) unless empty_key_name. Or, when a summary gave
+  // a key that does not derive from its parent, that key (JobTable::ExplicitKey).
+  uint32_t key_parent = kNone;  // the enclosing function in the key (kNone: a root, or explicit)
+  uint32_t parent = kNone;
   EventKind kind = EventKind::kTorchOp;
   EventKind key_kind = EventKind::kTorchOp;  // the summary's kind (`kind` may be reclassified)
-  uint32_t key_parent = kNone;  // the enclosing function in the key (kNone: a root, or explicit)
-  uint32_t key_name = kNone;    // the leaf name's id in the JobTable's name table
-  uint32_t parent = kNone;
-  bool outermost_wait = false;    // collective / sync without a collective / sync ancestor
-  bool under_wait = false;        // a collective / sync or nested in one
-  bool outermost_kind = false;    // no ancestor of the same kind
-  bool pageable = false;          // a pageable memcpy
-  bool on_device = false;         // runs on a device stream (a kernel, a device collective)
-  bool device_to_device = false;  // a copy between device memories (kEventFlagDeviceToDevice)
-  bool has_explicit_key = false;  // its key is JobTable::ExplicitKey(fid)
   // A point-to-point send / receive: by the direction its source flagged (a trace's
   // collective metadata), else by its name (core/point_to_point.h).
   PointToPoint point_to_point = PointToPoint::kNone;
-  uint32_t present = 0;    // workers that ran it
-  double sum_time_ns = 0;  // over workers, per iteration
-  double sum_critical_ns = 0;
-  double sum_calls = 0;
-  double sum_bytes = 0;
+  bool outermost_wait : 1 = false;    // collective / sync without a collective / sync ancestor
+  bool under_wait : 1 = false;        // a collective / sync or nested in one
+  bool outermost_kind : 1 = false;    // no ancestor of the same kind
+  bool pageable : 1 = false;          // a pageable memcpy
+  bool on_device : 1 = false;         // runs on a device stream (a kernel, a device collective)
+  bool device_to_device : 1 = false;  // a copy between device memories
+  bool has_explicit_key : 1 = false;  // its key is JobTable::ExplicitKey(fid)
+  // Its key's leaf name is empty (a summary without names): name_id then holds the name
+  // shown, the leaf of its key.
+  bool empty_key_name : 1 = false;
 };
+// One per call path of the job (with Python stacks one worker has ~35,000): keep it compact.
+static_assert(sizeof(FunctionInfo) == 16, "keep the per-path FunctionInfo compact");
 
 // A worker whose summary has event problems (or nothing at all).
 struct WorkerProblem {
@@ -137,9 +149,21 @@ class JobTable {
  public:
   // Adds one worker; a note about the table's capacity goes to `notes`.
   void Add(const WorkerSummary& worker, std::vector<std::string>& notes);
+  // Ends the ingest: frees what only Add() needs (the call-path index, the name index, the
+  // previous worker's positions, per-path scratch: ~30 bytes a path), then sums each
+  // function's totals (24 bytes a path, so they do not coexist with that scratch at the
+  // peak). Call once, after the last Add(), before the rules run.
+  void EndIngest();
 
   const std::vector<WorkerRecord>& workers() const { return workers_; }
   const std::vector<FunctionInfo>& functions() const { return functions_; }
+  // Job-wide sums per function, by fid (after EndIngest()).
+  const FunctionTotals& Totals(uint32_t fid) const { return totals_[fid]; }
+  // The calls and bytes per iteration of each of `fids` summed over the workers that ran it,
+  // as the totals are summed (one pass over the records: for the few functions a finding
+  // cites).
+  void SumCallsAndBytes(const std::vector<uint32_t>& fids, std::vector<double>& calls,
+                        std::vector<double>& bytes) const;
   const RecordStore& records() const { return records_; }
   const std::vector<std::string>& hosts() const { return hosts_; }
   const std::vector<WorkerProblem>& problems() const { return problems_; }
@@ -155,6 +179,8 @@ class JobTable {
   bool IsAncestor(uint32_t ancestor, uint32_t fid) const;
   // The names along fid's call path, outermost first: "backward > layer2 > dgrad".
   std::string PathName(uint32_t fid) const;
+  // The function's leaf name, for display.
+  std::string_view Name(uint32_t fid) const { return names_[functions_[fid].name_id]; }
   // The function's key ("kind:name" frames from the root, joined by " > "), built on demand.
   std::string Key(uint32_t fid) const;
   // The key a summary gave fid when it does not derive from its parent, else empty.
@@ -162,7 +188,7 @@ class JobTable {
 
  private:
   // The derived-key node (key_parent, key_name, key_kind) of a fid, or kNone: an
-  // open-addressing index of fids (load at most 1/2, 4 bytes a slot) keyed by those fields
+  // open-addressing index of fids (load at most 3/4, 4 bytes a slot) keyed by those fields
   // of FunctionInfo, so a call path costs no hash node of its own (with Python stacks one
   // worker holds ~35,000 paths).
   uint32_t FindNode(uint32_t parent, uint32_t name, EventKind kind) const;
@@ -185,24 +211,33 @@ class JobTable {
   // NameId(name), interning the name first when it is new.
   uint32_t InternName(std::string_view name);
   uint32_t NewFunction(const FunctionSummary& f, std::string_view name_source);
+  // The id of fid's key leaf name (derived keys only).
+  uint32_t KeyName(const FunctionInfo& info) const {
+    return info.empty_key_name ? empty_name_ : info.name_id;
+  }
   void ResolveNewFunctions(const WorkerSummary& worker, const std::vector<uint32_t>& fids,
                            size_t first_new_fid);
 
   // Job-wide function table.
   std::vector<FunctionInfo> functions_;
-  std::vector<uint32_t> node_slots_;  // fids, kNone = empty; size a power of two
+  std::vector<FunctionTotals> totals_;  // by fid, from EndIngest()
+  std::vector<uint32_t> node_slots_;    // fids, kNone = empty; size a power of two
   size_t indexed_nodes_ = 0;
   std::unordered_map<std::string, uint32_t> explicit_index_;   // explicit key -> fid
   std::unordered_map<uint32_t, std::string> explicit_keys_;    // fid -> explicit key
   std::deque<std::string> names_;                              // name id -> leaf name
   std::unordered_map<std::string_view, uint32_t> name_index_;  // views into names_
+  uint32_t empty_name_ = kNone;                                // the id of ""
   std::vector<uint32_t> prev_fids_;  // the previous worker's fids by position (cache)
-  // Per fid: its position in the list of worker prev_position_worker_[fid] - 1.
-  std::vector<uint32_t> prev_position_;
-  std::vector<uint32_t> prev_position_worker_;
-  std::vector<uint32_t> fids_;       // scratch
-  std::vector<uint32_t> stamp_;      // per fid: last worker index + 1 that recorded it
-  std::vector<uint32_t> stamp_pos_;  // per fid: that record's index
+  // Per fid, of the last worker that listed it (`listed_by` - 1): its position in that
+  // worker's list (the next worker's cursor resync) and its record there (kNone: none).
+  struct Listing {
+    uint32_t listed_by = 0;
+    uint32_t position = 0;
+    uint32_t record = kNone;
+  };
+  std::vector<Listing> listings_;
+  std::vector<uint32_t> fids_;  // scratch
 
   // Workers.
   std::vector<WorkerRecord> workers_;

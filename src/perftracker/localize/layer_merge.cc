@@ -42,7 +42,8 @@ void MergeLayerParts(const RuleContext& ctx, std::vector<WorkerFinding>& worker_
       WorkerFinding& part = worker_findings[order[m]];
       if (part.named.worker != into.named.worker) break;
       if (part.dropped || layer[m] == kNone || part.code != into.code ||
-          part.category != into.category || functions[layer[m]].name != functions[layer[k]].name) {
+          part.category != into.category ||
+          functions[layer[m]].name_id != functions[layer[k]].name_id) {
         continue;
       }
       into.parts.push_back(part.named);

@@ -97,6 +97,7 @@ Diagnosis Localizer::Impl::Finish() {
     d.notes.push_back("no worker summaries to diagnose");
     return d;
   }
+  job_.EndIngest();
   RuleContext ctx;
   ctx.job = &job_;
   ctx.options = &options_;

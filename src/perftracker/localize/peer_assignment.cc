@@ -19,8 +19,9 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
   std::vector<bool> significant(functions.size(), false);
   for (uint32_t fid = 0; fid < functions.size(); ++fid) {
     const FunctionInfo& fn = functions[fid];
-    significant[fid] = fn.present > 0 && !fn.under_wait && fn.kind != EventKind::kGc &&
-                       fn.sum_time_ns / fn.present >= options.signature_share * iteration_ns;
+    const FunctionTotals& t = job.Totals(fid);
+    significant[fid] = t.present > 0 && !fn.under_wait && fn.kind != EventKind::kGc &&
+                       t.sum_time_ns / t.present >= options.signature_share * iteration_ns;
   }
   // The collectives a worker takes part in, by name (their call paths depend on timing).
   std::unordered_map<std::string_view, uint32_t> collective_ids;
@@ -28,8 +29,7 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
   for (uint32_t fid = 0; fid < functions.size(); ++fid) {
     if (functions[fid].kind != EventKind::kCollective) continue;
     collective_of[fid] =
-        collective_ids
-            .try_emplace(functions[fid].name, static_cast<uint32_t>(collective_ids.size()))
+        collective_ids.try_emplace(job.Name(fid), static_cast<uint32_t>(collective_ids.size()))
             .first->second;
   }
   PeerGroups peer_groups;

@@ -24,8 +24,10 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
   const RecordStore& records = job.records();
   const double report_ns = ctx.report_ns;
   std::vector<Anomaly> out;
-  std::vector<uint32_t> counts(job.functions().size(), 0);
-  std::vector<uint32_t> offsets(job.functions().size(), 0);
+  // Per fid, allocated for the first group that is compared (a job of one worker, e.g. one
+  // trace file with ~35,000 call paths, has none).
+  std::vector<uint32_t> counts;
+  std::vector<uint32_t> offsets;
   std::vector<uint32_t> touched;
   std::vector<uint32_t> entries;  // record indices bucketed by fid
   std::vector<float> times;       // their time per iteration, same order (contiguous reads)
@@ -34,6 +36,10 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
     const auto& ws = members[g];
     const size_t n = ws.size();
     if (n < kMinPeers) continue;
+    if (counts.empty()) {
+      counts.assign(job.functions().size(), 0);
+      offsets.assign(job.functions().size(), 0);
+    }
     // Counting sort of the group's records by function.
     touched.clear();
     uint64_t total = 0;
