@@ -183,7 +183,12 @@ int RunDiagnose(const DiagnoseOptions& options) {
   }
 
   if (options.format == "json") {
-    fmt::print("{}", RenderJson(input));
+    // Written as it is made: with Python stacks the report is ~1 MB of call-path keys, which
+    // would otherwise exist whole (and once more in fmt's buffer) at the run's memory peak.
+    if (!WriteJson(input, stdout)) {
+      fmt::print(stderr, "perftracker: cannot write the JSON report: {}\n", std::strerror(errno));
+      return 2;
+    }
   } else {
     TextOptions text_options;
     text_options.color = options.color;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <string_view>
@@ -96,10 +97,14 @@ std::unordered_set<uint64_t> PathsOverMinShare(const report::ReportModel& model)
   return paths;
 }
 
+// Where the report's text goes, piece by piece.
+using JsonSink = std::function<void(std::string_view)>;
+
 // The table goes to `out` entry by entry, as `functions`' value inside the report's root
 // object (dump indent 2: its entries at 4 spaces): a table of long call-path keys (926 KB of
-// JSON on b200 eager_trace) never exists as a whole DOM beside its dump (+2.2 MiB there).
-void AppendFunctionsJson(const report::ReportModel& model, std::string& out) {
+// JSON on b200 eager_trace) never exists as a whole DOM beside its dump (+2.2 MiB there),
+// nor its keys all at once (sorted by keys built two at a time).
+void WriteFunctionsJson(const report::ReportModel& model, const JsonSink& out) {
   compare::CallPathTree tree;
   compare::RunProfile profile(&tree, "");
   // Only the paths that can make the table are interned and counted (a trace with Python
@@ -124,17 +129,23 @@ void AppendFunctionsJson(const report::ReportModel& model, std::string& out) {
   const size_t workers = std::max<size_t>(1, profile.workers().size());
   const size_t cap = std::max(kMinFunctions, kMaxFunctionCells / workers);
   if (kept.size() > cap) kept.resize(cap);
-  // Callers first, then by key: stable across reports of one job.
-  std::vector<std::pair<std::string, uint32_t>> keyed;
-  for (const auto& [share, node] : kept) keyed.emplace_back(tree.Key(node), node);
-  std::sort(keyed.begin(), keyed.end());
+  // Callers first, then by key: stable across reports of one job. (The order of (key, node)
+  // pairs; with Python stacks a key is ~2 KB, so each is built when compared.)
+  std::vector<uint32_t> keyed;
+  for (const auto& [share, node] : kept) keyed.push_back(node);
+  std::sort(keyed.begin(), keyed.end(), [&](uint32_t a, uint32_t b) {
+    const int c = tree.Key(a).compare(tree.Key(b));
+    return c != 0 ? c < 0 : a < b;
+  });
   if (keyed.empty()) {
-    out += "[]";
+    out("[]");
     return;
   }
-  out += "[\n";
+  out("[\n");
   bool first = true;
-  for (const auto& [key, node] : keyed) {
+  std::string entry;
+  for (const uint32_t node : keyed) {
+    const std::string key = tree.Key(node);
     ordered_json inclusive = ordered_json::array();
     ordered_json self = ordered_json::array();
     ordered_json calls = ordered_json::array();
@@ -156,14 +167,15 @@ void AppendFunctionsJson(const report::ReportModel& model, std::string& out) {
     // What dump() writes for an array element at depth 2: each line 4 spaces further in
     // (a JSON string holds no raw newline, so every newline starts a line).
     const std::string text = f.dump(2, ' ', false, ordered_json::error_handler_t::replace);
-    out += first ? "    " : ",\n    ";
+    entry = first ? "    " : ",\n    ";
     first = false;
     for (char c : text) {
-      out += c;
-      if (c == '\n') out += "    ";
+      entry += c;
+      if (c == '\n') entry += "    ";
     }
+    out(entry);
   }
-  out += "\n  ]";
+  out("\n  ]");
 }
 
 ordered_json WorkerJson(const report::WorkerRow& row) {
@@ -216,9 +228,8 @@ ordered_json DataQualityJson(const report::ReportModel& model) {
   return out;
 }
 
-}  // namespace
-
-std::string RenderJson(const ReportInput& input) {
+// The report, piece by piece.
+void WriteJsonTo(const ReportInput& input, const JsonSink& out) {
   const report::ReportModel model(input);
   const Diagnosis& d = model.diagnosis();
   ordered_json root;
@@ -254,13 +265,27 @@ std::string RenderJson(const ReportInput& input) {
   // The root's own keys are the only lines indented by exactly 2 spaces.
   constexpr std::string_view kSlot = "\n  \"functions\": null";
   const size_t at = rest.find(kSlot);
+  const std::string_view text = rest;
+  out(text.substr(0, at + kSlot.size() - 4));  // up to `"functions": `
+  WriteFunctionsJson(model, out);
+  out(text.substr(at + kSlot.size()));
+  out("\n");
+}
+
+}  // namespace
+
+std::string RenderJson(const ReportInput& input) {
   std::string out;
-  out.reserve(rest.size() + 1);
-  out.append(rest, 0, at + kSlot.size() - 4);  // up to `"functions": `
-  AppendFunctionsJson(model, out);
-  out.append(rest, at + kSlot.size());
-  out += "\n";
+  WriteJsonTo(input, [&](std::string_view piece) { out += piece; });
   return out;
+}
+
+bool WriteJson(const ReportInput& input, std::FILE* out) {
+  bool ok = true;
+  WriteJsonTo(input, [&](std::string_view piece) {
+    ok = ok && std::fwrite(piece.data(), 1, piece.size(), out) == piece.size();
+  });
+  return ok && std::fflush(out) == 0;
 }
 
 }  // namespace perftracker

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct HtmlOptions {
 std::string RenderText(const ReportInput& input, const TextOptions& options = {});
 // JSON, schema_version 1 (docs/report-json.md).
 std::string RenderJson(const ReportInput& input);
+// The same bytes written to `out` as they are made: the `functions` table (one entry per
+// call path, ~1 MB of keys on a trace with Python stacks) never exists whole in memory.
+// False when a write failed.
+bool WriteJson(const ReportInput& input, std::FILE* out);
 // One self-contained HTML file: inline CSS, SVG and JS, no network references.
 std::string RenderHtml(const ReportInput& input, const HtmlOptions& options = {});
 
