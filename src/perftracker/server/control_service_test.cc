@@ -6,11 +6,14 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -229,6 +232,96 @@ TEST_F(ControlServiceTest, AStoreThatIsDownIsLoggedAFewTimesAndTheJobGoesOn) {
   EXPECT_GE(store_lines, 1u);
   // 5 per 10 s; the test may span a few periods on a busy machine, never 200 batches' worth.
   EXPECT_LE(store_lines, 20u) << "a line per failed write";
+}
+
+// A store that counts the job-row calls of the server on it (and passes every call on).
+class CountingStore final : public Store {
+ public:
+  explicit CountingStore(Store* inner) : inner_(inner) {}
+  std::atomic<int> get_job{0}, upsert_job{0}, upsert_workers{0};
+
+  Status UpsertJob(const JobRecord& j) override {
+    ++upsert_job;
+    return inner_->UpsertJob(j);
+  }
+  Status UpsertWorkers(const std::vector<WorkerRecord>& w) override {
+    ++upsert_workers;
+    return inner_->UpsertWorkers(w);
+  }
+  StatusOr<JobRecord> GetJob(const std::string& id) override {
+    ++get_job;
+    return inner_->GetJob(id);
+  }
+  StatusOr<std::vector<JobRecord>> ListJobs() override { return inner_->ListJobs(); }
+  StatusOr<std::vector<WorkerRecord>> ListWorkers(const std::string& id) override {
+    return inner_->ListWorkers(id);
+  }
+  Status AppendIterations(const std::string& id, const std::vector<IterationPoint>& p) override {
+    return inner_->AppendIterations(id, p);
+  }
+  StatusOr<std::vector<IterationPoint>> ListIterations(const std::string& id, int64_t since,
+                                                       size_t limit) override {
+    return inner_->ListIterations(id, since, limit);
+  }
+  Status PutWindow(const WindowRecord& w) override { return inner_->PutWindow(w); }
+  StatusOr<std::vector<WindowRecord>> ListWindows(const std::string& id) override {
+    return inner_->ListWindows(id);
+  }
+  StatusOr<WindowRecord> GetWindow(const std::string& id, uint64_t w) override {
+    return inner_->GetWindow(id, w);
+  }
+  Status PutSummary(const std::string& id, uint64_t w, const WorkerSummary& s) override {
+    return inner_->PutSummary(id, w, s);
+  }
+  Status PutSummaryBytes(const std::string& id, uint64_t w, int32_t rank,
+                         std::string_view bytes) override {
+    return inner_->PutSummaryBytes(id, w, rank, bytes);
+  }
+  StatusOr<std::vector<WorkerSummary>> ListSummaries(const std::string& id, uint64_t w) override {
+    return inner_->ListSummaries(id, w);
+  }
+  Status PutDiagnosis(const DiagnosisRecord& d) override { return inner_->PutDiagnosis(d); }
+  StatusOr<DiagnosisRecord> GetDiagnosis(const std::string& id, uint64_t w) override {
+    return inner_->GetDiagnosis(id, w);
+  }
+  Status SetBaseline(const std::string& id, uint64_t w) override {
+    return inner_->SetBaseline(id, w);
+  }
+  StatusOr<std::optional<uint64_t>> GetBaseline(const std::string& id) override {
+    return inner_->GetBaseline(id);
+  }
+
+ private:
+  Store* inner_;
+};
+
+// The job's row is read once per server and written when it changes (or once a second for
+// its last_seen), not at every registration: a fleet re-registering after a restart read and
+// wrote that one row once per collector. The worker rows are still written per registration.
+TEST_F(ControlServiceTest, RegistrationsOfOneJobReadItsRowOnceAndWriteItWhenItChanges) {
+  auto inner = SqliteStore::Open((dir_ / "counted.db").string());
+  ASSERT_TRUE(inner.ok()) << inner.status().message();
+  CountingStore store(inner->get());
+  StartServer(&store);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Collector> collectors;
+  for (int i = 0; i < 40; ++i) collectors.push_back(Connect("node-" + std::to_string(i), i, 1, 40));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(store.get_job.load(), 1);
+  EXPECT_LE(store.upsert_job.load(), 1 + static_cast<int>(seconds))
+      << "the job row is written at every registration";
+  EXPECT_EQ(store.upsert_workers.load(), 40);
+  auto job = (*inner)->GetJob("job-x");
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(job->world_size, 40);
+  EXPECT_EQ(job->title, "train.py");
+  // A change is written at once.
+  collectors.push_back(Connect("node-big", 40, 1, 64));
+  job = (*inner)->GetJob("job-x");
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  EXPECT_EQ(job->world_size, 64);
+  StopServer();  // before `store` goes
 }
 
 TEST_F(ControlServiceTest, TwoCollectorsOneWindowEverySummaryStoredAndDiagnosed) {
