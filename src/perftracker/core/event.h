@@ -52,7 +52,9 @@ struct Event {
   uint32_t correlation = 0;   // links a launch to its kernel (CUPTI / Kineto correlation), 0 = none
   EventKind kind = EventKind::kTorchOp;
   uint8_t flags = 0;
-  uint16_t reserved = 0;
+  // Collectives: the process group (communicator) they ran in, as the id its source gave it
+  // in EventSink::OnProcessGroup; 0 = not known.
+  uint16_t group = 0;
 
   int64_t duration_ns() const { return end_ns - start_ns; }
 };

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "perftracker/core/event.h"
 #include "perftracker/core/metric_sample.h"
@@ -18,6 +19,16 @@ struct TrackInfo {
   std::string name;     // "thread 23695", "stream 7", ...
 };
 
+// A process group (communicator) that collectives ran in: the global ranks of its members.
+// `ranks` may hold only the first members (a source that truncates long lists): `size` says
+// how many there are (0 = not known), and the list is complete when it holds `size` ranks.
+struct ProcessGroupInfo {
+  uint16_t id = 0;   // Event::group of its collectives; > 0, unique per source
+  std::string name;  // "0", "tp", a communicator hash: for reading, never compared across workers
+  std::vector<int32_t> ranks;
+  uint32_t size = 0;
+};
+
 class EventSink {
  public:
   virtual ~EventSink() = default;
@@ -26,6 +37,9 @@ class EventSink {
   // Events arrive in any order across tracks and mostly in start order within a track.
   virtual void OnEvent(const Event& event) = 0;
   virtual void OnMetric(const MetricSample& sample) = 0;
+  // Called once per process group before the first event that names it (Event::group).
+  // Sources that know no groups never call it.
+  virtual void OnProcessGroup(const ProcessGroupInfo& /*group*/) {}
 };
 
 }  // namespace perftracker

@@ -99,6 +99,35 @@ TEST(DiagnosisPipeline, KeptEventsFollowTheWorkers) {
   EXPECT_FALSE(traces[0]->events().empty());
 }
 
+// A trace's process groups reach the summary whether or not its events are also kept for a
+// Perfetto export (the recorder forwards them to the summarizer).
+TEST(DiagnosisPipeline, ProcessGroupsOfATraceReachItsSummary) {
+  const fs::path file =
+      fs::temp_directory_path() / fmt::format("perftracker_{}_pg_rank1.json", ::getpid());
+  std::ofstream(file) << R"JSON({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+     "ts": 0, "dur": 1000},
+    {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", "pid": 0,
+     "tid": 7, "ts": 100, "dur": 200, "args": {"device": 0, "stream": 7, "In msg nelems": 256,
+     "dtype": "Float", "Process Group Name": "2", "Process Group Ranks": "[0, 1]",
+     "Group size": 2}}]})JSON";
+  for (bool keep_events : {false, true}) {
+    SCOPED_TRACE(keep_events);
+    PipelineOptions options;
+    options.keep_events = keep_events;
+    DiagnosisPipeline pipeline(options);
+    pipeline.AddTraceFiles({file.string()});
+    ASSERT_EQ(pipeline.workers().size(), 1u);
+    const CollectiveGroups& g = pipeline.workers()[0].collective_groups;
+    ASSERT_EQ(g.groups.size(), 1u);
+    EXPECT_EQ(g.groups[0].ranks, (std::vector<int32_t>{0, 1}));
+    ASSERT_EQ(g.calls.size(), 1u);
+    EXPECT_EQ(g.calls[0].bytes, 1024u);
+    EXPECT_EQ(g.calls[0].total_ns, 200'000);
+  }
+  fs::remove(file);
+}
+
 TEST(DiagnosisPipeline, SimulatedRanksComeInRankOrderWhateverTheThreads) {
   StatusOr<Scenario> scenario = ParseScenario(R"({"name": "t", "job": {"ranks": 16, "tp": 4,
       "pp": 1, "gpus_per_host": 8, "model_params_b": 13, "iterations": 5, "seed": 3},

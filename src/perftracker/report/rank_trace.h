@@ -38,6 +38,10 @@ class RankTrace : public EventSink {
   void OnTrack(const TrackInfo& track) override;
   void OnEvent(const Event& event) override;
   void OnMetric(const MetricSample& sample) override;
+  // Not recorded (a Perfetto export shows no groups): forwarded.
+  void OnProcessGroup(const ProcessGroupInfo& group) override {
+    if (forward_ != nullptr) forward_->OnProcessGroup(group);
+  }
 
   FunctionTable* functions() { return &functions_; }
   const FunctionTable& functions() const { return functions_; }

@@ -153,6 +153,7 @@
 #include "perftracker/core/event_time.h"
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/summary/call_path_table.h"
+#include "perftracker/summary/collective_groups.h"
 #include "perftracker/summary/receive_slack.h"
 #include "perftracker/summary/step_onset.h"
 
@@ -526,7 +527,8 @@ struct Clip {
 
 // An event the offline mode keeps until Finish(): 32 bytes, not Event's 40 (a lane knows its
 // track; the payload's bits above 32 ride in 16 spare bits, and a payload of 2^48 bytes or
-// more, which no real copy has, is kept aside whole). On a long trace without Python stacks
+// more, which no real copy has, is kept aside whole, as is a collective's with its process
+// group, Event::group). On a long trace without Python stacks
 // these are most of the peak (the 500 MB trace: 1.37 M events).
 struct KeptEvent {
   static constexpr uint16_t kPayloadAside = UINT16_MAX;  // payload_low indexes the big ones
@@ -592,6 +594,8 @@ class WindowSummarizer::Impl {
       has_device_ = true;
     }
   }
+
+  void OnProcessGroup(const ProcessGroupInfo& group) { groups_.Declare(group); }
 
   void OnEvent(const Event& ev) {
     ++stats_.events;
@@ -906,14 +910,18 @@ class WindowSummarizer::Impl {
       if (acc.count == 1 && acc.detail == kNone) Promote(acc);
       ++acc.count;
       AddSat(acc.total_ns, inside);
-      if (MovesBytes(ev.kind)) {
-        // A transfer that straddles an iteration boundary counts its inside share.
-        acc.bytes += inside == dur ? ev.payload
-                                   : static_cast<uint64_t>(static_cast<double>(ev.payload) *
-                                                           static_cast<double>(inside) /
-                                                           static_cast<double>(dur));
-      }
+      // A transfer that straddles an iteration boundary counts its inside share.
+      const uint64_t bytes =
+          !MovesBytes(ev.kind) ? 0
+          : inside == dur
+              ? ev.payload
+              : static_cast<uint64_t>(static_cast<double>(ev.payload) *
+                                      static_cast<double>(inside) / static_cast<double>(dur));
+      acc.bytes += bytes;
       acc.flags |= (ev.flags & kSummaryFlags) | (on_device ? kEventFlagOnDevice : 0);
+      if (ev.kind == EventKind::kCollective && ev.group != 0) {
+        groups_.Add(fn, ev.group, inside, bytes);
+      }
     }
 
     grid_.Cover(ev.start_ns, ev.end_ns);
@@ -1075,18 +1083,18 @@ class WindowSummarizer::Impl {
     k.correlation = ev.correlation;
     k.kind = ev.kind;
     k.flags = ev.flags;
-    if (ev.payload >> 32 < KeptEvent::kPayloadAside) {
+    if (ev.payload >> 32 < KeptEvent::kPayloadAside && ev.group == 0) {
       k.payload_low = static_cast<uint32_t>(ev.payload);
       k.payload_high = static_cast<uint16_t>(ev.payload >> 32);
     } else {
-      k.payload_low = static_cast<uint32_t>(big_payloads_.size());
+      k.payload_low = static_cast<uint32_t>(aside_.size());
       k.payload_high = KeptEvent::kPayloadAside;
-      big_payloads_.push_back(ev.payload);
+      aside_.push_back({ev.payload, ev.group});
     }
     return k;
   }
   uint64_t Payload(const KeptEvent& k) const {
-    if (k.payload_high == KeptEvent::kPayloadAside) return big_payloads_[k.payload_low];
+    if (k.payload_high == KeptEvent::kPayloadAside) return aside_[k.payload_low].payload;
     return uint64_t{k.payload_high} << 32 | k.payload_low;
   }
   Event Restore(const KeptEvent& k, const TrackState& t) const {
@@ -1099,6 +1107,7 @@ class WindowSummarizer::Impl {
     ev.correlation = k.correlation;
     ev.kind = k.kind;
     ev.flags = k.flags;
+    if (k.payload_high == KeptEvent::kPayloadAside) ev.group = aside_[k.payload_low].group;
     return ev;
   }
   bool OfflineBefore(const KeptEvent& a, const KeptEvent& b) const;
@@ -1138,7 +1147,14 @@ class WindowSummarizer::Impl {
   std::unique_ptr<CorrelationSlot[], Free> correlations_;
   std::unordered_map<uint32_t, size_t> tracks_;  // track id -> index
   std::vector<std::unique_ptr<TrackState>> track_list_;
-  std::vector<uint64_t> big_payloads_;  // offline: payloads of 2^48 bytes or more (KeptEvent)
+  // Offline: payloads of 2^48 bytes or more, and those of collectives with a process group
+  // (KeptEvent has no room for Event::group; collectives are few).
+  struct Aside {
+    uint64_t payload;
+    uint16_t group;
+  };
+  std::vector<Aside> aside_;
+  CollectiveGroupRecorder groups_;
   size_t host_tracks_with_rows_ = 0;
   TimeGrid grid_;
   int row_device_busy_ = -1, row_device_compute_ = -1, row_device_comm_ = -1;
@@ -1477,6 +1493,7 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     }
     out.functions.push_back(std::move(fs));
   }
+  out.collective_groups = groups_.Build();
   return out;
 }
 
@@ -1514,6 +1531,9 @@ WindowSummarizer::~WindowSummarizer() = default;
 void WindowSummarizer::OnTrack(const TrackInfo& track) { impl_->OnTrack(track); }
 void WindowSummarizer::OnEvent(const Event& event) { impl_->OnEvent(event); }
 void WindowSummarizer::OnMetric(const MetricSample& sample) { impl_->OnMetric(sample); }
+void WindowSummarizer::OnProcessGroup(const ProcessGroupInfo& group) {
+  impl_->OnProcessGroup(group);
+}
 WorkerSummary WindowSummarizer::Finish() { return impl_->Finish(); }
 size_t WindowSummarizer::peak_reorder_buffer() const { return impl_->peak_reorder_buffer(); }
 size_t WindowSummarizer::detailed_functions() const { return impl_->detailed_functions(); }

@@ -33,6 +33,7 @@ class WindowSummarizer : public EventSink {
   void OnTrack(const TrackInfo& track) override;
   void OnEvent(const Event& event) override;
   void OnMetric(const MetricSample& sample) override;
+  void OnProcessGroup(const ProcessGroupInfo& group) override;
 
   // Flushes everything buffered and returns the summary. Call once.
   WorkerSummary Finish();

@@ -1026,3 +1026,51 @@ TEST(WindowSummarizerTest, SlackAfterIsTheCollectiveTimeAReceiveWaitFollowed) {
 
 }  // namespace
 }  // namespace perftracker
+
+namespace perftracker {
+namespace {
+
+// The process group of each collective lands in the summary's own table, per (function,
+// group), live and offline (issue 11): one kernel name serves a tensor-parallel all-reduce
+// inside a host and a data-parallel one across hosts.
+TEST(WindowSummarizerTest, CollectivesKeepTheirProcessGroupPerFunction) {
+  for (bool offline : {false, true}) {
+    SCOPED_TRACE(offline);
+    SummarizerOptions options;
+    options.offline = offline;
+    StreamBuilder b(options);
+    b.DeviceTrack(kStream);
+    b.summarizer().OnProcessGroup({1, "tp", {0, 1}, 2});
+    b.summarizer().OnProcessGroup({2, "dp", {0, 8}, 2});
+    b.summarizer().OnProcessGroup({3, "unused", {0, 1, 2}, 3});
+    const std::string_view ar = "ncclDevKernel_AllReduce";
+    for (int i = 0; i < 4; ++i) {
+      Event e = b.Make(kStream, EventKind::kCollective, ar, i * 1000, i * 1000 + 100, 0, 1000);
+      e.group = i % 2 == 0 ? 1 : 2;
+      b.summarizer().OnEvent(e);
+    }
+    // A collective of a group no source described, and one without a group.
+    Event other = b.Make(kStream, EventKind::kCollective, ar, 5000, 5300, 0, 3000);
+    other.group = 9;
+    b.summarizer().OnEvent(other);
+    b.Emit(kStream, EventKind::kCollective, ar, 6000, 6500, 0, 5000);
+    const WorkerSummary s = b.Finish();
+    ASSERT_FN(f, s, "collective:ncclDevKernel_AllReduce");
+    EXPECT_EQ(f->count, 6u);
+    const CollectiveGroups& g = s.collective_groups;
+    ASSERT_EQ(g.groups.size(), 2u);  // only the groups some call ran in
+    ASSERT_EQ(g.calls.size(), 2u);
+    for (const CollectiveGroupCalls& c : g.calls) {
+      EXPECT_EQ(&s.functions[c.function], f);
+      EXPECT_EQ(c.count, 2u);
+      EXPECT_EQ(c.total_ns, 200);
+      EXPECT_EQ(c.bytes, 2000u);
+    }
+    EXPECT_EQ(g.groups[g.calls[0].group].name, "tp");
+    EXPECT_EQ(g.groups[g.calls[1].group].ranks, (std::vector<int32_t>{0, 8}));
+    EXPECT_TRUE(g.groups[0].complete());
+  }
+}
+
+}  // namespace
+}  // namespace perftracker

@@ -10,6 +10,7 @@
 #include "perftracker/core/event.h"
 #include "perftracker/core/metric_sample.h"
 #include "perftracker/core/shared_string.h"
+#include "perftracker/summary/collective_groups.h"
 #include "perftracker/summary/compact_vector.h"
 #include "perftracker/summary/quantile_sketch.h"
 
@@ -129,6 +130,8 @@ struct WorkerSummary {
   // missing, e.g. the run-queue delay of a worker whose slow time is outside traced code.
   std::vector<FunctionMetric> worker_metrics;
   SummaryStats stats;
+  // The process group of its collectives, where the sources know it (collective_groups.h).
+  CollectiveGroups collective_groups;
 
   int64_t window_ns() const { return window_end_ns - window_start_ns; }
   // Function i's key: its explicit `key`, else its parent's key (when the parent precedes

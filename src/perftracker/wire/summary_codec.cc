@@ -206,6 +206,20 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
     m.add_worker_metric_means(static_cast<float>(fm.mean));
     m.add_worker_metric_stddevs(static_cast<float>(fm.stddev));
   }
+  for (const CollectiveGroup& g : s.collective_groups.groups) {
+    v1::ProcessGroup* o = m.add_process_groups();
+    o->set_name(g.name);
+    for (int32_t r : g.ranks) o->add_ranks(r);
+    o->set_size(g.size);
+  }
+  for (const CollectiveGroupCalls& c : s.collective_groups.calls) {
+    v1::CollectiveGroupCalls* o = m.add_collective_group_calls();
+    o->set_function(c.function);
+    o->set_group(c.group);
+    o->set_count(c.count);
+    o->set_total_ns(c.total_ns);
+    o->set_bytes(c.bytes);
+  }
   return m.SerializeAsString();
 }
 
@@ -379,6 +393,24 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     }
     s.worker_metrics.push_back({static_cast<Metric>(m.worker_metric_ids(j)),
                                 m.worker_metric_means(j), m.worker_metric_stddevs(j)});
+  }
+  for (const v1::ProcessGroup& g : m.process_groups()) {
+    CollectiveGroup& o = s.collective_groups.groups.emplace_back();
+    o.name = g.name();
+    o.ranks.assign(g.ranks().begin(), g.ranks().end());
+    o.size = g.size();
+  }
+  for (const v1::CollectiveGroupCalls& c : m.collective_group_calls()) {
+    if (c.function() >= s.functions.size() || c.group() >= s.collective_groups.groups.size()) {
+      return WireDataLoss(kWhat, rank + ": a collective's process group names function " +
+                                     std::to_string(c.function()) + " or group " +
+                                     std::to_string(c.group()) + ", which the summary lacks");
+    }
+    if (c.total_ns() < 0) {
+      return WireDataLoss(kWhat, rank + ": a collective's process group has negative time");
+    }
+    s.collective_groups.calls.push_back(
+        {c.function(), c.group(), c.count(), c.total_ns(), c.bytes()});
   }
   return s;
 }

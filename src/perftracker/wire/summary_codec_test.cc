@@ -99,6 +99,11 @@ WorkerSummary SampleSummary() {
   s.stats.first_problem = "end before start: event on track 3";
   s.worker_metrics.push_back({Metric::kRunQueueDelayFraction, 0.375, 0.125});
   s.worker_metrics.push_back({Metric::kInvoluntaryCtxSwitchesPerSec, 1536.0, 12.5});
+  // nccl:all_reduce (function 2) ran in a group inside a host and in one across hosts.
+  s.collective_groups.groups.push_back({"1", {16, 17}, 2});
+  s.collective_groups.groups.push_back({"dp", {1, 17, 33}, 64});  // the list was cut
+  s.collective_groups.calls.push_back({2, 0, 3, 12'000'000, 3u << 20});
+  s.collective_groups.calls.push_back({2, 1, 1, 9'000'000, 5u << 20});
   return s;
 }
 
@@ -174,6 +179,22 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
     EXPECT_EQ(a.worker_metrics[m].mean, b.worker_metrics[m].mean);
     EXPECT_EQ(a.worker_metrics[m].stddev, b.worker_metrics[m].stddev);
   }
+  const CollectiveGroups& ga = a.collective_groups;
+  const CollectiveGroups& gb = b.collective_groups;
+  ASSERT_EQ(ga.groups.size(), gb.groups.size());
+  for (size_t i = 0; i < ga.groups.size(); ++i) {
+    EXPECT_EQ(ga.groups[i].name, gb.groups[i].name);
+    EXPECT_EQ(ga.groups[i].ranks, gb.groups[i].ranks);
+    EXPECT_EQ(ga.groups[i].size, gb.groups[i].size);
+  }
+  ASSERT_EQ(ga.calls.size(), gb.calls.size());
+  for (size_t i = 0; i < ga.calls.size(); ++i) {
+    EXPECT_EQ(ga.calls[i].function, gb.calls[i].function);
+    EXPECT_EQ(ga.calls[i].group, gb.calls[i].group);
+    EXPECT_EQ(ga.calls[i].count, gb.calls[i].count);
+    EXPECT_EQ(ga.calls[i].total_ns, gb.calls[i].total_ns);
+    EXPECT_EQ(ga.calls[i].bytes, gb.calls[i].bytes);
+  }
 }
 
 TEST(SummaryCodecTest, WorkerSummaryRoundTripsEveryField) {
@@ -185,6 +206,17 @@ TEST(SummaryCodecTest, WorkerSummaryRoundTripsEveryField) {
   // Derivable keys are not sent: only the hand-built one is in the bytes.
   EXPECT_EQ(bytes.find("compute_block > torch_op"), std::string::npos);
   EXPECT_NE(bytes.find("custom key that is not derivable"), std::string::npos);
+}
+
+// An older collector's summary has no process groups: it decodes with none (its collectives'
+// groups are not known, and the localizer treats them as before).
+TEST(SummaryCodecTest, ASummaryWithoutProcessGroupsDecodesWithNone) {
+  WorkerSummary s = SampleSummary();
+  s.collective_groups = {};
+  auto decoded = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_TRUE(decoded->collective_groups.empty());
+  EXPECT_TRUE(decoded->collective_groups.groups.empty());
 }
 
 TEST(SummaryCodecTest, ImplicitKeysTravelAsParentAndLeafAndStayImplicit) {
@@ -394,6 +426,15 @@ TEST(SummaryCodecTest, SemanticCorruptionIsNamed) {
                                               "receive wait, of 21000000 ns in all"),
             std::string::npos)
       << bad_slack.status().message();
+
+  s = SampleSummary();
+  s.collective_groups.calls[1].group = 2;  // the summary has 2 groups
+  auto bad_group = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_FALSE(bad_group.ok());
+  EXPECT_NE(bad_group.status().message().find("rank 17: a collective's process group names "
+                                              "function 2 or group 2, which the summary lacks"),
+            std::string::npos)
+      << bad_group.status().message();
 
   s = SampleSummary();
   s.window_end_ns = s.window_start_ns - 1;

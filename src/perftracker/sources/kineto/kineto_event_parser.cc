@@ -390,6 +390,17 @@ bool KinetoEventParser::SkipValue() {
   return SyntaxError("invalid JSON value");
 }
 
+bool KinetoEventParser::ReadText(std::string_view* out, std::string* scratch) {
+  if (*p_ == '"') {
+    bool truncated = false;
+    return ReadString(out, scratch, kMaxShortStringBytes, &truncated);
+  }
+  const char* start = p_;
+  if (!SkipValue()) return false;
+  *out = std::string_view(start, static_cast<size_t>(p_ - start));
+  return true;
+}
+
 bool KinetoEventParser::ParseArgs(KinetoRawEvent* event) {
   if (*p_ != '{') return SkipValue();
   ++p_;
@@ -421,6 +432,16 @@ bool KinetoEventParser::ParseArgs(KinetoRawEvent* event) {
     } else if (key == "Collective name" && *p_ == '"') {
       bool truncated = false;
       ok = ReadString(&event->collective, &collective_scratch_, kMaxShortStringBytes, &truncated);
+    } else if (key == "Process Group Name" || key == "Process Group ID") {
+      ok = ReadText(&event->pg_name, &pg_name_scratch_);
+    } else if (key == "Process Group Ranks") {
+      ok = ReadText(&event->pg_ranks, &pg_ranks_scratch_);
+    } else if (key == "Group size") {
+      ok = ReadNumberField(&event->group_size);
+    } else if (key == "Global rank start") {
+      ok = ReadNumberField(&event->rank_start);
+    } else if (key == "Global rank stride") {
+      ok = ReadNumberField(&event->rank_stride);
     } else {
       ok = SkipValue();
     }

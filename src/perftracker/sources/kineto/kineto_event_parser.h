@@ -62,6 +62,15 @@ struct KinetoRawEvent {
   TraceNumber in_msg_nelems;
   std::string_view dtype;
   std::string_view collective;  // args "Collective name" (record_param_comms, NCCL kernels)
+  // The process group of a collective (record_param_comms, NCCL kernels): its "Process Group
+  // Name" (older traces: "Process Group ID"), "Process Group Ranks" ("[0, 1, ...]", a string,
+  // cut after 30 ranks with ", ...]"), "Group size", "Global rank start" / "stride". The
+  // string-valued ones as written (a string's contents, else the value's JSON text).
+  std::string_view pg_name;
+  std::string_view pg_ranks;
+  TraceNumber group_size;
+  TraceNumber rank_start;
+  TraceNumber rank_stride;
 };
 
 class KinetoEventParser {
@@ -91,6 +100,8 @@ class KinetoEventParser {
   bool ReadNumber(TraceNumber* out);
   bool ReadId(TraceId* out, std::string* scratch);
   bool ReadNumberField(TraceNumber* out);
+  // A string's contents, or any other value's JSON text (a number, a list).
+  bool ReadText(std::string_view* out, std::string* scratch);
   bool SkipValue();
   bool SkipString();
   bool SkipContainer();
@@ -112,6 +123,8 @@ class KinetoEventParser {
   std::string tid_scratch_;
   std::string dtype_scratch_;
   std::string collective_scratch_;
+  std::string pg_name_scratch_;
+  std::string pg_ranks_scratch_;
 };
 
 }  // namespace perftracker

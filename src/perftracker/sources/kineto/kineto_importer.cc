@@ -88,6 +88,7 @@
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/sources/kineto/kineto_event_classifier.h"
 #include "perftracker/sources/kineto/kineto_event_parser.h"
+#include "perftracker/sources/kineto/kineto_process_group.h"
 
 namespace perftracker {
 namespace {
@@ -310,6 +311,7 @@ class KinetoImporter::Impl {
     uint32_t correlation = 0;
     EventKind kind = EventKind::kTorchOp;
     uint8_t flags = 0;
+    uint16_t group = 0;
     bool keep = false;
   };
 
@@ -339,6 +341,9 @@ class KinetoImporter::Impl {
   static uint8_t FlagsOf(const KinetoRawEvent& ev, const KinetoEventClass& c);
   uint32_t FunctionOf(const KinetoEventClass& c, uint8_t flags);
   std::string directed_name_;  // scratch for FunctionOf
+  // A collective's process group: its Event::group, declared to the sink on first sight.
+  uint16_t GroupOf(const KinetoRawEvent& ev, const KinetoEventClass& c);
+  std::unordered_map<std::string, uint16_t> group_ids_;
   uint64_t PayloadOf(const KinetoRawEvent& ev, const KinetoEventClass& c) const;
   void Malformed(uint64_t offset, const std::string& what, std::string_view name = {});
 
@@ -645,6 +650,23 @@ uint64_t KinetoImporter::Impl::PayloadOf(const KinetoRawEvent& ev, const KinetoE
   return 0;
 }
 
+uint16_t KinetoImporter::Impl::GroupOf(const KinetoRawEvent& ev, const KinetoEventClass& c) {
+  if (c.kind != EventKind::kCollective || (ev.pg_name.empty() && ev.pg_ranks.empty())) return 0;
+  std::optional<ProcessGroupInfo> group = KinetoProcessGroupOf(ev);
+  if (!group) return 0;
+  std::string key = group->name;
+  key += '\x1f';
+  for (int32_t r : group->ranks) key += std::to_string(r) + ",";
+  key += '\x1f' + std::to_string(group->size);
+  const auto it = group_ids_.find(key);
+  if (it != group_ids_.end()) return it->second;
+  if (group_ids_.size() >= UINT16_MAX) return 0;  // ids run out: the rest are not known
+  group->id = static_cast<uint16_t>(group_ids_.size() + 1);
+  group_ids_.emplace(std::move(key), group->id);
+  sink_->OnProcessGroup(*group);
+  return group->id;
+}
+
 // NCCL's fused SendRecv kernel runs sends and receives under one name: with the direction
 // its metadata gives, they are two functions ("... [send]", "... [recv]"), so that a
 // receive's wait is never averaged with sends.
@@ -745,6 +767,7 @@ void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset
       s.payload = PayloadOf(ev, c);
       s.correlation = static_cast<uint32_t>(ev.correlation.ToUnsigned());
       s.function_id = FunctionOf(c, s.flags);
+      s.group = GroupOf(ev, c);
       if (ev.name_truncated) ++names_truncated_;
     }
     stack.push_back(s);
@@ -781,6 +804,7 @@ void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset
   e.flags = FlagsOf(ev, c);
   e.track_id = TrackFor(ev, c.on_device);
   e.function_id = FunctionOf(c, e.flags);
+  e.group = GroupOf(ev, c);
   if (ev.name_truncated) ++names_truncated_;
   sink_->OnEvent(e);
   ++emitted_;
@@ -818,6 +842,7 @@ void KinetoImporter::Impl::HandleEnd(const KinetoRawEvent& ev, std::optional<int
   e.flags = s.flags;
   e.track_id = track;
   e.function_id = s.function_id;
+  e.group = s.group;
   sink_->OnEvent(e);
   ++emitted_;
 }

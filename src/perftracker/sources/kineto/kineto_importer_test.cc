@@ -26,8 +26,10 @@ class RecordingSink : public EventSink {
   void OnTrack(const TrackInfo& track) override { tracks.push_back(track); }
   void OnEvent(const Event& event) override { events.push_back(event); }
   void OnMetric(const MetricSample&) override {}
+  void OnProcessGroup(const ProcessGroupInfo& group) override { groups.push_back(group); }
 
   std::vector<TrackInfo> tracks;
+  std::vector<ProcessGroupInfo> groups;
   std::vector<Event> events;
 };
 
@@ -396,6 +398,71 @@ TEST(KinetoImporterTest, PointToPointDirectionComesFromTheCollectiveMetadata) {
   EXPECT_EQ(PointToPointOf("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>) [recv]",
                            recv[0].flags),
             PointToPoint::kReceive);
+}
+
+// The process group of each collective (issue 11: the localizer tells a tensor-parallel
+// all-reduce inside a host from a data-parallel one across hosts by the group's ranks).
+TEST(KinetoImporterTest, ProcessGroupsComeFromTheCollectiveMetadata) {
+  constexpr std::string_view kTrace = R"JSON({"traceEvents": [
+  {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+   "args": {"Collective name": "allreduce", "Process Group Name": "1", "Process Group Ranks": "[8, 9]",
+   "Group size": 2}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", "pid": 0,
+   "tid": 7, "ts": 20, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 5,
+   "Collective name": "allreduce", "In msg nelems": 10, "dtype": "BFloat16", "Group size": 2,
+   "Process Group Name": "1", "Process Group Description": "tp", "Process Group Ranks": "[8, 9]"}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", "pid": 0,
+   "tid": 7, "ts": 60, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 6,
+   "Collective name": "allreduce", "In msg nelems": 10, "dtype": "BFloat16", "Group size": 2,
+   "Process Group Name": "2", "Process Group Ranks": "[0, 8]"}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", "pid": 0,
+   "tid": 7, "ts": 100, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 7,
+   "Collective name": "allreduce", "In msg nelems": 10, "dtype": "BFloat16", "Group size": 2,
+   "Process Group Name": "1", "Process Group Ranks": "[8, 9]"}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(x)", "pid": 0,
+   "tid": 7, "ts": 140, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 8,
+   "Collective name": "allgather", "In msg nelems": 10, "dtype": "BFloat16", "Group size": 40,
+   "Process Group Name": "3", "Global rank start": 0, "Global rank stride": 2,
+   "Process Group Ranks": "[0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, ...]"}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(x)", "pid": 0,
+   "tid": 7, "ts": 180, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 9,
+   "Collective name": "allgather", "In msg nelems": 10, "dtype": "BFloat16", "Group size": 40,
+   "Process Group Name": "4",
+   "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, ...]"}},
+  {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float(x)", "pid": 0,
+   "tid": 7, "ts": 220, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 10}},
+  {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float(x)", "pid": 0,
+   "tid": 7, "ts": 260, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 11,
+   "Process Group Ranks": "[]", "Group size": 1}},
+  {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float(x)", "pid": 0,
+   "tid": 7, "ts": 300, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 12,
+   "Process Group ID": 0, "Process Group Ranks": "[0]", "Group size": 1}}
+  ]})JSON";
+  for (size_t chunk : {kTrace.size(), size_t{7}}) {
+    SCOPED_TRACE(chunk);
+    auto r = ImportText(kTrace, chunk);
+    ASSERT_TRUE(r->status.ok()) << r->status.message();
+    // Each group is declared once, before its first collective; host ops carry none.
+    ASSERT_EQ(r->sink.groups.size(), 5u);
+    const auto& g = r->sink.groups;
+    EXPECT_EQ(g[0].id, 1);
+    EXPECT_EQ(g[0].name, "1");
+    EXPECT_EQ(g[0].ranks, (std::vector<int32_t>{8, 9}));
+    EXPECT_EQ(g[0].size, 2u);
+    EXPECT_EQ(g[1].ranks, (std::vector<int32_t>{0, 8}));
+    // Cut after 30 ranks: rebuilt from start and stride, where the trace gives them...
+    EXPECT_EQ(g[2].size, 40u);
+    ASSERT_EQ(g[2].ranks.size(), 40u);
+    EXPECT_EQ(g[2].ranks.back(), 78);
+    // ... else only the listed ones are known.
+    EXPECT_EQ(g[3].size, 40u);
+    EXPECT_EQ(g[3].ranks.size(), 30u);
+    EXPECT_EQ(g[4].name, "0");  // older traces: "Process Group ID"
+    EXPECT_EQ(g[4].ranks, (std::vector<int32_t>{0}));
+    std::vector<uint16_t> groups;
+    for (const Event& e : r->sink.events) groups.push_back(e.group);
+    EXPECT_EQ(groups, (std::vector<uint16_t>{0, 1, 2, 1, 3, 4, 0, 0, 5}));
+  }
 }
 
 TEST(KinetoImporterTest, GzipAndConcatenatedMembers) {
@@ -878,6 +945,51 @@ TEST(KinetoImporterTest, RealTracesMatchIndependentCounts) {
   EXPECT_EQ(first_nccl->start_ns, 4458677009853422);
   EXPECT_EQ(first_nccl->end_ns, 4458677009853422 + 2636669);
   EXPECT_EQ(first_nccl->payload, 6637568u * 4);
+  // Its process group: the default group of the 2-rank job.
+  ASSERT_EQ(r->sink.groups.size(), 1u);
+  EXPECT_EQ(first_nccl->group, r->sink.groups[0].id);
+  EXPECT_EQ(r->sink.groups[0].name, "0");
+  EXPECT_EQ(r->sink.groups[0].ranks, (std::vector<int32_t>{0, 1}));
+  for (const Event& e : r->sink.events) {
+    if (e.kind == EventKind::kCollective && (e.flags & kEventFlagOnDevice)) {
+      EXPECT_EQ(e.group, first_nccl->group) << r->Name(e);
+    }
+  }
+}
+
+// Public traces whose NCCL kernels name their process group (tracelens b200 and mi300: 8 ranks;
+// HTA's ns_resolution trace: "Process Group ID" and a 1-rank group): every group is read with
+// all its ranks.
+TEST(KinetoImporterTest, RealTracesNameTheirProcessGroups) {
+  const std::string dir = SharedDataDir();
+  struct Case {
+    const char* file;
+    size_t groups;
+    std::vector<int32_t> ranks;  // of every group
+  };
+  const std::vector<int32_t> eight{0, 1, 2, 3, 4, 5, 6, 7};
+  const Case cases[] = {
+      {"external/tracelens/tests/traces/b200/eager_trace.json.gz", 1, eight},
+      {"external/tracelens/tests/traces/mi300/resnet_act_checkpoint.json.gz", 1, eight},
+  };
+  size_t found = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    const std::string path = dir + "/" + c.file;
+    if (!fs::exists(path)) continue;
+    ++found;
+    auto r = ImportPath(path);
+    ASSERT_TRUE(r->status.ok()) << r->status.message();
+    ASSERT_EQ(r->sink.groups.size(), c.groups);
+    for (const ProcessGroupInfo& g : r->sink.groups) {
+      EXPECT_EQ(g.ranks, c.ranks);
+      EXPECT_EQ(g.size, c.ranks.size());
+    }
+    size_t grouped = 0;
+    for (const Event& e : r->sink.events) grouped += e.group != 0;
+    EXPECT_GT(grouped, 0u);
+  }
+  if (found == 0) GTEST_SKIP() << "no external traces under " << dir;
 }
 
 }  // namespace
