@@ -140,12 +140,41 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
   if (tcp_wire >= 0) {
     r.tcp_rate = tcp_wire > 0 && r.tcp_send > 0 ? static_cast<float>(r.tcp_send / tcp_wire) : -1;
   }
-  // Link pools and kernel sizes.
+  // Link pools and kernel sizes. A collective's calls in a known process group wait in a
+  // GroupTraffic of their own until SplitByHost knows the job's hosts; the rest go to the
+  // pools now.
   double kernel_calls = 0, tiny_calls = 0;
-  struct Acc {
-    double t = 0, s = 0, s2 = 0, bytes = 0, slack = 0;
-  } nic, nvlink, pcie;
+  Acc nic, nvlink, pcie;
+  const CollectiveGroups& cg = worker.collective_groups;
+  Grouped grouped;
+  grouped.worker = static_cast<uint32_t>(records_.size());
+  grouped.iters = iters;
+  std::vector<int32_t> slot_of(cg.groups.size(), -1);  // worker's group -> grouped.groups
+  auto slot = [&](uint32_t g) {
+    if (slot_of[g] < 0) {
+      const CollectiveGroup& wg = cg.groups[g];
+      auto [it, inserted] = group_index_.try_emplace(std::make_pair(wg.ranks, wg.size),
+                                                     static_cast<uint32_t>(groups_.size()));
+      if (inserted) groups_.push_back({wg.ranks, wg.size});
+      slot_of[g] = static_cast<int32_t>(grouped.groups.size());
+      grouped.groups.push_back({it->second, {}, {}, 0});
+    }
+    return static_cast<size_t>(slot_of[g]);
+  };
+  // The collectives whose time is compared across groups: those on the device when the worker
+  // has any (a host op such as nccl:all_reduce, which names no group, only enqueues them).
+  bool device_collectives = false;
   for (const FunctionSummary& f : worker.functions) {
+    device_collectives |= f.kind == EventKind::kCollective && (f.event_flags & kEventFlagOnDevice);
+  }
+  size_t next_call = 0;  // cg.calls is sorted by function
+  struct Part {
+    int32_t slot = -1;  // in grouped.groups; -1: no known group
+    double t = 0, bytes = 0, slack = 0;
+  };
+  std::vector<Part> parts;
+  for (size_t i = 0; i < worker.functions.size(); ++i) {
+    const FunctionSummary& f = worker.functions[i];
     if (f.kind == EventKind::kGpuKernel && f.count > 0) {
       kernel_calls += static_cast<double>(f.count);
       const double p50 = f.durations.count() > 0
@@ -154,56 +183,150 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
       if (p50 < kTinyKernelNs) tiny_calls += static_cast<double>(f.count);
     }
     const bool transfer = f.kind == EventKind::kCollective || f.kind == EventKind::kMemcpy;
+    while (next_call < cg.calls.size() && cg.calls[next_call].function < i) ++next_call;
     if (!transfer || f.total_ns <= 0) continue;
     const double achieved = f.achieved_bytes_per_s();
     const double t = static_cast<double>(f.total_ns);
+    const double slack = static_cast<double>(std::clamp<int64_t>(f.slack_after_ns, 0, f.total_ns));
     const PointToPoint p2p = f.kind == EventKind::kCollective
                                  ? PointToPointOf(f.name, f.event_flags)
                                  : PointToPoint::kNone;
+    // Its calls by process group, and the rest (no known group) as one part.
+    parts.clear();
+    double grouped_t = 0, grouped_bytes = 0;
+    for (size_t c = next_call; c < cg.calls.size() && cg.calls[c].function == i; ++c) {
+      const CollectiveGroupCalls& call = cg.calls[c];
+      if (f.kind != EventKind::kCollective || call.group >= cg.groups.size()) continue;
+      const double ct =
+          std::min(static_cast<double>(std::max<int64_t>(call.total_ns, 0)), t - grouped_t);
+      const double cb = std::min(static_cast<double>(call.bytes),
+                                 std::max(0.0, static_cast<double>(f.bytes) - grouped_bytes));
+      if (ct <= 0) continue;
+      parts.push_back({static_cast<int32_t>(slot(call.group)), ct, cb, slack * ct / t});
+      grouped_t += ct;
+      grouped_bytes += cb;
+    }
+    if (parts.empty()) {
+      parts.push_back({-1, t, static_cast<double>(f.bytes), slack});
+    } else if (t - grouped_t > 0) {
+      parts.push_back({-1, t - grouped_t,
+                       std::max(0.0, static_cast<double>(f.bytes) - grouped_bytes),
+                       slack * (t - grouped_t) / t});
+    }
+    if (f.kind == EventKind::kCollective &&
+        (!device_collectives || (f.event_flags & kEventFlagOnDevice))) {
+      grouped.collective_ns += t;
+      for (const Part& part : parts) {
+        if (part.slot >= 0) grouped.groups[static_cast<size_t>(part.slot)].collective_ns += part.t;
+      }
+    }
     for (const FunctionMetric& m : f.metrics) {
-      Acc* acc = nullptr;
+      int link = -1;  // 0 NIC, 1 NVLink, 2 PCIe
       if (f.kind == EventKind::kCollective &&
           (m.metric == Metric::kIbTxBytesPerSec || m.metric == Metric::kNicTxBytesPerSec)) {
         // The NIC's samples are its transmit rate: a point-to-point receive transmits
         // nothing (its time is a wait for its sender; what the NIC carried meanwhile is not
         // its own), a send transmits its payload once.
         if (p2p == PointToPoint::kReceive) continue;
-        acc = &nic;
+        link = 0;
       } else if (f.kind == EventKind::kCollective && m.metric == Metric::kNvlinkBytesPerSec) {
-        acc = &nvlink;
+        link = 1;
       } else if (f.kind == EventKind::kMemcpy && (m.metric == Metric::kPcieRxBytesPerSec ||
                                                   m.metric == Metric::kPcieTxBytesPerSec)) {
-        acc = &pcie;
+        link = 2;
       }
-      if (acc == nullptr || !std::isfinite(m.mean) || m.mean < kCarriesShare * achieved) continue;
-      acc->t += t;
-      acc->slack += static_cast<double>(std::clamp<int64_t>(f.slack_after_ns, 0, f.total_ns));
+      if (link < 0 || !std::isfinite(m.mean) || m.mean < kCarriesShare * achieved) continue;
       // On the wire a ring all-reduce moves about twice its payload (2 (n-1) / n, NCCL's
       // bus-bandwidth convention); copies move their payload, and so do point-to-point sends
       // on the NIC. (On NVLink, whose samples count both directions, receives and sends are
       // still counted like all-reduces: docs/accuracy.md.)
       const bool once =
-          f.kind != EventKind::kCollective || (acc == &nic && p2p != PointToPoint::kNone);
-      acc->bytes += static_cast<double>(f.bytes) * (once ? 1 : 2);
-      acc->s += t * m.mean;
-      acc->s2 += t * (m.mean * m.mean + m.stddev * m.stddev);
+          f.kind != EventKind::kCollective || (link == 0 && p2p != PointToPoint::kNone);
+      for (const Part& part : parts) {
+        Acc* acc = link == 2 ? &pcie : link == 0 ? &nic : &nvlink;
+        if (part.slot >= 0) {
+          GroupTraffic& g = grouped.groups[static_cast<size_t>(part.slot)];
+          acc = link == 0 ? &g.nic : &g.nvlink;
+        }
+        acc->t += part.t;
+        acc->slack += part.slack;
+        acc->bytes += part.bytes * (once ? 1 : 2);
+        acc->s += part.t * m.mean;
+        acc->s2 += part.t * (m.mean * m.mean + m.stddev * m.stddev);
+      }
     }
   }
-  auto pool = [&](const Acc& a) {
-    Pool p;
-    if (a.t <= 0) return p;
-    p.time_ns = static_cast<float>(a.t / iters);
-    p.mean = static_cast<float>(a.s / a.t);
-    p.mean_sq = static_cast<float>(a.s2 / a.t);
-    p.bytes = static_cast<float>(a.bytes / iters);
-    p.slack_ns = static_cast<float>(a.slack / iters);
-    return p;
-  };
-  r.nic = pool(nic);
-  r.nvlink = pool(nvlink);
-  r.pcie = pool(pcie);
+  r.nic = ToPool(nic, iters);
+  r.nvlink = ToPool(nvlink, iters);
+  r.pcie = ToPool(pcie, iters);
+  if (!grouped.groups.empty()) {
+    grouped.nic = nic;
+    grouped.nvlink = nvlink;
+    grouped_.push_back(std::move(grouped));
+  }
   if (kernel_calls > 0) r.tiny_kernel_share = static_cast<float>(tiny_calls / kernel_calls);
   records_.push_back(r);
+}
+
+HardwareFindings::Pool HardwareFindings::ToPool(const Acc& a, double iters) {
+  Pool p;
+  if (a.t <= 0) return p;
+  p.time_ns = static_cast<float>(a.t / iters);
+  p.mean = static_cast<float>(a.s / a.t);
+  p.mean_sq = static_cast<float>(a.s2 / a.t);
+  p.bytes = static_cast<float>(a.bytes / iters);
+  p.slack_ns = static_cast<float>(a.slack / iters);
+  return p;
+}
+
+void HardwareFindings::SplitByHost() {
+  if (grouped_.empty()) return;
+  // Where each rank runs: its host index, or none (no host name, not in the job).
+  constexpr uint32_t kNoHost = UINT32_MAX;
+  std::unordered_map<int32_t, uint32_t> host_of;
+  for (const Record& r : records_) {
+    host_of.try_emplace(r.rank, hosts_[r.host].empty() ? kNoHost : r.host);
+  }
+  enum class Span : uint8_t { kUnknown, kIntraNode, kInterNode };
+  std::vector<Span> span(groups_.size(), Span::kUnknown);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const JobGroup& jg = groups_[g];
+    uint32_t first = kNoHost;
+    bool all_known = jg.size > 0 && jg.ranks.size() == jg.size;
+    for (int32_t rank : jg.ranks) {
+      const auto it = host_of.find(rank);
+      const uint32_t h = it == host_of.end() ? kNoHost : it->second;
+      if (h == kNoHost) {
+        all_known = false;
+        continue;
+      }
+      if (first == kNoHost) first = h;
+      if (h != first) {
+        span[g] = Span::kInterNode;
+        break;
+      }
+    }
+    if (span[g] == Span::kUnknown && all_known && first != kNoHost) span[g] = Span::kIntraNode;
+  }
+  for (Grouped& w : grouped_) {
+    Record& r = records_[w.worker];
+    Acc nic = w.nic, nvlink = w.nvlink;
+    double intra_ns = 0;
+    for (const GroupTraffic& g : w.groups) {
+      const Span sp = span[g.group];
+      if (sp != Span::kIntraNode) nic.Add(g.nic);
+      if (sp != Span::kInterNode) nvlink.Add(g.nvlink);
+      if (sp == Span::kIntraNode) intra_ns += g.collective_ns;
+    }
+    r.nic = ToPool(nic, w.iters);
+    r.nvlink = ToPool(nvlink, w.iters);
+    if (w.collective_ns > 0 && intra_ns > 0) {
+      const double inter_share = std::max(0.0, 1 - intra_ns / w.collective_ns);
+      r.intra_node_ns = static_cast<float>(intra_ns / w.iters);
+      r.comm_ns = static_cast<float>(r.comm_ns * inter_share);
+    }
+  }
+  grouped_.clear();
 }
 
 std::string HardwareFindings::HostPhrase(const std::vector<uint32_t>& culprits) const {
@@ -280,6 +403,11 @@ Finding HardwareFindings::LinkFinding(const Context& ctx, const char* link,
                         FormatByteRate(median_rate)});
   f.evidence.push_back({"time in transfers over it per iteration",
                         fmt::format("{} on rank {}", FormatDuration(p.time_ns), wr.rank)});
+  if (pool == &Record::nic && wr.intra_node_ns > 0) {
+    f.evidence.push_back(
+        {"collectives inside one host (NVLink), not counted on the NIC",
+         fmt::format("{} per iteration on rank {}", FormatDuration(wr.intra_node_ns), wr.rank)});
+  }
   f.evidence.push_back(
       {"how the time is estimated",
        fmt::format("its bytes per iteration at its rate minus at the median rate = {}",
@@ -604,10 +732,10 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       f.evidence.push_back({"TCP delivery rate (bytes delivered / their time at it)", rates});
       f.evidence.push_back(
           {"bytes it sends per iteration",
-           fmt::format("{:.2f} MB: {} at its rate, of {} communication per iteration",
+           fmt::format("{:.2f} MB: {} at its rate, of {} {}communication per iteration",
                        r.tcp_send * r.iteration_ns / 1e15,
                        FormatDuration(r.tcp_send * r.iteration_ns / r.tcp_rate),
-                       FormatDuration(r.comm_ns))});
+                       FormatDuration(r.comm_ns), r.intra_node_ns > 0 ? "inter-node " : "")});
       f.evidence.push_back(
           {"how the time is estimated",
            "its bytes per iteration at its rate minus at its peers' median rate, at most its "

@@ -43,11 +43,24 @@
 //    kTinyKernelNs) becomes PT-LAUNCH-BOUND.
 // Findings about several workers are grouped by host: a host all of whose workers are
 // culprits is named as the host ("node0003 (all 8 ranks)").
+//
+// Intra-node and inter-node traffic (issue 11). A collective whose process group has all its
+// ranks on one host (the summaries' host names; summary/collective_groups.h) moves its bytes
+// over NVLink, not the NIC: a tensor-parallel all-reduce inside a host that ran while a
+// data-parallel one kept the NIC busy would otherwise count its time and bytes (often the
+// larger part) in the NIC's pool. So the NIC's pool, the NIC's time (PT-NIC-FLAPPING) and the
+// communication time PT-NET-SLOW-LINK compares a rank's bytes with take the inter-node part
+// only, and the NVLink pool the intra-node part only. A group spans hosts when two of its
+// ranks are on different hosts; a call whose group is not known (an older summary, a source
+// without groups, ranks without a host name or outside the job, a list cut short) counts in
+// both pools as before. SplitByHost() sorts them once every worker is added.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "perftracker/localize/diagnosis.h"
@@ -73,6 +86,9 @@ class HardwareFindings {
 
   // Call once per worker, in the Localizer's Add order.
   void Add(const WorkerSummary& worker);
+  // Once all workers are added, before Apply: the collectives of known process groups go to
+  // the NIC (inter-node) or NVLink (intra-node) pool.
+  void SplitByHost();
 
   // Relabels `findings` in place, sets drop[i] for the ones it absorbs, returns new ones.
   std::vector<Added> Apply(const Context& ctx, const std::vector<Finding*>& findings,
@@ -89,16 +105,47 @@ class HardwareFindings {
     float slack_ns = 0;
     float BurstRate() const { return mean > 0 ? mean_sq / mean : 0; }
   };
+  // A pool's sums while a worker's calls are added (time-weighted).
+  struct Acc {
+    double t = 0, s = 0, s2 = 0, bytes = 0, slack = 0;
+    void Add(const Acc& o) {
+      t += o.t;
+      s += o.s;
+      s2 += o.s2;
+      bytes += o.bytes;
+      slack += o.slack;
+    }
+  };
+  // A worker's traffic in one process group, until the job's hosts are known.
+  struct GroupTraffic {
+    uint32_t group = 0;  // index in groups_
+    Acc nic, nvlink;
+    double collective_ns = 0;  // its collectives' time (the comparable ones: see Add)
+  };
+  // What a worker whose summary names process groups keeps for SplitByHost.
+  struct Grouped {
+    uint32_t worker = 0;
+    double iters = 1;
+    Acc nic, nvlink;           // calls of no known group
+    double collective_ns = 0;  // all its (comparable) collectives' time
+    std::vector<GroupTraffic> groups;
+  };
+  struct JobGroup {
+    std::vector<int32_t> ranks;
+    uint32_t size = 0;
+  };
+  static Pool ToPool(const Acc& a, double iters);
   struct Record {
     int32_t rank = -1;
     uint32_t host = 0;
     float compute_ns = 0;
     float clock = -1, clock_max = -1, throttle = -1, temperature = -1, power = -1;
     float link_up = -1;
-    float tcp_rate = -1;     // its TCP delivery rate, bytes/s (see Add)
-    float tcp_send = -1;     // bytes/s its TCP connections delivered (mean)
-    float comm_ns = 0;       // communication per iteration
-    float iteration_ns = 0;  // mean iteration
+    float tcp_rate = -1;      // its TCP delivery rate, bytes/s (see Add)
+    float tcp_send = -1;      // bytes/s its TCP connections delivered (mean)
+    float comm_ns = 0;        // communication per iteration (inter-node: SplitByHost)
+    float intra_node_ns = 0;  // collectives inside one host per iteration (SplitByHost)
+    float iteration_ns = 0;   // mean iteration
     float tiny_kernel_share = -1;
     Pool nic, nvlink, pcie;
   };
@@ -113,6 +160,9 @@ class HardwareFindings {
                       const Pool Record::*pool) const;
 
   std::vector<Record> records_;
+  std::vector<Grouped> grouped_;
+  std::vector<JobGroup> groups_;
+  std::map<std::pair<std::vector<int32_t>, uint32_t>, uint32_t> group_index_;
   std::vector<std::string> hosts_;
   std::vector<uint32_t> host_workers_;
   std::unordered_map<std::string, uint32_t> host_index_;

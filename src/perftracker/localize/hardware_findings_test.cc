@@ -294,6 +294,135 @@ TEST(HardwareFindingsTest, ADegradedNicLosesTheTimeOfWhatItTransmits) {
   EXPECT_FALSE(f->material);
 }
 
+// Tensor parallelism inside each host, data parallelism across hosts (issue 11): 4 hosts of 4
+// ranks, a TP group of the 4 ranks of each host and a DP group of the ranks with the same
+// place on every host. One NCCL all-reduce kernel serves both (one function, one call path):
+// per iteration 15 ms of TP all-reduces (300 MB, over NVLink) and 10 ms of DP all-reduces
+// (60 MB, 120 MB on the wire, over the NIC). The NIC's samples during the function are the DP
+// transfers' (the NIC carries nothing of the TP ones). `groups` false: a summary that names
+// no process groups (an older collector, a trace without them).
+std::vector<WorkerSummary> TensorAndDataParallelJob(bool groups) {
+  auto ws = Job(16, 4);
+  for (WorkerSummary& w : ws) {
+    for (FunctionSummary& f : w.functions) {
+      if (f.name != "nccl:all_reduce") continue;
+      f.name = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
+      f.key = "collective:" + f.name;
+      f.event_flags = kEventFlagOnDevice;
+      // Healthy NICs send the 120 MB in 3 ms bursts at 40 GB/s; host node2's runs flat at
+      // 13.3 GB/s (9 ms): 4.8 GB/s mean over the 25 ms either way.
+      Nic(f, 25, 360, 4.8, w.host == "node2" ? 6.4 : 12.998);
+    }
+    if (!groups) continue;
+    const int32_t host = w.rank / 4, place = w.rank % 4;
+    CollectiveGroup tp{"tp", {}, 4}, dp{"dp", {}, 4};
+    for (int32_t i = 0; i < 4; ++i) {
+      tp.ranks.push_back(host * 4 + i);
+      dp.ranks.push_back(i * 4 + place);
+    }
+    w.collective_groups.groups = {tp, dp};
+    const uint32_t fn = static_cast<uint32_t>(w.functions.size() - 1);
+    w.collective_groups.calls = {{fn, 0, 10, 150'000'000, 3'000'000'000},
+                                 {fn, 1, 10, 100'000'000, 600'000'000}};
+  }
+  return ws;
+}
+
+std::string EvidenceText(const Finding& f) {
+  std::string out;
+  for (const auto& e : f.evidence) out += e.label + ": " + e.value + "\n";
+  return out;
+}
+
+// Host node2's NIC at 1/3 of its peers'. Its DP transfers take 120 MB / 13.3 GB/s - 120 MB /
+// 40 GB/s = 6 ms longer per iteration. Counted as the NIC's too, the TP all-reduces made the
+// NIC's figures 25 ms and 720 MB per iteration, which at 13.3 GB/s would take 54 ms, more than
+// the transfers' time allows (a rate that could not have moved the bytes is no evidence): the
+// degraded NIC was missed.
+TEST(HardwareFindingsTest, TensorParallelTrafficInsideAHostIsNotTheNics) {
+  const Diagnosis d = Localize(TensorAndDataParallelJob(true));
+  const Finding* f = nullptr;
+  for (const auto& x : d.findings) {
+    if (x.code == finding_codes::kNicDegraded) f = &x;
+  }
+  ASSERT_NE(f, nullptr) << "no PT-NIC-DEGRADED";
+  EXPECT_EQ(f->workers, (std::vector<int32_t>{8, 9, 10, 11}));
+  EXPECT_THAT(f->title, HasSubstr("node2 (all 4 ranks)"));
+  EXPECT_NEAR(f->lost_ns_per_iteration, 6e6, 0.1e6);
+  EXPECT_TRUE(f->material);
+  const std::string evidence = EvidenceText(*f);
+  EXPECT_THAT(evidence, HasSubstr("time in transfers over it per iteration: 10.0 ms"));
+  EXPECT_THAT(evidence, HasSubstr("collectives inside one host (NVLink), not counted on the "
+                                  "NIC: 15.0 ms per iteration"));
+}
+
+// The same job as an older collector sends it (no process groups), or with groups whose ranks
+// have no host name: localized as before.
+TEST(HardwareFindingsTest, CollectivesOfUnknownGroupsCountOnTheNicAsBefore) {
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(variant);
+    auto ws = TensorAndDataParallelJob(variant == 1);
+    if (variant == 1) {
+      for (auto& w : ws) w.host.clear();
+    }
+    const Diagnosis d = Localize(ws);
+    for (const auto& x : d.findings) EXPECT_NE(x.code, finding_codes::kNicDegraded) << x.title;
+  }
+}
+
+// Host node1's NIC is down a fifth of the window: the time lost is the inter-node transfers'
+// (10 ms per iteration) x 0.2, not the TP all-reduces' too (25 ms x 0.2 before).
+TEST(HardwareFindingsTest, AFlappingNicCostsItsInterNodeTransfersOnly) {
+  auto ws = TensorAndDataParallelJob(true);
+  for (auto& w : ws) {
+    if (w.host != "node1") continue;
+    for (auto& m : w.worker_metrics) {
+      if (m.metric == Metric::kNicLinkUp) m.mean = 0.8;
+    }
+  }
+  const Diagnosis d = Localize(ws);
+  const Finding* f = nullptr;
+  for (const auto& x : d.findings) {
+    if (x.code == finding_codes::kNicFlapping) f = &x;
+  }
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->workers, (std::vector<int32_t>{4, 5, 6, 7}));
+  EXPECT_NEAR(f->lost_ns_per_iteration, 2e6, 0.05e6);
+  EXPECT_THAT(EvidenceText(*f), HasSubstr("inter-node transfer time per iteration: 10.0 ms"));
+}
+
+// Rank 6 behind a 1 Gbit/s link (its 1 MB per iteration takes 8 ms) while its peers deliver at
+// 4-7 GB/s. Of its 20 ms of communication per iteration, 12 ms are TP all-reduces inside its
+// host, which never touch the link: its bytes explain all of its 8 ms across hosts. Compared
+// with all 20 ms (under half), the slow link was not named.
+TEST(HardwareFindingsTest, ASlowLinkIsJudgedAgainstTheInterNodeCommunication) {
+  auto ws = Job(16, 4);
+  for (WorkerSummary& w : ws) {
+    Tcp(w, 4e9 + 0.2e9 * w.rank);
+    const int32_t host = w.rank / 4, place = w.rank % 4;
+    CollectiveGroup tp{"tp", {}, 4}, dp{"dp", {}, 4};
+    for (int32_t i = 0; i < 4; ++i) {
+      tp.ranks.push_back(host * 4 + i);
+      dp.ranks.push_back(i * 4 + place);
+    }
+    w.collective_groups.groups = {tp, dp};
+    const uint32_t fn = static_cast<uint32_t>(w.functions.size() - 1);  // nccl:all_reduce
+    w.collective_groups.calls = {{fn, 0, 10, 120'000'000, 0}, {fn, 1, 10, 80'000'000, 0}};
+  }
+  ws[6].worker_metrics.erase(ws[6].worker_metrics.end() - 2, ws[6].worker_metrics.end());
+  Tcp(ws[6], 125e6);
+  const Diagnosis d = Localize(ws);
+  const Finding* f = nullptr;
+  for (const auto& x : d.findings) {
+    if (x.code == finding_codes::kNetSlowLink) f = &x;
+  }
+  ASSERT_NE(f, nullptr) << "no PT-NET-SLOW-LINK";
+  EXPECT_EQ(f->workers, std::vector<int32_t>{6});
+  EXPECT_TRUE(f->material);
+  EXPECT_NEAR(f->lost_ns_per_iteration, 7.8e6, 0.1e6);
+  EXPECT_THAT(EvidenceText(*f), HasSubstr("of 8.00 ms inter-node communication per iteration"));
+}
+
 TEST(HardwareFindingsTest, EveryHardwareCodeIsInTheCatalogue) {
   for (auto code :
        {finding_codes::kGpuThrottled, finding_codes::kGpuSlow, finding_codes::kLinkDegraded,

@@ -132,6 +132,7 @@ Diagnosis Localizer::Impl::Finish() {
   std::vector<RenderedFinding> candidates = wording.Render(worker_findings);
   CheckHostBound(ctx, candidates);
   RunExpectationChecks(ctx, candidates);
+  hardware_.SplitByHost();
   ApplyHardwareFindings(ctx, candidates);
   DiscountPipelineSlack(ctx, candidates);
   // The data-quality finding ranks with the others.
