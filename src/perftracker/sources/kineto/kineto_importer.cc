@@ -18,7 +18,7 @@
 //   2. Inside the events array, each event object is parsed in place by KinetoEventParser
 //      (the hot path: a hand-written field scanner, one pass, no allocation; it decodes only
 //      ph, cat, name, pid, tid, ts, dur and args.{device, stream, correlation, bytes,
-//      "In msg nelems", dtype}).
+//      "In msg nelems", dtype, "Collective name" and the process group's fields}).
 //   3. When an event object runs past the end of a chunk, EventCarry copies just that object
 //      (tracking depth / string / escape state so it knows where the object ends) and the
 //      parser runs again once the object is complete. EventCarry keeps at most
@@ -41,7 +41,10 @@
 //   user_annotation                         kUserAnnotation
 //   python_function                         kPythonCall
 //   kernel                                  kGpuKernel on device; "nccl*" kernels kCollective
-//                                           (payload = "In msg nelems" × sizeof(dtype))
+//                                           (payload = "In msg nelems" × sizeof(dtype); the
+//                                           process group from "Process Group Ranks" etc.,
+//                                           kineto_process_group.h: Event::group, declared
+//                                           once per file through EventSink::OnProcessGroup)
 //   gpu_memcpy                              kMemcpy on device, payload = args.bytes,
 //                                           kEventFlagPageable when the name says Pageable,
 //                                           kEventFlagDeviceToDevice for DtoD / PtoP copies
