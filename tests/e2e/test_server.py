@@ -53,6 +53,13 @@ def can_use_netns():
     return r.returncode == 0
 
 
+def free_subnets(count):
+    """`count` values of N for which no interface here holds an address in 10.231.N.0/24."""
+    r = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True)
+    used = set(re.findall(r"inet 10\.231\.(\d+)\.", r.stdout))
+    return [n for n in range(1, 255) if str(n) not in used][:count]
+
+
 class Hosts:
     """Two network namespaces, each joined to this one by a veth pair (or loopback)."""
 
@@ -60,8 +67,15 @@ class Hosts:
         self.netns = can_use_netns()
         tag = os.getpid() % 10000
         self.names = [f"pt{tag}a", f"pt{tag}b"]
-        # (address the server is reached at from the host, the host's own address)
-        self.addrs = [("10.231.1.1", "10.231.1.2"), ("10.231.2.1", "10.231.2.2")]
+        # (address the server is reached at from the host, the host's own address), in two
+        # 10.231.N.0/24 subnets no interface holds: a run killed before close() leaves its
+        # namespaces and addresses behind, and the same subnet again would route this run's
+        # traffic to the dead run's interface (every collector "cannot reach the server").
+        nets = free_subnets(2) if self.netns else []
+        if len(nets) < 2:
+            self.netns = False
+        else:
+            self.addrs = [(f"10.231.{n}.1", f"10.231.{n}.2") for n in nets]
         self.made = []
         if not self.netns:
             self.addrs = [("127.0.0.1", "127.0.0.1"), ("127.0.0.1", "127.0.0.1")]
