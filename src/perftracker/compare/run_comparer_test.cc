@@ -399,6 +399,41 @@ TEST(RunComparer, ASlowerCollectiveOnEveryRankIsFound) {
   EXPECT_NEAR(c->changes[0].delta_ns, 10 * kMs, 0.01 * kMs);
 }
 
+TEST(RunComparer, AWaitTheMachinesLoadDoesNotStretchIsNoChange) {
+  // Two healthy runs, the second on a busier machine: every CPU function is 1.4x (explained
+  // by the load), the all_reduce (a wait: transfer and waiting) keeps its 10 ms. Against
+  // 1.4 x 10 ms it would read "4 ms faster", 10 % of the iteration, on every rank.
+  CallPathTree tree;
+  RunProfile base(&tree, "base");
+  RunProfile cur(&tree, "cur");
+  RunProfile faster(&tree, "faster");
+  for (int32_t r = 0; r < 4; ++r) {
+    base.AddWorker(Loaded(Worker(&tree, r, 36, 0.5, Healthy()), 2.0));
+    std::map<std::string, double> m = Healthy(1.4);
+    m[kAllReduce] = 10;
+    m[kStep] = 1.4 * 36 - 4;
+    cur.AddWorker(Loaded(Worker(&tree, r, 1.4 * 36 - 4, 0.5, m), 2.8));
+    // ... and an all_reduce faster than both 10 ms and 14 ms is a change.
+    m[kAllReduce] = 3;
+    m[kStep] = 1.4 * 36 - 11;
+    faster.AddWorker(Loaded(Worker(&tree, r, 1.4 * 36 - 11, 0.5, m), 2.8));
+  }
+  StatusOr<Comparison> c = RunComparer().Compare(base, cur);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->shared_explained_by_load);
+  EXPECT_TRUE(c->changes.empty()) << c->changes[0].function << " " << c->changes[0].delta_ns / kMs
+                                  << " ms";
+  EXPECT_FALSE(c->has_material_change());
+
+  c = RunComparer().Compare(base, faster);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_EQ(c->changes.size(), 1u);
+  EXPECT_EQ(c->changes[0].function_key, kAllReduce);
+  EXPECT_EQ(c->changes[0].direction, ChangeDirection::kFaster);
+  EXPECT_EQ(c->changes[0].workers, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_NEAR(c->changes[0].delta_ns, -7 * kMs, 0.01 * kMs);
+}
+
 TEST(RunComparer, AStragglersVictimsAreNotNamedItsWorkIs) {
   // Current: rank 3's block2 +12 ms; the others wait for it in the all_reduce.
   CallPathTree tree;
