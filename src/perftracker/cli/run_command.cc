@@ -27,8 +27,6 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxTitle = 160;
 
-int64_t Seconds(double s) { return static_cast<int64_t>(std::llround(s * 1e9)); }
-
 std::string ShellQuote(const std::string& arg) {
   if (!arg.empty() && arg.find_first_of(" \t\n'\"\\$`*?[]{}()<>|&;!#~") == std::string::npos) {
     return arg;
@@ -237,7 +235,7 @@ int RunJob(const RunOptions& options) {
     CoordinatorOptions& co = run_options.coordinator;
     co.report_dir = options.report_dir;
     ApplyWindowOptions(options.window, &co);
-    if (options.trigger_at_seconds) co.trigger_at_ns = Seconds(*options.trigger_at_seconds);
+    if (options.trigger_at_seconds) co.trigger_at_ns = SecondsToNs(*options.trigger_at_seconds);
     co.localizer.material_share = options.material_share;
     co.title = run_options.title;
     co.text.color = options.color;

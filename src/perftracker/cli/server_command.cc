@@ -26,8 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int64_t Seconds(double s) { return static_cast<int64_t>(std::llround(s * 1e9)); }
-
 // The token in `path`; a missing file is created (0600) with a fresh random token.
 StatusOr<std::string> LoadOrCreateToken(const std::string& path, bool* created) {
   *created = false;
@@ -155,7 +153,7 @@ int RunServer(const ServerCommandOptions& o) {
   co.localizer.material_share = o.material_share;
   so.service.digest_min_workers = static_cast<size_t>(o.digest_min_workers);
   co.perfetto = o.perfetto_wait_seconds > 0;
-  co.perfetto_fetch_ns = Seconds(o.perfetto_wait_seconds);
+  co.perfetto_fetch_ns = SecondsToNs(o.perfetto_wait_seconds);
 
   ServerProcess server(so);
   const Status st = server.Start();

@@ -9,12 +9,6 @@
 #include "perftracker/core/private_file_mode.h"
 
 namespace perftracker {
-namespace {
-
-int64_t Seconds(double s) { return static_cast<int64_t>(std::llround(s * 1e9)); }
-
-}  // namespace
-
 void AddWindowOptions(CLI::App* cmd, WindowOptions* o, int max_windows_limit) {
   cmd->add_option("--window-seconds", o->window_seconds, "Length of a profiling window")
       ->check(CLI::Range(0.1, 3600.0))
@@ -63,13 +57,15 @@ void AddReportModeOption(CLI::App* cmd) {
       ->type_name("MODE");
 }
 
+int64_t SecondsToNs(double s) { return static_cast<int64_t>(std::llround(s * 1e9)); }
+
 void ApplyWindowOptions(const WindowOptions& o, CoordinatorOptions* co) {
-  co->window_ns = Seconds(o.window_seconds);
+  co->window_ns = SecondsToNs(o.window_seconds);
   co->window_min_iterations = o.window_min_iterations;
-  co->window_max_ns = Seconds(std::max(o.window_max_seconds, o.window_seconds));
+  co->window_max_ns = SecondsToNs(std::max(o.window_max_seconds, o.window_seconds));
   co->delay_ns = int64_t{o.window_delay_ms} * 1'000'000;
-  co->wait_summaries_ns = Seconds(o.wait_summaries_seconds);
-  co->cooldown_ns = Seconds(o.cooldown_seconds);
+  co->wait_summaries_ns = SecondsToNs(o.wait_summaries_seconds);
+  co->cooldown_ns = SecondsToNs(o.cooldown_seconds);
   co->max_windows = o.max_windows;
 }
 

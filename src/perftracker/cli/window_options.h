@@ -3,6 +3,8 @@
 // on both commands, and one mapping onto the coordinator's CoordinatorOptions.
 #pragma once
 
+#include <cstdint>
+
 #include "perftracker/server/window_coordinator.h"
 
 namespace CLI {
@@ -28,6 +30,9 @@ void AddWindowOptions(CLI::App* cmd, WindowOptions* options, int max_windows_lim
 
 // Registers --report-mode (the mode of report files and of a new store).
 void AddReportModeOption(CLI::App* cmd);
+
+// Seconds given on the command line as nanoseconds, rounded.
+int64_t SecondsToNs(double seconds);
 
 // Sets the window fields of `co` from `options` (a window lasts at least --window-seconds
 // even when --window-max-seconds is shorter).
