@@ -18,7 +18,7 @@ execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD} RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "agent-only build for ${PYTHON} failed (${rc})")
 endif()
-foreach(t test_profiler.py test_agent.py test_fork.py test_torch_api.py)
+foreach(t test_profiler.py test_agent.py test_fork.py test_torch_api.py test_host_load.py)
   # No sanitizer runtime in this tree: a clean environment for the interpreter.
   execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=LD_PRELOAD --unset=PYTHONHOME
                           PYTHONPATH=${BUILD}/python PYTHONDONTWRITEBYTECODE=1

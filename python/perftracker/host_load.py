@@ -43,10 +43,10 @@ import time
 EVENT_NAME = "perftracker_host_load"
 
 
-def _thread_times(pid="self"):
+def _thread_times(pid="self", proc="/proc"):
     """(cpu_ns, run_delay_ns) summed over the process's threads (schedstat's first two
     fields: time on a CPU, time runnable but waiting for one), or None."""
-    base = f"/proc/{pid}/task"
+    base = f"{proc}/{pid}/task"
     cpu = delay = 0
     try:
         tids = os.listdir(base)
@@ -63,11 +63,12 @@ def _thread_times(pid="self"):
     return cpu, delay
 
 
-def _host_cpu_ticks():
+def _host_cpu_ticks(proc="/proc"):
     """(steal, total) clock ticks of all CPUs from /proc/stat's "cpu" line, or None (no file,
-    or a kernel without the steal field). Guest time is inside user and nice already."""
+    a line that is not numbers, or a kernel without the steal field). Guest time is inside
+    user and nice already."""
     try:
-        with open("/proc/stat") as f:
+        with open(f"{proc}/stat") as f:
             fields = f.readline().split()
         if fields[0] != "cpu" or len(fields) < 9:
             return None
@@ -78,15 +79,20 @@ def _host_cpu_ticks():
 
 
 class ProcessLoad:
-    """CPU time and run-queue wait of this process's threads from start() to stop()."""
+    """CPU time and run-queue wait of this process's threads from start() to stop().
+    `proc`: where procfs is mounted (tests give a directory of fixture files)."""
 
-    def __init__(self):
+    def __init__(self, proc="/proc"):
+        self._proc = proc
         self._start = None
         self._result = None
 
+    def _sample(self):
+        return time.monotonic_ns(), _thread_times(proc=self._proc), _host_cpu_ticks(self._proc)
+
     def start(self):
         if self._start is None and self._result is None:
-            self._start = (time.monotonic_ns(), _thread_times(), _host_cpu_ticks())
+            self._start = self._sample()
 
     def stop(self):
         """The args of the trace's metadata event (the same on later calls): {} when start()
@@ -96,7 +102,7 @@ class ProcessLoad:
         if self._start is None:
             return {}
         t0, threads0, host0 = self._start
-        t1, threads1, host1 = time.monotonic_ns(), _thread_times(), _host_cpu_ticks()
+        t1, threads1, host1 = self._sample()
         self._result = {}
         if threads0 is not None and threads1 is not None:
             self._result = {"cpu_ns": max(0, threads1[0] - threads0[0]),
