@@ -479,6 +479,12 @@ class BadInputTest(unittest.TestCase):
         line = self.expect_one_error("xml", "--format", "xml", path)
         self.assertIn("--format", line)
 
+    def test_bad_ranks_per_host_option(self):
+        path = self.write("rank0.json", self.valid_trace_bytes())
+        for value in ("0", "-1", "two"):
+            line = self.expect_one_error("--ranks-per-host", "--ranks-per-host", value, path)
+            self.assertIn(value, line)
+
     def test_no_paths(self):
         r = perftracker("diagnose")
         self.assertEqual(r.rc, 2, r.describe())
@@ -497,6 +503,7 @@ class CommandLineTest(unittest.TestCase):
             self.assertEqual(r.rc, 0, r.describe())
             self.assertIn("diagnose", r.stdout)
         self.assertIn("--format", perftracker("diagnose", "--help").stdout)
+        self.assertIn("--ranks-per-host", perftracker("diagnose", "--help").stdout)
 
     def test_unknown_subcommand(self):
         r = perftracker("diagnoze")

@@ -10,6 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -26,6 +29,34 @@ namespace {
 namespace fs = std::filesystem;
 
 bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
+
+constexpr int32_t kMaxRanksPerHost = 1 << 20;
+
+// --ranks-per-host N: the host of rank r is "host<r / N>" where the traces name no host, or
+// one for all (a trace written by a tool that does not say, or a job whose traces were all
+// written where they were gathered). Traces that name several hosts keep theirs (one line).
+// The localizer tells a process group inside one host (NVLink) from one across hosts (the
+// NIC) by these names; findings about a host name it; the Perfetto export aligns the clocks
+// of one host's ranks together.
+void AssignHostsByRank(int32_t ranks_per_host, std::vector<WorkerSummary>& workers,
+                       const std::vector<std::unique_ptr<RankTrace>>& traces) {
+  std::set<std::string> named;
+  for (const WorkerSummary& w : workers) {
+    if (!w.host.empty()) named.insert(w.host);
+  }
+  if (named.size() > 1) {
+    fmt::print(stderr,
+               "perftracker: --ranks-per-host {} ignored: the traces name {} hosts, which are "
+               "kept\n",
+               ranks_per_host, named.size());
+    return;
+  }
+  auto host_of = [ranks_per_host](int32_t rank) {
+    return rank < 0 ? std::string() : fmt::format("host{}", rank / ranks_per_host);
+  };
+  for (WorkerSummary& w : workers) w.host = host_of(w.rank);
+  for (const auto& t : traces) t->host = host_of(t->rank);
+}
 
 }  // namespace
 
@@ -47,6 +78,12 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, DiagnoseOptions* options) {
                   "Rank of the single trace file given, when neither its distributedInfo nor "
                   "its name (rank3, rank-3, rank_3) says it")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ranks-per-host", options->ranks_per_host,
+                  "Ranks per host, for traces that do not name their host (torch.profiler's "
+                  "do not): rank r ran on host r / N (\"host0\", \"host1\", ...), so that "
+                  "process groups inside one host (NVLink) are told from those across hosts "
+                  "(the NIC)")
+      ->check(CLI::Range(1, kMaxRanksPerHost));
   cmd->add_option("--time-unit", options->time_unit,
                   "Unit of ts/dur in the traces: auto (µs unless the trace says "
                   "displayTimeUnit ns), us or ns")
@@ -75,6 +112,14 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, DiagnoseOptions* options) {
 }
 
 int RunDiagnose(const DiagnoseOptions& options) {
+  if (options.ranks_per_host &&
+      (*options.ranks_per_host < 1 || *options.ranks_per_host > kMaxRanksPerHost)) {
+    fmt::print(stderr,
+               "perftracker: --ranks-per-host {}: must be 1..{} (the ranks each host ran, e.g. "
+               "8 for 8 GPUs per node)\n",
+               *options.ranks_per_host, kMaxRanksPerHost);
+    return 2;
+  }
   StatusOr<std::vector<std::string>> files = ExpandTraceInputs(options.paths);
   if (!files.ok()) {
     fmt::print(stderr, "perftracker: {}\n", files.status().message());
@@ -139,8 +184,11 @@ int RunDiagnose(const DiagnoseOptions& options) {
     fmt::print(stderr, "perftracker: skipped {}\n", s.error);
   }
 
-  Diagnosis diagnosis = pipeline.Diagnose();
   std::vector<std::unique_ptr<RankTrace>> traces = pipeline.TakeTraces();
+  if (options.ranks_per_host) {
+    AssignHostsByRank(*options.ranks_per_host, pipeline.mutable_workers(), traces);
+  }
+  Diagnosis diagnosis = pipeline.Diagnose();
 
   ReportInput input;
   input.diagnosis = &diagnosis;

@@ -21,6 +21,9 @@ struct DiagnoseOptions {
   std::string perfetto_path;  // --perfetto: Trace Event Format export of the window
   size_t perfetto_max_events = 2'000'000;  // the export's cap (docs/perfetto-export.md)
   std::optional<int32_t> rank;
+  // --ranks-per-host: where the traces name no hosts (or one for all), rank r ran on host
+  // "host<r / N>" (consecutive ranks per host, as torchrun places them).
+  std::optional<int32_t> ranks_per_host;
   std::string time_unit = "auto";
   double material_share = 0.05;
   int jobs = 0;  // import threads; 0 = one per core

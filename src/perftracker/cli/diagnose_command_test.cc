@@ -5,9 +5,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -105,6 +107,60 @@ TEST(DiagnosePerfettoTest, OverTheCapTheRestIsCountedNotCut) {
     }
   }
   EXPECT_EQ(drawn + counted, other["events_total"].get<uint64_t>());
+}
+
+// --ranks-per-host (issue 11): torch.profiler's traces name no host, so offline a process
+// group inside one host could not be told from one across hosts. With N ranks per host, rank
+// r ran on "host<r / N>": the report's workers and the Perfetto export's processes say so.
+TEST(DiagnoseRanksPerHostTest, TracesWithoutHostsGetOneHostPerNRanks) {
+  const fs::path path = TempPath("hosts.perfetto.json");
+  DiagnoseOptions options;
+  options.paths = {StragglerExample()};
+  options.format = "json";
+  options.ranks_per_host = 2;
+  options.perfetto_path = path.string();
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const int rc = RunDiagnose(options);
+  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_EQ(err, "");
+  const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(report.is_discarded());
+  std::map<int, std::string> hosts;
+  for (const auto& w : report["workers"]) hosts[w["rank"].get<int>()] = w["host"];
+  EXPECT_EQ(hosts,
+            (std::map<int, std::string>{{0, "host0"}, {1, "host0"}, {2, "host1"}, {3, "host1"}}));
+  std::ifstream in(path);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  fs::remove(path);
+  ASSERT_FALSE(doc.is_discarded());
+  std::set<std::string> processes;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"]);
+  }
+  EXPECT_EQ(processes, (std::set<std::string>{"rank 0 (host0)", "rank 1 (host0)", "rank 2 (host1)",
+                                              "rank 3 (host1)"}));
+}
+
+TEST(DiagnoseRanksPerHostTest, AValueOutOfRangeIsOneErrorLineAndExitCode2) {
+  for (int32_t n : {0, -3, (1 << 20) + 1}) {
+    SCOPED_TRACE(n);
+    DiagnoseOptions options;
+    options.paths = {StragglerExample()};
+    options.ranks_per_host = n;
+    testing::internal::CaptureStdout();
+    testing::internal::CaptureStderr();
+    const int rc = RunDiagnose(options);
+    const std::string out = testing::internal::GetCapturedStdout();
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 2);
+    EXPECT_EQ(out, "");
+    EXPECT_EQ(err, fmt::format("perftracker: --ranks-per-host {}: must be 1..1048576 (the ranks "
+                               "each host ran, e.g. 8 for 8 GPUs per node)\n",
+                               n));
+  }
 }
 
 }  // namespace
