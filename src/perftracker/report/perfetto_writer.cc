@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -105,7 +106,7 @@ struct RankPlan {
   std::vector<int64_t> end_ns;
   uint64_t clipped = 0;
   int64_t clipped_ns = 0;
-  std::vector<uint64_t> aggregated_count;            // per track index (+1: unknown track)
+  std::vector<uint64_t> aggregated_count;  // per track index (+1: unknown track)
   std::vector<int64_t> aggregated_ns;
   uint64_t aggregated = 0;
   int64_t aggregated_total_ns = 0;
@@ -688,6 +689,7 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
     std::sort(flow_sources.begin(), flow_sources.end(),
               [](const auto& a, const auto& b) { return a.second.end < b.second.end; });
     const size_t per_victim = std::max<size_t>(1, options_.max_flows_per_finding / victims.size());
+    std::set<std::pair<int64_t, int64_t>> anchors;  // (pid, ns) of the arrow ends drawn
     for (size_t v : victims) {
       const RankPlan& p = plans[v];
       const RankTrace& r = *p.trace;
@@ -717,13 +719,28 @@ Status PerfettoWriter::Write(const Diagnosis& diagnosis, std::ostream* out) {
               Micros(w->start), Micros(w->end - w->start), common_args, plans[c].trace->rank));
           ++stats_.annotations;
         }
-        // From the end of the culprit's call to the end of the wait it released (inside
-        // both slices, so that each arrow end binds to its slice): never back in time.
+        // From the end of the culprit's call to the end of the wait it released: never back
+        // in time. Each arrow end is the start of a short slice inside the call or the wait
+        // (their last µs): Perfetto and chrome://tracing bind a flow event to the slice
+        // that encloses it, Chrome DevTools only to a slice of the same cat that starts at
+        // its ts, and such a slice is both. One per point, however many arrows share it.
         const int64_t from = iv.end - std::min<int64_t>((iv.end - iv.start) / 2, kArrowInsetNs);
         const int64_t to =
             last_drawn.end -
             std::min<int64_t>((last_drawn.end - last_drawn.start) / 2, kArrowInsetNs);
         if (to < from) continue;  // the wait drawn ended before this call: no arrow
+        if (anchors.insert({plans[c].pid, from}).second) {
+          o.Add(fmt::format(
+              R"({{"ph":"X","cat":"perftracker","name":"end of the call","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
+              plans[c].pid, tid, Micros(from), Micros(iv.end - from), common_args));
+          ++stats_.annotations;
+        }
+        if (anchors.insert({p.pid, to}).second) {
+          o.Add(fmt::format(
+              R"({{"ph":"X","cat":"perftracker","name":"end of the wait","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
+              p.pid, tid, Micros(to), Micros(last_drawn.end - to), common_args));
+          ++stats_.annotations;
+        }
         o.Add(fmt::format(
             R"({{"ph":"s","id":{},"cat":"perftracker","name":{},"pid":{},"tid":{},"ts":{}}})",
             flow_id, JsonString(finding.code), plans[c].pid, tid, Micros(from)));

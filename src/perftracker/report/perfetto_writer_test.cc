@@ -107,6 +107,26 @@ std::vector<json> Select(const json& doc, const std::string& ph, int pid, int64_
   return out;
 }
 
+// A finding track's slices without the short ones each arrow end starts ("end of the call",
+// "end of the wait").
+bool IsArrowEnd(const json& e) { return e["name"].get<std::string>().rfind("end of the ", 0) == 0; }
+
+std::vector<json> Annotations(const json& doc, int pid, int64_t tid) {
+  std::vector<json> out;
+  for (json& e : Select(doc, "X", pid, tid)) {
+    if (!IsArrowEnd(e)) out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// The arrow-end slice of `pid`/`tid` that starts at `ts_ns`, or null.
+json ArrowEndAt(const json& doc, int pid, int64_t tid, int64_t ts_ns) {
+  for (const json& e : Select(doc, "X", pid, tid)) {
+    if (IsArrowEnd(e) && std::llround(e["ts"].get<double>() * 1000.0) == ts_ns) return e;
+  }
+  return json();
+}
+
 json Metadata(const json& doc, const std::string& name, int pid) {
   for (const json& e : doc["traceEvents"]) {
     if (e["ph"] == "M" && e["name"] == name && e["pid"] == pid) return e["args"];
@@ -158,7 +178,7 @@ TEST(PerfettoWriterTest, SkewedTwoRankStragglerIsAlignedAnnotatedAndLinked) {
   // The finding on the culprit: one slice per call of aten::mm, on its own track.
   const int64_t culprit_track = TidOfThread(doc, 1, "perftracker #1 PT-STRAGGLER-COMPUTE");
   ASSERT_GT(culprit_track, 0);
-  const std::vector<json> slices = Select(doc, "X", 1, culprit_track);
+  const std::vector<json> slices = Annotations(doc, 1, culprit_track);
   ASSERT_EQ(slices.size(), static_cast<size_t>(kSteps));
   for (int i = 0; i < kSteps; ++i) {
     EXPECT_EQ(TsNs(slices[i]), kBase + i * kStep);
@@ -169,7 +189,7 @@ TEST(PerfettoWriterTest, SkewedTwoRankStragglerIsAlignedAnnotatedAndLinked) {
   // No annotation on rank 0 as a culprit; its track holds the waits.
   const int64_t victim_track = TidOfThread(doc, 0, "perftracker #1 PT-STRAGGLER-COMPUTE");
   ASSERT_GT(victim_track, 0);
-  const std::vector<json> waits = Select(doc, "X", 0, victim_track);
+  const std::vector<json> waits = Annotations(doc, 0, victim_track);
   ASSERT_EQ(waits.size(), static_cast<size_t>(kSteps));
   for (int i = 0; i < kSteps; ++i) {
     EXPECT_EQ(waits[i]["name"], "waits for rank 1");
@@ -193,6 +213,16 @@ TEST(PerfettoWriterTest, SkewedTwoRankStragglerIsAlignedAnnotatedAndLinked) {
     EXPECT_LT(s, TsNs(slices[i]) + DurNs(slices[i]));
     EXPECT_GT(f, TsNs(waits[i]));
     EXPECT_LT(f, TsNs(waits[i]) + DurNs(waits[i]));
+    // Each end is the start of a slice that ends with the call or the wait (Chrome DevTools
+    // binds a flow only there; Perfetto to the slice that encloses it).
+    const json from = ArrowEndAt(doc, 1, culprit_track, s);
+    const json to = ArrowEndAt(doc, 0, victim_track, f);
+    ASSERT_FALSE(from.is_null()) << "no slice starts at arrow " << i << "'s start";
+    ASSERT_FALSE(to.is_null()) << "no slice starts at arrow " << i << "'s end";
+    EXPECT_EQ(s + DurNs(from), TsNs(slices[i]) + DurNs(slices[i]));
+    EXPECT_EQ(f + DurNs(to), TsNs(waits[i]) + DurNs(waits[i]));
+    EXPECT_EQ(from["cat"], starts[i]["cat"]);
+    EXPECT_EQ(to["cat"], ends[i]["cat"]);
   }
   EXPECT_EQ(writer.stats().flows, static_cast<uint64_t>(kSteps));
   EXPECT_EQ(writer.stats().events_aggregated, 0u);
@@ -236,7 +266,7 @@ TEST(PerfettoWriterTest, BeyondTheCapShortEventsAreAggregatedAndCounted) {
   EXPECT_EQ(Metadata(doc, "thread_name", 0)["aggregated_ns"], 4 * 10 * kMs);
   EXPECT_EQ(Metadata(doc, "perftracker_rank", 1)["events_aggregated"], 4);
   // The diagnosis is drawn from all events, whatever the cap.
-  EXPECT_EQ(Select(doc, "X", 1, TidOfThread(doc, 1, "perftracker #1")).size(),
+  EXPECT_EQ(Annotations(doc, 1, TidOfThread(doc, 1, "perftracker #1")).size(),
             static_cast<size_t>(kSteps));
 }
 

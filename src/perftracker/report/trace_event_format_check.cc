@@ -28,6 +28,7 @@ struct Slice {
   int64_t start = 0;
   int64_t end = 0;
   size_t index = 0;
+  std::string cat;
 };
 
 struct FlowEnds {
@@ -117,7 +118,8 @@ class Checker {
           return;
         }
         const int64_t start = Ns(e["ts"].get<double>());
-        slices_[thread].push_back({start, start + Ns(e["dur"].get<double>()), i});
+        slices_[thread].push_back(
+            {start, start + Ns(e["dur"].get<double>()), i, e.value("cat", std::string())});
         ++report_.slices;
         return;
       }
@@ -205,7 +207,7 @@ class Checker {
       ++f.finishes;
       f.finish_ts = ts;
     }
-    bindings_.push_back({thread, ts, enclosing, i});
+    bindings_.push_back({thread, ts, enclosing, i, e["cat"].get<std::string>()});
   }
 
   void Nesting() {
@@ -241,20 +243,28 @@ class Checker {
       }
       ++report_.flows;
     }
+    // Viewers differ in how a flow event finds its slice: Perfetto and chrome://tracing take
+    // the slice that encloses it ("s", "f" with bp "e") or the next one ("f"), Chrome
+    // DevTools only a slice of the same cat that starts at the flow event's ts. A slice
+    // that starts there satisfies all three.
     for (const Binding& b : bindings_) {
       auto it = slices_.find(b.thread);
       bool bound = false;
+      bool at_start = false;
       if (it != slices_.end()) {
         for (const Slice& s : it->second) {
-          if (b.enclosing ? s.start <= b.ts && b.ts <= s.end : s.start >= b.ts) {
-            bound = true;
-            break;
-          }
+          if (b.enclosing ? s.start <= b.ts && b.ts <= s.end : s.start >= b.ts) bound = true;
+          if (s.start == b.ts && s.cat == b.cat) at_start = true;
         }
       }
       if (!bound) {
         Problem("event {} (flow): no slice of its thread (pid {} tid {}) to bind to", b.index,
                 b.thread.first, b.thread.second);
+      } else if (!at_start) {
+        Problem(
+            "event {} (flow): no slice of cat \"{}\" starts at its ts on its thread (pid {} tid "
+            "{}): Chrome DevTools binds a flow only there",
+            b.index, b.cat, b.thread.first, b.thread.second);
       }
     }
   }
@@ -264,6 +274,7 @@ class Checker {
     int64_t ts = 0;
     bool enclosing = false;
     size_t index = 0;
+    std::string cat;
   };
 
   const std::set<std::string>& extra_;

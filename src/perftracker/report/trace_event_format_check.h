@@ -1,8 +1,9 @@
 // TraceEventFormatCheck: a strict reading of a JSON trace against the Trace Event Format (the
 // format Perfetto UI and chrome://tracing open; its spec is the "Trace Event Format" document
-// of the Chromium project), for the tests and the fuzzer of PerfettoWriter. No viewer runs
-// here: Chromium 156 has no chrome://tracing any more and the Perfetto UI is not packaged
-// for offline use, so what a viewer needs is checked rule by rule (docs/perfetto-export.md).
+// of the Chromium project), for the tests and the fuzzer of PerfettoWriter. Neither viewer
+// runs here (Chromium 156 has no chrome://tracing any more and the Perfetto UI is not
+// packaged for offline use; Chrome DevTools' trace engine reads the exports in
+// tests/viewer), so what a viewer needs is checked rule by rule (docs/perfetto-export.md).
 //
 // Rules (each broken one is a problem, at most kMaxProblems kept, the rest counted):
 //   - the JSON Object Format: an object with a "traceEvents" array; "displayTimeUnit", when
@@ -21,7 +22,9 @@
 //   - flows: each id (with its "cat" and "name") has exactly one "s" and one "f"; "f" not
 //     before "s"; "bp", when present, is "e"; an "s" lies inside an X slice of its thread
 //     (the slice it leaves from), an "f" with bp "e" inside one (the slice it enters), an "f"
-//     without it before a slice of its thread that it can bind to.
+//     without it before a slice of its thread that it can bind to; and, for Chrome DevTools'
+//     Performance panel, which binds a flow event only to a slice of the same "cat" that
+//     starts at the same "ts", such a slice exists on its thread.
 #pragma once
 
 #include <cstddef>

@@ -14,7 +14,8 @@ namespace {
 using nlohmann::json;
 
 // A small valid trace: one rank, a thread with two nested slices, a finding track with a
-// slice, and a flow from it to the first thread's outer slice.
+// slice, and a flow from a slice that starts inside it to one inside the first thread's outer
+// slice.
 json Valid() {
   return json::parse(R"json({"displayTimeUnit": "ms", "otherData": {}, "traceEvents": [
     {"ph": "M", "pid": 0, "tid": 0, "name": "process_name", "args": {"name": "rank 0 (a)"
@@ -31,7 +32,9 @@ json Valid() {
     {"ph": "i", "s": "t", "cat": "perftracker", "name": "note", "pid": 0, "tid": 9, "ts": 1},
     {"ph": "s", "id": 1, "cat": "perftracker", "name": "F", "pid": 0, "tid": 9, "ts": 2.5},
     {"ph": "f", "bp": "e", "id": 1, "cat": "perftracker", "name": "F", "pid": 0, "tid": 1,
-     "ts": 15}
+     "ts": 15},
+    {"ph": "X", "cat": "perftracker", "name": "end", "pid": 0, "tid": 9, "ts": 2.5, "dur": 2.5},
+    {"ph": "X", "cat": "perftracker", "name": "end", "pid": 0, "tid": 1, "ts": 15, "dur": 1}
   ]
 })json");
 }
@@ -41,8 +44,8 @@ TraceEventFormatReport Check(const json& doc) { return TraceEventFormatCheck().C
 TEST(TraceEventFormatCheck, AValidTraceHasNoProblem) {
   const TraceEventFormatReport r = Check(Valid());
   EXPECT_TRUE(r.ok()) << r.problems[0];
-  EXPECT_EQ(r.events, 12u);
-  EXPECT_EQ(r.slices, 4u);
+  EXPECT_EQ(r.events, 14u);
+  EXPECT_EQ(r.slices, 6u);
   EXPECT_EQ(r.flows, 1u);
   EXPECT_EQ(r.process_names, std::set<std::string>{"rank 0 (a)"});
 }
@@ -82,6 +85,11 @@ TEST(TraceEventFormatCheck, EachRuleIsChecked) {
        "ends before"},
       {"flow outside a slice", [](json& d) { d["traceEvents"][10]["ts"] = 6; },
        "no slice of its thread"},
+      {"flow inside a slice, not at a start", [](json& d) { d["traceEvents"][11]["ts"] = 15.5; },
+       "Chrome DevTools binds"},
+      {"flow at a slice of another cat",
+       [](json& d) { d["traceEvents"][10]["cat"] = d["traceEvents"][11]["cat"] = "other"; },
+       "no slice of cat \"other\""},
       {"binding point", [](json& d) { d["traceEvents"][11]["bp"] = "x"; }, "binding point"},
       {"flow id", [](json& d) { d["traceEvents"][10].erase("id"); }, "\"id2\""},
       {"flow cat", [](json& d) { d["traceEvents"][10].erase("cat"); }, "\"cat\""},
@@ -102,8 +110,7 @@ TEST(TraceEventFormatCheck, EachRuleIsChecked) {
   doc["traceEvents"][11].erase("id");
   doc["traceEvents"][10]["id2"] = {{"local", "0x1"}};
   doc["traceEvents"][11]["id2"] = {{"local", "0x1"}};
-  doc["traceEvents"][11].erase("bp");
-  doc["traceEvents"][11]["ts"] = 20.5;  // the next slice of the thread starts there
+  doc["traceEvents"][11].erase("bp");  // binds to the slice that starts there
   const TraceEventFormatReport r = Check(doc);
   EXPECT_TRUE(r.ok()) << r.problems[0];
 }
