@@ -10,7 +10,7 @@ that perftracker writes into DIR (the schema of `diagnose --format json`), the t
 at the end, exit codes, and that perftracker's own failures leave the job alone.
 
   /usr/bin/python3 tests/e2e/test_live.py --perftracker build/src/perftracker/cli/perftracker \
-      [-v] [LiveFaultTest.test_hang_names_rank_and_stack] [--keep DIR]
+      [-v] [LiveFaultTest.test_hang_names_rank_and_stack] [--keep DIR] [--keep-failed DIR]
 
 Every job runs in its own process group; every process it starts (the job's process group, the
 busy processes of the contention test, anything orphaned: this process is a child
@@ -64,7 +64,7 @@ FINDING_KEYS = {"code", "category", "title", "workers", "victims", "function",
                 "material", "evidence"}
 
 CONFIG = argparse.Namespace(perftracker=None, torch_python="/usr/bin/python3", keep=None,
-                            fake_cupti=None)
+                            keep_failed=None, fake_cupti=None)
 TIMINGS = []  # (what, seconds), printed at the end
 
 # Detector and window options of the fault tests (see the module docstring).
@@ -408,7 +408,7 @@ class LiveRun:
                 f"{self.last_step()}; {self.step_times()}\n--- stderr (tail):\n{err[-4000:]}\n"
                 f"--- stdout (tail):\n{out[-4000:]}")
 
-    def cleanup(self):
+    def cleanup(self, failed=False):
         kill_everything_we_started()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -423,10 +423,11 @@ class LiveRun:
                     os.unlink(path)
                 except OSError:
                     pass
-        if CONFIG.keep:
-            dest = os.path.join(CONFIG.keep, os.path.basename(self.dir))
+        keep = CONFIG.keep or (CONFIG.keep_failed if failed else None)
+        if keep:
+            dest = os.path.join(keep, os.path.basename(self.dir))
             shutil.copytree(self.dir, dest, dirs_exist_ok=True)
-            log(f"kept {self.name} in {dest}")
+            log(f"kept {'the failed run ' if failed else ''}{self.name} in {dest}")
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -444,8 +445,13 @@ class LiveChecks(unittest.TestCase):
     def new_run(self, name, run_args, job_args, steps, **kw):
         require_torch()
         run = LiveRun(name, run_args, job_args, steps, **kw)
-        self.addCleanup(run.cleanup)
+        self.addCleanup(lambda: run.cleanup(failed=self.failed()))
         return run
+
+    def failed(self):
+        # unittest keeps the test's outcome while its cleanups run.
+        outcome = getattr(self, "_outcome", None)
+        return outcome is not None and not getattr(outcome, "success", True)
 
     def check_schema(self, report, run, recorded=True):
         for key in ("num_workers", "median_iteration_ms", "has_material_finding", "notes",
@@ -1168,6 +1174,9 @@ def main():
     p.add_argument("--perftracker", default=os.environ.get("PERFTRACKER_BIN"))
     p.add_argument("--torch-python", default="/usr/bin/python3")
     p.add_argument("--keep", default=None, help="copy each run's directory here")
+    p.add_argument("--keep-failed", default=None,
+                   help="copy the directory of each run whose test failed here (reports, "
+                        "store, job output: what the failure is read from)")
     p.add_argument("--fake-cupti", default=None,
                    help="the test suite's fake libcupti (GPU tracing tests; skipped without)")
     args, rest = p.parse_known_args()
@@ -1177,6 +1186,7 @@ def main():
     CONFIG.perftracker = os.path.abspath(args.perftracker)
     CONFIG.torch_python = args.torch_python
     CONFIG.keep = os.path.abspath(args.keep) if args.keep else None
+    CONFIG.keep_failed = os.path.abspath(args.keep_failed) if args.keep_failed else None
     CONFIG.fake_cupti = os.path.abspath(args.fake_cupti) if args.fake_cupti else None
     become_subreaper()
     start = time.monotonic()
