@@ -449,9 +449,12 @@ class LiveChecks(unittest.TestCase):
         return run
 
     def failed(self):
-        # unittest keeps the test's outcome while its cleanups run.
-        outcome = getattr(self, "_outcome", None)
-        return outcome is not None and not getattr(outcome, "success", True)
+        # While its cleanups run, a test that failed or raised is already in its result's
+        # failures or errors (CPython 3.11 and later; 3.10 records them afterwards).
+        result = getattr(getattr(self, "_outcome", None), "result", None)
+        return result is not None and any(
+            test is self for test, _ in (*getattr(result, "failures", ()),
+                                         *getattr(result, "errors", ())))
 
     def check_schema(self, report, run, recorded=True):
         for key in ("num_workers", "median_iteration_ms", "has_material_finding", "notes",
