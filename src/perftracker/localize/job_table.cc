@@ -415,6 +415,18 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   }
   const uint32_t first = wr.first_record;
   const auto count = static_cast<uint32_t>(records_.size() - first);
+  // Before pass 2 changes the times: the functions that enclose the iterations rather than
+  // run inside them (with live Python stacks every call of the training loop hangs under the
+  // frames that started the process, `<module>` > ... > `run_rank`: one call open across the
+  // whole window, or none counted at all for the outermost).
+  enclosing_.assign(count, 0);
+  if (wr.iterations >= 2 && !worker.iterations.empty()) {
+    for (uint32_t k = 0; k < count; ++k) {
+      const FunctionRecord& r = records_[first + k];
+      enclosing_[k] = r.calls == 0 || (r.calls * iters <= kEnclosingMaxCalls &&
+                                       r.time_ns >= kEnclosingMinShare * wr.mean_iteration_ns);
+    }
+  }
   // Pass 2: a non-wait function's time excludes the collectives / syncs nested in it, so
   // that waiting inside a compute function (DDP all-reduces issued from AccumulateGrad
   // hooks, a .item() inside a block) reads as waiting, not as work.
@@ -441,7 +453,8 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     const FunctionRecord& r = records_[first + k];
     const FunctionInfo& info = functions_[r.fid];
     if (info.outermost_wait) wr.wait_fn_ns += r.time_ns;
-    if (info.parent == kNone && !IsWaitKind(info.kind) && info.kind != EventKind::kIteration) {
+    if (!IsWaitKind(info.kind) && info.kind != EventKind::kIteration && !enclosing_[k] &&
+        OnlyEnclosedBy(info.parent, w, first)) {
       wr.work_ns += r.time_ns;
     }
     if (info.parent == kNone && IsHostWorkKind(info.kind)) {
@@ -495,6 +508,18 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   workers_.push_back(wr);
 }
 
+bool JobTable::OnlyEnclosedBy(uint32_t parent, uint32_t w, uint32_t first) const {
+  int depth = 0;
+  for (uint32_t a = parent; a != kNone; a = functions_[a].parent) {
+    if (++depth > kMaxDepth) return false;
+    const Listing& listing = listings_[a];
+    // A caller with no record of this worker had no call in its iterations: it encloses them.
+    if (listing.listed_by != w + 1 || listing.record == kNone) continue;
+    if (!enclosing_[listing.record - first]) return false;
+  }
+  return true;
+}
+
 void JobTable::EndIngest() {
   // swap, not clear(): clear() keeps the capacity.
   std::vector<uint32_t>().swap(node_slots_);
@@ -505,6 +530,7 @@ void JobTable::EndIngest() {
   std::vector<uint32_t>().swap(prev_fids_);
   std::vector<Listing>().swap(listings_);
   std::vector<uint32_t>().swap(fids_);
+  std::vector<uint8_t>().swap(enclosing_);
   // A record is final once its worker is added (pass 2 adjusts only its own worker's):
   // summed in record order, the totals are what summing at each Add would give.
   totals_.assign(functions_.size(), FunctionTotals{});

@@ -42,6 +42,12 @@ inline constexpr uint32_t kNone = UINT32_MAX;
 inline constexpr int kMaxDepth = 256;
 // Per-worker notes of one kind beyond this many are summarized.
 inline constexpr size_t kMaxNotesPerKind = 10;
+// A function encloses a worker's iterations (is not work inside them) when it was called at
+// most this many times in a window of two or more iterations (one call open across them,
+// counted within them; 1.5 for float rounding) and took at least this share of the mean
+// iteration each iteration, or when it was not called within them at all.
+inline constexpr double kEnclosingMaxCalls = 1.5;
+inline constexpr double kEnclosingMinShare = 0.9;
 
 struct WorkerRecord {
   int32_t rank = -1;
@@ -61,8 +67,11 @@ struct WorkerRecord {
   // Per iteration: outermost collective + sync time; sync / data-loading critical time;
   // GC; pageable copies; pinned copies while no kernel ran; idle gaps before calls.
   float wait_fn_ns = 0;
-  // Per iteration: time in root functions that are not waits (the worker's own work). A
-  // worker that waits longer *because it worked less* arrived early: a victim of noise.
+  // Per iteration: time in the outermost functions that run inside its iterations and are
+  // not waits (the worker's own work): the roots, or with live Python stacks the calls under
+  // the frames that enclose the iterations (`<module>` > ... > `run_rank`, open across the
+  // window). A worker that waits longer *because it worked less* arrived early: a victim of
+  // noise.
   float work_ns = 0;
   float sync_critical_ns = 0;
   float data_critical_ns = 0;
@@ -215,6 +224,9 @@ class JobTable {
   uint32_t KeyName(const FunctionInfo& info) const {
     return info.empty_key_name ? empty_name_ : info.name_id;
   }
+  // Whether every caller of a function of worker `w` (whose records start at `first`),
+  // from `parent` up, encloses the worker's iterations (enclosing_).
+  bool OnlyEnclosedBy(uint32_t parent, uint32_t w, uint32_t first) const;
   void ResolveNewFunctions(const WorkerSummary& worker, const std::vector<uint32_t>& fids,
                            size_t first_new_fid);
 
@@ -238,6 +250,8 @@ class JobTable {
   };
   std::vector<Listing> listings_;
   std::vector<uint32_t> fids_;  // scratch
+  // Scratch of Add(), by the worker's record: 1 when the function encloses its iterations.
+  std::vector<uint8_t> enclosing_;
 
   // Workers.
   std::vector<WorkerRecord> workers_;

@@ -484,6 +484,48 @@ TEST(LiveFindingsTest, RunQueueDelayOfARankPutOnACpuMoreOftenIsNotContention) {
   EXPECT_FALSE(d.has_material_finding());
 }
 
+// A live rank's Python stacks hang every call of the training loop under the frames that
+// started the process (`<module>`, `spawn_main`, ..., `run_rank`): one call open across the
+// whole window, or none at all for the outermost. The worker's own work per iteration is what
+// runs under them, as the top-level calls of a trace's iterations are offline.
+// Regression (real-healthy-roles-6, ranks 0-2 at load 27 on 2 cores): rank 1's forward took
+// 119.8 ms per iteration against 142.5 and 134.7 ms, so it reached the all-reduce early and
+// waited there 109.2 ms against 82.0 and 78.8 ms; the early-arrival rule read every rank's
+// work as 0 (the outermost frame's) and kept a material PT-STRAGGLER-COMM on rank 1.
+// Measured forward and all-reduce times; the all-reduce here follows the backward pass (an
+// explicit torch.distributed.all_reduce).
+TEST(LiveFindingsTest, EarlyArrivalUnderTheProcessBootstrapFramesIsNotAFinding) {
+  const double forward_ms[] = {142.5, 119.8, 134.7};
+  const double all_reduce_ms[] = {82.0, 109.2, 78.8};
+  constexpr double kDataMs = 1, kBackwardMs = 170;
+  const std::string loop =
+      "python:<module> (<string>:1) > python:spawn_main (spawn.py:96) > "
+      "python:run_rank (live_job.py:244)";
+  Localizer loc;
+  for (int32_t r = 0; r < 3; ++r) {
+    const double iteration_ms = kDataMs + forward_ms[r] + kBackwardMs + all_reduce_ms[r];
+    const double once = 1.0 / kIterations;  // one call in the window
+    loc.Add(Worker(
+        r, iteration_ms,
+        {{"python:<module> (<string>:1)", EventKind::kPythonCall, 0, 0},
+         {"python:<module> (<string>:1) > python:spawn_main (spawn.py:96)", EventKind::kPythonCall,
+          iteration_ms, once},
+         {loop, EventKind::kPythonCall, iteration_ms, once},
+         {loop + " > data_load:DataLoader.__next__", EventKind::kDataLoad, kDataMs},
+         {loop + " > python:Module._call_impl (module.py:1188)", EventKind::kPythonCall,
+          forward_ms[r]},
+         {loop + " > python:Tensor.backward (_tensor.py:429)", EventKind::kPythonCall, kBackwardMs},
+         {loop + " > collective:torch.distributed.all_reduce (group of 3)", EventKind::kCollective,
+          all_reduce_ms[r]}}));
+  }
+  const Diagnosis d = loc.Finish();
+  for (const Finding& f : d.findings) {
+    EXPECT_EQ(f.function.find("all_reduce"), std::string::npos)
+        << "rank 1 arrived early, nobody's culprit: " << f.code << " " << f.title;
+  }
+  EXPECT_FALSE(d.has_material_finding());
+}
+
 TEST(LiveFindingsTest, NoTimesliceCountsNoContention) {
   // Run-queue delay without how often the threads ran (an older collector): a rank that
   // waits more may simply have run more. No judgment.
