@@ -72,6 +72,7 @@
 #include "perftracker/sources/kineto/kineto_importer.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -1145,6 +1146,43 @@ namespace {
 constexpr size_t kReadChunkBytes = 1 << 20;
 constexpr size_t kInflateChunkBytes = 1 << 20;
 
+// A read / inflate buffer in an anonymous mapping of its own, not from malloc. glibc raises
+// its mmap threshold to the size of any mapped block that is freed (and its trim threshold
+// to twice that): a 1 MiB std::vector freed at the end of the import moved every later block
+// of 128 KiB to 1 MiB into the brk heap, among the pages the import freed. The offline
+// summary's per-path array is such a block on a file of ~1,000-8,700 call paths (120 bytes a
+// path): reserved whole after the events are freed, it is meant to be a mapping of its own
+// (summary/window_summarizer.cc, Finish). In the heap it raised resnet_act_checkpoint's peak
+// (docs/performance.md, "The allocator's thresholds"). Pages are resident once written.
+class ChunkBuffer {
+ public:
+  explicit ChunkBuffer(size_t size) : size_(size) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      fallback_.resize(size);  // no mapping: the heap, as before
+      data_ = fallback_.data();
+    } else {
+      data_ = static_cast<char*>(p);
+      mapped_ = true;
+    }
+  }
+  ~ChunkBuffer() {
+    if (mapped_) ::munmap(data_, size_);
+  }
+  ChunkBuffer(const ChunkBuffer&) = delete;
+  ChunkBuffer& operator=(const ChunkBuffer&) = delete;
+
+  char* data() { return data_; }
+  size_t size() const { return size_; }
+  char& operator[](size_t i) { return data_[i]; }
+
+ private:
+  size_t size_;
+  char* data_ = nullptr;
+  bool mapped_ = false;
+  std::vector<char> fallback_;
+};
+
 class FileReader {
  public:
   explicit FileReader(int fd) : fd_(fd) {}
@@ -1193,7 +1231,7 @@ Status InflateInto(const std::string& path, FileReader* file, char* in, size_t i
     z_stream* zs;
     ~Closer() { inflateEnd(zs); }
   } closer{&zs};
-  std::vector<char> out(kInflateChunkBytes);
+  ChunkBuffer out(kInflateChunkBytes);
   zs.next_in = reinterpret_cast<Bytef*>(in);
   zs.avail_in = static_cast<uInt>(first_bytes);
   uint64_t file_bytes = first_bytes;
@@ -1264,7 +1302,7 @@ StatusOr<KinetoTraceInfo> ImportKinetoFile(const std::string& path, FunctionTabl
   if (!fd.ok()) return fd.status();
   FileReader file(*fd);
   KinetoImporter importer(path, functions, sink, options);
-  std::vector<char> buf(kReadChunkBytes);
+  ChunkBuffer buf(kReadChunkBytes);
   ssize_t n = file.Read(buf.data(), buf.size());
   if (n < 0) return Status::DataLoss(path + ": read error: " + std::strerror(errno));
   const auto first = static_cast<size_t>(n);
