@@ -17,6 +17,11 @@ buffer). Files of fewer than MIN_EVENTS events are listed but not judged: their 
 increment above the tiny trace is about 1-2 MiB of bounded structures (128 KiB of time grid
 rows per host thread, up to 32 threads; the report), which per event reads as hundreds of
 bytes. With several runs per file the minimum is kept (RSS only grows with interference).
+Before each run the binary's pages are dropped from the page cache (fsync, then
+posix_fadvise DONTNEED on that one file), so that every run maps it as read back from disk:
+the file-backed part of the RSS depends on how the binary sits in the page cache, and a
+freshly linked or copied binary mapped 0.25-0.5 MiB more than the same bytes read back,
+which is as large as the differences a before/after comparison of two builds looks for.
 Files are listed by event count. Default input:
 ../shared/data/kineto (every *.json / *.json.gz below it); absent inputs are skipped, so the
 script runs (and says so) on a machine without the data.
@@ -52,8 +57,19 @@ def tiny_trace(path, compress):
                    "traceEvents": events}, f)
 
 
+def evict_page_cache(path):
+    """Drops one file's pages from the page cache (its dirty pages written first)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def measure_isolated(binary, path):
     """Peak RSS (kB) of one diagnose process: ru_maxrss of a wrapper's only child."""
+    evict_page_cache(binary)
     code = ("import resource,subprocess,sys;"
             "subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL);"
             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
