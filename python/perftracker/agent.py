@@ -502,6 +502,10 @@ def _group_size(c10d, args, kwargs):
         return -1
 
 
+for _helper in (_tensor_bytes, _collective_bytes, _group_size):
+    _hide(_helper)
+
+
 def _wrap_collective(c10d, name, fn):
     recording = _agent.recording
     collective = _agent.collective
@@ -522,6 +526,19 @@ def _wrap_collective(c10d, name, fn):
         return out
 
     wrapper._perftracker = True
+    # The marker is the call: the wrapped function's own frames (and the frames of torch's
+    # decorators around it, torch 2.x's _exception_logger) would record the same call again,
+    # a Python call beside the marker under the same caller, read as work instead of waiting.
+    inner = fn
+    for _ in range(8):
+        code = getattr(inner, "__code__", None)
+        if code is not None:
+            _hidden_codes.append(code)
+            if _state["active"]:
+                _agent.hide_code(code)
+        inner = getattr(inner, "__wrapped__", None)
+        if inner is None:
+            break
     return _hide(wrapper)
 
 

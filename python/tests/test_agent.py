@@ -580,6 +580,11 @@ class DetectorTest(AgentTestBase):
         coll = [f for f in got["functions"] if f[2] == "collective"]
         self.assertTrue(coll, got["functions"])
         self.assertEqual(coll[0][3], "torch.distributed.all_reduce (group of 1)")
+        # The marker is the call: neither torch's all_reduce frame (which the profile recorded
+        # beside it, as work) nor the wrapper's helpers appear.
+        self.assertEqual([f[3] for f in got["functions"] if f[3].startswith((
+            "all_reduce (distributed_c10d.py:", "_group_size (", "_collective_bytes (",
+            "_tensor_bytes ("))], [])
         self.assertTrue(any(n.startswith("do_allreduce (job.py:")
                             for n in chain(got["functions"], coll[0][0])))
         ev = [e for e in got["events"] if e[4] == "collective"]

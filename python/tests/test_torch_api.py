@@ -285,6 +285,29 @@ class TorchApiTest(unittest.TestCase):
                       "init_process_group / get_rank; the rank is learned at the first "
                       "optimizer step", lines[0])
 
+    def test_a_wrapped_collective_is_recorded_once_as_its_marker(self):
+        # torch 2.x wraps each collective in decorators (functools.wraps); 1.13 does not.
+        mod = types.ModuleType("torch.distributed.distributed_c10d")
+
+        def all_reduce(tensor, group=None):
+            return "done"
+
+        @functools.wraps(all_reduce)
+        def logged(*args, **kwargs):
+            return all_reduce(*args, **kwargs)
+
+        mod.all_reduce = logged
+        mod.get_world_size = lambda group=None: 4
+        hidden = []
+        self.native.hide_code = hidden.append
+        agent._apply(agent._patch_c10d, mod)
+        self.assertEqual(mod.all_reduce(None), "done")
+        self.assertEqual(self.native.collectives, ["torch.distributed.all_reduce (group of 4)"])
+        # The profile records neither torch's frames of the call nor the agent's wrapper.
+        self.assertIn(all_reduce.__code__, hidden)
+        self.assertIn(logged.__code__, hidden)
+        self.assertIn(mod.all_reduce.__code__, hidden)
+
     # ------------------------------------------------------------------ DDP
 
     def ddp_module(self, **attrs):
