@@ -297,7 +297,8 @@ class ControlService::Session : public ControlSession {
     if (auto* d = std::get_if<ControlDigest>(&message)) {
       PERFTRACKER_RETURN_IF_ERROR(Known(d->rank, "digest"));
       PERFTRACKER_RETURN_IF_ERROR(OpenWindow(d->window, d->rank, "digest"));
-      StatusOr<WorkerDigest> decoded = DecodeWorkerDigest(d->worker_digest);
+      UnknownValues unknown;
+      StatusOr<WorkerDigest> decoded = DecodeWorkerDigest(d->worker_digest, &unknown);
       if (!decoded.ok()) {
         return Status::InvalidArgument(fmt::format("digest of rank {} for window {}: {}", d->rank,
                                                    d->window, decoded.status().message()));
@@ -307,13 +308,15 @@ class ControlService::Session : public ControlSession {
             fmt::format("digest of rank {} for window {}: the digest inside is rank {}'s", d->rank,
                         d->window, decoded->rank));
       }
+      if (unknown.total() > 0) job_->coordinator_->OnUnknownValues(d->window, d->rank, unknown);
       job_->coordinator_->OnDigest(d->window, *decoded);
       return Status::Ok();
     }
     if (auto* s = std::get_if<ControlSummary>(&message)) {
       PERFTRACKER_RETURN_IF_ERROR(Known(s->rank, "summary"));
       PERFTRACKER_RETURN_IF_ERROR(OpenWindow(s->window, s->rank, "summary"));
-      StatusOr<WorkerSummary> decoded = DecodeWorkerSummary(s->worker_summary);
+      UnknownValues unknown;
+      StatusOr<WorkerSummary> decoded = DecodeWorkerSummary(s->worker_summary, &unknown);
       if (!decoded.ok()) {
         return Status::InvalidArgument(fmt::format("summary of rank {} for window {}: {}", s->rank,
                                                    s->window, decoded.status().message()));
@@ -332,6 +335,8 @@ class ControlService::Session : public ControlSession {
           m->AddDroppedEvents(job_->id_, s->rank, decoded->stats.dropped_events);
         }
       }
+      // Before the summary: the window may be finalized as soon as the last one is in.
+      if (unknown.total() > 0) job_->coordinator_->OnUnknownValues(s->window, s->rank, unknown);
       job_->coordinator_->OnSummary(s->window, std::move(decoded).value());
       return Status::Ok();
     }

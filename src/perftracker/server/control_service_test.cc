@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -375,6 +376,35 @@ TEST_F(ControlServiceTest, TwoCollectorsOneWindowEverySummaryStoredAndDiagnosed)
   EXPECT_EQ(store_->GetBaseline("job-x")->value_or(0), 1u);
 }
 
+// Wire forward compatibility: a newer collector's summary carries a metric this server does
+// not know (steal time was metric 28 when it was new). An older server refused the whole
+// summary, and the window was diagnosed without that rank. Now the rank is in, the value is
+// left out, and the report's notes and the server's log say so, once for the window.
+TEST_F(ControlServiceTest, ASummaryWithAMetricThisServerDoesNotKnowStillReachesTheLocalizer) {
+  StartServer();
+  Collector a = Connect("node-a", 0, 2, 2);
+  a.stream->Write(ControlTrigger{0, WindowReason::kManual, ""});
+  const WindowSpec w = WaitWindow(a);
+  for (int r = 0; r < 2; ++r) {
+    WorkerSummary s = Summary(r, w.start_ns, w.start_ns + w.duration_ns);
+    s.worker_metrics.push_back({Metric::kCpuUtilization, 0.5, 0.0});
+    if (r == 1) s.worker_metrics.push_back({static_cast<Metric>(999), 0.25, 0.0});
+    a.stream->Write(ControlSummary{w.id, r, EncodeWorkerSummary(s)});
+  }
+  ASSERT_TRUE(Eventually([&] { return store_->GetDiagnosis("job-x", w.id).ok(); }));
+  auto reports = service_->Reports("job-x");
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_TRUE(reports[0].missing_ranks.empty());
+  EXPECT_EQ(reports[0].diagnosis.num_workers, 2);
+  const std::string line =
+      "rank 1: 1 metric value this server does not know was left out (first: worker metric "
+      "999): a newer collector? Upgrade the server to read them";
+  const auto& notes = reports[0].diagnosis.notes;
+  EXPECT_EQ(std::count(notes.begin(), notes.end(), line), 1) << ::testing::PrintToString(notes);
+  EXPECT_TRUE(Logged("window 1: " + line));
+  EXPECT_EQ(store_->ListSummaries("job-x", w.id)->size(), 2u);
+}
+
 TEST_F(ControlServiceTest, BadAndOutOfOrderMessagesAreRefusedWithALineAndNothingIsStored) {
   StartServer();
   Collector a = Connect("node-a", 0, 2, 2);
@@ -385,7 +415,7 @@ TEST_F(ControlServiceTest, BadAndOutOfOrderMessagesAreRefusedWithALineAndNothing
   EXPECT_EQ(
       NextRejected(a),
       "iteration of rank 7, which this collector did not register (send worker_joined first)");
-  // A trigger with an unknown reason is refused when the server decodes it (wire's
+  // A trigger with a reason this server does not know opens a manual window (wire's
   // ControlConvertTest): a ControlTrigger holds only reasons this server knows.
 
   a.stream->Write(ControlTrigger{0, WindowReason::kManual, ""});

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "perftracker/core/private_file_mode.h"
+#include "perftracker/core/rank_list.h"
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/core/units.h"
 #include "perftracker/localize/hang_analyzer.h"
@@ -48,6 +49,30 @@ constexpr size_t kMaxRanksInIterationNote = 16;
 constexpr size_t kIterationsForNote = 50;
 // Rounds of DigestScreen::Refine before a window falls back to every full summary.
 constexpr int kMaxScreenRounds = 3;
+
+// The note and log line of a window whose summaries or digests carried values this server
+// does not know (UnknownValues, left out when decoded), for every such rank at once: "rank
+// 3: 2 metric values this server does not know were left out (first: function 4 (aten::mm):
+// metric 28): a newer collector? Upgrade the server to read them"; "" when none.
+std::string UnknownValuesLine(const std::map<int32_t, UnknownValues>& unknown) {
+  constexpr size_t kMaxRankListChars = 160;
+  UnknownValues all;
+  std::vector<int32_t> ranks;
+  int32_t first_rank = -1;
+  for (const auto& [rank, u] : unknown) {
+    if (u.total() == 0) continue;
+    ranks.push_back(rank);
+    if (all.first.empty() && !u.first.empty()) first_rank = rank;
+    all.Merge(u);
+  }
+  if (ranks.empty()) return "";
+  return fmt::format(
+      "{} {}: {} this server does not know {} left out (first: {}{}): a newer collector? "
+      "Upgrade the server to read them",
+      ranks.size() == 1 ? "rank" : "ranks", FormatRanks(ranks, kMaxRankListChars, ", "),
+      all.Describe(), all.total() == 1 ? "was" : "were",
+      ranks.size() == 1 ? std::string() : fmt::format("rank {}, ", first_rank), all.first);
+}
 
 std::string UtcTime(int64_t ns) {
   const time_t secs = static_cast<time_t>(ns / 1'000'000'000);
@@ -482,6 +507,17 @@ void WindowCoordinator::OnSummary(uint64_t window, WorkerSummary summary) {
   // check per upload costs O(ranks) each at fleet size).
   if (window_->summaries.size() + window_->digested.size() >= window_->expected.size())
     cv_.notify_all();
+}
+
+void WindowCoordinator::OnUnknownValues(uint64_t window, int32_t rank,
+                                        const UnknownValues& unknown) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fetch_window_ != 0 && fetch_window_ == window) {
+    if (fetch_waiting_.count(rank)) fetched_unknown_.insert_or_assign(rank, unknown);
+    return;
+  }
+  if (!window_ || window_->spec.id != window) return;
+  window_->unknown.insert_or_assign(rank, unknown);
 }
 
 void WindowCoordinator::OnSummariesNotKept(uint64_t window, const std::vector<int32_t>& ranks,
@@ -970,6 +1006,7 @@ void WindowCoordinator::FetchSummaries(OpenWindow* w, const std::vector<int32_t>
     fetch_waiting_ = std::set<int32_t>(ranks.begin(), ranks.end());
     fetched_.clear();
     fetch_not_kept_.clear();
+    fetched_unknown_.clear();
     collectors = collectors_;
   }
   for (CollectorControl* c : collectors) c->RequestSummaries(w->spec.id, ranks);
@@ -986,8 +1023,10 @@ void WindowCoordinator::FetchSummaries(OpenWindow* w, const std::vector<int32_t>
   }
   for (auto& [rank, summary] : fetched_) w->summaries.insert_or_assign(rank, std::move(summary));
   for (auto& [rank, why] : fetch_not_kept_) w->not_kept.insert_or_assign(rank, std::move(why));
+  for (auto& [rank, u] : fetched_unknown_) w->unknown.insert_or_assign(rank, std::move(u));
   fetched_.clear();
   fetch_not_kept_.clear();
+  fetched_unknown_.clear();
   fetch_waiting_.clear();
   fetch_window_ = 0;
 }
@@ -1095,6 +1134,9 @@ void WindowCoordinator::Finalize(OpenWindow w) {
         why = "agent gone? it disconnected without saying bye: killed or crashed";
       }
       localizer.AddNote(fmt::format("rank {} sent no summary ({})", rank, why));
+    }
+    if (const std::string unknown = UnknownValuesLine(w.unknown); !unknown.empty()) {
+      localizer.AddNote(unknown);
     }
     // The always-on detector's view just before the window: often the clearest sign of who
     // slowed down (the window shows why).
@@ -1217,6 +1259,9 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     break;
   }
   w.screen.reset();
+  if (const std::string unknown = UnknownValuesLine(w.unknown); !unknown.empty()) {
+    Log(fmt::format("window {}: {}", w.spec.id, unknown));
+  }
   const auto t_localized = SteadyClock::now();
   if (w.stacks_requested) {
     HangAnalyzer hang;

@@ -82,6 +82,7 @@
 #include "perftracker/localize/localizer.h"
 #include "perftracker/report/report.h"
 #include "perftracker/wire/coordinator_link.h"
+#include "perftracker/wire/unknown_values.h"
 
 namespace perftracker {
 
@@ -198,6 +199,10 @@ class WindowCoordinator : public CoordinatorLink {
   // Progressive disclosure: a worker's digest of `window` in place of its full summary
   // (the full summary comes later, through OnSummary, if the screen asks for it).
   void OnDigest(uint64_t window, const WorkerDigest& digest);
+  // The summary or digest of `rank` for `window` that comes next carried values this server
+  // does not know (a newer collector's), left out when decoded: the window's report notes
+  // them and the log says so, once per window. A rank's later message replaces its count.
+  void OnUnknownValues(uint64_t window, int32_t rank, const UnknownValues& unknown);
   // Progressive disclosure: the collector of `ranks` no longer keeps the full summaries the
   // screen asked for (`why`, one line): they are not waited for, and named in the notes.
   void OnSummariesNotKept(uint64_t window, const std::vector<int32_t>& ranks,
@@ -233,7 +238,8 @@ class WindowCoordinator : public CoordinatorLink {
     // Progressive disclosure: the ranks whose digest came, screened as they came.
     std::set<int32_t> digested;
     std::unique_ptr<DigestScreen> screen;
-    std::map<int32_t, std::string> not_kept;  // rank -> why its collector no longer has it
+    std::map<int32_t, std::string> not_kept;   // rank -> why its collector no longer has it
+    std::map<int32_t, UnknownValues> unknown;  // rank -> what its summary had that we do not know
     std::map<int32_t, std::string> stacks;
     std::map<int32_t, std::string> no_stacks;   // rank -> the agent's explanation
     std::map<int32_t, std::string> recordings;  // rank -> its window events' file (this host)
@@ -315,6 +321,7 @@ class WindowCoordinator : public CoordinatorLink {
   std::set<int32_t> fetch_waiting_;
   std::map<int32_t, WorkerSummary> fetched_;
   std::map<int32_t, std::string> fetch_not_kept_;  // rank -> why its collector has none
+  std::map<int32_t, UnknownValues> fetched_unknown_;
   // The recordings asked for after a diagnosis (FetchRecordings), as they come in.
   struct Fetch {
     uint64_t window = 0;

@@ -245,9 +245,13 @@ StatusOr<CollectorMessage> FromProto(const pb::CollectorMessage& message) {
       PERFTRACKER_RETURN_IF_ERROR(CheckText(t.reason(), kMaxControlIdBytes, "trigger: reason"));
       ControlTrigger trigger{t.rank(), WindowReason::kManual, t.detail()};
       if (!ParseWindowReason(t.reason(), &trigger.reason)) {
-        return Status::InvalidArgument("trigger of rank " + std::to_string(t.rank()) +
-                                       ": unknown reason '" + t.reason().substr(0, 64) +
-                                       "' (expected slowdown, hang or manual)");
+        // A reason this server does not know (a newer collector's) opens a window all the
+        // same, as a manual one: refused, the slowdown that collector saw would go
+        // undiagnosed. The detail keeps what it was.
+        trigger.reason = WindowReason::kManual;
+        trigger.detail = "reason '" + t.reason().substr(0, 64) +
+                         "', which this server does not know (a newer collector?)" +
+                         (t.detail().empty() ? "" : ": " + t.detail());
       }
       return CollectorMessage(std::move(trigger));
     }

@@ -3,7 +3,10 @@
 //
 // Decoding validates what the server relies on: known message kind, registration fields
 // present and within kMaxControl* limits, ranks >= 0, iteration arrays of equal length. A
-// message that breaks a rule is an InvalidArgument Status with one line naming the field.
+// message that breaks a rule is an InvalidArgument Status with one line naming the field (a
+// message of a kind this side does not know is answered so, and the stream goes on). A
+// reason that a newer peer may add is not refused: a trigger's reads as manual (the detail
+// names it), a window's as manual.
 #pragma once
 
 #include "control.pb.h"

@@ -1,7 +1,6 @@
 // The control messages' reasons on the wire: a trigger's reason is parsed into the one
-// WindowReason when the server decodes it (an unknown one is refused with a line); a
-// window's reason that this collector does not know (another version's server) reads as
-// manual, and the window opens all the same.
+// WindowReason when the server decodes it; a reason that one side does not know (another
+// version's peer) reads as manual, and the window opens all the same.
 #include "perftracker/wire/control_convert.h"
 
 #include <string>
@@ -15,14 +14,21 @@ namespace {
 
 namespace pb = perftracker::v1;
 
-TEST(ControlConvertTest, ATriggerWithAnUnknownReasonIsRefusedWithALine) {
+// A newer collector's trigger reason: refused, the slowdown it saw would never be diagnosed
+// by an older server. It opens a manual window, the reason named in the detail.
+TEST(ControlConvertTest, ATriggerWithAReasonThisServerDoesNotKnowOpensAManualWindow) {
   pb::CollectorMessage m;
-  m.mutable_trigger()->set_rank(0);
+  m.mutable_trigger()->set_rank(2);
   m.mutable_trigger()->set_reason("bored");
+  m.mutable_trigger()->set_detail("nothing to do for 3.0 s");
   StatusOr<CollectorMessage> decoded = wire_internal::FromProto(m);
-  ASSERT_FALSE(decoded.ok());
-  EXPECT_EQ(decoded.status().message(),
-            "trigger of rank 0: unknown reason 'bored' (expected slowdown, hang or manual)");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const auto& trigger = std::get<ControlTrigger>(*decoded);
+  EXPECT_EQ(trigger.rank, 2);
+  EXPECT_EQ(trigger.reason, WindowReason::kManual);
+  EXPECT_EQ(trigger.detail,
+            "reason 'bored', which this server does not know (a newer collector?): nothing to do "
+            "for 3.0 s");
 }
 
 TEST(ControlConvertTest, EachTriggerReasonGoesOnTheWireByItsName) {

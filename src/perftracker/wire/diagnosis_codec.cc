@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "perftracker.pb.h"
 #include "perftracker/wire/proto_parse.h"
@@ -11,6 +12,11 @@ namespace perftracker {
 
 using wire_internal::ParseWireMessage;
 using wire_internal::WireDataLoss;
+
+namespace {
+// Findings left out are named one note each up to here, the rest counted in one more.
+constexpr size_t kMaxLeftOutNotes = 16;
+}  // namespace
 
 std::string EncodeDiagnosis(const Diagnosis& d) {
   v1::Diagnosis m;
@@ -39,11 +45,13 @@ std::string EncodeDiagnosis(const Diagnosis& d) {
   return m.SerializeAsString();
 }
 
-StatusOr<Diagnosis> DecodeDiagnosis(std::string_view bytes) {
+StatusOr<Diagnosis> DecodeDiagnosis(std::string_view bytes, UnknownValues* unknown) {
   constexpr std::string_view kWhat = "Diagnosis";
   v1::Diagnosis m;
   PERFTRACKER_RETURN_IF_ERROR(ParseWireMessage(m, bytes, kWhat));
   Diagnosis d;
+  UnknownValues skipped;
+  std::vector<std::string> left_out;  // notes naming the findings left out
   d.num_workers = m.num_workers();
   d.median_iteration_ns = m.median_iteration_ns();
   if (d.num_workers < 0) {
@@ -55,8 +63,16 @@ StatusOr<Diagnosis> DecodeDiagnosis(std::string_view bytes) {
     o.code = f.code();
     const auto category = static_cast<FindingCategory>(f.category());
     if (f.category() > UINT8_MAX || FindingCategoryName(category) == "unknown") {
-      return WireDataLoss(kWhat, "finding " + std::to_string(d.findings.size()) + " (" + o.code +
-                                     "): unknown category " + std::to_string(f.category()));
+      const std::string what = "finding " + std::to_string(d.findings.size() + skipped.findings) +
+                               " (" + o.code.substr(0, 64) + "): category " +
+                               std::to_string(f.category());
+      ++skipped.findings;
+      if (skipped.first.empty()) skipped.first = what;
+      if (left_out.size() < kMaxLeftOutNotes) {
+        left_out.push_back(what + ", which this perftracker does not know (a newer server's?), " +
+                           "left out: " + f.title().substr(0, 200));
+      }
+      continue;
     }
     o.category = category;
     o.title = f.title();
@@ -73,6 +89,12 @@ StatusOr<Diagnosis> DecodeDiagnosis(std::string_view bytes) {
     d.findings.push_back(std::move(o));
   }
   d.notes.assign(m.notes().begin(), m.notes().end());
+  d.notes.insert(d.notes.end(), left_out.begin(), left_out.end());
+  if (skipped.findings > left_out.size()) {
+    d.notes.push_back("... and " + std::to_string(skipped.findings - left_out.size()) +
+                      " more findings of categories this perftracker does not know, left out");
+  }
+  if (unknown != nullptr) *unknown = std::move(skipped);
   return d;
 }
 

@@ -46,7 +46,7 @@ std::string EncodeWorkerDigest(const WorkerDigest& d) {
   return m.SerializeAsString();
 }
 
-StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes) {
+StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes, UnknownValues* unknown) {
   if (bytes.size() > kMaxDigestBytes) {
     return WireDataLoss(kWhat, std::to_string(bytes.size()) + " bytes, more than the " +
                                    std::to_string(kMaxDigestBytes) + " a digest may have");
@@ -54,6 +54,7 @@ StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes) {
   v1::WorkerDigest m;
   PERFTRACKER_RETURN_IF_ERROR(ParseWireMessage(m, bytes, kWhat));
   WorkerDigest d;
+  UnknownValues skipped;
   d.rank = m.rank();
   const std::string rank = "rank " + std::to_string(d.rank);
   d.host = m.host();
@@ -88,11 +89,6 @@ StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes) {
   for (int i = 0; i < n; ++i) {
     DigestFunction f;
     f.key_hash = m.function_key_hashes(i);
-    if (m.function_kinds(i) >= static_cast<uint32_t>(kNumEventKinds)) {
-      return WireDataLoss(kWhat,
-                          rank + ": unknown event kind " + std::to_string(m.function_kinds(i)));
-    }
-    f.kind = static_cast<EventKind>(m.function_kinds(i));
     f.count = m.function_counts(i);
     f.total_ns = m.function_total_ns(i);
     f.self_ns = m.function_self_ns(i);
@@ -100,6 +96,15 @@ StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes) {
     if (f.total_ns < 0 || f.self_ns < 0 || f.critical_ns < 0) {
       return WireDataLoss(kWhat, rank + ": a function has a negative time");
     }
+    if (m.function_kinds(i) >= static_cast<uint32_t>(kNumEventKinds)) {
+      ++skipped.functions;
+      if (skipped.first.empty()) {
+        skipped.first = "digest function " + std::to_string(i) + ": event kind " +
+                        std::to_string(m.function_kinds(i));
+      }
+      continue;
+    }
+    f.kind = static_cast<EventKind>(m.function_kinds(i));
     d.functions.push_back(f);
   }
   d.function_total = m.function_total();
@@ -112,14 +117,18 @@ StatusOr<WorkerDigest> DecodeWorkerDigest(std::string_view bytes) {
   }
   for (int j = 0; j < m.worker_metric_ids_size(); ++j) {
     if (m.worker_metric_ids(j) >= static_cast<uint32_t>(kNumMetrics)) {
-      return WireDataLoss(
-          kWhat, rank + ": unknown worker metric " + std::to_string(m.worker_metric_ids(j)));
+      ++skipped.metrics;
+      if (skipped.first.empty()) {
+        skipped.first = "worker metric " + std::to_string(m.worker_metric_ids(j));
+      }
+      continue;
     }
     d.worker_metrics.push_back({static_cast<Metric>(m.worker_metric_ids(j)),
                                 m.worker_metric_means(j), m.worker_metric_stddevs(j)});
   }
   d.events = m.events();
   d.dropped_events = m.dropped_events();
+  if (unknown != nullptr) *unknown = std::move(skipped);
   return d;
 }
 

@@ -84,5 +84,32 @@ TEST(DigestCodec, CorruptOrOversizedBytesAreOneLineOfDataLoss) {
   EXPECT_FALSE(junk.ok());
 }
 
+// A newer collector's digest: a worker metric or a function kind this server does not know
+// is left out and counted (wire forward compatibility, docs/server.md "Versions").
+TEST(DigestCodec, WhatANewerCollectorAddedIsLeftOutAndCounted) {
+  WorkerDigest d;
+  d.rank = 3;
+  d.host = "node-1";
+  for (uint64_t i = 0; i < 3; ++i) {
+    d.functions.push_back({100 + i, EventKind::kTorchOp, 1, 30, 20, 10});
+  }
+  d.function_total = 3;
+  d.worker_metrics.push_back({Metric::kCpuUtilization, 0.5, 0.125});
+  const WorkerDigest known = d;
+  d.worker_metrics.push_back({static_cast<Metric>(999), 1.0, 0.0});
+  d.functions[1].kind = static_cast<EventKind>(200);
+  UnknownValues unknown;
+  StatusOr<WorkerDigest> back = DecodeWorkerDigest(EncodeWorkerDigest(d), &unknown);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->worker_metrics.size(), known.worker_metrics.size());
+  ASSERT_EQ(back->functions.size(), known.functions.size() - 1);
+  EXPECT_EQ(back->functions[0].key_hash, known.functions[0].key_hash);
+  EXPECT_EQ(back->functions[1].key_hash, known.functions[2].key_hash);
+  EXPECT_EQ(unknown.metrics, 1u);
+  EXPECT_EQ(unknown.functions, 1u);
+  EXPECT_EQ(unknown.first, "digest function 1: event kind 200");
+  EXPECT_EQ(unknown.Describe(), "1 metric value and 1 function");
+}
+
 }  // namespace
 }  // namespace perftracker

@@ -122,6 +122,52 @@ bool Inflate(std::string_view in, size_t limit, std::string& out) {
   return ok;
 }
 
+// A function's name where UnknownValues::first names it (a note, a log line): a templated
+// kernel's name of kilobytes cut, at a UTF-8 boundary.
+std::string NameInNote(std::string_view name) {
+  constexpr size_t kMaxBytes = 96;
+  if (name.size() <= kMaxBytes) return std::string(name);
+  size_t cut = kMaxBytes;
+  while (cut > 0 && (static_cast<uint8_t>(name[cut]) & 0xc0) == 0x80) --cut;
+  return std::string(name.substr(0, cut)) + "...";
+}
+
+// The functions a decoder leaves out: those of an event kind it does not know (a newer
+// collector's) and every function below one (their keys run through it). Each parent chain
+// is walked once; a chain that loops or leaves the table ends kept (the decoder refuses it
+// where that is corrupt).
+std::vector<bool> UnknownKindSubtrees(const v1::WorkerSummary& m) {
+  const size_t n = static_cast<size_t>(m.functions_size());
+  enum : uint8_t { kOpen, kOnPath, kKept, kLeftOut };
+  std::vector<uint8_t> state(n, kOpen);
+  std::vector<size_t> path;
+  for (size_t i = 0; i < n; ++i) {
+    path.clear();
+    uint8_t result = kKept;
+    for (size_t j = i;;) {
+      if (state[j] == kKept || state[j] == kLeftOut) {
+        result = state[j];
+        break;
+      }
+      if (state[j] == kOnPath) break;
+      const v1::FunctionSummary& f = m.functions(static_cast<int>(j));
+      if (f.kind() >= static_cast<uint32_t>(kNumEventKinds)) {
+        state[j] = kLeftOut;
+        result = kLeftOut;
+        break;
+      }
+      state[j] = kOnPath;
+      path.push_back(j);
+      if (f.parent() == 0 || f.parent() > n) break;
+      j = f.parent() - 1;
+    }
+    for (size_t k : path) state[k] = result;
+  }
+  std::vector<bool> left_out(n);
+  for (size_t i = 0; i < n; ++i) left_out[i] = state[i] == kLeftOut;
+  return left_out;
+}
+
 }  // namespace
 
 std::string EncodeWorkerSummary(const WorkerSummary& s) {
@@ -223,8 +269,9 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
   return m.SerializeAsString();
 }
 
-StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
+StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes, UnknownValues* unknown) {
   constexpr std::string_view kWhat = "WorkerSummary";
+  UnknownValues skipped;
   v1::WorkerSummary m;
   PERFTRACKER_RETURN_IF_ERROR(ParseWireMessage(m, bytes, kWhat));
 
@@ -274,6 +321,13 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   }
 
   const size_t num_functions = static_cast<size_t>(m.functions_size());
+  // A newer collector's event kinds: those functions and the ones below them are left out,
+  // and the others renumbered (parents, collective calls).
+  const std::vector<bool> left_out = UnknownKindSubtrees(m);
+  std::vector<uint32_t> kept_index(num_functions, FunctionSummary::kNoParent);
+  for (size_t i = 0, next = 0; i < num_functions; ++i) {
+    if (!left_out[i]) kept_index[i] = static_cast<uint32_t>(next++);
+  }
   const size_t key_budget = std::max(kMinKeyBudget, kMaxKeyBytesPerMessageByte * bytes.size());
   size_t key_bytes = 0;
   std::vector<size_t> key_sizes;  // per function: its key's size
@@ -289,19 +343,27 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
                                      std::to_string(strings.size()) + " entries");
     }
     o.name = strings[f.name()];
-    if (f.kind() >= static_cast<uint32_t>(kNumEventKinds)) {
-      return WireDataLoss(
-          kWhat, where + " (" + o.name + "): unknown event kind " + std::to_string(f.kind()));
+    const uint32_t wire_parent = f.parent() == 0 ? FunctionSummary::kNoParent : f.parent() - 1;
+    if (wire_parent != FunctionSummary::kNoParent &&
+        (wire_parent >= num_functions || wire_parent == i)) {
+      return WireDataLoss(kWhat, where + " (" + o.name + "): parent index " +
+                                     std::to_string(wire_parent) + " is out of range (" +
+                                     std::to_string(num_functions) + " functions)");
+    }
+    if (left_out[i]) {
+      ++skipped.functions;
+      if (skipped.first.empty()) {
+        skipped.first = "function " + std::to_string(i) + " (" + NameInNote(o.name) + "): " +
+                        (f.kind() >= static_cast<uint32_t>(kNumEventKinds)
+                             ? "event kind " + std::to_string(f.kind())
+                             : "below a function of an unknown event kind");
+      }
+      continue;
     }
     o.kind = static_cast<EventKind>(f.kind());
-    if (f.parent() != 0) {
-      o.parent = f.parent() - 1;
-      if (o.parent >= num_functions || o.parent == i) {
-        return WireDataLoss(kWhat, where + " (" + o.name + "): parent index " +
-                                       std::to_string(o.parent) + " is out of range (" +
-                                       std::to_string(num_functions) + " functions)");
-      }
-    }
+    // A kept function's parent is kept (left_out spans whole subtrees).
+    if (wire_parent != FunctionSummary::kNoParent) o.parent = kept_index[wire_parent];
+    const size_t at = s.functions.size();  // its index in the decoded summary
     // A derived key stays implicit (WorkerSummary::Key); its size is still budgeted.
     size_t key_size = 0;
     const size_t leaf_size = EventKindName(o.kind).size() + 1 + o.name.size();
@@ -310,11 +372,11 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
       key_size = o.key.size();
     } else if (o.parent == FunctionSummary::kNoParent) {
       key_size = leaf_size;
-    } else if (o.parent < i) {
+    } else if (o.parent < at) {
       key_size = key_sizes[o.parent] + 3 + leaf_size;
     } else {
       return WireDataLoss(kWhat, where + " (" + o.name + "): its key derives from parent " +
-                                     std::to_string(o.parent) + ", which does not precede it");
+                                     std::to_string(wire_parent) + ", which does not precede it");
     }
     key_sizes.push_back(key_size);
     key_bytes += key_size;
@@ -362,8 +424,12 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     o.metrics.reserve(static_cast<size_t>(f.metric_ids_size()));
     for (int j = 0; j < f.metric_ids_size(); ++j) {
       if (f.metric_ids(j) >= static_cast<uint32_t>(kNumMetrics)) {
-        return WireDataLoss(
-            kWhat, where + " (" + o.name + "): unknown metric " + std::to_string(f.metric_ids(j)));
+        ++skipped.metrics;
+        if (skipped.first.empty()) {
+          skipped.first = "function " + std::to_string(i) + " (" + NameInNote(o.name) +
+                          "): metric " + std::to_string(f.metric_ids(j));
+        }
+        continue;
       }
       o.metrics.push_back(
           {static_cast<Metric>(f.metric_ids(j)), f.metric_means(j), f.metric_stddevs(j)});
@@ -388,8 +454,11 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
   }
   for (int j = 0; j < m.worker_metric_ids_size(); ++j) {
     if (m.worker_metric_ids(j) >= static_cast<uint32_t>(kNumMetrics)) {
-      return WireDataLoss(
-          kWhat, rank + ": unknown worker metric " + std::to_string(m.worker_metric_ids(j)));
+      ++skipped.metrics;
+      if (skipped.first.empty()) {
+        skipped.first = "worker metric " + std::to_string(m.worker_metric_ids(j));
+      }
+      continue;
     }
     s.worker_metrics.push_back({static_cast<Metric>(m.worker_metric_ids(j)),
                                 m.worker_metric_means(j), m.worker_metric_stddevs(j)});
@@ -401,7 +470,7 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     o.size = g.size();
   }
   for (const v1::CollectiveGroupCalls& c : m.collective_group_calls()) {
-    if (c.function() >= s.functions.size() || c.group() >= s.collective_groups.groups.size()) {
+    if (c.function() >= num_functions || c.group() >= s.collective_groups.groups.size()) {
       return WireDataLoss(kWhat, rank + ": a collective's process group names function " +
                                      std::to_string(c.function()) + " or group " +
                                      std::to_string(c.group()) + ", which the summary lacks");
@@ -409,9 +478,11 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes) {
     if (c.total_ns() < 0) {
       return WireDataLoss(kWhat, rank + ": a collective's process group has negative time");
     }
+    if (left_out[c.function()]) continue;  // a left-out function's calls go with it
     s.collective_groups.calls.push_back(
-        {c.function(), c.group(), c.count(), c.total_ns(), c.bytes()});
+        {kept_index[c.function()], c.group(), c.count(), c.total_ns(), c.bytes()});
   }
+  if (unknown != nullptr) *unknown = std::move(skipped);
   return s;
 }
 
