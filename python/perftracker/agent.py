@@ -11,7 +11,11 @@ and the control-socket thread; this module
   helpers -- stay passive: no shared memory, no connection;
 * hooks torch as its modules are imported (no import of torch here): DataLoader iterator
   ``__next__`` and ``Optimizer.step`` feed the always-on detector; torch.distributed
-  collectives are timed (bytes, group size) only while a profiling window is open;
+  collectives are timed (bytes, group size, process group) only while a profiling window is
+  open;
+* declares each torch.distributed process group it sees (the default group, new_group's and
+  new_subgroups', any other a collective runs in) to the collector: its global ranks, backend
+  and name, so that a collective inside one host is told from one across hosts;
 * says when the training ended -- torch.distributed.destroy_process_group(), or the
   interpreter beginning to exit (threading's atexit hooks run before threads and DataLoader
   workers are joined) -- so that the silence of a job that ends is never called a hang;
@@ -49,6 +53,12 @@ _COLLECTIVES = (
 # hook -> the torch entry point it uses in this process, or None where torch lacks what the
 # agent knows (hook_entry_points(); docs/live-mode.md, "torch versions").
 _entry_points = {}
+
+# id(process group) -> (the id the agent declared it under, 0 if it could not; the group).
+# ProcessGroup takes no weak reference: the entry holds the group, as torch.distributed's own
+# tables do, until destroy_process_group() forgets it (_forget_groups).
+_groups = {}
+_GROUP_RANKS_SENT = 4096  # kMaxProcessGroupRanks: a bigger group is sent as its first ranks
 
 
 def _say(message):
@@ -188,6 +198,7 @@ def _after_fork_child():
     except Exception:
         pass
     _state["active"] = False
+    _groups.clear()
 
 
 def _on_process_group(c10d):
@@ -198,6 +209,94 @@ def _on_process_group(c10d):
         _agent.set_rank(rank, -1 if local_rank is None else local_rank, world_size)
     else:
         _activate(rank, local_rank, world_size)
+    try:
+        _group_id(c10d, None)  # the default group
+    except Exception:
+        pass  # declared at its first collective instead
+
+
+# ------------------------------------------------------------------ process groups
+
+def _default_group(c10d):
+    # torch 1.13: a class attribute set by init_process_group; 2.x: a property of
+    # GroupMember (the world's default_pg). None before init_process_group.
+    return getattr(getattr(c10d, "GroupMember", None), "WORLD", None)
+
+
+def _group_name(c10d, pg):
+    """torch's name for the group ("0" for the default group, "1", ... or, in torch 2.x, a
+    hash of its ranks): the same on every member, for reading."""
+    get = getattr(c10d, "_get_process_group_name", None)  # torch 2.x
+    if callable(get):
+        try:
+            name = get(pg)
+            if name and name != "None":
+                return str(name)
+        except Exception:
+            pass
+    try:
+        name = getattr(pg, "group_name", None)  # torch 2.2+: a property of ProcessGroup
+        if isinstance(name, str) and name:
+            return name
+    except Exception:
+        pass
+    for table in (getattr(c10d, "_pg_names", None),  # torch 1.13
+                  getattr(getattr(c10d, "_world", None), "pg_names", None)):  # torch 2.x
+        try:
+            name = table.get(pg) if table is not None else None
+        except Exception:
+            name = None
+        if name:
+            return str(name)
+    return ""
+
+
+def _group_backend(c10d, pg):
+    try:
+        return str(c10d.get_backend(pg))
+    except Exception:
+        return ""
+
+
+def _declare_group(c10d, pg):
+    """Declares `pg` to the collector (once); returns the id its collectives carry, 0 when
+    it is not a process group this rank belongs to, or the agent is off."""
+    pg_type = getattr(c10d, "ProcessGroup", None)
+    if not _state["active"] or pg_type is None or not isinstance(pg, pg_type):
+        return 0
+    try:
+        ranks = [int(r) for r in c10d.get_process_group_ranks(pg)]  # 1.13 and 2.x
+    except Exception:
+        ranks = []
+    try:
+        size = int(pg.size())
+    except Exception:
+        size = len(ranks)
+    gid = 0
+    if ranks:
+        gid = _agent.process_group(_group_name(c10d, pg), _group_backend(c10d, pg),
+                                   ranks[:_GROUP_RANKS_SENT], max(size, len(ranks)))
+    _groups[id(pg)] = (gid, pg)
+    return gid
+
+
+def _group_id(c10d, group):
+    """The declared id of the group a collective runs in (None: the default group)."""
+    if group is None:
+        group = _default_group(c10d)
+        if group is None:
+            return 0
+    entry = _groups.get(id(group))
+    if entry is not None and entry[1] is group:
+        return entry[0]
+    return _declare_group(c10d, group)
+
+
+def _forget_groups(group):
+    if group is None:
+        _groups.clear()
+    else:
+        _groups.pop(id(group), None)
 
 
 def mark_step(name="step"):
@@ -488,14 +587,21 @@ def _collective_bytes(args, kwargs):
     return best
 
 
-def _group_size(c10d, args, kwargs):
+def _find_group(c10d, args, kwargs):
+    """The process group a collective call names (None: the default group)."""
     group = kwargs.get("group")
     if group is None:
         pg = getattr(c10d, "ProcessGroup", None)
         for a in args:
             if pg is not None and isinstance(a, pg):
-                group = a
-                break
+                return a
+        # batch_isend_irecv([P2POp, ...]): the ops' group
+        if args and isinstance(args[0], (list, tuple)) and args[0]:
+            return getattr(args[0][0], "group", None)
+    return group
+
+
+def _group_size(c10d, group):
     try:
         return c10d.get_world_size(group) if group is not None else c10d.get_world_size()
     except Exception:
@@ -519,8 +625,9 @@ def _wrap_collective(c10d, name, fn):
         t0 = now()
         out = fn(*args, **kwargs)
         try:
-            collective("%s (group of %d)" % (label, _group_size(c10d, args, kwargs)), t0,
-                       _collective_bytes(args, kwargs))
+            group = _find_group(c10d, args, kwargs)
+            collective("%s (group of %d)" % (label, _group_size(c10d, group)), t0,
+                       _collective_bytes(args, kwargs), True, _group_id(c10d, group))
         except Exception:
             pass
         return out
@@ -557,10 +664,11 @@ def _patch_c10d(mod):
         _uses("torch.distributed", "distributed_c10d.init_process_group")
         if not getattr(orig_init, "_perftracker", False):
             _hook_process_group(mod, orig_init)
+    _hook_new_group(mod)
     # torch.distributed re-exports these names; refresh it when it is already imported.
     dist = sys.modules.get("torch.distributed")
     if dist is not None:
-        for name in ("init_process_group", "destroy_process_group") + _COLLECTIVES:
+        for name in ("init_process_group", "destroy_process_group", "new_group") + _COLLECTIVES:
             if hasattr(dist, name) and hasattr(mod, name):
                 setattr(dist, name, getattr(mod, name))
 
@@ -588,10 +696,36 @@ def _hook_process_group(mod, orig_init):
             group = kwargs.get("group", args[0] if args else None)
             if group is None:
                 _training_ended("destroy_process_group")
+            _forget_groups(group)
             return orig_destroy(*args, **kwargs)
 
         destroy_process_group._perftracker = True
         mod.destroy_process_group = _hide(destroy_process_group)
+
+
+def _hook_new_group(mod):
+    """Declares each group new_group() makes (new_subgroups and
+    new_subgroups_by_enumeration call it through the module, so theirs too)."""
+    orig = getattr(mod, "new_group", None)
+    if not callable(orig):
+        # Nothing lost: every group is also declared at its first collective in a window.
+        _uses("process groups", "the first collective of each group")
+        return
+    _uses("process groups", "distributed_c10d.new_group")
+    if getattr(orig, "_perftracker", False):
+        return
+
+    @functools.wraps(orig)
+    def new_group(*args, **kwargs):
+        pg = orig(*args, **kwargs)
+        try:
+            _group_id(mod, pg)
+        except Exception:
+            pass
+        return pg
+
+    new_group._perftracker = True
+    mod.new_group = _hide(new_group)
 
 
 class _DdpHook:
@@ -616,6 +750,11 @@ class _DdpHook:
             size = -1
         self.scale = 1.0 / size if size > 0 else 1.0
         self.label = "DistributedDataParallel all_reduce (group of %d)" % size
+        try:
+            c10d = sys.modules.get("torch.distributed.distributed_c10d")
+            self.group = _group_id(c10d, self.process_group) if c10d is not None else 0
+        except Exception:
+            self.group = 0
 
     def __call__(self, state, bucket):
         recording = _agent.recording()
@@ -635,10 +774,11 @@ class _DdpHook:
             nbytes = 0
         collective = _agent.collective
         label = self.label
+        group = self.group
 
         def done(f):
             try:
-                collective(label, t0, nbytes, False)
+                collective(label, t0, nbytes, False, group)
             except Exception:
                 pass
             return f.value()

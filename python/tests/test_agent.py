@@ -203,7 +203,7 @@ class WindowTest(AgentTestBase):
         # Events: kind, function ids and times inside the window, on one ring per thread.
         inner_events = [e for e in events if e[3] in inner_ids]
         self.assertGreater(len(inner_events), 50)
-        for ring, s, e, fid, kind, payload in inner_events:
+        for ring, s, e, fid, kind, payload, group in inner_events:
             self.assertEqual(kind, "python")
             self.assertLessEqual(s, e)
             self.assertGreaterEqual(s, start - 10_000_000)
@@ -624,6 +624,8 @@ DDP_JOB = """
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(33, 65), nn.ReLU(), nn.Linear(65, 7))
         ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+        # "groups": ranks 0 and 1 also all-reduce in a group of their own (every rank makes it).
+        pair = dist.new_group([0, 1]) if mode == "groups" else None
         state = {"calls": 0}
         if mode == "user_before":
             ddp.register_comm_hook(state, user_hook)
@@ -636,6 +638,8 @@ DDP_JOB = """
             opt.zero_grad()
             ddp(x).pow(2).mean().backward()
             opt.step()
+            if pair is not None and rank < 2:
+                dist.all_reduce(torch.ones(4), group=pair)
             time.sleep(0.01)
         digest = hashlib.sha256()
         for p in model.parameters():
@@ -711,18 +715,40 @@ class DdpTest(AgentTestBase):
             for _ in range(3):
                 collector.wait_for("window_done", timeout=60)
             self.shm = [h["shm"] for h in hellos]
+            self.ranks = [h["rank"] for h in hellos]
             self.got = [_agent.read_shm(path) for path in self.shm]
 
-        self.run_ddp("window", "none", 600, during=window)
-        for got in self.got:
+        self.run_ddp("window", "groups", 600, during=window)
+        # Each rank declared the process groups it is in (issue 11): the default group of all
+        # three, and ranks 0 and 1 their pair; each collective carries its group's id.
+        declared = {}
+        for m in collector.messages("process_group"):
+            declared.setdefault(m["rank"], {})[tuple(m["ranks"])] = m
+        self.assertEqual(sorted(declared), [0, 1, 2], declared)
+        for rank, got in zip(self.ranks, self.got):
+            groups = declared[rank]
+            self.assertEqual(sorted(groups), [(0, 1), (0, 1, 2)] if rank < 2 else [(0, 1, 2)])
+            world = groups[(0, 1, 2)]
+            self.assertEqual((world["name"], world["backend"], world["size"]), ("0", "gloo", 3))
             names = {f[0]: f for f in got["functions"]}
-            coll = [e for e in got["events"] if e[4] == "collective"]
+            coll = [e for e in got["events"]
+                    if e[4] == "collective" and names[e[3]][3].startswith("Distributed")]
             self.assertTrue(coll, got["functions"])
             for e in coll:
                 fn = names[e[3]]
                 self.assertEqual(fn[3], "DistributedDataParallel all_reduce (group of 3)")
                 self.assertEqual(fn[1], -1, "recorded at the root of its thread")
                 self.assertGreater(e[2], e[1])
+                self.assertEqual(e[6], world["group"])
+            in_pair = [e for e in got["events"] if e[4] == "collective" and
+                       names[e[3]][3] == "torch.distributed.all_reduce (group of 2)"]
+            if rank < 2:
+                pair = groups[(0, 1)]
+                self.assertEqual((pair["backend"], pair["size"]), ("gloo", 2))
+                self.assertTrue(in_pair, got["functions"])
+                self.assertEqual({e[6] for e in in_pair}, {pair["group"]})
+            else:
+                self.assertEqual(in_pair, [])
             # bucket_cap_mb=0.004: several buckets per step, their bytes sum to the gradients.
             sizes = {e[5] for e in coll}
             total = (33 * 65 + 65 + 65 * 7 + 7) * 4

@@ -53,7 +53,7 @@ def record(fn):
             fid = funcs[fid][1]
         return ">".join(reversed(out))
     paths = collections.defaultdict(list)
-    for ring, start, end, fid, kind, payload in got["events"]:
+    for ring, start, end, fid, kind, payload, group in got["events"]:
         if kind == "python":
             paths[chain(fid)].append(end - start)
     return counts, dict(paths)

@@ -38,6 +38,8 @@ class FakeNative:
     def __init__(self):
         self.markers = []
         self.collectives = []
+        self.collective_groups = []  # the group id each collective was recorded with
+        self.groups = []  # (name, backend, ranks, size) declared, id = index + 1
 
     def marker(self, kind, name, t0):
         self.markers.append((kind, name))
@@ -45,8 +47,16 @@ class FakeNative:
     def recording(self):
         return True
 
-    def collective(self, label, t0, nbytes, *rest):
+    def collective(self, label, t0, nbytes, nest=True, group=0):
         self.collectives.append(label)
+        self.collective_groups.append(group)
+
+    def process_group(self, name, backend, ranks, size):
+        self.groups.append((name, backend, list(ranks), size))
+        return len(self.groups)
+
+    def set_rank(self, rank, local_rank, world_size):
+        pass
 
     def hide_code(self, code):
         pass
@@ -111,6 +121,97 @@ def optimizer_module_113():
     return mod
 
 
+C10D_SOURCE = """
+class ProcessGroup:
+    def __init__(self, ranks, name):
+        self._ranks, self._name = list(ranks), name
+        if VERSION == "2.x":
+            self.group_name = name  # torch 2.2+: a property of ProcessGroup
+
+    def size(self):
+        return len(self._ranks)
+
+
+class NonMember:
+    pass
+
+
+class GroupMember:
+    WORLD = None
+    NON_GROUP_MEMBER = NonMember()
+
+
+_pg_names = {}  # torch 1.13's table (2.x keeps it in _world.pg_names)
+_ranks_fail = False
+_count = [0]
+
+
+def _make(ranks, name):
+    pg = ProcessGroup(ranks, name)
+    if VERSION == "1.13":
+        _pg_names[pg] = name
+    return pg
+
+
+def init_process_group(backend="nccl"):
+    GroupMember.WORLD = _make(range(WORLD), "0")
+
+
+def destroy_process_group(group=None):
+    if group is None:
+        GroupMember.WORLD = None
+
+
+def get_rank(group=None):
+    return RANK
+
+
+def get_world_size(group=None):
+    return (group or GroupMember.WORLD).size()
+
+
+def get_backend(group=None):
+    return "nccl"
+
+
+def get_process_group_ranks(group):
+    if _ranks_fail:
+        raise RuntimeError("unknown group")
+    return list(group._ranks)
+
+
+def new_group(ranks=None, backend=None):
+    _count[0] += 1
+    name = "hash-" + ",".join(map(str, ranks)) if VERSION == "2.x" else str(_count[0])
+    return _make(ranks, name) if RANK in ranks else GroupMember.NON_GROUP_MEMBER
+
+
+def new_subgroups(group_size):
+    mine = None
+    for start in range(0, WORLD, group_size):
+        pg = new_group(ranks=list(range(start, start + group_size)))
+        if RANK in range(start, start + group_size):
+            mine = pg
+    return mine
+
+
+def all_reduce(tensor, op=None, group=None, async_op=False):
+    return "done"
+"""
+
+
+def c10d_module(version, rank, world=4):
+    """torch.distributed.distributed_c10d as torch 2.x (_get_process_group_name,
+    ProcessGroup.group_name, hashed group names) or 1.13 (_pg_names, numbered names) shape
+    it: functions that call each other through the module's globals, as torch's do."""
+    mod = types.ModuleType("torch.distributed.distributed_c10d")
+    mod.__dict__.update(VERSION=version, RANK=rank, WORLD=world)
+    exec(C10D_SOURCE, mod.__dict__)
+    if version == "2.x":
+        mod._get_process_group_name = lambda pg: getattr(pg, "group_name", "None")
+    return mod
+
+
 class TorchApiTest(unittest.TestCase):
     def setUp(self):
         self.native = FakeNative()
@@ -118,6 +219,7 @@ class TorchApiTest(unittest.TestCase):
         for patcher in (mock.patch.object(agent, "_agent", self.native),
                         mock.patch.dict(agent._state, {"active": True}),
                         mock.patch.dict(agent._entry_points, clear=True),
+                        mock.patch.dict(agent._groups, clear=True),
                         mock.patch.dict(sys.modules, {"torch.version": types.SimpleNamespace(
                             __version__="9.9.0")}),
                         contextlib.redirect_stderr(self.stderr)):
@@ -279,6 +381,7 @@ class TorchApiTest(unittest.TestCase):
         self.assertEqual(points["torch.distributed collectives"],
                          "distributed_c10d: all_reduce, batch_isend_irecv")
         self.assertIsNone(points["torch.distributed"])  # no init_process_group here
+        self.assertEqual(points["process groups"], "the first collective of each group")
         lines = self.lines()
         self.assertEqual(len(lines), 1, lines)
         self.assertIn("torch.distributed: torch 9.9.0 has no distributed_c10d."
@@ -307,6 +410,50 @@ class TorchApiTest(unittest.TestCase):
         self.assertIn(all_reduce.__code__, hidden)
         self.assertIn(logged.__code__, hidden)
         self.assertIn(mod.all_reduce.__code__, hidden)
+
+    # ------------------------------------------------------------------ process groups
+
+    def test_process_groups_of_torch_2x_and_113_are_declared_once_with_their_collectives(self):
+        for version in ("2.x", "1.13"):
+            with self.subTest(version=version):
+                self.native.groups.clear()
+                self.native.collective_groups.clear()
+                agent._groups.clear()
+                mod = c10d_module(version, rank=1)
+                agent._apply(agent._patch_c10d, mod)
+                self.assertEqual(agent.hook_entry_points()["process groups"],
+                                 "distributed_c10d.new_group")
+                mod.init_process_group()
+                # new_subgroups() calls new_group() through the module, as torch's does: this
+                # rank is in [0, 1] only.
+                sub = mod.new_subgroups(2)
+                mod.all_reduce("t")
+                mod.all_reduce("t", group=sub)
+                mod.all_reduce("t", group=sub)
+                other = mod._make([1, 3], "7")  # made without new_group
+                mod.all_reduce("t", other)
+                name = {"2.x": "hash-0,1", "1.13": "1"}[version]
+                self.assertEqual(self.native.groups,
+                                 [("0", "nccl", [0, 1, 2, 3], 4), (name, "nccl", [0, 1], 2),
+                                  ("7", "nccl", [1, 3], 2)])
+                self.assertEqual(self.native.collective_groups, [1, 2, 2, 3])
+                # A destroyed group is forgotten: a new group at the same address is new.
+                mod.destroy_process_group(sub)
+                self.assertNotIn(id(sub), agent._groups)
+                mod.destroy_process_group()
+                self.assertEqual(agent._groups, {})
+        self.assertEqual(self.lines(), [])
+
+    def test_a_group_torch_cannot_describe_is_not_declared_and_the_job_runs(self):
+        mod = c10d_module("2.x", rank=0)
+        agent._apply(agent._patch_c10d, mod)
+        mod.init_process_group()
+        broken = mod._make([0, 1], "x")
+        mod._ranks_fail = True
+        self.assertEqual(mod.all_reduce("t", group=broken), "done")
+        self.assertEqual(self.native.collective_groups, [0])  # recorded, group not known
+        self.assertEqual(len(self.native.groups), 1)  # the default group only
+        self.assertEqual(self.lines(), [])
 
     # ------------------------------------------------------------------ DDP
 
@@ -448,6 +595,7 @@ class RealTorchTest(unittest.TestCase):
         self.assertEqual(points["torch.distributed"], "distributed_c10d.init_process_group")
         self.assertIn("all_reduce", points["torch.distributed collectives"])
         self.assertEqual(points["DDP all-reduce"], "DistributedDataParallel.register_comm_hook")
+        self.assertEqual(points["process groups"], "distributed_c10d.new_group")
         self.assertNotIn("has no", r.stderr)  # this torch lacks nothing the agent knows
 
 

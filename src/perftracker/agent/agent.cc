@@ -38,7 +38,8 @@ std::optional<int64_t> Int(const json& j, const char* key) {
 Agent::Agent(AgentConfig config)
     : config_(std::move(config)),
       detector_(config_.options.detector),
-      outbox_(config_.options.outbox_capacity) {}
+      outbox_(config_.options.outbox_capacity),
+      groups_(std::make_unique<ProcessGroupSlot[]>(kMaxProcessGroups)) {}
 
 StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
   std::unique_ptr<Agent> agent(new Agent(std::move(config)));
@@ -205,10 +206,28 @@ void Agent::OnMarker(Marker marker, std::string_view name, int64_t start_ns, int
 }
 
 void Agent::RecordCollective(std::string_view name, int64_t start_ns, int64_t end_ns,
-                             uint64_t bytes, bool nest) {
+                             uint64_t bytes, bool nest, uint16_t group) {
   if (recording_.load(std::memory_order_relaxed)) {
-    profiler_->Record(EventKind::kCollective, name, nest, start_ns, end_ns, bytes);
+    profiler_->Record(EventKind::kCollective, name, nest, start_ns, end_ns, bytes, group);
   }
+}
+
+uint16_t Agent::DeclareProcessGroup(std::string_view name, std::string_view backend,
+                                    const std::vector<int32_t>& ranks, uint32_t size) {
+  const uint32_t n = groups_published_.load(std::memory_order_relaxed);
+  if (n >= kMaxProcessGroups) {
+    process_groups_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  ProcessGroupSlot& slot = groups_[n];
+  slot.name.assign(name.substr(0, 256));
+  slot.backend.assign(backend.substr(0, 64));
+  slot.ranks.assign(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                       ranks.size(), kMaxProcessGroupRanks)));
+  slot.size = std::max<uint32_t>(size, static_cast<uint32_t>(slot.ranks.size()));
+  groups_published_.store(n + 1, std::memory_order_release);
+  Wake();
+  return static_cast<uint16_t>(n + 1);
 }
 
 void Agent::SetRank(int rank, int local_rank, int world_size) {
@@ -310,6 +329,8 @@ AgentStats Agent::stats() const {
   s.window_events = window_events_;
   s.window_dropped = window_dropped_;
   s.configs_applied = configs_applied_;
+  s.process_groups = groups_published_.load();
+  s.process_groups_dropped = process_groups_dropped_;
   return s;
 }
 
@@ -341,6 +362,23 @@ void Agent::SendHello() {
             {"shm", config_.shm_path},
             {"version", kAgentProtocolVersion}};
   SendJson(Dump(j));
+  groups_sent_ = 0;  // a collector that hears a hello hears every group after it
+  SendProcessGroups();
+}
+
+void Agent::SendProcessGroups() {
+  if (!channel_.connected()) return;
+  const uint32_t n = groups_published_.load(std::memory_order_acquire);
+  for (; groups_sent_ < n; ++groups_sent_) {
+    const ProcessGroupSlot& g = groups_[groups_sent_];
+    SendJson(Dump(json{{"type", "process_group"},
+                       {"rank", rank_.load()},
+                       {"group", groups_sent_ + 1},
+                       {"name", g.name},
+                       {"backend", g.backend},
+                       {"ranks", g.ranks},
+                       {"size", g.size}}));
+  }
 }
 
 void Agent::TryConnect(int64_t now) {
@@ -388,6 +426,9 @@ void Agent::DrainOutbox() {
         j = {{"type", "ended"}, {"rank", rank}, {"detail", std::string(m.detail)}};
         break;
       case OutMessage::Type::kWindowDone:
+        // The groups of the window's collectives were declared before they ran: the
+        // collector hears them before it summarizes the window.
+        SendProcessGroups();
         j = {{"type", "window_done"},
              {"rank", rank},
              {"window", m.window_id},
@@ -603,6 +644,7 @@ void Agent::ControlLoop() {
     const int64_t now = RealtimeNs();
     TryConnect(now);
     if (channel_.connected() && hello_dirty_.exchange(false)) SendHello();
+    SendProcessGroups();
     DrainOutbox();
     HandleWindowTimers(now);
     // The detector says when the current silence becomes a hang: checked then, not up to

@@ -47,6 +47,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -93,7 +94,12 @@ struct AgentStats {
   uint64_t window_events = 0;   // over all windows
   uint64_t window_dropped = 0;  // over all windows
   uint64_t configs_applied = 0;
+  uint64_t process_groups = 0;          // declared (DeclareProcessGroup)
+  uint64_t process_groups_dropped = 0;  // not declared: the table was full
 };
+
+inline constexpr uint32_t kMaxProcessGroups = 1024;    // per process
+inline constexpr size_t kMaxProcessGroupRanks = 4096;  // listed in one `process_group`
 
 class Agent {
  public:
@@ -110,8 +116,18 @@ class Agent {
 
   // --- training thread, GIL held ---
   void OnMarker(Marker marker, std::string_view name, int64_t start_ns, int64_t end_ns);
+  // `group`: the DeclareProcessGroup id of the process group it ran in (0: not known).
   void RecordCollective(std::string_view name, int64_t start_ns, int64_t end_ns, uint64_t bytes,
-                        bool nest = true);
+                        bool nest = true, uint16_t group = 0);
+  // A torch.distributed process group (the default group, new_group's, or one a collective
+  // ran in that the agent had not seen): its name, backend, the global ranks of its members
+  // (at most kMaxProcessGroupRanks of them; `size` says how many there are) -> the id its
+  // collectives carry in Event::group, 1..kMaxProcessGroups; 0 when the table is full
+  // (counted). Sent to the collector as `process_group` (docs/agent-protocol.md) after every
+  // hello, so a collector that (re)connects later knows them too. Not on the hot path: once
+  // per group. GIL held (the GIL serializes the writers of the table).
+  uint16_t DeclareProcessGroup(std::string_view name, std::string_view backend,
+                               const std::vector<int32_t>& ranks, uint32_t size);
   void SetRank(int rank, int local_rank, int world_size);
   // Any thread. The training ended (`detail`: destroy_process_group, interpreter exit): the
   // hang check stops until the next marker (a job that ends is silent, not hung) and the
@@ -176,6 +192,8 @@ class Agent {
   // `config`: new detector thresholds (docs/agent-protocol.md).
   void ApplyConfig(const nlohmann::json& message);
   void FinishWindowLocked(int64_t window, const ProfilerCounts& counts);
+  // Sends the declared process groups the collector has not heard since the last hello.
+  void SendProcessGroups();
   // GIL worker, GIL held, window_mu_ not held: CUPTI on / off around a window (the GIL is
   // released while CUPTI initializes or flushes).
   void BeginGpuTracing();
@@ -208,6 +226,20 @@ class Agent {
   std::atomic<bool> stop_requested_{false};
   bool stopped_ = false;
   bool abandoned_ = false;
+
+  // Process groups: slots [0, groups_published_) are written once (GIL held) before the
+  // count is published (release) and never change; the control thread reads them below an
+  // acquire load, without a lock.
+  struct ProcessGroupSlot {
+    std::string name;
+    std::string backend;
+    std::vector<int32_t> ranks;
+    uint32_t size = 0;
+  };
+  std::unique_ptr<ProcessGroupSlot[]> groups_;
+  std::atomic<uint32_t> groups_published_{0};
+  uint32_t groups_sent_ = 0;  // control thread: sent since the last hello
+  std::atomic<uint64_t> process_groups_dropped_{0};
 
   // Window state: guarded by window_mu_ (control thread, GIL tasks, RequestWindow).
   std::mutex window_mu_;

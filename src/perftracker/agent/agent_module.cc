@@ -6,10 +6,14 @@
 #include <pybind11/stl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "perftracker/agent/agent.h"
 #include "perftracker/core/realtime_clock.h"
@@ -169,14 +173,38 @@ PYBIND11_MODULE(_agent, m) {
       "returned; start_ns = time.time_ns() at the call.");
   m.def(
       "collective",
-      [](std::string_view name, int64_t start_ns, uint64_t bytes, bool nest) {
+      [](std::string_view name, int64_t start_ns, uint64_t bytes, bool nest, int group) {
         if (g_agent != nullptr) {
-          g_agent->RecordCollective(name, start_ns, RealtimeNs(), bytes, nest);
+          g_agent->RecordCollective(
+              name, start_ns, RealtimeNs(), bytes, nest,
+              group > 0 && group <= UINT16_MAX ? static_cast<uint16_t>(group) : uint16_t{0});
         }
       },
       py::arg("name"), py::arg("start_ns"), py::arg("bytes"), py::arg("nest") = true,
-      "collective(name, start_ns, bytes, nest=True): a collective that ends now; nest=False "
-      "records it at the root of its thread's call paths (e.g. completed on another thread).");
+      py::arg("group") = 0,
+      "collective(name, start_ns, bytes, nest=True, group=0): a collective that ends now; "
+      "nest=False records it at the root of its thread's call paths (e.g. completed on another "
+      "thread); group: the process_group() id of the group it ran in (0: not known).");
+  m.def(
+      "process_group",
+      [](std::string_view name, std::string_view backend, const std::vector<int64_t>& ranks,
+         int64_t size) -> int {
+        if (g_agent == nullptr) return 0;
+        std::vector<int32_t> global;
+        global.reserve(std::min(ranks.size(), kMaxProcessGroupRanks));
+        for (int64_t r : ranks) {
+          if (global.size() == kMaxProcessGroupRanks) break;
+          if (r < 0 || r > INT32_MAX) return 0;  // not a rank: the group stays unknown
+          global.push_back(static_cast<int32_t>(r));
+        }
+        const auto members =
+            static_cast<uint32_t>(std::clamp<int64_t>(size, 0, int64_t{UINT32_MAX}));
+        return g_agent->DeclareProcessGroup(name, backend, global, members);
+      },
+      py::arg("name"), py::arg("backend"), py::arg("ranks"), py::arg("size"),
+      "process_group(name, backend, ranks, size) -> id: declares a torch.distributed process "
+      "group (global ranks in group-rank order, `size` members) to the collector; the id "
+      "goes with its collectives (collective(..., group=id)); 0 when it could not be declared.");
   m.def(
       "training_ended",
       [](const std::string& detail) {
@@ -305,7 +333,7 @@ PYBIND11_MODULE(_agent, m) {
             for (size_t i = 0; i < n; ++i) {
               const Event& e = buf[i];
               events.append(py::make_tuple(r, e.start_ns, e.end_ns, e.function_id,
-                                           std::string(EventKindName(e.kind)), e.payload));
+                                           std::string(EventKindName(e.kind)), e.payload, e.group));
             }
             if (n < 1024) break;
           }
@@ -316,7 +344,7 @@ PYBIND11_MODULE(_agent, m) {
       },
       "Test helper: consumes every event of an agent file like the collector; returns "
       "{pid, rank, dropped, functions: [(id, parent, kind, name)], events: [(ring, start, end, "
-      "function_id, kind, payload)], ring_threads}.");
+      "function_id, kind, payload, group)], ring_threads}.");
 
   m.def(
       "noop_profile", [](bool on) { PyEval_SetProfile(on ? &NoopProfile : nullptr, nullptr); },

@@ -1,5 +1,8 @@
 #include "perftracker/collector/agent_message.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -116,6 +119,43 @@ ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message, std
     m.type = AgentMessageType::kEnded;
     if (!GetRank(j, &m.rank)) return Missing(error, type, "rank");
     GetString(j, "detail", &m.detail, kMaxMessageStringField);
+  } else if (type == "process_group") {
+    m.type = AgentMessageType::kProcessGroup;
+    if (!GetRank(j, &m.rank)) return Missing(error, type, "rank");
+    uint64_t id = 0;
+    if (!GetUint(j, "group", &id) || id == 0 || id > UINT16_MAX) {
+      return Missing(error, type, "group");
+    }
+    m.group.id = static_cast<uint16_t>(id);
+    GetString(j, "name", &m.group.name, 256);
+    GetString(j, "backend", &m.backend, 64);
+    const auto ranks = j.find("ranks");
+    if (ranks == j.end() || !ranks->is_array() || ranks->empty() ||
+        ranks->size() > kMaxProcessGroupRanks) {
+      return Missing(error, type, "ranks");
+    }
+    m.group.ranks.reserve(ranks->size());
+    for (const Json& r : *ranks) {
+      if (!r.is_number_integer() || (r.is_number_unsigned() && r.get<uint64_t>() > INT32_MAX) ||
+          (!r.is_number_unsigned() && (r.get<int64_t>() < 0 || r.get<int64_t>() > INT32_MAX))) {
+        return Fail(error, fmt::format("'process_group' message for group {} lists {}, which is "
+                                       "not a global rank",
+                                       id, r.dump().substr(0, 32)));
+      }
+      m.group.ranks.push_back(static_cast<int32_t>(r.get<int64_t>()));
+    }
+    std::vector<int32_t> sorted = m.group.ranks;
+    std::sort(sorted.begin(), sorted.end());
+    if (const auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
+      return Fail(
+          error, fmt::format("'process_group' message for group {} lists rank {} twice", id, *dup));
+    }
+    uint64_t size = m.group.ranks.size();
+    if (j.contains("size") &&
+        (!GetUint(j, "size", &size) || size < m.group.ranks.size() || size > INT32_MAX)) {
+      return Missing(error, type, "size");
+    }
+    m.group.size = static_cast<uint32_t>(size);
   } else if (type == "bye") {
     m.type = AgentMessageType::kBye;
     if (!GetRank(j, &m.rank)) m.rank = -1;

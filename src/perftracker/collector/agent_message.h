@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "perftracker/core/event_sink.h"
 #include "perftracker/wire/coordinator_link.h"
 
 namespace perftracker {
@@ -22,8 +23,13 @@ enum class AgentMessageType : uint8_t {
   kWindowDone,
   kStacks,
   kBye,
-  kEnded,  // the job's training ended (destroy_process_group, interpreter exit)
+  kEnded,         // the job's training ended (destroy_process_group, interpreter exit)
+  kProcessGroup,  // a torch.distributed process group its collectives ran in
 };
+
+// Global ranks a `process_group` message may list (the agent sends at most 4096; the 64 KiB
+// line bounds it anyway).
+inline constexpr size_t kMaxProcessGroupRanks = 16384;
 
 struct AgentMessage {
   AgentMessageType type = AgentMessageType::kBye;
@@ -44,6 +50,10 @@ struct AgentMessage {
   uint64_t dropped = 0;
   std::string text;       // stacks
   bool available = true;  // stacks: false when the agent could not take them (text says why)
+  // process_group: `group` (1..65535, the Event::group of its collectives), torch's `name`,
+  // the members' global `ranks` (distinct, maybe only the first `size`), and its backend.
+  ProcessGroupInfo group;
+  std::string backend;
 };
 
 // Longest string field kept from a message (host names, details); stacks text is bounded

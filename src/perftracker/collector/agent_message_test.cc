@@ -1,6 +1,8 @@
 #include "perftracker/collector/agent_message.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -106,6 +108,69 @@ TEST(AgentMessageTest, CollectorMessagesAreOneJsonLine) {
   const auto e = nlohmann::json::parse(EndWindowMessage(4));
   EXPECT_EQ(e["type"], "end_window");
   EXPECT_EQ(e["window"], 4);
+}
+
+// `process_group` (issue 11, live mode): what the agent says of each torch.distributed group.
+TEST(AgentMessageTest, ParsesAProcessGroup) {
+  AgentMessage m;
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"process_group","rank":3,"group":2,"name":"1",)"
+                              R"("backend":"nccl","ranks":[2,3],"size":2})",
+                              &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.type, AgentMessageType::kProcessGroup);
+  EXPECT_EQ(m.rank, 3);
+  EXPECT_EQ(m.group.id, 2);
+  EXPECT_EQ(m.group.name, "1");
+  EXPECT_EQ(m.backend, "nccl");
+  EXPECT_EQ(m.group.ranks, (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(m.group.size, 2u);
+  // A big group's first ranks, with its size; no size: the ranks listed are all of it.
+  ASSERT_EQ(ParseAgentMessage(
+                R"({"type":"process_group","rank":0,"group":1,"ranks":[0,8,16],"size":512})", &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.group.size, 512u);
+  EXPECT_EQ(m.group.name, "");
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"process_group","rank":0,"group":1,"ranks":[5,1]})", &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.group.size, 2u);
+}
+
+TEST(AgentMessageTest, ABadProcessGroupIsMalformedWithTheReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"type":"process_group","rank":0,"ranks":[0,1]})",
+       "'process_group' message without a valid 'group' field"},
+      {R"({"type":"process_group","rank":0,"group":0,"ranks":[0,1]})",
+       "'process_group' message without a valid 'group' field"},
+      {R"({"type":"process_group","rank":0,"group":65536,"ranks":[0,1]})",
+       "'process_group' message without a valid 'group' field"},
+      {R"({"type":"process_group","rank":0,"group":1})",
+       "'process_group' message without a valid 'ranks' field"},
+      {R"({"type":"process_group","rank":0,"group":1,"ranks":[]})",
+       "'process_group' message without a valid 'ranks' field"},
+      {R"({"type":"process_group","rank":0,"group":1,"ranks":"0,1"})",
+       "'process_group' message without a valid 'ranks' field"},
+      {R"({"type":"process_group","rank":0,"group":3,"ranks":[0,-1]})",
+       "'process_group' message for group 3 lists -1, which is not a global rank"},
+      {R"({"type":"process_group","rank":0,"group":3,"ranks":[0,"1"]})",
+       "'process_group' message for group 3 lists \"1\", which is not a global rank"},
+      {R"({"type":"process_group","rank":0,"group":3,"ranks":[0,1.5]})",
+       "'process_group' message for group 3 lists 1.5, which is not a global rank"},
+      {R"({"type":"process_group","rank":0,"group":3,"ranks":[0,4294967296]})",
+       "'process_group' message for group 3 lists 4294967296, which is not a global rank"},
+      {R"({"type":"process_group","rank":0,"group":3,"ranks":[4,2,4]})",
+       "'process_group' message for group 3 lists rank 4 twice"},
+      {R"({"type":"process_group","rank":0,"group":3,"ranks":[0,1],"size":1})",
+       "'process_group' message without a valid 'size' field"},
+      {R"({"type":"process_group","rank":0,"group":3,"ranks":[0,1],"size":"2"})",
+       "'process_group' message without a valid 'size' field"},
+  };
+  for (const auto& [line, reason] : cases) {
+    SCOPED_TRACE(line);
+    AgentMessage m;
+    std::string error;
+    EXPECT_EQ(ParseAgentMessage(line, &m, &error), ParseOutcome::kMalformed);
+    EXPECT_EQ(error, reason);
+  }
 }
 
 }  // namespace

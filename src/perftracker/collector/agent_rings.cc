@@ -124,6 +124,15 @@ void AgentRings::Route(Source& source, int ring, const Event& event) {
   }
   Event ev = event;
   ev.function_id = source.local_ids[event.function_id];
+  if (ev.group != 0) {
+    // Only the agent declares groups (ids of its own), and only collectives carry one.
+    const bool known = &source == &sources_[0] && ev.kind == EventKind::kCollective &&
+                       groups_.count(ev.group) != 0;
+    if (!known && ev.kind == EventKind::kCollective && &source == &sources_[0]) {
+      ++stats_.collectives_of_unknown_groups;
+    }
+    if (!known) ev.group = 0;
+  }
   // The agent's DataLoader wrapper marks each next() with a kDataLoad event around the call
   // of the iterator's own __next__, which its Python profile records too, under the same
   // caller: one call. Summarized once, as that Python call (with what it calls under it);
@@ -158,6 +167,7 @@ void AgentRings::BeginWindow(const WindowSpec& window) {
   SummarizerOptions options;
   options.reorder_window = kReorderWindow;
   summarizer_ = std::make_unique<WindowSummarizer>(&functions_, options);
+  for (const auto& [id, group] : groups_) summarizer_->OnProcessGroup(group);
   tracks_announced_.clear();
   for (Source& source : sources_) source.dropped_at_start = source.shm->TotalDropped();
   window_malformed_ = 0;
@@ -205,6 +215,19 @@ void AgentRings::AddIteration(int64_t end_ns, int64_t duration_ns) {
   const int64_t start_ns = end_ns - duration_ns;
   if (start_ns < window_->start_ns || end_ns > window_end_ns_) return;
   if (iterations_.size() < 100000) iterations_.emplace_back(start_ns, end_ns);
+}
+
+void AgentRings::DeclareProcessGroup(const ProcessGroupInfo& group, std::string_view backend) {
+  if (group.id == 0) return;
+  if (groups_.size() >= kMaxAgentProcessGroups && groups_.count(group.id) == 0) {
+    ++stats_.process_groups_dropped;
+    return;
+  }
+  ProcessGroupInfo& g = groups_[group.id];
+  g = group;
+  if (!backend.empty()) g.name = fmt::format("{} ({})", group.name, backend);
+  ++stats_.process_groups;
+  if (summarizer_) summarizer_->OnProcessGroup(g);
 }
 
 void AgentRings::SetAgentCounts(uint64_t events, uint64_t dropped) {

@@ -21,6 +21,15 @@
 // of their own in the same format (docs/gpu-sources.md); AttachSource() adds one, and its
 // events go through the same routing into the same window, with the file's own function map.
 //
+// Process groups. The agent declares each torch.distributed process group it sees in a
+// `process_group` message (DeclareProcessGroup) and its collectives carry the group's id in
+// Event::group; every window's summarizer hears the declared groups, so the summary's
+// collective_groups (summary/collective_groups.h) hold what the Kineto importer gives offline:
+// each group's global ranks, and per (function, group) calls, time and bytes. A collective
+// naming a group the agent never declared (an agent bug, a lost message) is summarized without
+// a group and counted (collectives_of_unknown_groups); ids of the other sources' files are
+// not the agent's and are dropped.
+//
 // Recording (for the live Perfetto export, docs/perfetto-export.md): with a cap set
 // (set_record_cap), a window's events are also kept as they were routed, at most `cap`
 // (40 B each; later ones are counted per track), and FinishWindow() leaves them, with a copy
@@ -30,9 +39,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -54,7 +65,13 @@ struct AgentRingsStats {
   // The agent's DataLoader markers not summarized: the iterator's own __next__ call, which
   // the profile recorded, is the same call (AgentRings::Route).
   uint64_t duplicate_data_load_markers = 0;
+  uint64_t process_groups = 0;                 // declared by the agent
+  uint64_t process_groups_dropped = 0;         // beyond kMaxAgentProcessGroups
+  uint64_t collectives_of_unknown_groups = 0;  // naming a group the agent never declared
 };
+
+// Process groups one agent may declare (the agent itself stops at 1024).
+inline constexpr size_t kMaxAgentProcessGroups = 4096;
 
 class AgentRings {
  public:
@@ -85,6 +102,10 @@ class AgentRings {
   void AddIteration(int64_t end_ns, int64_t duration_ns);
   // The agent's `window_done` counts.
   void SetAgentCounts(uint64_t events, uint64_t dropped);
+  // A process group the agent declared (`process_group`; `backend` is added to its name for
+  // reading): kept for the agent's life, the same id again replaces it.
+  void DeclareProcessGroup(const ProcessGroupInfo& group, std::string_view backend = {});
+  size_t process_group_count() const { return groups_.size(); }
   // Drains what is left, closes the window and returns its summary (rank, host and source
   // "pid N" filled in). Requires in_window().
   WorkerSummary FinishWindow();
@@ -130,6 +151,7 @@ class AgentRings {
   std::unordered_set<uint32_t> iterator_next_callers_;
   std::vector<Event> batch_;
   AgentRingsStats stats_;
+  std::map<uint16_t, ProcessGroupInfo> groups_;  // the agent's, by id
 
   // Open window.
   std::optional<WindowSpec> window_;

@@ -3,9 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#include "perftracker/collector/agent_message.h"
 
 namespace perftracker {
 namespace {
@@ -225,6 +229,78 @@ TEST_F(AgentRingsTest, AnEmptyWindowStillSpansTheWindow) {
   EXPECT_EQ(s.window_start_ns, kT0);
   EXPECT_EQ(s.window_end_ns, kT0 + 500 * kMs);
   EXPECT_TRUE(s.functions.empty());
+}
+
+// The agent's process groups reach the window's summary as the Kineto importer's do offline
+// (issue 11): each group once with its ranks, the calls per (function, group). A collective of
+// a group the agent never declared is summarized without one and counted.
+TEST_F(AgentRingsTest, DeclaredProcessGroupsReachTheWindowSummary) {
+  ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kCollective,
+                                      "torch.distributed.all_reduce (group of 2)", UINT32_MAX));
+  AgentMessage tp, dp;
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"process_group","rank":1,"group":1,"name":"1",)"
+                              R"("backend":"gloo","ranks":[0,1],"size":2})",
+                              &tp),
+            ParseOutcome::kOk);
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"process_group","rank":1,"group":2,"name":"2",)"
+                              R"("backend":"gloo","ranks":[1,3],"size":2})",
+                              &dp),
+            ParseOutcome::kOk);
+  rings_->DeclareProcessGroup(tp.group, tp.backend);  // before the window
+  WindowSpec w{
+      .id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  rings_->BeginWindow(w);
+  rings_->DeclareProcessGroup(dp.group, dp.backend);  // during it
+  auto push = [&](int64_t start_ms, int64_t end_ms, uint16_t group, uint64_t bytes) {
+    Event e;
+    e.start_ns = kT0 + start_ms * kMs;
+    e.end_ns = kT0 + end_ms * kMs;
+    e.function_id = 0;
+    e.kind = EventKind::kCollective;
+    e.track_id = 4242;
+    e.payload = bytes;
+    e.group = group;
+    ASSERT_TRUE(agent_->Push(ring_, e));
+  };
+  for (int i = 0; i < 3; ++i) {
+    push(100 + i * 100, 110 + i * 100, 1, 1000);  // 10 ms in tp
+    push(150 + i * 100, 170 + i * 100, 2, 500);   // 20 ms in dp
+  }
+  push(600, 605, 9, 7);  // group 9 was never declared
+  rings_->Drain(1000);
+  const WorkerSummary s = rings_->FinishWindow();
+  const FunctionSummary* f = Find(s, "collective:torch.distributed.all_reduce (group of 2)");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->count, 7u);
+  const CollectiveGroups& g = s.collective_groups;
+  ASSERT_EQ(g.groups.size(), 2u);
+  ASSERT_EQ(g.calls.size(), 2u);
+  std::map<std::string, CollectiveGroupCalls> calls;
+  for (const CollectiveGroupCalls& c : g.calls) {
+    EXPECT_EQ(&s.functions[c.function], f);
+    calls[g.groups[c.group].name] = c;
+  }
+  ASSERT_EQ(calls.count("1 (gloo)"), 1u);
+  ASSERT_EQ(calls.count("2 (gloo)"), 1u);
+  EXPECT_EQ(calls["1 (gloo)"].count, 3u);
+  EXPECT_EQ(calls["1 (gloo)"].total_ns, 30 * kMs);
+  EXPECT_EQ(calls["1 (gloo)"].bytes, 3000u);
+  EXPECT_EQ(calls["2 (gloo)"].total_ns, 60 * kMs);
+  EXPECT_EQ(g.groups[calls["2 (gloo)"].group].ranks, (std::vector<int32_t>{1, 3}));
+  EXPECT_TRUE(g.groups[calls["2 (gloo)"].group].complete());
+  EXPECT_EQ(rings_->stats().collectives_of_unknown_groups, 1u);
+  EXPECT_EQ(rings_->process_group_count(), 2u);
+
+  // The next window knows the groups without being told again.
+  rings_->BeginWindow({.id = 2,
+                       .start_ns = kT0 + 2000 * kMs,
+                       .duration_ns = 1000 * kMs,
+                       .reason = WindowReason::kManual});
+  push(2100, 2110, 2, 100);
+  rings_->Drain(1000);
+  const WorkerSummary next = rings_->FinishWindow();
+  ASSERT_EQ(next.collective_groups.groups.size(), 1u);
+  EXPECT_EQ(next.collective_groups.groups[0].name, "2 (gloo)");
 }
 
 }  // namespace

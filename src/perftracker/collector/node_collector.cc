@@ -439,6 +439,9 @@ void NodeCollector::HandleLine(const std::shared_ptr<Session>& s, const std::str
     rank = s->worker.rank;
     if (active && s->rings) {
       if (m.type == AgentMessageType::kIteration) s->rings->AddIteration(m.end_ns, m.duration_ns);
+      if (m.type == AgentMessageType::kProcessGroup) {
+        s->rings->DeclareProcessGroup(m.group, m.backend);
+      }
       if (m.type == AgentMessageType::kWindowDone && s->rings->window() &&
           s->rings->window()->id == m.window) {
         s->rings->SetAgentCounts(m.events, m.dropped);

@@ -934,7 +934,7 @@ void PythonProfiler::InstallOn(PyThreadState* tstate) {
 }
 
 void PythonProfiler::Emit(ThreadState* ts, uint32_t id, EventKind kind, int64_t start, int64_t end,
-                          uint64_t payload) {
+                          uint64_t payload, uint16_t group) {
   if (id >= CallPathInterner::kHidden) {
     shm_->header()->dropped_function_table.fetch_add(1, std::memory_order_relaxed);
     ++ts->dropped;
@@ -947,6 +947,7 @@ void PythonProfiler::Emit(ThreadState* ts, uint32_t id, EventKind kind, int64_t 
   ev.function_id = id;
   ev.track_id = ts->track;
   ev.kind = kind;
+  ev.group = group;
   if (rings_.Push(ts->ring, ev)) {
     ++ts->events;
   } else {
@@ -1073,7 +1074,7 @@ void PythonProfiler::Hide(PyObject* code) {
 }
 
 void PythonProfiler::Record(EventKind kind, std::string_view name, bool nest, int64_t start_ns,
-                            int64_t end_ns, uint64_t payload) {
+                            int64_t end_ns, uint64_t payload, uint16_t group) {
   if (!recording_ || g_in_forked_child || end_ns <= start_ns_ || start_ns >= end_ns_) return;
   PyThreadState* tstate = PyThreadState_Get();
   ThreadState* ts = nullptr;
@@ -1105,13 +1106,13 @@ void PythonProfiler::Record(EventKind kind, std::string_view name, bool nest, in
   start_ns = std::max(start_ns, start_ns_);
   end_ns = std::min(end_ns, end_ns_);
   if (ts != nullptr) {
-    Emit(ts, id, kind, start_ns, end_ns, payload);
+    Emit(ts, id, kind, start_ns, end_ns, payload, group);
     return;
   }
   ThreadState tmp(this, &interner_, &CodeName, start_ns_, end_ns_, clock_);
   tmp.ring = rings_.RingForCurrentThread();
   tmp.track = tmp.ring >= 0 ? static_cast<uint32_t>(tmp.ring) : 0;
-  Emit(&tmp, id, kind, start_ns, end_ns, payload);
+  Emit(&tmp, id, kind, start_ns, end_ns, payload, group);
   counts_.events += tmp.events;
   counts_.dropped += tmp.dropped;
 }

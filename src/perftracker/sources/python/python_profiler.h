@@ -140,9 +140,9 @@ class PythonProfiler {
   // Never record calls of `code` (perftracker's own wrappers).
   void Hide(PyObject* code);
   // Records an event on the calling thread (when recording), under the thread's current
-  // Python call path when `nest` (else as a root).
+  // Python call path when `nest` (else as a root); `group`: a collective's Event::group.
   void Record(EventKind kind, std::string_view name, bool nest, int64_t start_ns, int64_t end_ns,
-              uint64_t payload);
+              uint64_t payload, uint16_t group = 0);
   // Number of the interpreter's threads that run a hook of ours (all of them while the
   // eval hook is installed).
   int HookedThreadCount() const;
@@ -156,7 +156,7 @@ class PythonProfiler {
   // Internal (the hooks and the threading bootstrap function).
   void InstallOn(PyThreadState* tstate);
   void Emit(ThreadState* ts, uint32_t id, EventKind kind, int64_t start, int64_t end,
-            uint64_t payload);
+            uint64_t payload, uint16_t group = 0);
   void OnGc(PyObject* phase, PyObject* info);
   // Eval and monitoring hooks: the calling OS thread's state, created on first use in a window.
   ThreadState* EvalThreadState(PyThreadState* tstate);
