@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <utility>
 
 #include <fmt/core.h>
@@ -125,8 +126,25 @@ std::string MainThreadCode(const std::string& text) {
 }  // namespace
 
 int MostImportantReport(const std::vector<WindowReport>& reports) {
-  // Tier 2: a hang; 1: a material finding (ranked by the largest lost share); 0: nothing
-  // material. Ties go to the later window.
+  // Tier 2: a hang; 1: a material finding; 0: nothing material. Within tier 1 a window
+  // scores its costliest finding, and a finding counts with its lost shares summed over
+  // every window where it is material (the same code, culprit ranks and call path): a cause
+  // that persists costs the run more than a one-off stall, whatever the stall's share in
+  // its own window. Ties go to the later window.
+  auto counted = [&](const WindowReport& r, const Finding& f) {
+    return f.material && (!r.no_iterations || f.code == "PT-HANG");
+  };
+  auto identity = [](const Finding& f) {
+    std::string key = f.code + '\x1f' + f.function_key + '\x1f';
+    for (int32_t w : f.workers) key += std::to_string(w) + ',';
+    return key;
+  };
+  std::map<std::string, double> run_share;  // finding identity -> its shares, summed
+  for (const WindowReport& r : reports) {
+    for (const Finding& f : r.diagnosis.findings) {
+      if (counted(r, f)) run_share[identity(f)] += f.lost_share;
+    }
+  }
   int best = -1;
   int best_tier = -1;
   double best_share = -1;
@@ -134,10 +152,9 @@ int MostImportantReport(const std::vector<WindowReport>& reports) {
     int tier = 0;
     double share = 0;
     for (const Finding& f : reports[i].diagnosis.findings) {
-      if (!f.material) continue;
-      if (reports[i].no_iterations && f.code != "PT-HANG") continue;
+      if (!counted(reports[i], f)) continue;
       tier = std::max(tier, f.code == "PT-HANG" ? 2 : 1);
-      share = std::max(share, f.lost_share);
+      share = std::max(share, run_share[identity(f)]);
     }
     // A retracted hang report (the job was not hung) loses ties.
     const bool later_wins =

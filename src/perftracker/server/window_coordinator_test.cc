@@ -869,6 +869,18 @@ TEST(MostImportantReportTest, AHangThenTheCostliestFindingThenTheLatest) {
   startup.no_iterations = true;
   EXPECT_EQ(MostImportantReport({startup, report(2, {{"PT-DATA-CRITICAL", 0.15}})}), 1);
   EXPECT_EQ(MostImportantReport({startup, report(2, {})}), 1);
+  // A cause material in several windows outranks a one-off stall of a larger share (e2e_live
+  // beside two busy loops: a window before the fault, rank 1 stalled at 53 % of the
+  // iteration, then the data fault at 40 % in two windows).
+  EXPECT_EQ(MostImportantReport({report(1, {{"PT-STRAGGLER-COMPUTE", 0.53}}),
+                                 report(2, {{"PT-STRAGGLER-DATA", 0.4}}),
+                                 report(3, {{"PT-STRAGGLER-DATA", 0.4}})}),
+            2);
+  // Summed shares, not a count of windows: 0.4 + 0.1 is below the stall's 0.53.
+  EXPECT_EQ(MostImportantReport({report(1, {{"PT-STRAGGLER-DATA", 0.4}}),
+                                 report(2, {{"PT-STRAGGLER-COMPUTE", 0.53}}),
+                                 report(3, {{"PT-STRAGGLER-DATA", 0.1}})}),
+            1);
   // A hang is a hang, iterations or not.
   WindowReport hung = report(2, {{"PT-HANG", 1.0}});
   hung.no_iterations = true;
