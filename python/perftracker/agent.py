@@ -235,7 +235,7 @@ def _group_name(c10d, pg):
         except Exception:
             pass
     try:
-        name = getattr(pg, "group_name", None)  # torch 2.2+: a property of ProcessGroup
+        name = getattr(pg, "group_name", None)  # newer torch 2.x: a property of ProcessGroup
         if isinstance(name, str) and name:
             return name
     except Exception:

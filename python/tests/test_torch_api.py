@@ -126,7 +126,7 @@ class ProcessGroup:
     def __init__(self, ranks, name):
         self._ranks, self._name = list(ranks), name
         if VERSION == "2.x":
-            self.group_name = name  # torch 2.2+: a property of ProcessGroup
+            self.group_name = name  # newer torch 2.x: a property of ProcessGroup
 
     def size(self):
         return len(self._ranks)
