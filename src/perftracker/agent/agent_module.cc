@@ -300,6 +300,8 @@ PYBIND11_MODULE(_agent, m) {
     d["stack_dumps"] = s.stack_dumps;
     d["window_events"] = s.window_events;
     d["window_dropped"] = s.window_dropped;
+    d["process_groups"] = s.process_groups;
+    d["process_groups_dropped"] = s.process_groups_dropped;
     return d;
   });
 
