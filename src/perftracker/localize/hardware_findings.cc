@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string_view>
 
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/core/units.h"
@@ -155,7 +156,13 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
       const CollectiveGroup& wg = cg.groups[g];
       auto [it, inserted] = group_index_.try_emplace(std::make_pair(wg.ranks, wg.size),
                                                      static_cast<uint32_t>(groups_.size()));
-      if (inserted) groups_.push_back({wg.ranks, wg.size});
+      if (inserted) groups_.push_back({wg.ranks, wg.size, false});
+      // The live collector names a group "<torch's name> (<backend>)" (agent_rings.h).
+      constexpr std::string_view kGloo = " (gloo)";
+      if (wg.name.size() >= kGloo.size() &&
+          wg.name.compare(wg.name.size() - kGloo.size(), kGloo.size(), kGloo) == 0) {
+        groups_[it->second].sockets = true;
+      }
       slot_of[g] = static_cast<int32_t>(grouped.groups.size());
       grouped.groups.push_back({it->second, {}, {}, 0});
     }
@@ -306,7 +313,12 @@ void HardwareFindings::SplitByHost() {
         break;
       }
     }
-    if (span[g] == Span::kUnknown && all_known && first != kNoHost) span[g] = Span::kIntraNode;
+    // A gloo group's bytes go through TCP sockets even inside one host (its ranks may be in
+    // network namespaces of their own, as e2e_live's slow-link job's are): not NVLink's, and
+    // its collectives count as those of an unknown group.
+    if (span[g] == Span::kUnknown && all_known && first != kNoHost && !jg.sockets) {
+      span[g] = Span::kIntraNode;
+    }
   }
   for (Grouped& w : grouped_) {
     Record& r = records_[w.worker];

@@ -133,6 +133,9 @@ class HardwareFindings {
   struct JobGroup {
     std::vector<int32_t> ranks;
     uint32_t size = 0;
+    // Its backend moves every byte through sockets (gloo): no NVLink path inside a host, so
+    // never intra-node (see SplitByHost).
+    bool sockets = false;
   };
   static Pool ToPool(const Acc& a, double iters);
   struct Record {

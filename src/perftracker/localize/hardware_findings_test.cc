@@ -423,6 +423,38 @@ TEST(HardwareFindingsTest, ASlowLinkIsJudgedAgainstTheInterNodeCommunication) {
   EXPECT_THAT(EvidenceText(*f), HasSubstr("of 8.00 ms inter-node communication per iteration"));
 }
 
+// One host's four ranks in one process group, rank 1 behind a 1 Gbit/s link (its 2 MB per
+// iteration take 16 ms of its 20 ms of communication). A gloo group's bytes go through TCP
+// sockets even inside one host (e2e_live's slow-link job puts each rank in a network namespace
+// of its own): its collectives are the link's, and PT-NET-SLOW-LINK names rank 1 as without
+// groups. An NCCL group inside one host moves them over NVLink: none of its time is the
+// link's. (The live collector names groups "<name> (<backend>)".)
+TEST(HardwareFindingsTest, AGlooGroupInsideOneHostStillGoesThroughTheNetwork) {
+  for (const char* name : {"0 (gloo)", "0 (nccl)"}) {
+    SCOPED_TRACE(name);
+    auto ws = Job(4, 4);
+    for (WorkerSummary& w : ws) {
+      Tcp(w, 4e9 + 0.2e9 * w.rank, 20e6);
+      w.collective_groups.groups = {CollectiveGroup{name, {0, 1, 2, 3}, 4}};
+      const uint32_t fn = static_cast<uint32_t>(w.functions.size() - 1);  // nccl:all_reduce
+      w.collective_groups.calls = {{fn, 0, 10, 200'000'000, 0}};
+    }
+    ws[1].worker_metrics.erase(ws[1].worker_metrics.end() - 2, ws[1].worker_metrics.end());
+    Tcp(ws[1], 125e6, 20e6);
+    const Diagnosis d = Localize(ws);
+    const Finding* f = nullptr;
+    for (const auto& x : d.findings) {
+      if (x.code == finding_codes::kNetSlowLink) f = &x;
+    }
+    if (std::string(name) == "0 (gloo)") {
+      ASSERT_NE(f, nullptr) << "no PT-NET-SLOW-LINK";
+      EXPECT_EQ(f->workers, std::vector<int32_t>{1});
+    } else {
+      EXPECT_EQ(f, nullptr) << f->title;
+    }
+  }
+}
+
 TEST(HardwareFindingsTest, EveryHardwareCodeIsInTheCatalogue) {
   for (auto code :
        {finding_codes::kGpuThrottled, finding_codes::kGpuSlow, finding_codes::kLinkDegraded,
