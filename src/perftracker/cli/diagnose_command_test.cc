@@ -23,6 +23,23 @@ std::string StragglerExample() {
   return std::string(src != nullptr ? src : ".") + "/examples/straggler";
 }
 
+// RunDiagnose with its stdout and stderr captured.
+struct Ran {
+  int rc = 0;
+  std::string out;
+  std::string err;
+};
+
+Ran RunCaptured(const DiagnoseOptions& options) {
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  Ran r;
+  r.rc = RunDiagnose(options);
+  r.out = testing::internal::GetCapturedStdout();
+  r.err = testing::internal::GetCapturedStderr();
+  return r;
+}
+
 fs::path TempPath(const std::string& name) {
   return fs::temp_directory_path() / ("perftracker_" + std::to_string(::getpid()) + "_" + name);
 }
@@ -31,11 +48,10 @@ TEST(DiagnosePerfettoTest, ABadPathIsOneErrorLineAndExitCode2) {
   DiagnoseOptions options;
   options.paths = {StragglerExample()};
   options.perfetto_path = "/nonexistent-perftracker-dir/window.json";
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  const int rc = RunDiagnose(options);
-  const std::string out = testing::internal::GetCapturedStdout();
-  const std::string err = testing::internal::GetCapturedStderr();
+  const Ran ran = RunCaptured(options);
+  const int rc = ran.rc;
+  const std::string& out = ran.out;
+  const std::string& err = ran.err;
   EXPECT_EQ(rc, 2);
   EXPECT_EQ(out, "");
   EXPECT_EQ(err,
@@ -82,11 +98,9 @@ TEST(DiagnosePerfettoTest, OverTheCapTheRestIsCountedNotCut) {
   options.paths = {StragglerExample()};
   options.perfetto_path = path.string();
   options.perfetto_max_events = 1000;
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  const int rc = RunDiagnose(options);
-  testing::internal::GetCapturedStdout();
-  const std::string err = testing::internal::GetCapturedStderr();
+  const Ran ran = RunCaptured(options);
+  const int rc = ran.rc;
+  const std::string& err = ran.err;
   ASSERT_EQ(rc, 0) << err;
   EXPECT_NE(err.find("shortest aggregated per track"), std::string::npos) << err;
   std::ifstream in(path);
@@ -119,11 +133,10 @@ TEST(DiagnoseRanksPerHostTest, TracesWithoutHostsGetOneHostPerNRanks) {
   options.format = "json";
   options.ranks_per_host = 2;
   options.perfetto_path = path.string();
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  const int rc = RunDiagnose(options);
-  const std::string out = testing::internal::GetCapturedStdout();
-  const std::string err = testing::internal::GetCapturedStderr();
+  const Ran ran = RunCaptured(options);
+  const int rc = ran.rc;
+  const std::string& out = ran.out;
+  const std::string& err = ran.err;
   ASSERT_EQ(rc, 0) << err;
   EXPECT_EQ(err, "");
   const nlohmann::json report = nlohmann::json::parse(out, nullptr, false);
@@ -150,11 +163,10 @@ TEST(DiagnoseRanksPerHostTest, AValueOutOfRangeIsOneErrorLineAndExitCode2) {
     DiagnoseOptions options;
     options.paths = {StragglerExample()};
     options.ranks_per_host = n;
-    testing::internal::CaptureStdout();
-    testing::internal::CaptureStderr();
-    const int rc = RunDiagnose(options);
-    const std::string out = testing::internal::GetCapturedStdout();
-    const std::string err = testing::internal::GetCapturedStderr();
+    const Ran ran = RunCaptured(options);
+    const int rc = ran.rc;
+    const std::string& out = ran.out;
+    const std::string& err = ran.err;
     EXPECT_EQ(rc, 2);
     EXPECT_EQ(out, "");
     EXPECT_EQ(err, fmt::format("perftracker: --ranks-per-host {}: must be 1..1048576 (the ranks "
