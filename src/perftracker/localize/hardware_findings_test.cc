@@ -294,6 +294,18 @@ TEST(HardwareFindingsTest, ADegradedNicLosesTheTimeOfWhatItTransmits) {
   EXPECT_FALSE(f->material);
 }
 
+// 16 ranks, 4 per host: group 0 "tp" the 4 ranks of the rank's host (NVLink), group 1 "dp"
+// the ranks at the same place on every host (the NIC).
+std::vector<CollectiveGroup> TensorAndDataParallelGroups(int32_t rank) {
+  const int32_t host = rank / 4, place = rank % 4;
+  CollectiveGroup tp{"tp", {}, 4}, dp{"dp", {}, 4};
+  for (int32_t i = 0; i < 4; ++i) {
+    tp.ranks.push_back(host * 4 + i);
+    dp.ranks.push_back(i * 4 + place);
+  }
+  return {tp, dp};
+}
+
 // Tensor parallelism inside each host, data parallelism across hosts (issue 11): 4 hosts of 4
 // ranks, a TP group of the 4 ranks of each host and a DP group of the ranks with the same
 // place on every host. One NCCL all-reduce kernel serves both (one function, one call path):
@@ -314,13 +326,7 @@ std::vector<WorkerSummary> TensorAndDataParallelJob(bool groups) {
       Nic(f, 25, 360, 4.8, w.host == "node2" ? 6.4 : 12.998);
     }
     if (!groups) continue;
-    const int32_t host = w.rank / 4, place = w.rank % 4;
-    CollectiveGroup tp{"tp", {}, 4}, dp{"dp", {}, 4};
-    for (int32_t i = 0; i < 4; ++i) {
-      tp.ranks.push_back(host * 4 + i);
-      dp.ranks.push_back(i * 4 + place);
-    }
-    w.collective_groups.groups = {tp, dp};
+    w.collective_groups.groups = TensorAndDataParallelGroups(w.rank);
     const uint32_t fn = static_cast<uint32_t>(w.functions.size() - 1);
     w.collective_groups.calls = {{fn, 0, 10, 150'000'000, 3'000'000'000},
                                  {fn, 1, 10, 100'000'000, 600'000'000}};
@@ -399,13 +405,7 @@ TEST(HardwareFindingsTest, ASlowLinkIsJudgedAgainstTheInterNodeCommunication) {
   auto ws = Job(16, 4);
   for (WorkerSummary& w : ws) {
     Tcp(w, 4e9 + 0.2e9 * w.rank);
-    const int32_t host = w.rank / 4, place = w.rank % 4;
-    CollectiveGroup tp{"tp", {}, 4}, dp{"dp", {}, 4};
-    for (int32_t i = 0; i < 4; ++i) {
-      tp.ranks.push_back(host * 4 + i);
-      dp.ranks.push_back(i * 4 + place);
-    }
-    w.collective_groups.groups = {tp, dp};
+    w.collective_groups.groups = TensorAndDataParallelGroups(w.rank);
     const uint32_t fn = static_cast<uint32_t>(w.functions.size() - 1);  // nccl:all_reduce
     w.collective_groups.calls = {{fn, 0, 10, 120'000'000, 0}, {fn, 1, 10, 80'000'000, 0}};
   }
