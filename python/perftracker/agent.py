@@ -737,8 +737,10 @@ class _DdpHook:
     the same float, as the reducer's copy into the bucket does: bit-identical gradients) and
     an all-reduce (SUM) on DDP's process group -- or calls the hook the user registered (its
     `target`). While a window records, it times each bucket from the hook call to the
-    future's completion and records a collective (bytes = bucket buffer). Otherwise it adds a
-    Python call per bucket and nothing else.
+    future's completion and records a collective (bytes = bucket buffer), and names the
+    thread that completed it when that is not the thread that called the hook (gloo's worker
+    thread: a communication thread, whose CPU waits the collector samples). Otherwise it adds
+    a Python call per bucket and nothing else.
     """
 
     def __init__(self, ddp):
@@ -773,12 +775,18 @@ class _DdpHook:
         except Exception:
             nbytes = 0
         collective = _agent.collective
+        comm_thread = _agent.comm_thread
         label = self.label
         group = self.group
+        issuer = threading.get_native_id()
 
         def done(f):
             try:
                 collective(label, t0, nbytes, False, group)
+                # gloo completes the future on its worker thread: the agent names it a
+                # communication thread (the issuer's own thread, when the future was already
+                # complete or NCCL's, names nothing).
+                comm_thread(issuer)
             except Exception:
                 pass
             return f.value()

@@ -717,8 +717,27 @@ class DdpTest(AgentTestBase):
             self.shm = [h["shm"] for h in hellos]
             self.ranks = [h["rank"] for h in hellos]
             self.got = [_agent.read_shm(path) for path in self.shm]
+            # While the job runs: is each named communication thread a live thread of the
+            # rank's process?
+            pids = {h["rank"]: h["pid"] for h in hellos}
+            self.comm = {}
+            for m in collector.messages("comm_thread"):
+                tid = m["tid"]
+                alive = os.path.isdir("/proc/%d/task/%d" % (pids[m["rank"]], tid))
+                self.comm.setdefault(m["rank"], []).append((tid, pids[m["rank"]], alive))
 
         self.run_ddp("window", "groups", 600, during=window)
+        # gloo completed the buckets' futures on its worker threads (issue 11 §3): each rank
+        # named one or more, each once, live threads of its process other than the training
+        # thread (tid == pid), for the collector to sample their CPU waits.
+        self.assertEqual(sorted(self.comm), [0, 1, 2], self.comm)
+        for rank, named in self.comm.items():
+            tids = [t for t, _, _ in named]
+            self.assertEqual(len(tids), len(set(tids)), named)
+            for tid, pid, alive in named:
+                self.assertNotEqual(tid, pid, "the training thread is not a comm thread")
+                self.assertTrue(alive, "rank %d named tid %d, not a thread of pid %d"
+                                % (rank, tid, pid))
         # Each rank declared the process groups it is in (issue 11): the default group of all
         # three, and ranks 0 and 1 their pair; each collective carries its group's id.
         declared = {}

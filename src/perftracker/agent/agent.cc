@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -230,6 +231,22 @@ uint16_t Agent::DeclareProcessGroup(std::string_view name, std::string_view back
   return static_cast<uint16_t>(n + 1);
 }
 
+void Agent::NoteCommThread(int64_t issuer_tid) {
+  const auto tid = static_cast<int32_t>(::syscall(SYS_gettid));
+  if (tid <= 0 || tid == issuer_tid || tid == static_cast<int32_t>(::getpid())) return;
+  const uint32_t n = comm_tids_published_.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (comm_tids_[i].load(std::memory_order_relaxed) == tid) return;
+  }
+  if (n >= kMaxCommThreads) {
+    comm_threads_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  comm_tids_[n].store(tid, std::memory_order_relaxed);
+  comm_tids_published_.store(n + 1, std::memory_order_release);
+  Wake();
+}
+
 void Agent::SetRank(int rank, int local_rank, int world_size) {
   rank_ = rank;
   if (local_rank >= 0) local_rank_ = local_rank;
@@ -331,6 +348,8 @@ AgentStats Agent::stats() const {
   s.configs_applied = configs_applied_;
   s.process_groups = groups_published_.load();
   s.process_groups_dropped = process_groups_dropped_;
+  s.comm_threads = comm_tids_published_.load();
+  s.comm_threads_dropped = comm_threads_dropped_;
   return s;
 }
 
@@ -364,6 +383,18 @@ void Agent::SendHello() {
   SendJson(Dump(j));
   groups_sent_ = 0;  // a collector that hears a hello hears every group after it
   SendProcessGroups();
+  comm_tids_sent_ = 0;
+  SendCommThreads();
+}
+
+void Agent::SendCommThreads() {
+  if (!channel_.connected()) return;
+  const uint32_t n = comm_tids_published_.load(std::memory_order_acquire);
+  for (; comm_tids_sent_ < n; ++comm_tids_sent_) {
+    SendJson(Dump(json{{"type", "comm_thread"},
+                       {"rank", rank_.load()},
+                       {"tid", comm_tids_[comm_tids_sent_].load(std::memory_order_relaxed)}}));
+  }
 }
 
 void Agent::SendProcessGroups() {
@@ -645,6 +676,7 @@ void Agent::ControlLoop() {
     TryConnect(now);
     if (channel_.connected() && hello_dirty_.exchange(false)) SendHello();
     SendProcessGroups();
+    SendCommThreads();
     DrainOutbox();
     HandleWindowTimers(now);
     // The detector says when the current silence becomes a hang: checked then, not up to

@@ -96,10 +96,13 @@ struct AgentStats {
   uint64_t configs_applied = 0;
   uint64_t process_groups = 0;          // declared (DeclareProcessGroup)
   uint64_t process_groups_dropped = 0;  // not declared: the table was full
+  uint64_t comm_threads = 0;            // named (NoteCommThread)
+  uint64_t comm_threads_dropped = 0;    // not named: the table was full
 };
 
 inline constexpr uint32_t kMaxProcessGroups = 1024;    // per process
 inline constexpr size_t kMaxProcessGroupRanks = 4096;  // listed in one `process_group`
+inline constexpr uint32_t kMaxCommThreads = 16;        // named per process
 
 class Agent {
  public:
@@ -128,6 +131,15 @@ class Agent {
   // per group. GIL held (the GIL serializes the writers of the table).
   uint16_t DeclareProcessGroup(std::string_view name, std::string_view backend,
                                const std::vector<int32_t>& ranks, uint32_t size);
+  // A collective this process started on thread `issuer_tid` (an OS thread id) completed on
+  // the calling thread (GIL held: called from the completion callback, e.g. of DDP's
+  // all-reduce future). When the two differ, the caller is a communication thread of the
+  // process (gloo's worker threads run the all-reduce and complete its future; NCCL's and
+  // already-completed futures run their callbacks on the issuing thread, which names
+  // nothing). Kept once, at most kMaxCommThreads (more are counted), and sent to the
+  // collector as `comm_thread` (docs/agent-protocol.md) after every hello: its host sampler
+  // measures their run-queue wait as a role of its own. A syscall and a scan of a few slots.
+  void NoteCommThread(int64_t issuer_tid);
   void SetRank(int rank, int local_rank, int world_size);
   // Any thread. The training ended (`detail`: destroy_process_group, interpreter exit): the
   // hang check stops until the next marker (a job that ends is silent, not hung) and the
@@ -194,6 +206,8 @@ class Agent {
   void FinishWindowLocked(int64_t window, const ProfilerCounts& counts);
   // Sends the declared process groups the collector has not heard since the last hello.
   void SendProcessGroups();
+  // Likewise the communication threads.
+  void SendCommThreads();
   // GIL worker, GIL held, window_mu_ not held: CUPTI on / off around a window (the GIL is
   // released while CUPTI initializes or flushes).
   void BeginGpuTracing();
@@ -240,6 +254,13 @@ class Agent {
   std::atomic<uint32_t> groups_published_{0};
   uint32_t groups_sent_ = 0;  // control thread: sent since the last hello
   std::atomic<uint64_t> process_groups_dropped_{0};
+
+  // Communication threads: slots [0, comm_tids_published_) written once (GIL held) before the
+  // count is published (release); the control thread reads them below an acquire load.
+  std::atomic<int32_t> comm_tids_[kMaxCommThreads] = {};
+  std::atomic<uint32_t> comm_tids_published_{0};
+  uint32_t comm_tids_sent_ = 0;  // control thread: sent since the last hello
+  std::atomic<uint64_t> comm_threads_dropped_{0};
 
   // Window state: guarded by window_mu_ (control thread, GIL tasks, RequestWindow).
   std::mutex window_mu_;

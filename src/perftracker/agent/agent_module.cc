@@ -186,6 +186,15 @@ PYBIND11_MODULE(_agent, m) {
       "nest=False records it at the root of its thread's call paths (e.g. completed on another "
       "thread); group: the process_group() id of the group it ran in (0: not known).");
   m.def(
+      "comm_thread",
+      [](int64_t issuer_tid) {
+        if (g_agent != nullptr) g_agent->NoteCommThread(issuer_tid);
+      },
+      py::arg("issuer_tid"),
+      "comm_thread(issuer_tid): called where a collective started on thread issuer_tid "
+      "(threading.get_native_id()) completes: when this thread is another one, it is a "
+      "communication thread of the process (sent to the collector as comm_thread).");
+  m.def(
       "process_group",
       [](std::string_view name, std::string_view backend, const std::vector<int64_t>& ranks,
          int64_t size) -> int {
@@ -302,6 +311,8 @@ PYBIND11_MODULE(_agent, m) {
     d["window_dropped"] = s.window_dropped;
     d["process_groups"] = s.process_groups;
     d["process_groups_dropped"] = s.process_groups_dropped;
+    d["comm_threads"] = s.comm_threads;
+    d["comm_threads_dropped"] = s.comm_threads_dropped;
     return d;
   });
 

@@ -156,6 +156,14 @@ ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message, std
       return Missing(error, type, "size");
     }
     m.group.size = static_cast<uint32_t>(size);
+  } else if (type == "comm_thread") {
+    m.type = AgentMessageType::kCommThread;
+    if (!GetRank(j, &m.rank)) return Missing(error, type, "rank");
+    int64_t tid = 0;
+    if (!GetInt(j, "tid", &tid) || tid <= 0 || tid > INT32_MAX) {
+      return Missing(error, type, "tid");
+    }
+    m.tid = static_cast<int32_t>(tid);
   } else if (type == "bye") {
     m.type = AgentMessageType::kBye;
     if (!GetRank(j, &m.rank)) m.rank = -1;

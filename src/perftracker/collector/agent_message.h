@@ -25,6 +25,7 @@ enum class AgentMessageType : uint8_t {
   kBye,
   kEnded,         // the job's training ended (destroy_process_group, interpreter exit)
   kProcessGroup,  // a torch.distributed process group its collectives ran in
+  kCommThread,    // a thread of the process that completed a collective another one started
 };
 
 // Global ranks a `process_group` message may list (the agent sends at most 4096; the 64 KiB
@@ -54,6 +55,8 @@ struct AgentMessage {
   // the members' global `ranks` (distinct, maybe only the first `size`), and its backend.
   ProcessGroupInfo group;
   std::string backend;
+  // comm_thread: its OS thread id (> 0)
+  int32_t tid = 0;
 };
 
 // Longest string field kept from a message (host names, details); stacks text is bounded

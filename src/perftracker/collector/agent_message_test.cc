@@ -173,5 +173,25 @@ TEST(AgentMessageTest, ABadProcessGroupIsMalformedWithTheReason) {
   }
 }
 
+// `comm_thread` (issue 11 §3): a thread the agent saw complete a collective.
+TEST(AgentMessageTest, ParsesACommThreadAndRejectsABadOne) {
+  AgentMessage m;
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"comm_thread","rank":3,"tid":81234})", &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.type, AgentMessageType::kCommThread);
+  EXPECT_EQ(m.rank, 3);
+  EXPECT_EQ(m.tid, 81234);
+  for (const char* line :
+       {R"({"type":"comm_thread","rank":3})", R"({"type":"comm_thread","rank":3,"tid":0})",
+        R"({"type":"comm_thread","rank":3,"tid":-5})",
+        R"({"type":"comm_thread","rank":3,"tid":"81234"})",
+        R"({"type":"comm_thread","rank":3,"tid":4294967296})"}) {
+    SCOPED_TRACE(line);
+    std::string error;
+    EXPECT_EQ(ParseAgentMessage(line, &m, &error), ParseOutcome::kMalformed);
+    EXPECT_EQ(error, "'comm_thread' message without a valid 'tid' field");
+  }
+}
+
 }  // namespace
 }  // namespace perftracker

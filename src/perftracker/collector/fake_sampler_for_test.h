@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -22,6 +23,15 @@ class FakeSampler : public MetricSampler {
     std::lock_guard<std::mutex> lock(mu_);
     for (const SampleProblemCount& p : each_call_) CountProblem(p.pid, p.problem, p.count);
   }
+  void SetCommThreads(int32_t pid, const std::vector<int32_t>& tids) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    comm_threads_[pid] = tids;
+  }
+  // What the collector last said of each pid's communication threads (any thread).
+  std::map<int32_t, std::vector<int32_t>> comm_threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return comm_threads_;
+  }
   // Every later Sample() counts `count` of `problem` for `pid` (any thread).
   void AddProblem(int32_t pid, SampleProblem problem, uint64_t count) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -32,6 +42,7 @@ class FakeSampler : public MetricSampler {
   SampleFn sample_;
   std::mutex mu_;
   std::vector<SampleProblemCount> each_call_;
+  std::map<int32_t, std::vector<int32_t>> comm_threads_;
 };
 
 }  // namespace perftracker

@@ -39,6 +39,10 @@ constexpr int kIoPollMs = 200;
 // Sampling starts this long before a window so that the first in-window sample has a rate.
 constexpr int64_t kSampleLeadNs = 250'000'000;
 
+// Communication threads kept per worker (the agent names at most 16: gloo's workers are 2 by
+// default); more are ignored.
+constexpr size_t kMaxCommThreads = 16;
+
 enum LogKind : int {
   kLogMalformed = 0,
   kLogOversized,
@@ -83,6 +87,9 @@ struct NodeCollector::Session {
   // attached or given up), and when to look for them again.
   uint32_t sources_done = 0;
   int64_t next_source_check_ns = 0;
+  // The agent's communication threads (`comm_thread`), at most kMaxCommThreads, for the host
+  // sampler; forgotten with a new shared-memory file (another process).
+  std::vector<int32_t> comm_tids;
 };
 
 // Files that in-process sources other than the agent write next to the agent's file
@@ -442,6 +449,10 @@ void NodeCollector::HandleLine(const std::shared_ptr<Session>& s, const std::str
       if (m.type == AgentMessageType::kProcessGroup) {
         s->rings->DeclareProcessGroup(m.group, m.backend);
       }
+      if (m.type == AgentMessageType::kCommThread && s->comm_tids.size() < kMaxCommThreads &&
+          std::find(s->comm_tids.begin(), s->comm_tids.end(), m.tid) == s->comm_tids.end()) {
+        s->comm_tids.push_back(m.tid);
+      }
       if (m.type == AgentMessageType::kWindowDone && s->rings->window() &&
           s->rings->window()->id == m.window) {
         s->rings->SetAgentCounts(m.events, m.dropped);
@@ -541,6 +552,7 @@ void NodeCollector::HandleHello(const std::shared_ptr<Session>& s, const AgentMe
   {
     std::lock_guard<std::mutex> lock(s->mu);
     if (shm) {
+      s->comm_tids.clear();
       s->rings = std::make_unique<AgentRings>(std::move(shm), worker);
       if (!options_.record_dir.empty()) s->rings->set_record_cap(options_.record_events);
     } else {
@@ -787,7 +799,10 @@ void NodeCollector::SampleHost(int64_t now_ns,
   std::vector<int32_t> pids;
   for (const auto& s : sessions) {
     std::lock_guard<std::mutex> lock(s->mu);
-    if (s->rings && s->rings->in_window() && !s->gone) pids.push_back(s->worker.pid);
+    if (s->rings && s->rings->in_window() && !s->gone) {
+      pids.push_back(s->worker.pid);
+      options_.sampler->SetCommThreads(s->worker.pid, s->comm_tids);
+    }
   }
   if (pids.empty()) return;
   std::vector<PidSample> samples;

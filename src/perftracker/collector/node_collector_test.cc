@@ -288,6 +288,33 @@ TEST_F(NodeCollectorTest, SummarizesAWindowOfEveryAgentUnderItsCallPaths) {
   EXPECT_EQ(most_pids_sampled, 2u);
 }
 
+// `comm_thread` (issue 11 §3): the threads an agent saw complete its collectives reach the
+// host sampler with the agent's pid, each once, while the worker is in a window.
+TEST_F(NodeCollectorTest, AnAgentsCommunicationThreadsReachTheSampler) {
+  auto sampler = std::make_shared<FakeSampler>(
+      [](int64_t, const std::vector<int32_t>&, std::vector<PidSample>*) {});
+  StartCollector(sampler);
+  FakeAgent agent(0, 1, "commthread");
+  Join(agent);
+  for (int tid : {4321, 4322, 4321}) {
+    agent.SendJson({{"type", "comm_thread"}, {"rank", 0}, {"tid", tid}});
+  }
+  agent.SendJson({{"type", "comm_thread"}, {"rank", 0}, {"tid", -1}});  // malformed: ignored
+  OpenWindow(300);
+  ASSERT_TRUE(agent.WaitFor("window", 2000));
+  // The window's samples begin at its start (50 ms ahead), every 20 ms.
+  const std::vector<int32_t> want = {4321, 4322};
+  std::map<int32_t, std::vector<int32_t>> seen;
+  for (int i = 0; i < 2000; ++i) {
+    seen = sampler->comm_threads();
+    if (seen.size() == 1 && seen.begin()->second == want) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen.begin()->first, static_cast<int32_t>(getpid()));
+  EXPECT_EQ(seen.begin()->second, want);
+}
+
 // The real node sampler (MakeHostSampler) on a fixture /sys: an InfiniBand port whose
 // counters advance during the window shows up in every agent's window summary as
 // kIbTxBytesPerSec (4 bytes per counter unit) with its link up. NVML is absent here: said once.

@@ -37,6 +37,10 @@ void NodeSampler::Sample(int64_t now_ns, const std::vector<int32_t>& pids,
   }
 }
 
+void NodeSampler::SetCommThreads(int32_t pid, const std::vector<int32_t>& tids) {
+  for (const auto& sampler : samplers_) sampler->SetCommThreads(pid, tids);
+}
+
 std::unique_ptr<MetricSampler> MakeHostSampler(const std::string& proc_root,
                                                const std::string& sys_root) {
   return std::make_unique<NodeSampler>(proc_root, sys_root);

@@ -23,6 +23,7 @@ class NodeSampler : public MetricSampler {
 
   void Sample(int64_t now_ns, const std::vector<int32_t>& pids,
               std::vector<PidSample>* out) override;
+  void SetCommThreads(int32_t pid, const std::vector<int32_t>& tids) override;
 
  private:
   std::vector<std::unique_ptr<MetricSampler>> samplers_;

@@ -62,6 +62,10 @@ std::string_view MetricName(Metric metric) {
       return "tcp_wire_seconds_per_s";
     case Metric::kCpuStealFraction:
       return "cpu_steal_fraction";
+    case Metric::kCommThreadRunQueueFraction:
+      return "comm_thread_run_queue_delay_fraction";
+    case Metric::kCommThreadTimeslicesPerSec:
+      return "comm_thread_timeslices_per_s";
   }
   return "unknown";
 }

@@ -52,8 +52,15 @@ enum class Metric : uint16_t {
   // then takes 1 / (1 - steal) seconds, a stretch that no run-queue wait shows: the thread
   // was running, from the guest's view, while its virtual CPU was not.
   kCpuStealFraction = 28,
+  // The run-queue wait / wall time (summed, may exceed 1) and the turns on a CPU per second
+  // of a process's communication threads: those its agent saw complete a collective that
+  // another thread started (gloo's worker threads, which run DDP's all-reduce during
+  // backward; docs/agent-protocol.md, `comm_thread`). A crowded CPU slows them without the
+  // training thread showing it; compared across ranks, the same role waits alike per turn.
+  kCommThreadRunQueueFraction = 29,
+  kCommThreadTimeslicesPerSec = 30,
 };
-inline constexpr int kNumMetrics = 29;
+inline constexpr int kNumMetrics = 31;
 
 std::string_view MetricName(Metric metric);
 

@@ -45,6 +45,12 @@ class MetricSampler {
   virtual void Sample(int64_t now_ns, const std::vector<int32_t>& pids,
                       std::vector<PidSample>* out) = 0;
 
+  // The threads of `pid` that run its communication (the OS thread ids its agent saw
+  // complete collectives: docs/agent-protocol.md, `comm_thread`), for the following Sample()
+  // calls; empty: none known. A sampler of per-thread counters samples them as a role of
+  // their own (HostSampler's kCommThread* metrics); the others ignore it.
+  virtual void SetCommThreads(int32_t /*pid*/, const std::vector<int32_t>& /*tids*/) {}
+
   // Appends to *out the problems counted since the last call, one entry per pid and kind,
   // and forgets them.
   void TakeProblems(std::vector<SampleProblemCount>* out);

@@ -209,6 +209,26 @@ TEST(SummaryCodecTest, WorkerSummaryRoundTripsEveryField) {
   EXPECT_NE(bytes.find("custom key that is not derivable"), std::string::npos);
 }
 
+// The communication threads' run-queue wait and turns (issue 11 §3) travel as worker metrics
+// with ids of their own; an older server leaves them out and counts them (the test below), an
+// older collector's summary has none (the localizer then judges the training threads alone).
+TEST(SummaryCodecTest, CommunicationThreadMetricsTravelAsWorkerMetrics) {
+  // Wire ids are the enum's values: they never change once sent.
+  static_assert(static_cast<int>(Metric::kCommThreadRunQueueFraction) == 29);
+  static_assert(static_cast<int>(Metric::kCommThreadTimeslicesPerSec) == 30);
+  WorkerSummary s = SampleSummary();
+  s.worker_metrics.push_back({Metric::kCommThreadRunQueueFraction, 0.2595f, 0.031f});
+  s.worker_metrics.push_back({Metric::kCommThreadTimeslicesPerSec, 150.0f, 12.5f});
+  UnknownValues unknown;
+  auto decoded = DecodeWorkerSummary(EncodeWorkerSummary(s), &unknown);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  ExpectSummaryEq(s, *decoded);
+  EXPECT_EQ(unknown.total(), 0u) << unknown.Describe();
+  EXPECT_EQ(MetricName(Metric::kCommThreadRunQueueFraction),
+            "comm_thread_run_queue_delay_fraction");
+  EXPECT_EQ(MetricName(Metric::kCommThreadTimeslicesPerSec), "comm_thread_timeslices_per_s");
+}
+
 // An older collector's summary has no process groups: it decodes with none (its collectives'
 // groups are not known, and the localizer treats them as before).
 TEST(SummaryCodecTest, ASummaryWithoutProcessGroupsDecodesWithNone) {

@@ -10,7 +10,11 @@
 //                                  the wait per turn, which does not grow with how much the
 //                                  thread runs or how often it wakes)
 //                                  (summed over threads; the main thread's, tid == pid,
-//                                  also alone: the training loop's own wait)
+//                                  also alone: the training loop's own wait; and summed
+//                                  over the communication threads the collector names,
+//                                  SetCommThreads: gloo's workers, whose wait per turn
+//                                  compared with the same role on other ranks tells a
+//                                  crowded CPU where the training thread's may not)
 //   /proc/<pid>/stat               fields 14, 15: utime, stime in clock ticks of the whole
 //                                  thread group — the CPU time when schedstat is missing.
 //                                  Tick accounting is sampled: over a 100-200 ms interval on a
@@ -138,12 +142,27 @@ void HostSampler::Unreadable(int32_t pid, const std::string& path, const char* w
   if (stats_.first_problem.empty()) stats_.first_problem = path + ": " + why;
 }
 
+void HostSampler::SetCommThreads(int32_t pid, const std::vector<int32_t>& tids) {
+  std::set<int32_t> set;
+  for (int32_t tid : tids) {
+    if (tid > 0 && tid != pid) set.insert(tid);
+  }
+  if (set.empty()) {
+    comm_tids_.erase(pid);
+  } else {
+    comm_tids_[pid] = std::move(set);
+  }
+}
+
 void HostSampler::Sample(int64_t now_ns, const std::vector<int32_t>& pids,
                          std::vector<PidSample>* out) {
   ++stats_.samples;
   std::set<int32_t> wanted(pids.begin(), pids.end());
   for (auto it = pids_.begin(); it != pids_.end();) {
     it = wanted.count(it->first) != 0 ? std::next(it) : pids_.erase(it);
+  }
+  for (auto it = comm_tids_.begin(); it != comm_tids_.end();) {
+    it = wanted.count(it->first) != 0 ? std::next(it) : comm_tids_.erase(it);
   }
   steal_fraction_ = wanted.empty() ? -1 : SampleSteal();
   for (int32_t pid : wanted) {
@@ -275,6 +294,13 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
     uint64_t involuntary = 0;
     std::optional<uint64_t> main_run_delay;  // the main thread's (tid == pid)
     uint64_t main_timeslices = 0;
+    // The communication threads' seen in both calls (one that appeared since has no known
+    // start: its counts could span its whole life before it was named).
+    const auto comm_it = comm_tids_.find(pid);
+    const std::set<int32_t>* comm = comm_it != comm_tids_.end() ? &comm_it->second : nullptr;
+    bool comm_seen = false;
+    uint64_t comm_run_delay = 0;
+    uint64_t comm_timeslices = 0;
     for (const auto& [tid, ts] : threads) {
       const auto before = prev.threads.find(tid);
       const ThreadState zero;
@@ -287,6 +313,11 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
       if (tid == pid && before != prev.threads.end()) {
         main_run_delay = Delta(ts.run_delay_ns, b.run_delay_ns);
         main_timeslices = Delta(ts.timeslices, b.timeslices);
+      }
+      if (comm != nullptr && before != prev.threads.end() && comm->count(tid) != 0) {
+        comm_seen = true;
+        comm_run_delay += Delta(ts.run_delay_ns, b.run_delay_ns);
+        comm_timeslices += Delta(ts.timeslices, b.timeslices);
       }
     }
     if (run_delay_ok) {
@@ -303,6 +334,11 @@ bool HostSampler::SamplePid(int64_t now_ns, int32_t pid, std::vector<PidSample>*
           emit(Metric::kMainThreadTimeslicesPerSec,
                static_cast<double>(main_timeslices) * 1e9 / wall_ns);
         }
+      }
+      if (comm_seen && timeslices_ok) {
+        emit(Metric::kCommThreadRunQueueFraction, static_cast<double>(comm_run_delay) / wall_ns);
+        emit(Metric::kCommThreadTimeslicesPerSec,
+             static_cast<double>(comm_timeslices) * 1e9 / wall_ns);
       }
     } else if (cpu_ok) {
       const uint64_t ticks = Delta(utime + stime, prev.cpu_ticks);

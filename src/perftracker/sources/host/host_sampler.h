@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ class HostSampler : public MetricSampler {
   //   kTimeslicesPerSec             times the process's threads were put on a CPU, per second
   //   kMainThreadRunQueueFraction / kMainThreadTimeslicesPerSec  the same for the main
   //                                 thread alone (tid == pid)
+  //   kCommThreadRunQueueFraction / kCommThreadTimeslicesPerSec  the same summed over the
+  //                                 pid's communication threads (SetCommThreads; not the
+  //                                 main thread), those seen in both calls
   //   kVoluntaryCtxSwitchesPerSec   summed over threads
   //   kInvoluntaryCtxSwitchesPerSec summed over threads
   //   kMemoryRssBytes               resident set size
@@ -49,6 +53,8 @@ class HostSampler : public MetricSampler {
   //   kNicTxBytesPerSec / kNicRxBytesPerSec  per interface except loopback (pid -1)
   void Sample(int64_t now_ns, const std::vector<int32_t>& pids,
               std::vector<PidSample>* out) override;
+  // Kept while `pid` is asked for; the main thread (tid == pid) is never one of them.
+  void SetCommThreads(int32_t pid, const std::vector<int32_t>& tids) override;
 
   const HostSamplerStats& stats() const { return stats_; }
 
@@ -88,6 +94,7 @@ class HostSampler : public MetricSampler {
   double ticks_per_s_ = 100;
   double page_bytes_ = 4096;
   std::map<int32_t, PidState> pids_;
+  std::map<int32_t, std::set<int32_t>> comm_tids_;  // by pid
   std::map<std::string, NicState> nics_;
   HostCpuState host_cpu_;
   double steal_fraction_ = -1;  // of the current Sample() call's interval; -1 unknown

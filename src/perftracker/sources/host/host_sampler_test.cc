@@ -3,12 +3,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/syscall.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <optional>
+#include <sstream>
+#include <thread>
 
 namespace perftracker {
 namespace {
@@ -135,6 +140,49 @@ TEST(HostSamplerTest, FixtureDeltasGiveExactRates) {
   EXPECT_EQ(out.size(), 8u + 4u);  // 8 per pid, 2 per interface
   EXPECT_EQ(sampler.stats().vanished_pids, 0u);
   EXPECT_EQ(sampler.stats().unreadable_files, 0u) << sampler.stats().first_problem;
+}
+
+TEST(HostSamplerTest, CommunicationThreadsAreSampledAsARoleOfTheirOwn) {
+  FixtureTree t;
+  t.Process(4242, 0, 0, 100);
+  t.Thread(4242, 4242, 0, 0, 0, 0);
+  t.Thread(4242, 4250, 0, 0, 0, 0);  // a gloo worker
+  t.Thread(4242, 4251, 0, 0, 0, 0);  // another
+  t.Thread(4242, 4252, 0, 0, 0, 0);  // the autograd thread, not named
+  HostSampler sampler(t.proc(), t.sys());
+  // The main thread is never a communication thread; 9999 does not exist.
+  sampler.SetCommThreads(4242, {4250, 4251, 4242, 9999});
+  std::vector<PidSample> out;
+  sampler.Sample(10 * kSec, {4242}, &out);
+  EXPECT_FALSE(Find(out, 4242, Metric::kCommThreadRunQueueFraction, 4242).has_value());
+
+  t.Thread(4242, 4242, 500'000'000, 400'000'000, 20, 20);
+  t.Thread(4242, 4250, 100'000'000, 300'000'000, 100, 50);
+  t.Thread(4242, 4251, 100'000'000, 100'000'000, 40, 10);
+  t.Thread(4242, 4252, 100'000'000, 900'000'000, 10, 0);
+  t.Thread(4242, 4253, 0, 0, 0, 0);
+  out.clear();
+  sampler.Sample(12 * kSec, {4242}, &out);
+  // (300 + 100) ms of run delay over 2 s, (150 + 50) turns on a CPU over 2 s: 2 ms per turn.
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kCommThreadRunQueueFraction, 4242), 0.2);
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kCommThreadTimeslicesPerSec, 4242), 100);
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kMainThreadRunQueueFraction, 4242), 0.2);
+
+  // A thread named after it appeared counts from the next call on (its earlier counts could
+  // span its whole life); one that exited is left out; an empty list forgets the role.
+  sampler.SetCommThreads(4242, {4250, 4253});
+  t.Thread(4242, 4250, 100'000'000, 500'000'000, 110, 90);  // +200 ms, +50 turns
+  t.Thread(4242, 4253, 0, 100'000'000, 30, 20);             // +100 ms, +50 turns
+  out.clear();
+  sampler.Sample(14 * kSec, {4242}, &out);
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kCommThreadRunQueueFraction, 4242), 0.15);
+  EXPECT_DOUBLE_EQ(*Find(out, 4242, Metric::kCommThreadTimeslicesPerSec, 4242), 50);
+  sampler.SetCommThreads(4242, {});
+  out.clear();
+  sampler.Sample(16 * kSec, {4242}, &out);
+  EXPECT_FALSE(Find(out, 4242, Metric::kCommThreadRunQueueFraction, 4242).has_value());
+  EXPECT_TRUE(Find(out, 4242, Metric::kRunQueueDelayFraction, 4242).has_value());
+  EXPECT_EQ(sampler.stats().unreadable_files, 4u) << sampler.stats().first_problem;  // /sys
 }
 
 TEST(HostSamplerTest, StealTimeOfTheHostComesWithEachPidsCpuSamples) {
@@ -266,6 +314,84 @@ TEST(HostSamplerTest, RealProcBurningCpu) {
   ASSERT_TRUE(rss.has_value());
   EXPECT_GT(*rss, 1e6);
   EXPECT_EQ(sampler.stats().vanished_pids, 0u);
+}
+
+struct Schedstat {
+  uint64_t run_delay_ns = 0;
+  uint64_t timeslices = 0;
+};
+
+Schedstat ReadSchedstat(int32_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/schedstat");
+  uint64_t cpu_ns = 0;
+  Schedstat s;
+  in >> cpu_ns >> s.run_delay_ns >> s.timeslices;
+  return s;
+}
+
+// A real thread of this process in the communication role: it does some work and sleeps 60
+// times (each wake is a turn on a CPU), between two samples; the sampler's figures for the
+// role are exactly that thread's schedstat counts, read by the test itself while the thread
+// is blocked, whatever the load on the machine.
+TEST(HostSamplerTest, RealCommunicationThreadIsMeasuredAlone) {
+  if (access("/proc/self/task", R_OK) != 0) GTEST_SKIP() << "no /proc on this system";
+  const auto pid = static_cast<int32_t>(getpid());
+  if (access(("/proc/self/task/" + std::to_string(pid) + "/schedstat").c_str(), R_OK) != 0) {
+    GTEST_SKIP() << "kernel without schedstat (CONFIG_SCHED_INFO)";
+  }
+  std::promise<int32_t> tid_promise;
+  std::promise<void> go, done, leave;
+  std::shared_future<void> go_f = go.get_future().share();
+  std::shared_future<void> leave_f = leave.get_future().share();
+  constexpr int kSleeps = 60;
+  std::thread comm([&] {
+    tid_promise.set_value(static_cast<int32_t>(::syscall(SYS_gettid)));
+    go_f.wait();
+    volatile uint64_t sink = 0;
+    for (int i = 0; i < kSleeps; ++i) {
+      for (int j = 0; j < 20'000; ++j) sink = sink + static_cast<uint64_t>(j) * 2654435761u;
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    done.set_value();
+    leave_f.wait();
+  });
+  const int32_t tid = tid_promise.get_future().get();
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  HostSampler sampler;
+  sampler.SetCommThreads(pid, {tid, pid});  // the main thread is never one
+  std::vector<PidSample> out;
+  // The thread is parked on `go` (a futex): its counters stand still until it is released.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const Schedstat before = ReadSchedstat(tid);
+  const int64_t t0 = now();
+  sampler.Sample(t0, {pid}, &out);
+  go.set_value();
+  done.get_future().wait();
+  // Let it park on `leave`; the main thread meanwhile is put on a CPU again (not counted).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  out.clear();
+  const int64_t t1 = now();
+  sampler.Sample(t1, {pid}, &out);
+  const Schedstat after = ReadSchedstat(tid);
+  leave.set_value();
+  comm.join();
+
+  const double wall_ns = static_cast<double>(t1 - t0);
+  const auto fraction = Find(out, pid, Metric::kCommThreadRunQueueFraction, pid);
+  const auto rate = Find(out, pid, Metric::kCommThreadTimeslicesPerSec, pid);
+  ASSERT_TRUE(fraction.has_value()) << sampler.stats().first_problem;
+  ASSERT_TRUE(rate.has_value());
+  const double turns = *rate * wall_ns / 1e9;
+  EXPECT_NEAR(turns, static_cast<double>(after.timeslices - before.timeslices), 1e-6 * turns);
+  EXPECT_GE(turns, kSleeps) << "every wake from a sleep is a turn on a CPU";
+  EXPECT_NEAR(*fraction * wall_ns, static_cast<double>(after.run_delay_ns - before.run_delay_ns),
+              1e-6 * wall_ns);
+  // The whole process was put on a CPU more often (its main thread too).
+  EXPECT_GT(*Find(out, pid, Metric::kTimeslicesPerSec, pid), *rate);
 }
 
 }  // namespace
