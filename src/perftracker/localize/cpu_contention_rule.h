@@ -9,6 +9,11 @@
 //   - A straggler finding (compute, data, communication, sync, untraced) becomes
 //     PT-CPU-CONTENTION when the extra wait, at the peers' wait per turn, is at least half
 //     of its excess per iteration.
+//   - A communication or untraced straggler whose training thread does not explain it: the
+//     same test on its communication threads (gloo's workers, named by its agent:
+//     kCommThread* metrics) when every worker of the group has them and each was put on a
+//     CPU at least 100 times in the window. DDP's all-reduce runs on those threads while the
+//     training thread blocks in backward; a crowded CPU slows them first.
 //   - A worker with no straggler function whose wait per turn is far above its peers' gets
 //     a PT-CPU-CONTENTION finding of its own (run_queue_only): in DDP a starved rank loses
 //     its time everywhere a little. Only when every compared thread was put on a CPU at

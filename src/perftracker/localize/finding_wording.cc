@@ -308,14 +308,21 @@ std::vector<RenderedFinding> FindingWording::Render(
     }
     if (top.contention_peer_wait_ns >= 0) {
       const WorkerRecord& cw = workers[w];
-      const char* thread = top.contention_main_thread ? "training thread" : "threads";
+      const char* thread = "threads";
+      float delay = cw.run_queue;
+      if (top.contention_threads == ContentionThreads::kTraining) {
+        thread = "training thread";
+        delay = cw.main_run_queue;
+      } else if (top.contention_threads == ContentionThreads::kCommunication) {
+        thread = "communication threads";
+        delay = cw.comm_run_queue;
+      }
       const std::string per_turn =
           fmt::format("run-queue wait {} per timeslice on {} vs {} on peers ({})",
                       FormatDuration(top.contention_wait_ns), job.WorkerName(w),
                       FormatDuration(top.contention_peer_wait_ns), thread);
       f.title = fmt::format("CPU contention: {}; {}", per_turn, f.title);
       std::vector<Evidence> first{{"run-queue wait per timeslice", per_turn + ", median"}};
-      const float delay = top.contention_main_thread ? cw.main_run_queue : cw.run_queue;
       first.push_back(
           {"run-queue delay", fmt::format("{} of wall time on {} ({})", FormatShare(delay),
                                           job.WorkerName(w), thread)});

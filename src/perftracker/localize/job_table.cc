@@ -507,6 +507,8 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   wr.main_run_queue = host_metric(Metric::kMainThreadRunQueueFraction);
   wr.timeslices = host_metric(Metric::kTimeslicesPerSec);
   wr.main_timeslices = host_metric(Metric::kMainThreadTimeslicesPerSec);
+  wr.comm_run_queue = host_metric(Metric::kCommThreadRunQueueFraction);
+  wr.comm_timeslices = host_metric(Metric::kCommThreadTimeslicesPerSec);
   wr.cpu_util = host_metric(Metric::kCpuUtilization);
   prev_fids_.swap(fids_);
   workers_.push_back(wr);

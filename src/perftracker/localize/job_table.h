@@ -88,7 +88,11 @@ struct WorkerRecord {
   float main_run_queue = -1;   // the main (training) thread's alone
   float timeslices = -1;       // times its threads were put on a CPU, per second
   float main_timeslices = -1;  // the main thread's alone
-  float cpu_util = -1;         // cores busy
+  // The communication threads' (gloo's workers, as its agent named them), summed: run-queue
+  // delay / wall time and times put on a CPU per second.
+  float comm_run_queue = -1;
+  float comm_timeslices = -1;
+  float cpu_util = -1;  // cores busy
 };
 
 // A (worker, function) whose time per iteration steps up inside the window and stays up

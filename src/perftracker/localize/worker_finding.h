@@ -13,6 +13,10 @@
 
 namespace perftracker::localize {
 
+// Whose run-queue waits decided a PT-CPU-CONTENTION: the whole process's threads, the
+// training (main) thread's, or the communication threads' (its agent named them).
+enum class ContentionThreads : uint8_t { kProcess, kTraining, kCommunication };
+
 struct WorkerFinding {
   std::string_view code;
   FindingCategory category = FindingCategory::kCompute;
@@ -33,8 +37,8 @@ struct WorkerFinding {
   // (-1 = not contention), ...
   float contention_wait_ns = -1;
   float contention_peer_wait_ns = -1;
-  // ... of the main (training) threads alone (else of every thread of the process).
-  bool contention_main_thread = false;
+  // ... of which threads.
+  ContentionThreads contention_threads = ContentionThreads::kProcess;
   // PT-CPU-CONTENTION from run-queue evidence alone (no straggler function).
   bool run_queue_only = false;
   // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).
