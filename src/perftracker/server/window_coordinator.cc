@@ -127,10 +127,13 @@ std::string MainThreadCode(const std::string& text) {
 
 int MostImportantReport(const std::vector<WindowReport>& reports) {
   // Tier 2: a hang; 1: a material finding; 0: nothing material. Within tier 1 a window
-  // scores its costliest finding, and a finding counts with its lost shares summed over
-  // every window where it is material (the same code, culprit ranks and call path): a cause
-  // that persists costs the run more than a one-off stall, whatever the stall's share in
-  // its own window. Ties go to the later window.
+  // scores the finding it leads with (its first material one: what the printed diagnosis
+  // puts first), and a finding counts with its lost shares summed over every window where
+  // it is material (the same code, culprit ranks and call path): a cause that persists
+  // costs the run more than a one-off stall, whatever the stall's share in its own window.
+  // Scoring any finding a window lists instead would tie every window that lists the
+  // persistent cause, and the later one would win even when it leads with a one-off.
+  // Ties go to the later window.
   auto counted = [&](const WindowReport& r, const Finding& f) {
     return f.material && (!r.no_iterations || f.code == "PT-HANG");
   };
@@ -150,12 +153,13 @@ int MostImportantReport(const std::vector<WindowReport>& reports) {
   double best_share = -1;
   for (size_t i = 0; i < reports.size(); ++i) {
     int tier = 0;
-    double share = 0;
+    double share = -1;
     for (const Finding& f : reports[i].diagnosis.findings) {
       if (!counted(reports[i], f)) continue;
       tier = std::max(tier, f.code == "PT-HANG" ? 2 : 1);
-      share = std::max(share, run_share[identity(f)]);
+      if (share < 0) share = run_share[identity(f)];  // the finding the window leads with
     }
+    share = std::max(share, 0.0);
     // A retracted hang report (the job was not hung) loses ties.
     const bool later_wins =
         !reports[i].retracted || best < 0 || reports[static_cast<size_t>(best)].retracted;

@@ -149,11 +149,11 @@ struct WindowReport {
 };
 
 // The report that a run's final summary shows: the most important window's, not merely the
-// last one's. A hang (a PT-HANG finding) first, then the window whose material findings cost
-// the largest share of the iteration, a finding that recurs (the same code, culprit ranks and
-// call path material in several windows) counting with its shares summed: a persistent
-// cause outranks a one-off stall of a larger share. Then the latest that is not a retracted
-// hang report.
+// last one's. A hang (a PT-HANG finding) first, then the window whose leading material
+// finding (the one its diagnosis puts first) costs the largest share of the iteration, a
+// finding that recurs (the same code, culprit ranks and call path material in several
+// windows) counting with its shares summed: a persistent cause outranks a one-off stall of a
+// larger share. Then the latest that is not a retracted hang report.
 // A window without a single iteration ranks as one without a material finding: its
 // "iteration" is the whole window (at a job's start: the first batch's wait for DataLoader
 // workers to start, 100 % "data loading"), not comparable with a training iteration.

@@ -881,6 +881,15 @@ TEST(MostImportantReportTest, AHangThenTheCostliestFindingThenTheLatest) {
                                  report(2, {{"PT-STRAGGLER-COMPUTE", 0.53}}),
                                  report(3, {{"PT-STRAGGLER-DATA", 0.1}})}),
             1);
+  // The run's diagnosis leads with the run's costliest cause: a window counts the cause it
+  // puts first, not any cause it lists (e2e_live's slow_compute beside two busy loops:
+  // rank 2's Block2.forward first in windows 1 and 2, second in window 3 behind a one-off
+  // CPU contention on rank 3; window 3 was printed as the run's diagnosis).
+  EXPECT_EQ(MostImportantReport(
+                {report(1, {{"PT-STRAGGLER-COMPUTE", 0.405}}),
+                 report(2, {{"PT-STRAGGLER-COMPUTE", 0.336}}),
+                 report(3, {{"PT-CPU-CONTENTION", 0.404}, {"PT-STRAGGLER-COMPUTE", 0.299}})}),
+            1);
   // A hang is a hang, iterations or not.
   WindowReport hung = report(2, {{"PT-HANG", 1.0}});
   hung.no_iterations = true;
