@@ -58,6 +58,10 @@ _entry_points = {}
 # ProcessGroup takes no weak reference: the entry holds the group, as torch.distributed's own
 # tables do, until destroy_process_group() forgets it (_forget_groups).
 _groups = {}
+# Threads that process groups' backends started (gloo's socket loop and workers, NCCL's
+# watchdog): named to the agent as communication threads once it is active.
+_backend_threads = []
+_MAX_BACKEND_THREADS = 16
 _GROUP_RANKS_SENT = 4096  # kMaxProcessGroupRanks: a bigger group is sent as its first ranks
 
 
@@ -185,6 +189,7 @@ def _activate(rank, local_rank, world_size):
         for code in _hidden_codes:
             _agent.hide_code(code)
         _state["active"] = True
+        _name_backend_threads()
     except Exception as e:
         _state["disabled"] = True
         _say("disabled: %s" % (str(e).splitlines()[0] if str(e) else type(e).__name__))
@@ -199,6 +204,7 @@ def _after_fork_child():
         pass
     _state["active"] = False
     _groups.clear()
+    del _backend_threads[:]  # the parent's threads: none of them exists here
 
 
 def _on_process_group(c10d):
@@ -665,6 +671,7 @@ def _patch_c10d(mod):
         if not getattr(orig_init, "_perftracker", False):
             _hook_process_group(mod, orig_init)
     _hook_new_group(mod)
+    _hook_backend_threads(mod)
     # torch.distributed re-exports these names; refresh it when it is already imported.
     dist = sys.modules.get("torch.distributed")
     if dist is not None:
@@ -701,6 +708,58 @@ def _hook_process_group(mod, orig_init):
 
         destroy_process_group._perftracker = True
         mod.destroy_process_group = _hide(destroy_process_group)
+
+
+def _task_ids():
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except (OSError, ValueError):
+        return set()
+
+
+def _name_backend_threads(tids=None):
+    if not _state["active"]:
+        return
+    for tid in _backend_threads if tids is None else tids:
+        try:
+            _agent.name_comm_thread(tid)
+        except Exception:
+            pass
+
+
+def _hook_backend_threads(mod):
+    """The threads a process group's backend starts are the process's communication threads
+    (docs/agent-protocol.md, `comm_thread`): gloo's socket loop, which reads and writes every
+    peer's bytes, and its worker threads, which run the collectives; NCCL's watchdog. They
+    are the threads that appear while torch builds the backend in _new_process_group_helper
+    (torch 1.13 and 2.x: init_process_group and new_group call it with their store already
+    made, so the store's threads are not among them)."""
+    helper = getattr(mod, "_new_process_group_helper", None)
+    if not callable(helper):
+        _lacks("communication threads", "distributed_c10d._new_process_group_helper",
+               "only the threads that complete DDP's all-reduces are known as communication "
+               "threads")
+        return
+    _uses("communication threads", "distributed_c10d._new_process_group_helper")
+    if getattr(helper, "_perftracker", False):
+        return
+
+    @functools.wraps(helper)
+    def new_process_group_helper(*args, **kwargs):
+        before = _task_ids()
+        pg = helper(*args, **kwargs)
+        try:
+            if before:
+                new = [t for t in sorted(_task_ids() - before) if t not in _backend_threads]
+                new = new[:max(0, _MAX_BACKEND_THREADS - len(_backend_threads))]
+                _backend_threads.extend(new)
+                _name_backend_threads(new)
+        except Exception:
+            pass
+        return pg
+
+    new_process_group_helper._perftracker = True
+    mod._new_process_group_helper = _hide(new_process_group_helper)
 
 
 def _hook_new_group(mod):

@@ -727,13 +727,16 @@ class DdpTest(AgentTestBase):
                 self.comm.setdefault(m["rank"], []).append((tid, pids[m["rank"]], alive))
 
         self.run_ddp("window", "groups", 600, during=window)
-        # gloo completed the buckets' futures on its worker threads (issue 11 §3): each rank
-        # named one or more, each once, live threads of its process other than the training
-        # thread (tid == pid), for the collector to sample their CPU waits.
+        # Communication threads (issue 11 §3): those gloo started while torch built each
+        # group (its socket loop and 2 worker threads, at least), and those that completed
+        # the buckets' futures (the workers again): each named once, live threads of the
+        # rank's process other than the training thread (tid == pid), for the collector to
+        # sample their CPU waits.
         self.assertEqual(sorted(self.comm), [0, 1, 2], self.comm)
         for rank, named in self.comm.items():
             tids = [t for t, _, _ in named]
             self.assertEqual(len(tids), len(set(tids)), named)
+            self.assertGreaterEqual(len(tids), 3, named)
             for tid, pid, alive in named:
                 self.assertNotEqual(tid, pid, "the training thread is not a comm thread")
                 self.assertTrue(alive, "rank %d named tid %d, not a thread of pid %d"

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import types
 import unittest
 from unittest import mock
@@ -40,6 +41,7 @@ class FakeNative:
         self.collectives = []
         self.collective_groups = []  # the group id each collective was recorded with
         self.groups = []  # (name, backend, ranks, size) declared, id = index + 1
+        self.comm_threads = []  # thread ids named communication threads
 
     def marker(self, kind, name, t0):
         self.markers.append((kind, name))
@@ -57,6 +59,9 @@ class FakeNative:
 
     def set_rank(self, rank, local_rank, world_size):
         pass
+
+    def name_comm_thread(self, tid):
+        self.comm_threads.append(tid)
 
     def hide_code(self, code):
         pass
@@ -146,8 +151,12 @@ _ranks_fail = False
 _count = [0]
 
 
+def _new_process_group_helper(ranks, name):  # torch builds each group's backend here
+    return ProcessGroup(ranks, name)
+
+
 def _make(ranks, name):
-    pg = ProcessGroup(ranks, name)
+    pg = _new_process_group_helper(ranks, name)
     if VERSION == "1.13":
         _pg_names[pg] = name
     return pg
@@ -220,6 +229,7 @@ class TorchApiTest(unittest.TestCase):
                         mock.patch.dict(agent._state, {"active": True}),
                         mock.patch.dict(agent._entry_points, clear=True),
                         mock.patch.dict(agent._groups, clear=True),
+                        mock.patch.object(agent, "_backend_threads", []),
                         mock.patch.dict(sys.modules, {"torch.version": types.SimpleNamespace(
                             __version__="9.9.0")}),
                         contextlib.redirect_stderr(self.stderr)):
@@ -382,11 +392,15 @@ class TorchApiTest(unittest.TestCase):
                          "distributed_c10d: all_reduce, batch_isend_irecv")
         self.assertIsNone(points["torch.distributed"])  # no init_process_group here
         self.assertEqual(points["process groups"], "the first collective of each group")
+        self.assertIsNone(points["communication threads"])
         lines = self.lines()
-        self.assertEqual(len(lines), 1, lines)
+        self.assertEqual(len(lines), 2, lines)
         self.assertIn("torch.distributed: torch 9.9.0 has no distributed_c10d."
                       "init_process_group / get_rank; the rank is learned at the first "
                       "optimizer step", lines[0])
+        self.assertIn("communication threads: torch 9.9.0 has no distributed_c10d."
+                      "_new_process_group_helper; only the threads that complete DDP's "
+                      "all-reduces are known as communication threads", lines[1])
 
     def test_a_wrapped_collective_is_recorded_once_as_its_marker(self):
         # torch 2.x wraps each collective in decorators (functools.wraps); 1.13 does not.
@@ -412,6 +426,34 @@ class TorchApiTest(unittest.TestCase):
         self.assertIn(mod.all_reduce.__code__, hidden)
 
     # ------------------------------------------------------------------ process groups
+
+    def test_the_threads_a_backend_starts_are_named_communication_threads(self):
+        # A backend with a thread of its own (as gloo's socket loop and workers): started
+        # while torch builds each group, in _new_process_group_helper (issue 11 §3).
+        mod = c10d_module("1.13", rank=0)
+        stop = threading.Event()
+        self.addCleanup(stop.set)
+        started = []
+        build = mod._new_process_group_helper
+
+        def helper(ranks, name):
+            t = threading.Thread(target=stop.wait, daemon=True)
+            t.start()
+            started.append(t)
+            return build(ranks, name)
+
+        mod._new_process_group_helper = helper
+        agent._apply(agent._patch_c10d, mod)
+        self.assertEqual(agent.hook_entry_points()["communication threads"],
+                         "distributed_c10d._new_process_group_helper")
+        mod.init_process_group()
+        mod.new_group([0, 1])
+        threading.Thread(target=stop.wait, daemon=True).start()  # no backend's: not named
+        mod.all_reduce("t")
+        self.assertEqual(len(started), 2)
+        self.assertEqual(self.native.comm_threads, [t.native_id for t in started])
+        self.assertNotIn(os.getpid(), self.native.comm_threads)
+        self.assertEqual(self.lines(), [])
 
     def test_process_groups_of_torch_2x_and_113_are_declared_once_with_their_collectives(self):
         for version in ("2.x", "1.13"):
@@ -596,6 +638,8 @@ class RealTorchTest(unittest.TestCase):
         self.assertIn("all_reduce", points["torch.distributed collectives"])
         self.assertEqual(points["DDP all-reduce"], "DistributedDataParallel.register_comm_hook")
         self.assertEqual(points["process groups"], "distributed_c10d.new_group")
+        self.assertEqual(points["communication threads"],
+                         "distributed_c10d._new_process_group_helper")
         self.assertNotIn("has no", r.stderr)  # this torch lacks nothing the agent knows
 
 

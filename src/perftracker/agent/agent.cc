@@ -233,7 +233,11 @@ uint16_t Agent::DeclareProcessGroup(std::string_view name, std::string_view back
 
 void Agent::NoteCommThread(int64_t issuer_tid) {
   const auto tid = static_cast<int32_t>(::syscall(SYS_gettid));
-  if (tid <= 0 || tid == issuer_tid || tid == static_cast<int32_t>(::getpid())) return;
+  if (tid != issuer_tid) NameCommThread(tid);
+}
+
+void Agent::NameCommThread(int32_t tid) {
+  if (tid <= 0 || tid == static_cast<int32_t>(::getpid())) return;
   const uint32_t n = comm_tids_published_.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < n; ++i) {
     if (comm_tids_[i].load(std::memory_order_relaxed) == tid) return;

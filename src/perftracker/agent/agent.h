@@ -140,6 +140,10 @@ class Agent {
   // collector as `comm_thread` (docs/agent-protocol.md) after every hello: its host sampler
   // measures their run-queue wait as a role of its own. A syscall and a scan of a few slots.
   void NoteCommThread(int64_t issuer_tid);
+  // GIL held. Names thread `tid` of this process a communication thread outright (the Python
+  // half saw it appear while torch built a process group's backend: gloo's socket loop and
+  // workers, NCCL's watchdog). The main thread is never one.
+  void NameCommThread(int32_t tid);
   void SetRank(int rank, int local_rank, int world_size);
   // Any thread. The training ended (`detail`: destroy_process_group, interpreter exit): the
   // hang check stops until the next marker (a job that ends is silent, not hung) and the

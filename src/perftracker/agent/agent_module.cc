@@ -195,6 +195,16 @@ PYBIND11_MODULE(_agent, m) {
       "(threading.get_native_id()) completes: when this thread is another one, it is a "
       "communication thread of the process (sent to the collector as comm_thread).");
   m.def(
+      "name_comm_thread",
+      [](int64_t tid) {
+        if (g_agent != nullptr && tid > 0 && tid <= INT32_MAX) {
+          g_agent->NameCommThread(static_cast<int32_t>(tid));
+        }
+      },
+      py::arg("tid"),
+      "name_comm_thread(tid): thread tid of this process is a communication thread (one a "
+      "process group's backend started); sent to the collector as comm_thread.");
+  m.def(
       "process_group",
       [](std::string_view name, std::string_view backend, const std::vector<int64_t>& ranks,
          int64_t size) -> int {
