@@ -181,7 +181,12 @@ void DiagnosisPipeline::AddSummary(const WorkerSummary& summary) {
 void DiagnosisPipeline::AddNote(std::string note) { notes_.push_back(std::move(note)); }
 
 Diagnosis DiagnosisPipeline::Diagnose() {
-  for (const WorkerSummary& w : workers_) localizer_.Add(w);
+  for (WorkerSummary& w : workers_) {
+    localizer_.Add(w);  // copies what it needs (localize/job_table.h): keeps no reference
+    if (!options_.keep_durations) {
+      for (FunctionSummary& f : w.functions) f.durations = QuantileSketch();
+    }
+  }
   for (const SkippedInput& s : skipped_) localizer_.AddNote("skipped " + s.error);
   for (std::string& note : notes_) localizer_.AddNote(std::move(note));
   notes_.clear();

@@ -12,8 +12,9 @@
 //   AddSummary()     a summary made elsewhere (a synthetic worker, a collector's).
 // Diagnose() then runs the Localizer over the workers in the order they came, then the
 // notes. The summaries stay readable (and editable, e.g. to set hosts) until then and after,
-// for the reports; with keep_summaries off, AddSummary() feeds the localizer at once and
-// keeps nothing (a benchmark of 100,000 workers).
+// for the reports (with keep_durations off, without their duration sketches after it); with
+// keep_summaries off, AddSummary() feeds the localizer at once and keeps nothing (a benchmark
+// of 100,000 workers).
 #pragma once
 
 #include <cstddef>
@@ -45,6 +46,14 @@ struct PipelineOptions {
   // Off: AddSummary() localizes each summary as it comes and keeps none (workers() stays
   // empty); the other sources need it on.
   bool keep_summaries = true;
+  // Off: Diagnose() empties each kept summary's per-call duration sketches
+  // (FunctionSummary::durations) as soon as the localizer has added it, so that they are gone
+  // before the localizer sums its tables and runs its rules (where a trace file with Python
+  // stacks peaks: one sketch per call path, a heap block of 64+ bytes for each path called
+  // more than once). For callers whose reports read no sketch (`perftracker diagnose`: the
+  // text, JSON and HTML reports read each path's key, kind, calls and times); the HTTP API's
+  // function table does (p50 / p99), so the default keeps them.
+  bool keep_durations = true;
   // Called after each trace file is summarized (from the importing threads, one at a time).
   std::function<void(size_t done, size_t total)> progress;
 };

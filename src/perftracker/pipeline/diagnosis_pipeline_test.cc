@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 
+#include "perftracker/report/report.h"
 #include "perftracker/sources/sim/scenario.h"
 
 namespace perftracker {
@@ -164,6 +165,43 @@ TEST(DiagnosisPipeline, WithoutKeptSummariesEachIsLocalizedAsItComes) {
   ASSERT_EQ(a.findings.size(), b.findings.size());
   for (size_t i = 0; i < a.findings.size(); ++i)
     EXPECT_EQ(a.findings[i].title, b.findings[i].title);
+}
+
+// `perftracker diagnose` drops the duration sketches once the localizer has read them (its
+// memory peak on traces with Python stacks): the diagnosis and all three reports must be
+// the ones made with the sketches kept.
+TEST(DiagnosisPipeline, WithoutKeptDurationsTheReportsAreTheSame) {
+  PipelineOptions kept_options;
+  DiagnosisPipeline kept(kept_options);
+  PipelineOptions dropped_options;
+  dropped_options.keep_durations = false;
+  DiagnosisPipeline dropped(dropped_options);
+  kept.AddTraceFiles(StragglerFiles());
+  dropped.AddTraceFiles(StragglerFiles());
+  const Diagnosis a = kept.Diagnose();
+  const Diagnosis b = dropped.Diagnose();
+
+  size_t sketches_kept = 0, sketches_left = 0;
+  for (const WorkerSummary& w : kept.workers()) {
+    for (const FunctionSummary& f : w.functions) sketches_kept += f.durations.count() > 0;
+  }
+  for (const WorkerSummary& w : dropped.workers()) {
+    for (const FunctionSummary& f : w.functions) sketches_left += f.durations.count() > 0;
+  }
+  EXPECT_GT(sketches_kept, 0u);
+  EXPECT_EQ(sketches_left, 0u);
+
+  ASSERT_FALSE(b.findings.empty());
+  EXPECT_EQ(b.findings[0].workers, std::vector<int32_t>{2});
+  ReportInput with;
+  with.diagnosis = &a;
+  with.workers = &kept.workers();
+  ReportInput without;
+  without.diagnosis = &b;
+  without.workers = &dropped.workers();
+  EXPECT_EQ(RenderJson(with), RenderJson(without));
+  EXPECT_EQ(RenderText(with), RenderText(without));
+  EXPECT_EQ(RenderHtml(with), RenderHtml(without));
 }
 
 }  // namespace
