@@ -145,9 +145,10 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& worke
     }
     // Time lost in communication (or between traced calls): the threads that run the
     // collectives may be the starved ones while the training thread, blocked in backward
-    // waiting for them, is not (real-cpu-contention-r3: gloo's workers 1.8-2.6x their peers'
-    // wait per turn, the training thread 1.19x). Their turns are many (~150 a second), so the
-    // count guard of the judgment alone costs nothing and keeps a short window's noise out.
+    // waiting for them, is not (real-cpu-contention-r3: gloo's busiest thread 1.8-2.6x its
+    // peers' wait per turn, the training thread 1.19x). Their turns are many (gloo's socket
+    // loop and workers: 80-250 a second), so the count guard of the judgment alone costs
+    // nothing and keeps a short window's noise out.
     if (wf.code != fc::kStragglerComm && wf.code != fc::kStragglerUntraced) continue;
     const Crowding comm =
         CrowdingOf(workers, group, wf.named.worker, ContentionThreads::kCommunication, values);
