@@ -464,15 +464,15 @@ def _protobuf_fields(data):
 
 def summary_process_groups(blob):
     """A stored WorkerSummary's process groups that its collectives ran in
-    (perftracker.proto: process_groups = 20 {name 1, sint32 ranks 2, size 3}), as
-    [(name, ranks, size)], and how many collective_group_calls (21) it has."""
+    (perftracker.proto: process_groups = 20 {name 1, sint32 ranks 2, size 3, backend 4}), as
+    [(name, ranks, size, backend)], and how many collective_group_calls (21) it has."""
     groups, calls = [], 0
     for number, _, value in _protobuf_fields(bytes(blob)):
         if number == 21:
             calls += 1
         if number != 20:
             continue
-        name, zigzag, size = "", [], 0
+        name, zigzag, size, backend = "", [], 0, ""
         for n, wire, v in _protobuf_fields(value):
             if n == 1:
                 name = v.decode()
@@ -485,8 +485,19 @@ def summary_process_groups(blob):
                 zigzag.append(v)
             elif n == 3:
                 size = v
-        groups.append((name, [(x >> 1) ^ -(x & 1) for x in zigzag], size))
+            elif n == 4:
+                backend = v.decode()
+        groups.append((name, [(x >> 1) ^ -(x & 1) for x in zigzag], size, backend))
     return groups, calls
+
+
+def stored_process_groups(run):
+    """rank -> (its window summary's process groups, collective_group_calls), from the
+    embedded store of a run of one window."""
+    import sqlite3
+    with sqlite3.connect(os.path.join(run.report_dir, "perftracker.db")) as c:
+        return {rank: summary_process_groups(blob)
+                for rank, blob in c.execute("select rank, summary from summaries")}
 
 
 def median_interval(steps):
@@ -632,13 +643,13 @@ class HealthyJobTest(LiveChecks):
             self.assertEqual(counts, {"jobs": 1, "workers": 4, "windows": 1, "summaries": 4,
                                       "diagnoses": 1}, counts)
             self.assertGreater(c.execute("select count(*) from iterations").fetchone()[0], 100)
-            # Each rank's window summary names the process group its collectives (DDP's
-            # gradient all-reduces) ran in, as the agent declared it: the default group of all
-            # four ranks (issue 11: the localizer counts only groups across hosts on the NIC).
-            for rank, blob in c.execute("select rank, summary from summaries"):
-                groups, calls = summary_process_groups(blob)
-                self.assertIn(("0 (gloo)", [0, 1, 2, 3], 4), groups, (rank, groups))
-                self.assertGreater(calls, 0, rank)
+        # Each rank's window summary names the process group its collectives (DDP's gradient
+        # all-reduces) ran in, as the agent declared it: the default group of all four ranks
+        # (issue 11: the localizer counts only groups across hosts on the NIC), its backend a
+        # field of its own (and in the name, for servers older than it).
+        for rank, (groups, calls) in stored_process_groups(run).items():
+            self.assertIn(("0 (gloo)", [0, 1, 2, 3], 4, "gloo"), groups, (rank, groups))
+            self.assertGreater(calls, 0, rank)
 
     def test_window_timeline_opens_and_reimports_with_the_windows_event_counts(self):
         # The window's timeline (window-<id>.perfetto.json, docs/perfetto-export.md): every
@@ -698,6 +709,37 @@ class HealthyJobTest(LiveChecks):
             self.skipTest("no fake libcupti (built only with the CUDA toolkit's CUPTI headers)")
         self.assertEqual(len(self.job.report_paths()), 1, self.job.describe())
         self.assertFalse(os.path.exists(os.path.join(self.cupti_dir, "cupti-calls.txt")))
+
+
+class ProcessGroupsTest(LiveChecks):
+    """Process groups made with new_group reach the stored window summaries (issue 11)."""
+
+    def test_new_groups_reach_the_window_summaries_with_ranks_and_backend(self):
+        # --roles two_models: new_group([0, 1]) and new_group([2, 3]), each half's DDP
+        # all-reducing its gradients in its own group, and the loss all-reduced over the
+        # default group every step. One window, forced 3 s after the first hello: 3 s long,
+        # and on until every rank has made 5 iterations in it (a busy machine stretches steps
+        # to ~1 s); the job's 200 steps outlast it.
+        run = self.new_run("groups", ["--trigger-at-seconds", "3", "--window-seconds", "3",
+                                      "--window-min-iterations", "5", "--max-windows", "1",
+                                      "--material-share", "0.10"],
+                           ["--roles", "two_models"], steps=200)
+        run.start()
+        self.assertEqual(run.wait(900, stall=STALL_SECONDS), 0, run.describe())
+        stored = stored_process_groups(run)
+        self.assertEqual(sorted(stored), [0, 1, 2, 3], run.describe())
+        for rank, (groups, calls) in stored.items():
+            half = [0, 1] if rank < 2 else [2, 3]
+            # Each rank's summary holds the groups its collectives ran in: its half's (DDP)
+            # and the default one (the loss), each with its members and gloo as its backend.
+            self.assertEqual(sorted((ranks, size, backend) for _, ranks, size, backend in groups),
+                             sorted([([0, 1, 2, 3], 4, "gloo"), (half, 2, "gloo")]),
+                             (rank, groups))
+            self.assertGreaterEqual(calls, 2, (rank, groups))
+        # Both new groups, as ranks 0 and 2 see them: two groups, not one of two names.
+        names = {rank: {name for name, ranks, _, _ in stored[rank][0] if len(ranks) == 2}
+                 for rank in (0, 2)}
+        self.assertNotEqual(names[0], names[2], names)
 
 
 class LiveFaultTest(LiveChecks):

@@ -128,7 +128,7 @@ ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message, std
     }
     m.group.id = static_cast<uint16_t>(id);
     GetString(j, "name", &m.group.name, 256);
-    GetString(j, "backend", &m.backend, 64);
+    GetString(j, "backend", &m.group.backend, 64);
     const auto ranks = j.find("ranks");
     if (ranks == j.end() || !ranks->is_array() || ranks->empty() ||
         ranks->size() > kMaxProcessGroupRanks) {

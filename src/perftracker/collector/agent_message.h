@@ -54,7 +54,6 @@ struct AgentMessage {
   // process_group: `group` (1..65535, the Event::group of its collectives), torch's `name`,
   // the members' global `ranks` (distinct, maybe only the first `size`), and its backend.
   ProcessGroupInfo group;
-  std::string backend;
   // comm_thread: its OS thread id (> 0)
   int32_t tid = 0;
 };

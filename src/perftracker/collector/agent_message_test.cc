@@ -121,7 +121,7 @@ TEST(AgentMessageTest, ParsesAProcessGroup) {
   EXPECT_EQ(m.rank, 3);
   EXPECT_EQ(m.group.id, 2);
   EXPECT_EQ(m.group.name, "1");
-  EXPECT_EQ(m.backend, "nccl");
+  EXPECT_EQ(m.group.backend, "nccl");
   EXPECT_EQ(m.group.ranks, (std::vector<int32_t>{2, 3}));
   EXPECT_EQ(m.group.size, 2u);
   // A big group's first ranks, with its size; no size: the ranks listed are all of it.

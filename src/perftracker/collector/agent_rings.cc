@@ -217,7 +217,7 @@ void AgentRings::AddIteration(int64_t end_ns, int64_t duration_ns) {
   if (iterations_.size() < 100000) iterations_.emplace_back(start_ns, end_ns);
 }
 
-void AgentRings::DeclareProcessGroup(const ProcessGroupInfo& group, std::string_view backend) {
+void AgentRings::DeclareProcessGroup(const ProcessGroupInfo& group) {
   if (group.id == 0) return;
   if (groups_.size() >= kMaxAgentProcessGroups && groups_.count(group.id) == 0) {
     ++stats_.process_groups_dropped;
@@ -225,7 +225,7 @@ void AgentRings::DeclareProcessGroup(const ProcessGroupInfo& group, std::string_
   }
   ProcessGroupInfo& g = groups_[group.id];
   g = group;
-  if (!backend.empty()) g.name = fmt::format("{} ({})", group.name, backend);
+  if (!group.backend.empty()) g.name = fmt::format("{} ({})", group.name, group.backend);
   ++stats_.process_groups;
   if (summarizer_) summarizer_->OnProcessGroup(g);
 }

@@ -25,10 +25,10 @@
 // `process_group` message (DeclareProcessGroup) and its collectives carry the group's id in
 // Event::group; every window's summarizer hears the declared groups, so the summary's
 // collective_groups (summary/collective_groups.h) hold what the Kineto importer gives offline:
-// each group's global ranks, and per (function, group) calls, time and bytes. A collective
-// naming a group the agent never declared (an agent bug, a lost message) is summarized without
-// a group and counted (collectives_of_unknown_groups); ids of the other sources' files are
-// not the agent's and are dropped.
+// each group's global ranks and backend, and per (function, group) calls, time and bytes. A
+// collective naming a group the agent never declared (an agent bug, a lost message) is
+// summarized without a group and counted (collectives_of_unknown_groups); ids of the other
+// sources' files are not the agent's and are dropped.
 //
 // Recording (for the live Perfetto export, docs/perfetto-export.md): with a cap set
 // (set_record_cap), a window's events are also kept as they were routed, at most `cap`
@@ -102,9 +102,10 @@ class AgentRings {
   void AddIteration(int64_t end_ns, int64_t duration_ns);
   // The agent's `window_done` counts.
   void SetAgentCounts(uint64_t events, uint64_t dropped);
-  // A process group the agent declared (`process_group`; `backend` is added to its name for
-  // reading): kept for the agent's life, the same id again replaces it.
-  void DeclareProcessGroup(const ProcessGroupInfo& group, std::string_view backend = {});
+  // A process group the agent declared (`process_group`): kept for the agent's life, the same
+  // id again replaces it. Its backend is the summary's field (CollectiveGroup::backend) and is
+  // also added to its name, "0 (gloo)": servers older than the field read it there.
+  void DeclareProcessGroup(const ProcessGroupInfo& group);
   size_t process_group_count() const { return groups_.size(); }
   // Drains what is left, closes the window and returns its summary (rank, host and source
   // "pid N" filled in). Requires in_window().

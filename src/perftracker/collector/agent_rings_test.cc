@@ -232,8 +232,8 @@ TEST_F(AgentRingsTest, AnEmptyWindowStillSpansTheWindow) {
 }
 
 // The agent's process groups reach the window's summary as the Kineto importer's do offline
-// (issue 11): each group once with its ranks, the calls per (function, group). A collective of
-// a group the agent never declared is summarized without one and counted.
+// (issue 11): each group once with its ranks and backend, the calls per (function, group). A
+// collective of a group the agent never declared is summarized without one and counted.
 TEST_F(AgentRingsTest, DeclaredProcessGroupsReachTheWindowSummary) {
   ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kCollective,
                                       "torch.distributed.all_reduce (group of 2)", UINT32_MAX));
@@ -243,14 +243,14 @@ TEST_F(AgentRingsTest, DeclaredProcessGroupsReachTheWindowSummary) {
                               &tp),
             ParseOutcome::kOk);
   ASSERT_EQ(ParseAgentMessage(R"({"type":"process_group","rank":1,"group":2,"name":"2",)"
-                              R"("backend":"gloo","ranks":[1,3],"size":2})",
+                              R"("backend":"nccl","ranks":[1,3],"size":2})",
                               &dp),
             ParseOutcome::kOk);
-  rings_->DeclareProcessGroup(tp.group, tp.backend);  // before the window
+  rings_->DeclareProcessGroup(tp.group);  // before the window
   WindowSpec w{
       .id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
   rings_->BeginWindow(w);
-  rings_->DeclareProcessGroup(dp.group, dp.backend);  // during it
+  rings_->DeclareProcessGroup(dp.group);  // during it
   auto push = [&](int64_t start_ms, int64_t end_ms, uint16_t group, uint64_t bytes) {
     Event e;
     e.start_ns = kT0 + start_ms * kMs;
@@ -280,14 +280,17 @@ TEST_F(AgentRingsTest, DeclaredProcessGroupsReachTheWindowSummary) {
     EXPECT_EQ(&s.functions[c.function], f);
     calls[g.groups[c.group].name] = c;
   }
+  // The backend is the group's field, and in its name for servers older than the field.
   ASSERT_EQ(calls.count("1 (gloo)"), 1u);
-  ASSERT_EQ(calls.count("2 (gloo)"), 1u);
+  ASSERT_EQ(calls.count("2 (nccl)"), 1u);
+  EXPECT_EQ(g.groups[calls["1 (gloo)"].group].backend, "gloo");
+  EXPECT_EQ(g.groups[calls["2 (nccl)"].group].backend, "nccl");
   EXPECT_EQ(calls["1 (gloo)"].count, 3u);
   EXPECT_EQ(calls["1 (gloo)"].total_ns, 30 * kMs);
   EXPECT_EQ(calls["1 (gloo)"].bytes, 3000u);
-  EXPECT_EQ(calls["2 (gloo)"].total_ns, 60 * kMs);
-  EXPECT_EQ(g.groups[calls["2 (gloo)"].group].ranks, (std::vector<int32_t>{1, 3}));
-  EXPECT_TRUE(g.groups[calls["2 (gloo)"].group].complete());
+  EXPECT_EQ(calls["2 (nccl)"].total_ns, 60 * kMs);
+  EXPECT_EQ(g.groups[calls["2 (nccl)"].group].ranks, (std::vector<int32_t>{1, 3}));
+  EXPECT_TRUE(g.groups[calls["2 (nccl)"].group].complete());
   EXPECT_EQ(rings_->stats().collectives_of_unknown_groups, 1u);
   EXPECT_EQ(rings_->process_group_count(), 2u);
 
@@ -300,7 +303,8 @@ TEST_F(AgentRingsTest, DeclaredProcessGroupsReachTheWindowSummary) {
   rings_->Drain(1000);
   const WorkerSummary next = rings_->FinishWindow();
   ASSERT_EQ(next.collective_groups.groups.size(), 1u);
-  EXPECT_EQ(next.collective_groups.groups[0].name, "2 (gloo)");
+  EXPECT_EQ(next.collective_groups.groups[0].name, "2 (nccl)");
+  EXPECT_EQ(next.collective_groups.groups[0].backend, "nccl");
 }
 
 }  // namespace

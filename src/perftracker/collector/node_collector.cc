@@ -447,7 +447,7 @@ void NodeCollector::HandleLine(const std::shared_ptr<Session>& s, const std::str
     if (active && s->rings) {
       if (m.type == AgentMessageType::kIteration) s->rings->AddIteration(m.end_ns, m.duration_ns);
       if (m.type == AgentMessageType::kProcessGroup) {
-        s->rings->DeclareProcessGroup(m.group, m.backend);
+        s->rings->DeclareProcessGroup(m.group);
       }
       if (m.type == AgentMessageType::kCommThread && s->comm_tids.size() < kMaxCommThreads &&
           std::find(s->comm_tids.begin(), s->comm_tids.end(), m.tid) == s->comm_tids.end()) {

@@ -27,6 +27,10 @@ struct ProcessGroupInfo {
   std::string name;  // "0", "tp", a communicator hash: for reading, never compared across workers
   std::vector<int32_t> ranks;
   uint32_t size = 0;
+  // torch's backend of it, as torch names it: "gloo", "nccl", or per device
+  // "cpu:gloo,cuda:nccl" (a Kineto trace's pg_config, a 2.x group made for several devices);
+  // "" = not known.
+  std::string backend;
 };
 
 class EventSink {
@@ -38,7 +42,9 @@ class EventSink {
   virtual void OnEvent(const Event& event) = 0;
   virtual void OnMetric(const MetricSample& sample) = 0;
   // Called once per process group before the first event that names it (Event::group).
-  // Sources that know no groups never call it.
+  // Sources that know no groups never call it. Called again for the same id when the source
+  // learns more of it later (a Kineto trace's backends, when distributedInfo follows the
+  // events): the later call replaces the group.
   virtual void OnProcessGroup(const ProcessGroupInfo& /*group*/) {}
 };
 

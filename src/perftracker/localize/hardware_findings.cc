@@ -81,6 +81,14 @@ std::string ThrottleReasons(double mask) {
 
 }  // namespace
 
+// A gloo group's bytes go through TCP sockets on every device: its backend field says so, or,
+// in a summary older than the field, the name its live collector gave it ("0 (gloo)").
+bool HardwareFindings::SocketsOnly(const CollectiveGroup& group) {
+  if (!group.backend.empty()) return group.gloo_only();
+  constexpr std::string_view kGloo = " (gloo)";
+  return group.name.ends_with(kGloo);
+}
+
 void HardwareFindings::Add(const WorkerSummary& worker) {
   Record r;
   r.rank = worker.rank;
@@ -157,12 +165,7 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
       auto [it, inserted] = group_index_.try_emplace(std::make_pair(wg.ranks, wg.size),
                                                      static_cast<uint32_t>(groups_.size()));
       if (inserted) groups_.push_back({wg.ranks, wg.size, false});
-      // The live collector names a group "<torch's name> (<backend>)" (agent_rings.h).
-      constexpr std::string_view kGloo = " (gloo)";
-      if (wg.name.size() >= kGloo.size() &&
-          wg.name.compare(wg.name.size() - kGloo.size(), kGloo.size(), kGloo) == 0) {
-        groups_[it->second].sockets = true;
-      }
+      if (SocketsOnly(wg)) groups_[it->second].sockets = true;
       slot_of[g] = static_cast<int32_t>(grouped.groups.size());
       grouped.groups.push_back({it->second, {}, {}, 0});
     }

@@ -138,6 +138,7 @@ class HardwareFindings {
     bool sockets = false;
   };
   static Pool ToPool(const Acc& a, double iters);
+  static bool SocketsOnly(const CollectiveGroup& group);
   struct Record {
     int32_t rank = -1;
     uint32_t host = 0;

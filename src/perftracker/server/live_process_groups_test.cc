@@ -132,7 +132,7 @@ WorkerSummary Live(int rank, const RankRun& run, bool agent_reports_groups) {
       AgentMessage m;
       std::string error;
       EXPECT_EQ(ParseAgentMessage(line, &m, &error), ParseOutcome::kOk) << error;
-      rings.DeclareProcessGroup(m.group, m.backend);
+      rings.DeclareProcessGroup(m.group);
     }
   }
   rings.BeginWindow({.id = 1,

@@ -1,6 +1,22 @@
 #include "perftracker/summary/collective_groups.h"
 
+#include <string_view>
+
 namespace perftracker {
+
+bool CollectiveGroup::gloo_only() const {
+  if (backend.empty()) return false;
+  std::string_view rest = backend;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t colon = item.find(':');  // "cpu:gloo": a device's backend
+    if (colon != std::string_view::npos) item.remove_prefix(colon + 1);
+    if (item != "gloo") return false;
+  }
+  return true;
+}
 
 void CollectiveGroupRecorder::Declare(const ProcessGroupInfo& group) {
   if (group.id == 0) return;
@@ -8,6 +24,7 @@ void CollectiveGroupRecorder::Declare(const ProcessGroupInfo& group) {
   g.name = group.name;
   g.ranks = group.ranks;
   g.size = group.size;
+  g.backend = group.backend;
 }
 
 void CollectiveGroupRecorder::Add(uint32_t function, uint16_t group, int64_t inside_ns,

@@ -21,8 +21,14 @@ struct CollectiveGroup {
   std::string name;            // the source's name for it ("0", "tp"): for reading only
   std::vector<int32_t> ranks;  // global ranks of its members, maybe only the first ones
   uint32_t size = 0;           // how many members it has; 0 = not known
+  // torch's backend ("gloo", "nccl", "cpu:gloo,cuda:nccl": ProcessGroupInfo::backend);
+  // "" = not known (a trace without pg_config, a summary older than the field).
+  std::string backend;
   // Every member is listed.
   bool complete() const { return size > 0 && ranks.size() == size; }
+  // Every backend it names is gloo ("gloo", "cpu:gloo,cuda:gloo"): its bytes go through TCP
+  // sockets on every device, never over NVLink. False when the backend is not known.
+  bool gloo_only() const;
 };
 
 struct CollectiveGroupCalls {

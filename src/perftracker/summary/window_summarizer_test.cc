@@ -1040,9 +1040,9 @@ TEST(WindowSummarizerTest, CollectivesKeepTheirProcessGroupPerFunction) {
     options.offline = offline;
     StreamBuilder b(options);
     b.DeviceTrack(kStream);
-    b.summarizer().OnProcessGroup({1, "tp", {0, 1}, 2});
-    b.summarizer().OnProcessGroup({2, "dp", {0, 8}, 2});
-    b.summarizer().OnProcessGroup({3, "unused", {0, 1, 2}, 3});
+    b.summarizer().OnProcessGroup({1, "tp", {0, 1}, 2, "nccl"});
+    b.summarizer().OnProcessGroup({2, "dp", {0, 8}, 2, "cpu:gloo,cuda:gloo"});
+    b.summarizer().OnProcessGroup({3, "unused", {0, 1, 2}, 3, ""});
     const std::string_view ar = "ncclDevKernel_AllReduce";
     for (int i = 0; i < 4; ++i) {
       Event e = b.Make(kStream, EventKind::kCollective, ar, i * 1000, i * 1000 + 100, 0, 1000);
@@ -1067,7 +1067,9 @@ TEST(WindowSummarizerTest, CollectivesKeepTheirProcessGroupPerFunction) {
       EXPECT_EQ(c.bytes, 2000u);
     }
     EXPECT_EQ(g.groups[g.calls[0].group].name, "tp");
+    EXPECT_EQ(g.groups[g.calls[0].group].backend, "nccl");
     EXPECT_EQ(g.groups[g.calls[1].group].ranks, (std::vector<int32_t>{0, 8}));
+    EXPECT_EQ(g.groups[g.calls[1].group].backend, "cpu:gloo,cuda:gloo");
     EXPECT_TRUE(g.groups[0].complete());
   }
 }

@@ -257,6 +257,7 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
     o->set_name(g.name);
     for (int32_t r : g.ranks) o->add_ranks(r);
     o->set_size(g.size);
+    o->set_backend(g.backend);
   }
   for (const CollectiveGroupCalls& c : s.collective_groups.calls) {
     v1::CollectiveGroupCalls* o = m.add_collective_group_calls();
@@ -468,6 +469,7 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes, UnknownValue
     o.name = g.name();
     o.ranks.assign(g.ranks().begin(), g.ranks().end());
     o.size = g.size();
+    o.backend = g.backend();
   }
   for (const v1::CollectiveGroupCalls& c : m.collective_group_calls()) {
     if (c.function() >= num_functions || c.group() >= s.collective_groups.groups.size()) {

@@ -101,8 +101,8 @@ WorkerSummary SampleSummary() {
   s.worker_metrics.push_back({Metric::kRunQueueDelayFraction, 0.375, 0.125});
   s.worker_metrics.push_back({Metric::kInvoluntaryCtxSwitchesPerSec, 1536.0, 12.5});
   // nccl:all_reduce (function 2) ran in a group inside a host and in one across hosts.
-  s.collective_groups.groups.push_back({"1", {16, 17}, 2});
-  s.collective_groups.groups.push_back({"dp", {1, 17, 33}, 64});  // the list was cut
+  s.collective_groups.groups.push_back({"1", {16, 17}, 2, "nccl"});
+  s.collective_groups.groups.push_back({"dp", {1, 17, 33}, 64, "cpu:gloo,cuda:nccl"});  // cut
   s.collective_groups.calls.push_back({2, 0, 3, 12'000'000, 3u << 20});
   s.collective_groups.calls.push_back({2, 1, 1, 9'000'000, 5u << 20});
   return s;
@@ -187,6 +187,7 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
     EXPECT_EQ(ga.groups[i].name, gb.groups[i].name);
     EXPECT_EQ(ga.groups[i].ranks, gb.groups[i].ranks);
     EXPECT_EQ(ga.groups[i].size, gb.groups[i].size);
+    EXPECT_EQ(ga.groups[i].backend, gb.groups[i].backend);
   }
   ASSERT_EQ(ga.calls.size(), gb.calls.size());
   for (size_t i = 0; i < ga.calls.size(); ++i) {
@@ -238,6 +239,25 @@ TEST(SummaryCodecTest, ASummaryWithoutProcessGroupsDecodesWithNone) {
   ASSERT_TRUE(decoded.ok()) << decoded.status().message();
   EXPECT_TRUE(decoded->collective_groups.empty());
   EXPECT_TRUE(decoded->collective_groups.groups.empty());
+}
+
+// A process group's backend is a field of its own (ProcessGroup.backend); a summary older
+// than the field (its live collector named the group "0 (gloo)") decodes with the backend not
+// known and the name as it was, which the localizer still reads (hardware_findings.cc).
+TEST(SummaryCodecTest, AProcessGroupsBackendTravelsAsAFieldOfItsOwn) {
+  WorkerSummary s = SampleSummary();
+  auto decoded = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  ASSERT_EQ(decoded->collective_groups.groups.size(), 2u);
+  EXPECT_EQ(decoded->collective_groups.groups[0].backend, "nccl");
+  EXPECT_EQ(decoded->collective_groups.groups[1].backend, "cpu:gloo,cuda:nccl");
+
+  s.collective_groups.groups[0].name = "0 (gloo)";  // what an older collector sent
+  s.collective_groups.groups[0].backend.clear();
+  decoded = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_EQ(decoded->collective_groups.groups[0].name, "0 (gloo)");
+  EXPECT_EQ(decoded->collective_groups.groups[0].backend, "");
 }
 
 TEST(SummaryCodecTest, ImplicitKeysTravelAsParentAndLeafAndStayImplicit) {

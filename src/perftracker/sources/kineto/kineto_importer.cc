@@ -14,7 +14,9 @@
 //      is resumable at every byte, so chunks may split keys, strings or numbers anywhere.
 //      It captures only distributedInfo (its depth-1 members; nested pg_config lists are
 //      replaced by a placeholder while streaming, so a 10k-rank job costs nothing) and
-//      displayTimeUnit.
+//      displayTimeUnit. Of pg_config it keeps each entry's pg_name and backend_config (the
+//      entry's scalars, read one entry at a time, its ranks list skipped): the process
+//      groups' backends.
 //   2. Inside the events array, each event object is parsed in place by KinetoEventParser
 //      (the hot path: a hand-written field scanner, one pass, no allocation; it decodes only
 //      ph, cat, name, pid, tid, ts, dur and args.{device, stream, correlation, bytes,
@@ -44,7 +46,9 @@
 //                                           (payload = "In msg nelems" × sizeof(dtype); the
 //                                           process group from "Process Group Ranks" etc.,
 //                                           kineto_process_group.h: Event::group, declared
-//                                           once per file through EventSink::OnProcessGroup)
+//                                           once per file through EventSink::OnProcessGroup,
+//                                           with its backend from distributedInfo.pg_config;
+//                                           again with it when distributedInfo follows)
 //   gpu_memcpy                              kMemcpy on device, payload = args.bytes,
 //                                           kEventFlagPageable when the name says Pageable,
 //                                           kEventFlagDeviceToDevice for DtoD / PtoP copies
@@ -99,6 +103,10 @@ namespace {
 
 constexpr size_t kMaxKeyBytes = 64;
 constexpr size_t kMaxCaptureBytes = 64 * 1024;
+// A pg_config entry without its ranks is ~100 bytes; a longer one is not read (its group's
+// backend stays unknown).
+constexpr size_t kMaxPgEntryBytes = 4096;
+constexpr size_t kMaxBackendBytes = 64;
 constexpr size_t kMaxOpenSlicesPerTrack = 1024;
 // Times beyond kEventTimeLimitNs (core/event_time.h) are bad data: the event is counted as
 // malformed and never reaches the sink, so no consumer computes with them.
@@ -348,6 +356,10 @@ class KinetoImporter::Impl {
   // A collective's process group: its Event::group, declared to the sink on first sight.
   uint16_t GroupOf(const KinetoRawEvent& ev, const KinetoEventClass& c);
   std::unordered_map<std::string, uint16_t> group_ids_;
+  // Until distributedInfo is read (it may follow the events): the groups declared so far,
+  // declared again with their backends once it is.
+  bool saw_distributed_info_ = false;
+  std::vector<ProcessGroupInfo> declared_before_info_;
   uint64_t PayloadOf(const KinetoRawEvent& ev, const KinetoEventClass& c) const;
   void Malformed(uint64_t offset, const std::string& what, std::string_view name = {});
 
@@ -375,6 +387,13 @@ class KinetoImporter::Impl {
   uint32_t skip_depth_ = 0;
   bool skip_in_string_ = false;
   bool skip_escape_ = false;
+  // distributedInfo.pg_config: each group's backend_config by its pg_name ("2" ->
+  // "cpu:gloo,cuda:gloo"). pg_entry_ is the entry being read (an object at depth 3 of the
+  // skipped value, its nested lists replaced by a 0), pg_entry_open_ while it is.
+  std::unordered_map<std::string, std::string> pg_backends_;
+  std::string pg_entry_;
+  bool pg_entry_open_ = false;
+  void ReadPgEntry();
 
   // Events.
   KinetoEventParser parser_;
@@ -503,7 +522,28 @@ Status KinetoImporter::Impl::TopValue(const char* p) {
   return Status::Ok();
 }
 
+void KinetoImporter::Impl::ReadPgEntry() {
+  std::string_view name, backend;
+  ForEachFlatMember(pg_entry_, [&](std::string_view key, std::string_view value) {
+    if (key == "pg_name") name = value;
+    if (key == "backend_config") backend = value;
+  });
+  if (name.empty() || backend.empty() || pg_backends_.size() >= UINT16_MAX) return;
+  pg_backends_[std::string(name.substr(0, kMaxKeyBytes))] =
+      std::string(backend.substr(0, kMaxBackendBytes));
+}
+
 Status KinetoImporter::Impl::FinishCapture() {
+  if (capture_ == Capture::kDistributedInfo && !saw_distributed_info_) {
+    saw_distributed_info_ = true;
+    for (ProcessGroupInfo& g : declared_before_info_) {
+      const auto it = pg_backends_.find(g.name);
+      if (it == pg_backends_.end()) continue;
+      g.backend = it->second;
+      sink_->OnProcessGroup(g);  // replaces the one declared without a backend
+    }
+    declared_before_info_ = {};
+  }
   if (capture_overflow_) return Status::Ok();
   if (capture_ == Capture::kDisplayTimeUnit) {
     if (capture_buf_ == "ns") {
@@ -667,6 +707,10 @@ uint16_t KinetoImporter::Impl::GroupOf(const KinetoRawEvent& ev, const KinetoEve
   if (group_ids_.size() >= UINT16_MAX) return 0;  // ids run out: the rest are not known
   group->id = static_cast<uint16_t>(group_ids_.size() + 1);
   group_ids_.emplace(std::move(key), group->id);
+  if (const auto b = pg_backends_.find(group->name); b != pg_backends_.end()) {
+    group->backend = b->second;
+  }
+  if (!saw_distributed_info_ && !bare_list_) declared_before_info_.push_back(*group);
   sink_->OnProcessGroup(*group);
   return group->id;
 }
@@ -954,11 +998,13 @@ Status KinetoImporter::Impl::Parse(const char* data, size_t size) {
       }
       case State::kTopSkipContainer: {
         // Captures (for distributedInfo) the bytes at depth <= 1, with nested containers
-        // replaced by a 0, so the capture stays small whatever pg_config holds.
+        // replaced by a 0, so the capture stays small whatever pg_config holds; and each
+        // object at depth 3 (a pg_config entry) the same way, one at a time (ReadPgEntry).
         const bool capture = capture_ == Capture::kDistributedInfo;
         while (p < end) {
           const char c = *p++;
           const bool keep = capture && !capture_overflow_;
+          const bool entry = capture && pg_entry_open_ && skip_depth_ == 3;
           if (skip_in_string_) {
             if (skip_escape_) {
               skip_escape_ = false;
@@ -968,25 +1014,39 @@ Status KinetoImporter::Impl::Parse(const char* data, size_t size) {
               skip_in_string_ = false;
             }
             if (keep && skip_depth_ <= 1) capture_buf_ += c;
+            if (entry) pg_entry_ += c;
           } else if (c == '"') {
             skip_in_string_ = true;
             if (keep && skip_depth_ <= 1) capture_buf_ += c;
+            if (entry) pg_entry_ += c;
           } else if (c == '{' || c == '[') {
             if (keep && skip_depth_ == 0) capture_buf_ += c;
             if (keep && skip_depth_ == 1) capture_buf_ += '0';
+            if (entry) pg_entry_ += '0';
+            if (capture && skip_depth_ == 2 && c == '{') {
+              pg_entry_open_ = true;
+              pg_entry_.assign(1, c);
+            }
             ++skip_depth_;
           } else if (c == '}' || c == ']') {
             --skip_depth_;
             if (keep && skip_depth_ == 0) capture_buf_ += c;
+            if (capture && pg_entry_open_ && skip_depth_ == 2) {
+              pg_entry_ += c;
+              ReadPgEntry();
+              pg_entry_open_ = false;
+            }
             if (skip_depth_ == 0) {
               state_ = State::kTopAfterValue;
               PERFTRACKER_RETURN_IF_ERROR(FinishCapture());
               break;
             }
-          } else if (keep && skip_depth_ <= 1) {
-            capture_buf_ += c;
+          } else {
+            if (keep && skip_depth_ <= 1) capture_buf_ += c;
+            if (entry) pg_entry_ += c;
           }
           if (keep && capture_buf_.size() > kMaxCaptureBytes) capture_overflow_ = true;
+          if (pg_entry_open_ && pg_entry_.size() > kMaxPgEntryBytes) pg_entry_open_ = false;
         }
         break;
       }

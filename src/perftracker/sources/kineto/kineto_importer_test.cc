@@ -465,6 +465,52 @@ TEST(KinetoImporterTest, ProcessGroupsComeFromTheCollectiveMetadata) {
   }
 }
 
+// A group's backend comes from distributedInfo.pg_config (its backend_config by pg_name),
+// whether distributedInfo comes before the events (declared with it) or after them (declared
+// again with it); a group pg_config does not list has none. Every chunk split gives the same.
+TEST(KinetoImporterTest, ProcessGroupsTakeTheirBackendFromPgConfig) {
+  constexpr std::string_view kInfo = R"JSON("distributedInfo": {"backend": "nccl", "rank": 0,
+   "world_size": 2, "pg_count": 2, "pg_config": [
+    {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 2,
+     "ranks": [0, 1]},
+    {"pg_name": "1", "pg_desc": "undefined", "backend_config": "cpu:gloo,cuda:gloo",
+     "pg_size": 2, "ranks": [0, 1], "nested": {"x": ["backend_config", "pg_name"]}}],
+   "nccl_version": "2.17.1"})JSON";
+  constexpr std::string_view kEvents = R"JSON("traceEvents": [
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", "pid": 0,
+   "tid": 7, "ts": 20, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 5,
+   "Process Group Name": "1", "Process Group Ranks": "[0, 1]", "Group size": 2}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", "pid": 0,
+   "tid": 7, "ts": 60, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 6,
+   "Process Group Name": "0", "Process Group Ranks": "[0, 1]", "Group size": 2}},
+  {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", "pid": 0,
+   "tid": 7, "ts": 100, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": 7,
+   "Process Group Name": "7", "Process Group Ranks": "[0, 1]", "Group size": 2}}])JSON";
+  const std::string before = "{" + std::string(kInfo) + ", " + std::string(kEvents) + "}";
+  const std::string after = "{" + std::string(kEvents) + ", " + std::string(kInfo) + "}";
+  for (const std::string* trace : {&before, &after}) {
+    for (size_t chunk : {trace->size(), size_t{1}, size_t{2}, size_t{7}, size_t{64}}) {
+      SCOPED_TRACE(std::string(trace == &before ? "before" : "after") + ", chunk " +
+                   std::to_string(chunk));
+      auto r = ImportText(*trace, chunk);
+      ASSERT_TRUE(r->status.ok()) << r->status.message();
+      EXPECT_EQ(r->info.backend, "nccl");
+      std::map<uint16_t, ProcessGroupInfo> last;  // a later declaration replaces an earlier
+      for (const ProcessGroupInfo& g : r->sink.groups) last[g.id] = g;
+      ASSERT_EQ(last.size(), 3u);
+      EXPECT_EQ(last[1].name, "1");
+      EXPECT_EQ(last[1].backend, "cpu:gloo,cuda:gloo");
+      EXPECT_EQ(last[2].name, "0");
+      EXPECT_EQ(last[2].backend, "cuda:nccl");
+      EXPECT_EQ(last[3].name, "7");
+      EXPECT_EQ(last[3].backend, "");
+      EXPECT_EQ(last[1].ranks, (std::vector<int32_t>{0, 1}));
+      // Declared before the events only once each.
+      EXPECT_EQ(r->sink.groups.size(), trace == &before ? 3u : 5u);
+    }
+  }
+}
+
 TEST(KinetoImporterTest, GzipAndConcatenatedMembers) {
   TempDir dir;
   const auto plain = ImportText(kMixedTrace, kMixedTrace.size(), "x.json");
@@ -957,20 +1003,22 @@ TEST(KinetoImporterTest, RealTracesMatchIndependentCounts) {
   }
 }
 
-// Public traces whose NCCL kernels name their process group (tracelens b200 and mi300: 8 ranks;
-// HTA's ns_resolution trace: "Process Group ID" and a 1-rank group): every group is read with
-// all its ranks.
+// Public traces whose NCCL kernels name their process group (tracelens b200 and mi300: 8 ranks):
+// every group is read with all its ranks, and its backend from the trace's pg_config.
 TEST(KinetoImporterTest, RealTracesNameTheirProcessGroups) {
   const std::string dir = SharedDataDir();
   struct Case {
     const char* file;
     size_t groups;
     std::vector<int32_t> ranks;  // of every group
+    const char* backend;         // of every group
   };
   const std::vector<int32_t> eight{0, 1, 2, 3, 4, 5, 6, 7};
   const Case cases[] = {
-      {"external/tracelens/tests/traces/b200/eager_trace.json.gz", 1, eight},
-      {"external/tracelens/tests/traces/mi300/resnet_act_checkpoint.json.gz", 1, eight},
+      {"external/tracelens/tests/traces/b200/eager_trace.json.gz", 1, eight, "cuda:nccl"},
+      {"external/tracelens/tests/traces/mi300/resnet_act_checkpoint.json.gz", 1, eight,
+       "cuda:nccl"},
+      {"nccl2_rank-0.json.gz", 1, {0, 1}, "cuda:nccl"},
   };
   size_t found = 0;
   for (const Case& c : cases) {
@@ -984,6 +1032,7 @@ TEST(KinetoImporterTest, RealTracesNameTheirProcessGroups) {
     for (const ProcessGroupInfo& g : r->sink.groups) {
       EXPECT_EQ(g.ranks, c.ranks);
       EXPECT_EQ(g.size, c.ranks.size());
+      EXPECT_EQ(g.backend, c.backend);
     }
     size_t grouped = 0;
     for (const Event& e : r->sink.events) grouped += e.group != 0;
