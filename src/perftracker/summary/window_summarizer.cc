@@ -173,10 +173,8 @@ constexpr uint32_t kCorrelationSlots = 1u << 20;
 // beyond it, and leaves from that far back get a root parent.
 constexpr size_t kMaxContextPoints = 1u << 18;
 constexpr uint32_t kNone = UINT32_MAX;
-// Event flags a function's summary keeps (FunctionSummary::event_flags); kEventFlagOnDevice
-// is also set for calls on a device track.
-constexpr uint8_t kSummaryFlags = kEventFlagPageable | kEventFlagDeviceToDevice |
-                                  kEventFlagOnDevice | kEventFlagSend | kEventFlagReceive;
+// Event flags a function's summary keeps: kSummaryEventFlags (worker_summary.h);
+// kEventFlagOnDevice is also set for calls on a device track.
 // A function reports a metric only when at least this many samples' worth of weight fell
 // inside its executions.
 constexpr double kMinMetricSampleWeight = 1.0;
@@ -453,7 +451,7 @@ struct FunctionAcc {
   int64_t first_duration = 0;
   uint32_t first_host_track = kNone;  // its track when it counts as host time, else kNone
   uint32_t detail = kNone;            // index of its FunctionDetail, kNone while count <= 1
-  uint8_t flags = 0;                  // the kinds of copy seen (kSummaryFlags)
+  uint8_t flags = 0;                  // the kinds of copy seen (kSummaryEventFlags)
   bool first_binned = false;          // the first call's time goes into the grid bins
 };
 
@@ -918,7 +916,7 @@ class WindowSummarizer::Impl {
               : static_cast<uint64_t>(static_cast<double>(ev.payload) *
                                       static_cast<double>(inside) / static_cast<double>(dur));
       acc.bytes += bytes;
-      acc.flags |= (ev.flags & kSummaryFlags) | (on_device ? kEventFlagOnDevice : 0);
+      acc.flags |= (ev.flags & kSummaryEventFlags) | (on_device ? kEventFlagOnDevice : 0);
       if (ev.kind == EventKind::kCollective && ev.group != 0) {
         groups_.Add(fn, ev.group, inside, bytes);
       }

@@ -9,12 +9,20 @@
 
 #include "perftracker/core/event.h"
 #include "perftracker/core/metric_sample.h"
+#include "perftracker/core/point_to_point.h"
 #include "perftracker/core/shared_string.h"
 #include "perftracker/summary/collective_groups.h"
 #include "perftracker/summary/compact_vector.h"
 #include "perftracker/summary/quantile_sketch.h"
 
 namespace perftracker {
+
+// The event flags a function's summary keeps (FunctionSummary::event_flags), and the only
+// ones a decoder reads: a bit outside them (a newer collector's flag) is left out and counted
+// (wire/unknown_values.h).
+inline constexpr uint8_t kSummaryEventFlags = kEventFlagPageable | kEventFlagDeviceToDevice |
+                                              kEventFlagOnDevice | kEventFlagSend |
+                                              kEventFlagReceive;
 
 // A hardware metric's level and fluctuation while one function ran.
 struct FunctionMetric {
@@ -38,9 +46,9 @@ struct FunctionSummary {
   SharedString key;
   SharedString name;  // the leaf name, for display
   EventKind kind = EventKind::kTorchOp;
-  // kEventFlagPageable / kEventFlagDeviceToDevice when any of its calls carried it;
-  // kEventFlagOnDevice when its calls ran on a device stream. (Next to `kind`: one summary
-  // per call path, padding counts.)
+  // kEventFlagPageable / kEventFlagDeviceToDevice / kEventFlagSend / kEventFlagReceive when
+  // any of its calls carried it; kEventFlagOnDevice when its calls ran on a device stream
+  // (kSummaryEventFlags). (Next to `kind`: one summary per call path, padding counts.)
   uint8_t event_flags = 0;
   uint32_t parent = kNoParent;  // index of the enclosing function in WorkerSummary::functions
 

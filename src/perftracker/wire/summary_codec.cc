@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -130,6 +131,13 @@ std::string NameInNote(std::string_view name) {
   size_t cut = kMaxBytes;
   while (cut > 0 && (static_cast<uint8_t>(name[cut]) & 0xc0) == 0x80) --cut;
   return std::string(name.substr(0, cut)) + "...";
+}
+
+// "0x48".
+std::string Hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%#x", v);
+  return buf;
 }
 
 // The functions a decoder leaves out: those of an event kind it does not know (a newer
@@ -390,7 +398,19 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes, UnknownValue
     o.self_ns = f.self_ns();
     o.critical_ns = f.critical_ns();
     o.idle_gap_before_ns = f.idle_gap_before_ns();
-    o.event_flags = static_cast<uint8_t>(f.event_flags());
+    // A newer collector's flag bits (or any bit above them) are left out and counted: the
+    // rules read these bits (on a device, pageable, point to point), and a bit of a meaning
+    // they do not know must not reach them as one they do.
+    o.event_flags = static_cast<uint8_t>(f.event_flags() & kSummaryEventFlags);
+    if ((f.event_flags() & ~uint32_t{kSummaryEventFlags}) != 0) {
+      ++skipped.event_flags;
+      if (skipped.first.empty()) {
+        skipped.first = "function " + std::to_string(i) + " (" + NameInNote(o.name) +
+                        "): event flags " +
+                        Hex(f.event_flags()) + " (bits " +
+                        Hex(f.event_flags() & ~uint32_t{kSummaryEventFlags}) + " not known)";
+      }
+    }
     o.bytes = f.bytes();
     o.onset_iteration = f.onset_iteration();
     o.onset_ns = f.onset_ns();

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "perftracker.pb.h"
 #include "perftracker/summary/data_quality_counters.h"
 #include "perftracker/wire/diagnosis_codec.h"
 
@@ -503,6 +504,36 @@ TEST(SummaryCodecTest, AMetricThisServerDoesNotKnowIsLeftOutAndCounted) {
   ASSERT_TRUE(DecodeWorkerSummary(EncodeWorkerSummary(known), &unknown).ok());
   EXPECT_EQ(unknown.total(), 0u);
   EXPECT_EQ(unknown.Describe(), "");
+}
+
+// Event flag bits this server does not know (a newer collector's flag, or any bit above the
+// byte a FunctionSummary keeps) are left out and counted; the function's known bits are kept.
+// Before, the value reached the localizer unmasked (the rules test single bits, and a bit of
+// a newer meaning would read as one of a later version of theirs) and bits above 8 were cut
+// without a word.
+TEST(SummaryCodecTest, EventFlagsThisServerDoesNotKnowAreLeftOutAndCounted) {
+  const WorkerSummary known = SampleSummary();
+  v1::WorkerSummary m;
+  ASSERT_TRUE(m.ParseFromString(EncodeWorkerSummary(known)));
+  ASSERT_EQ(m.functions(3).event_flags(), kEventFlagDeviceToDevice);  // mm2
+  m.mutable_functions(3)->set_event_flags(kEventFlagDeviceToDevice | 0x40 | 0x200);
+  m.mutable_functions(1)->set_event_flags(0x100);  // aten::mm, no known flag
+  UnknownValues unknown;
+  auto decoded = DecodeWorkerSummary(m.SerializeAsString(), &unknown);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  ExpectSummaryEq(known, *decoded);  // mm2's DtoD kept, nothing else set
+  EXPECT_EQ(unknown.event_flags, 2u);
+  EXPECT_EQ(unknown.total(), 2u);
+  EXPECT_EQ(unknown.first, "function 1 (aten::mm): event flags 0x100 (bits 0x100 not known)");
+  EXPECT_EQ(unknown.Describe(), "2 event flag values");
+
+  // Every bit a summary keeps is known: a summary with all of them counts nothing.
+  WorkerSummary all = known;
+  all.functions[3].event_flags = kSummaryEventFlags;
+  decoded = DecodeWorkerSummary(EncodeWorkerSummary(all), &unknown);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_EQ(decoded->functions[3].event_flags, kSummaryEventFlags);
+  EXPECT_EQ(unknown.total(), 0u);
 }
 
 // A function of an event kind this server does not know is left out with the functions

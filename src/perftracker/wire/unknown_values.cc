@@ -8,6 +8,7 @@ void UnknownValues::Merge(const UnknownValues& other) {
   metrics += other.metrics;
   functions += other.functions;
   findings += other.findings;
+  event_flags += other.event_flags;
   if (first.empty()) first = other.first;
 }
 
@@ -19,6 +20,7 @@ std::string UnknownValues::Describe() const {
   count(metrics, "metric value", "metric values");
   count(functions, "function", "functions");
   count(findings, "finding", "findings");
+  count(event_flags, "event flag value", "event flag values");
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) {
     if (i > 0) out += i + 1 == parts.size() ? " and " : ", ";
