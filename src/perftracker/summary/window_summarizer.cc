@@ -123,7 +123,8 @@
 // Memory: reorder buffers (tracks x 2 lanes x reorder_window x 48 bytes), the open-frame
 // stacks (nesting depth), the context timelines (at most kMaxContextPoints x 16 bytes per
 // host thread), the correlation array (8 MiB of zero pages, allocated on the first correlated
-// launch, a page resident once a slot on it is written), the grid (rows x kGridBins x 8 bytes, rows
+// launch, a page resident once a slot on it is written; offline, freed once every event is
+// processed), the grid (rows x kGridBins x 8 bytes, rows
 // allocated when first used, per-thread rows for at most kMaxHostTrackRows threads), per function
 // accumulators (80 bytes; a function counted more than once adds its sketch and at most 2 x
 // kGridBins sparse bins, see FunctionAcc), the call paths (CallPathTable, ~24 bytes each) and
@@ -136,6 +137,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
@@ -867,11 +869,16 @@ class WindowSummarizer::Impl {
 
   void RememberLaunch(uint32_t correlation, uint32_t parent) {
     if (!correlations_) {
-      // calloc: fresh zero pages, resident only once a slot on them is written (correlation
-      // ids are sequential: a trace touches one page per 512 launches).
-      correlations_.reset(
-          static_cast<CorrelationSlot*>(std::calloc(kCorrelationSlots, sizeof(CorrelationSlot))));
-      if (!correlations_) throw std::bad_alloc();
+      // An anonymous mapping of its own: fresh zero pages, resident only once a slot on them
+      // is written (correlation ids are sequential: a trace touches one page per 512
+      // launches). Not calloc: glibc serves 8 MiB as a mapping too, but freeing a malloc
+      // mapping raises its mmap threshold to that size, and Finish() frees this one before
+      // the summary is built (its array reserved whole, then in the brk heap among the pages
+      // the events freed, not a mapping of its own: timesformer +0.1-0.2 MiB).
+      void* p = ::mmap(nullptr, kCorrelationBytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      correlations_.reset(static_cast<CorrelationSlot*>(p));
     }
     correlations_[correlation % kCorrelationSlots] = {correlation, parent};
   }
@@ -1139,10 +1146,11 @@ class WindowSummarizer::Impl {
     uint32_t correlation;
     uint32_t parent;
   };
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
+  static constexpr size_t kCorrelationBytes = kCorrelationSlots * sizeof(CorrelationSlot);
+  struct Unmap {
+    void operator()(CorrelationSlot* p) const { ::munmap(p, kCorrelationBytes); }
   };
-  std::unique_ptr<CorrelationSlot[], Free> correlations_;
+  std::unique_ptr<CorrelationSlot[], Unmap> correlations_;
   std::unordered_map<uint32_t, size_t> tracks_;  // track id -> index
   std::vector<std::unique_ptr<TrackState>> track_list_;
   // Offline: payloads of 2^48 bytes or more, and those of collectives with a process group
@@ -1325,6 +1333,9 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
   finishing_ = true;
   if (options_.offline) {
     SummarizeInStartOrder();
+    // Every event is processed: no launch is looked up again. The correlation array's written
+    // pages (one per 512 launches) would otherwise stay resident while the summary is built.
+    correlations_.reset();
 #if defined(__GLIBC__)
     // Every event of the file was kept until now and is freed: its pages go back to the
     // system before the summary is built beside the accumulators, so that the two do not add
