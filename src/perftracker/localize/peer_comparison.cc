@@ -14,6 +14,18 @@ namespace {
 // sharpens the noise (it flagged time-slicing noise on healthy 4-rank jobs).
 constexpr size_t kSmallGroup = 3;
 
+// A frame the worker's iterations run inside: its call began before the first iteration (none
+// counted in them) and it spans nearly all of each (`<module>` of a script whose loop marks
+// its own steps; with live Python stacks `<module>` > ... > `run_rank`). Its excess is the
+// worker's whole iteration excess, work and untraced time together: the program, not a
+// function to name. The work in it is compared on its own, and time no traced function
+// explains is the untraced-straggler rule's. (A call that begins inside an iteration, however
+// long, counts there and stays comparable: a pause in save_checkpoint is a finding.)
+bool EnclosesIterations(const FunctionRecord& r, const WorkerRecord& wr) {
+  return wr.iterations >= 2 && r.calls == 0 &&
+         r.time_ns >= kEnclosingMinShare * wr.mean_iteration_ns;
+}
+
 }  // namespace
 
 std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
@@ -80,6 +92,7 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
         auto it = std::upper_bound(ws.begin(), ws.end(), idx, [&](uint32_t v, uint32_t w) {
           return v < workers[w].first_record;
         });
+        if (EnclosesIterations(r, workers[*(it - 1)])) return;
         Anomaly a;
         a.worker = *(it - 1);
         a.fid = fid;
