@@ -5,8 +5,11 @@
 // Every rank is the same SyntheticWorker step with its own 3 % jitter per function and
 // iteration (as localizer_bench); one rank in 1,000 runs its step 40 % slower.
 // Prints the time of each phase, the peak RSS, and whether every slowed rank was named.
+// --all-metrics 1: every worker also carries every worker-level metric id it lacks (a GPU
+// host with every sampler: NVML, IB, host, TCP), at a level of its own per id within
+// +-1 % across ranks, so that the digests and the screen hold as many metrics as they can.
 //
-//   digest_screen_bench --workers 100000
+//   digest_screen_bench --workers 100000 [--all-metrics 1]
 // Exit status: 0 = every slowed rank named, 1 = not, 2 = bad usage.
 #include <sys/resource.h>
 #include <time.h>
@@ -52,10 +55,23 @@ constexpr int kSlowEvery = 1000;
 constexpr int kSlowOffset = 37;
 
 int ranks_per_host = 8;
+bool all_metrics = false;
 
 WorkerSummary Worker(const WorkerSummary& base, int32_t r) {
   WorkerSummary s = JitteredWorker(base, r, r % kSlowEvery == kSlowOffset ? 1.4 : 1.0);
   s.host = fmt::format("sim-node-{}", r / ranks_per_host);
+  if (all_metrics) {
+    std::vector<bool> present(kNumMetrics, false);
+    for (const FunctionMetric& m : s.worker_metrics) present[static_cast<size_t>(m.metric)] = true;
+    const double jitter = 1 + 0.01 * static_cast<double>((r * 7919) % 201 - 100) / 100;
+    for (int m = 0; m < kNumMetrics; ++m) {
+      if (present[static_cast<size_t>(m)]) continue;
+      const double level = (m + 1) * jitter;
+      s.worker_metrics.push_back({static_cast<Metric>(m), level, level * 0.01});
+    }
+    std::sort(s.worker_metrics.begin(), s.worker_metrics.end(),
+              [](const FunctionMetric& a, const FunctionMetric& b) { return a.metric < b.metric; });
+  }
   return s;
 }
 
@@ -65,6 +81,8 @@ int Main(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--workers") {
       workers = std::atoi(argv[i + 1]);
+    } else if (k == "--all-metrics") {
+      all_metrics = std::atoi(argv[i + 1]) != 0;
     } else if (k == "--ranks-per-host") {
       ranks_per_host = std::max(1, std::atoi(argv[i + 1]));
     } else {
