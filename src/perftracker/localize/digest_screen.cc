@@ -40,6 +40,8 @@ struct FunctionFeatures {
   float count = 0;
 };
 
+static_assert(kNumMetrics <= 256, "MetricFeatures::metric is one byte");
+
 struct MetricFeatures {
   uint8_t metric = 0;
   float mean = 0;
@@ -100,10 +102,21 @@ class DigestScreen::Impl {
     std::sort(signature.begin(), signature.end());
     signature.erase(std::unique(signature.begin(), signature.end()), signature.end());
     for (uint64_t h : signature) w.signature = Mix(w.signature, h);
+    // One per metric id in id order (the digest's order; ScreenPeers walks them so).
     for (const FunctionMetric& m : d.worker_metrics) {
+      if (static_cast<int>(m.metric) >= kNumMetrics) continue;
       w.metrics.push_back({static_cast<uint8_t>(m.metric), static_cast<float>(m.mean),
                            static_cast<float>(m.stddev)});
     }
+    std::stable_sort(
+        w.metrics.begin(), w.metrics.end(),
+        [](const MetricFeatures& a, const MetricFeatures& b) { return a.metric < b.metric; });
+    w.metrics.erase(std::unique(w.metrics.begin(), w.metrics.end(),
+                                [](const MetricFeatures& a, const MetricFeatures& b) {
+                                  return a.metric == b.metric;
+                                }),
+                    w.metrics.end());
+    w.metrics.shrink_to_fit();
     workers_.push_back(std::move(w));
   }
 
@@ -185,18 +198,22 @@ void DigestScreen::Impl::ScreenPeers(const std::vector<size_t>& group, double re
     flag_fn([](const FunctionFeatures& f) { return f.critical; }, kTimeScaleFloorNs, report_ns);
     flag_fn([](const FunctionFeatures& f) { return f.count; }, kMetricScaleFloor, 0);
   }
-  // Worker-level metrics: metric -> (worker, level, fluctuation).
-  std::map<uint8_t, std::vector<std::pair<size_t, const MetricFeatures*>>> by_metric;
-  for (size_t i : group) {
-    for (const MetricFeatures& m : workers_[i].metrics) by_metric[m.metric].emplace_back(i, &m);
-  }
-  for (const auto& [metric, present] : by_metric) {
-    values.clear();
-    for (const auto& [i, m] : present) values.emplace_back(i, m->mean);
-    FlagOutliers(values, kMetricScaleFloor, 0);
-    values.clear();
-    for (const auto& [i, m] : present) values.emplace_back(i, m->stddev);
-    FlagOutliers(values, kMetricScaleFloor, 0);
+  // Worker-level metrics, one id at a time (each worker's in id order, a cursor each): the
+  // level and the fluctuation of the workers that have it. Nothing per worker and metric is
+  // held beyond `values` (at 100,000 workers of 31 metrics an index of them would be 50 MB).
+  std::vector<uint8_t> cursor(group.size(), 0);
+  for (int metric = 0; metric < kNumMetrics; ++metric) {
+    for (int part = 0; part < 2; ++part) {
+      values.clear();
+      for (size_t j = 0; j < group.size(); ++j) {
+        const std::vector<MetricFeatures>& ms = workers_[group[j]].metrics;
+        if (size_t{cursor[j]} >= ms.size() || ms[cursor[j]].metric != metric) continue;
+        const MetricFeatures& m = ms[cursor[j]];
+        values.emplace_back(group[j], part == 0 ? m.mean : m.stddev);
+        if (part == 1) ++cursor[j];
+      }
+      FlagOutliers(values, kMetricScaleFloor, 0);
+    }
   }
 }
 

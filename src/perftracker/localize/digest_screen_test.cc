@@ -102,6 +102,43 @@ TEST(DigestScreen, EveryDigestFitsItsBudget) {
   EXPECT_EQ(d.iteration_total, 40u);
 }
 
+// A GPU host's worker with every sampler (NVML, IB, host, TCP) has every worker-level metric.
+// Whichever of them is one worker's alone (a hot GPU, a link down, a crowded CPU under its
+// communication threads), the screen must see it in the digest and make that worker a
+// suspect: a worker the screen passes over is neither asked for nor named by any finding.
+TEST(DigestScreen, EveryWorkerMetricOfAGpuWorkerReachesTheScreen) {
+  constexpr int32_t kOdd = 41;
+  for (int metric = 0; metric < kNumMetrics; ++metric) {
+    DigestScreenOptions options;
+    options.sample_workers = 16;
+    DigestScreen screen(options);
+    for (int32_t r = 0; r < 64; ++r) {
+      const double jitter = 1 + 0.005 * static_cast<double>((r * 7919) % 201 - 100) / 100;
+      WorkerSummary w;
+      w.rank = r;
+      w.host = fmt::format("node-{}", r / 8);
+      w.has_device = true;
+      w.window_end_ns = 1'000'000'000;
+      for (int i = 0; i < 10; ++i) {
+        IterationSummary it;
+        it.start_ns = i * 100'000'000;
+        it.duration_ns = 100'000'000;
+        it.compute_ns = 80'000'000;
+        it.communication_ns = 20'000'000;
+        w.iterations.push_back(it);
+      }
+      for (int m = 0; m < kNumMetrics; ++m) {
+        const double level = (m + 1) * jitter * (r == kOdd && m == metric ? 3 : 1);
+        w.worker_metrics.push_back({static_cast<Metric>(m), level, 0.01 * (m + 1)});
+      }
+      screen.Add(MakeWorkerDigest(w));
+    }
+    const ScreenResult result = screen.Finish();
+    EXPECT_EQ(result.suspects, std::vector<int32_t>{kOdd})
+        << MetricName(static_cast<Metric>(metric)) << ": " << result.reason;
+  }
+}
+
 TEST(DigestScreen, ProgressiveFindingsEqualTheFullPathOnEverySimulatedScenario) {
   const char* max_env = std::getenv("PERFTRACKER_DIGEST_MAX_RANKS");
   const int32_t max_ranks = max_env ? std::atoi(max_env) : kDefaultMaxRanks;

@@ -39,8 +39,17 @@ WorkerDigest MakeWorkerDigest(const WorkerSummary& summary) {
   d.iterations.assign(summary.iterations.begin() + static_cast<std::ptrdiff_t>(first_iteration),
                       summary.iterations.end());
   d.function_total = static_cast<uint32_t>(summary.functions.size());
-  d.worker_metrics = summary.worker_metrics;
-  if (d.worker_metrics.size() > kMaxDigestMetrics) d.worker_metrics.resize(kMaxDigestMetrics);
+  // Every worker-level metric, one per id (the first, as the localizer reads them), in id
+  // order: at most kNumMetrics <= kMaxDigestMetrics entries, none left out.
+  std::vector<bool> seen(kNumMetrics, false);
+  for (const FunctionMetric& m : summary.worker_metrics) {
+    const auto id = static_cast<size_t>(m.metric);
+    if (id >= seen.size() || seen[id]) continue;
+    seen[id] = true;
+    d.worker_metrics.push_back(m);
+  }
+  std::sort(d.worker_metrics.begin(), d.worker_metrics.end(),
+            [](const FunctionMetric& a, const FunctionMetric& b) { return a.metric < b.metric; });
   d.events = summary.stats.events;
   d.dropped_events = summary.stats.dropped_events;
 

@@ -4,7 +4,9 @@
 // screens the digests of every worker (localize/digest_screen.h) and asks only the suspects
 // and a sample of their peers for the full summary.
 //
-// What it keeps: the iterations and their breakdown, the worker-level metric levels, and the
+// What it keeps: the iterations and their breakdown, every worker-level metric's level and
+// fluctuation (one per metric id, in id order: the screen compares each of them across
+// peers, and a metric left out here is one no screen can flag a worker by), and the
 // heaviest functions (by inclusive time, then by self time, then by critical-path time),
 // each by the 64-bit hash of its call-path key with its calls and times. Names, sketches
 // and per-function metrics stay on the collector: the screen compares numbers, and the
@@ -24,7 +26,13 @@ namespace perftracker {
 inline constexpr size_t kMaxDigestBytes = 4096;
 inline constexpr size_t kMaxDigestFunctions = 48;
 inline constexpr size_t kMaxDigestIterations = 24;
-inline constexpr size_t kMaxDigestMetrics = 16;
+// Worker-level metric entries a digest may carry. MakeWorkerDigest keeps one per metric id
+// this build knows (kNumMetrics, 31 now: a GPU host with every sampler has all of them), so
+// it never drops one; the decoder's bound is larger, so that a server reads the digest of a
+// newer collector that knows more ids (it leaves out the ids it does not know, counted).
+// 64 entries are ~600 bytes of the kMaxDigestBytes (DigestCodec tests the largest).
+inline constexpr size_t kMaxDigestMetrics = 64;
+static_assert(kNumMetrics <= kMaxDigestMetrics, "a digest keeps every worker-level metric");
 inline constexpr size_t kMaxDigestHostBytes = 128;
 
 struct DigestFunction {
@@ -46,9 +54,9 @@ struct WorkerDigest {
   // (iteration_total says how many).
   std::vector<IterationSummary> iterations;
   uint32_t iteration_total = 0;
-  std::vector<DigestFunction> functions;  // heaviest first (see the header comment)
-  uint32_t function_total = 0;            // functions in the full summary
-  std::vector<FunctionMetric> worker_metrics;
+  std::vector<DigestFunction> functions;       // heaviest first (see the header comment)
+  uint32_t function_total = 0;                 // functions in the full summary
+  std::vector<FunctionMetric> worker_metrics;  // one per metric id, in id order
   uint64_t events = 0;
   uint64_t dropped_events = 0;
 

@@ -59,13 +59,24 @@ TEST(DigestCodec, RoundTripsExactly) {
     EXPECT_EQ(back->functions[i].count, d.functions[i].count);
   }
   EXPECT_EQ(back->function_total, 500u);
+  // Every worker-level metric of the summary: the screen compares them all.
+  ASSERT_EQ(d.worker_metrics.size(), static_cast<size_t>(kNumMetrics));
   EXPECT_EQ(back->worker_metrics.size(), d.worker_metrics.size());
   EXPECT_EQ(back->dropped_events, d.dropped_events);
 }
 
 TEST(DigestCodec, TheLargestDigestFitsItsBudget) {
-  const std::string bytes = EncodeWorkerDigest(MakeWorkerDigest(Largest()));
+  WorkerDigest d = MakeWorkerDigest(Largest());
+  EXPECT_LE(EncodeWorkerDigest(d).size(), kMaxDigestBytes);
+  // A newer collector's, with as many metric ids as the decoder takes.
+  for (size_t m = d.worker_metrics.size(); m < kMaxDigestMetrics; ++m) {
+    d.worker_metrics.push_back({static_cast<Metric>(1000 + m), 1e12, 1e12});
+  }
+  const std::string bytes = EncodeWorkerDigest(d);
   EXPECT_LE(bytes.size(), kMaxDigestBytes);
+  StatusOr<WorkerDigest> back = DecodeWorkerDigest(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->worker_metrics.size(), static_cast<size_t>(kNumMetrics));
 }
 
 TEST(DigestCodec, CorruptOrOversizedBytesAreOneLineOfDataLoss) {
