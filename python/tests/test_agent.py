@@ -76,6 +76,32 @@ class AgentTestBase(unittest.TestCase):
     def agent_lines(self, err):
         return [l for l in err.splitlines() if l.startswith("perftracker agent:")]
 
+    def wait_progress(self, p, path, since_ns, *need, timeout=300):
+        """Waits until the job `p`, which appends "time_ns count..." lines to `path` as it
+        goes (cumulative counts: steps, calls, threads), has added at least `need` to each
+        count since `since_ns`; returns the counts. What a test needs in a window is job
+        progress: a loaded machine stretches a job several-fold, so a window of a fixed
+        length can hold too little of it."""
+        deadline = time.time() + timeout
+        while True:
+            rows = []
+            try:
+                with open(path) as f:
+                    rows = [[int(x) for x in line.split()] for line in f if line.endswith("\n")]
+            except FileNotFoundError:
+                pass
+            before = [r[1:] for r in rows if r[0] < since_ns]
+            base = before[-1] if before else [0] * len(need)
+            if rows and all(c - b >= n for c, b, n in zip(rows[-1][1:], base, need)):
+                return rows[-1][1:]
+            if p.poll() is not None:
+                raise AssertionError("the job ended (exit %s) before it made %s more (%s)"
+                                     % (p.returncode, need, rows[-1:]))
+            if time.time() > deadline:
+                raise AssertionError("the job did not make %s more within %d s (%s)"
+                                     % (need, timeout, rows[-1:]))
+            time.sleep(0.02)
+
 
 def chain(functions, fid):
     """The function's name and all its callers' names, outermost first."""
@@ -120,17 +146,23 @@ CALLS_JOB = """
     def main():
         bg = threading.Thread(target=background, name="bg")
         bg.start()
-        deadline = time.time() + 40
+        deadline = time.time() + 240
         next_late = next_fork = time.time()
+        passes = lates = 0
+        progress = open(sys.argv[2], "w")  # "time_ns passes late_threads" every 150 ms
         while not os.path.exists(STOP) and time.time() < deadline:
             outer()
+            passes += 1
             now = time.time()
             if now >= next_late:  # every 150 ms: a short thread and a full collection
                 next_late = now + 0.15
                 t = threading.Thread(target=late_worker, name="late")
                 t.start()
                 t.join()
+                lates += 1
                 gc.collect()
+                progress.write("%d %d %d\\n" % (time.time_ns(), passes, lates))
+                progress.flush()
             if now >= next_fork:  # a fork during the window must not write into our rings
                 next_fork = now + 0.15
                 pid = os.fork()
@@ -156,8 +188,9 @@ class WindowTest(AgentTestBase):
     def test_window_records_python_calls_with_their_stacks_and_then_stops(self):
         collector = FakeCollector(self.sock)
         stop = os.path.join(self.dir, "stop")
+        progress = os.path.join(self.dir, "progress")
         p = self.job(CALLS_JOB, env={"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"},
-                     args=[stop])
+                     args=[stop, progress])
         _, _, hello = collector.wait_for("hello")
         self.assertEqual(hello["pid"], p.pid)
         self.assertEqual(hello["rank"], 3)
@@ -173,11 +206,15 @@ class WindowTest(AgentTestBase):
         self.assertEqual(before["events"], [], "nothing is recorded outside a window")
         self.assertEqual(before["rank"], 3)
 
+        # The window ends once the job has made 100 loop passes and 2 late threads in it (a
+        # 0.6 s window held 81 events, not the 100 asked for below, under a 0.3-core cap).
         start = time.time_ns() + 200_000_000
-        duration = 600_000_000
         collector.send({"type": "window", "window": 7, "start_ns": start,
-                        "duration_ns": duration, "reason": "manual"})
-        _, _, done = collector.wait_for("window_done", timeout=10)
+                        "duration_ns": 600_000_000_000, "reason": "manual"})
+        self.wait_progress(p, progress, start, 100, 2)
+        ended = time.time_ns()
+        collector.send({"type": "end_window", "window": 7})
+        _, _, done = collector.wait_for("window_done", timeout=60)
         self.assertEqual(done["window"], 7)
         self.assertEqual(done["rank"], 3)
         self.assertGreater(done["events"], 100)
@@ -207,7 +244,7 @@ class WindowTest(AgentTestBase):
             self.assertEqual(kind, "python")
             self.assertLessEqual(s, e)
             self.assertGreaterEqual(s, start - 10_000_000)
-            self.assertLessEqual(e, start + duration + 50_000_000)
+            self.assertLessEqual(e, ended + 50_000_000)
         self.assertGreaterEqual(len({e[0] for e in inner_events}), 3)  # main, bg, late threads
         self.assertIn(p.pid, got["ring_threads"])  # main thread: tid == pid
         # GC pauses (gc.callbacks), as root functions.
@@ -216,8 +253,9 @@ class WindowTest(AgentTestBase):
                             for f in functions if f[2] == "gc"), functions)
         self.assertTrue(any(e[3] in gc_ids for e in events))
 
-        # After the window: nothing more is recorded, and no thread keeps the hook.
-        time.sleep(0.4)
+        # After the window: nothing more is recorded, and no thread keeps the hook (while the
+        # job makes another 100 passes and 2 late threads).
+        self.wait_progress(p, progress, time.time_ns(), 100, 2)
         self.assertEqual(_agent.read_shm(shm)["events"], [])
         open(stop, "w").close()
         rc, out, err = self.finish(p)
@@ -235,12 +273,18 @@ class WindowTest(AgentTestBase):
     def test_full_ring_drops_and_counts(self):
         collector = FakeCollector(self.sock)
         stop = os.path.join(self.dir, "stop")
-        p = self.job(CALLS_JOB, args=[stop],
+        progress = os.path.join(self.dir, "progress")
+        p = self.job(CALLS_JOB, args=[stop, progress],
                      env={"RANK": "0", "PERFTRACKER_AGENT_OPTIONS": "rings=2,ring_events=64"})
         _, _, hello = collector.wait_for("hello")
-        collector.send({"type": "window", "window": 1, "start_ns": time.time_ns(),
-                        "duration_ns": 300_000_000, "reason": "manual"})
-        _, _, done = collector.wait_for("window_done", timeout=10)
+        # Ended once the job has made 200 loop passes in it (400 calls on the main thread
+        # alone, for rings of 64): a 0.3 s window can hold none of a starved job's.
+        start = time.time_ns()
+        collector.send({"type": "window", "window": 1, "start_ns": start,
+                        "duration_ns": 600_000_000_000, "reason": "manual"})
+        self.wait_progress(p, progress, start, 200, 0)
+        collector.send({"type": "end_window", "window": 1})
+        _, _, done = collector.wait_for("window_done", timeout=60)
         self.assertGreater(done["dropped"], 0)
         got = _agent.read_shm(hello["shm"])
         self.assertGreater(got["dropped"], 0)
@@ -252,15 +296,19 @@ class WindowTest(AgentTestBase):
 
 
 MARKER_JOB = """
-    import json, sys, time
+    import json, os, sys, time
     from perftracker import _agent
-    # A training loop as the wrappers report it: next() then step(), ~5 ms per iteration.
+    # A training loop as the wrappers report it: next() then step(), ~5 ms per iteration, for
+    # argv[1] seconds or until the file argv[2] exists; "time_ns iterations" appended to the
+    # file argv[3] after each one.
     gaps = []
     last = time.time()
     end = time.time() + float(sys.argv[1])
+    stop = sys.argv[2] if len(sys.argv) > 2 else None
+    progress = open(sys.argv[3], "w") if len(sys.argv) > 3 else None
     n = 0
     ends = []
-    while time.time() < end:
+    while time.time() < end and not (stop and os.path.exists(stop)):
         t0 = time.time_ns()
         time.sleep(0.001)
         _agent.marker(0, "DataLoader.__next__", t0)
@@ -272,6 +320,9 @@ MARKER_JOB = """
         ends.append(now)
         last = now
         n += 1
+        if progress is not None:
+            progress.write("%d %d\\n" % (time.time_ns(), n))
+            progress.flush()
     print(json.dumps({"iterations": n, "max_gap": max(gaps), "ends": ends,
                       "stats": _agent.stats()}))
 """
@@ -280,16 +331,24 @@ MARKER_JOB = """
 class ControlMessageTest(AgentTestBase):
     def test_end_window_turns_the_hooks_off_now(self):
         collector = FakeCollector(self.sock)
-        p = self.job(MARKER_JOB, env={"RANK": "0"}, args=["20"])
+        p = self.job(MARKER_JOB, env={"RANK": "0", "PERFTRACKER_AGENT_OPTIONS": "learn_repeats=3"},
+                     args=["240"])
         collector.wait_for("hello", timeout=60)
-        collector.send({"type": "window", "window": 4, "start_ns": time.time_ns(),
+        start = time.time_ns()
+        collector.send({"type": "window", "window": 4, "start_ns": start,
                         "duration_ns": 60_000_000_000, "reason": "hang"})
-        time.sleep(0.5)
+        # Ended once the job has made 5 whole iterations in it (their markers are the events
+        # counted below), not after a fixed 0.5 s that a starved job may not run in.
+        for _ in range(5):
+            collector.wait_for("iteration", timeout=120,
+                               pred=lambda m: m["end_ns"] - m["duration_ns"] >= start)
         sent = time.time()
         collector.send({"type": "end_window", "window": 4})
-        t, _, done = collector.wait_for("window_done", timeout=10)
+        t, _, done = collector.wait_for("window_done", timeout=60)
         self.assertEqual(done["window"], 4)
-        self.assertLess(t - sent, 1.0, "the 60 s window was not ended at once")
+        # At once: long before the window's own end, 60 s on (not within 1 s: on a loaded
+        # machine the agent's control thread may wait that long for a CPU).
+        self.assertLess(t - sent, 15.0, "the 60 s window was not ended at once")
         self.assertGreater(done["events"], 0)
         # A window that has not begun ends without recording; another id changes nothing.
         collector.send({"type": "window", "window": 5, "start_ns": time.time_ns() + 30 * 10**9,
@@ -357,12 +416,19 @@ class CollectorFaultTest(AgentTestBase):
         os.makedirs(other)
         with open(os.path.join(other, "sitecustomize.py"), "w") as f:
             f.write("import sys\nprint('shadowed sitecustomize ran', file=sys.stderr)\n")
-        p = self.job(MARKER_JOB, env={"RANK": "0"}, args=["1.0"], extra_path=[other])
+        stop = os.path.join(self.dir, "stop")
+        progress = os.path.join(self.dir, "progress")
+        p = self.job(MARKER_JOB, env={"RANK": "0"}, args=["240", stop, progress],
+                     extra_path=[other])
+        # 60 iterations, then the job stops: a fixed 1 s held ~190 of them on an idle machine,
+        # 80-90 under a load of 13 on 2 cores; the detector must learn (10 repeats) and count
+        # 10 more, so a slower machine failed it for want of time, not of an agent.
+        self.wait_progress(p, progress, 0, 60)
+        open(stop, "w").close()
         rc, out, err = self.finish(p)
         self.assertEqual(rc, 0, err)
         report = json.loads(out.strip().splitlines()[-1])
-        # ~190 iterations of 5 ms on an idle machine, 80-90 under a load of 13 on 2 cores.
-        self.assertGreater(report["iterations"], 20)
+        self.assertGreaterEqual(report["iterations"], 60)
         self.assertGreater(report["stats"]["iterations"], 10)  # the detector ran anyway
         lines = self.agent_lines(err)
         self.assertEqual(len(lines), 1, err)
@@ -371,19 +437,26 @@ class CollectorFaultTest(AgentTestBase):
 
     def test_killing_the_collector_mid_run_neither_hangs_nor_crashes(self):
         collector = FakeCollector(self.sock)
+        stop = os.path.join(self.dir, "stop")
+        progress = os.path.join(self.dir, "progress")
         p = self.job(MARKER_JOB, env={"RANK": "1", "PERFTRACKER_AGENT_OPTIONS": "learn_repeats=3"},
-                     args=["2.5"])
+                     args=["240", stop, progress])
         collector.wait_for("hello")
-        collector.wait_for("iteration", timeout=10)
+        collector.wait_for("iteration", timeout=60)
         collector.kill()
         t_kill = time.time()
-        rc, out, err = self.finish(p, timeout=20)
+        # The job ends once it has made 30 iterations after the kill: a job of a fixed 2.5 s
+        # could be nearly over by then on a loaded machine (193 of 500 possible steps in
+        # 2.5 s at load 30, and the hello and first iteration come later still).
+        self.wait_progress(p, progress, time.time_ns(), 30)
+        open(stop, "w").close()
+        t_stop = time.time()
+        rc, out, err = self.finish(p, timeout=60)
         self.assertEqual(rc, 0, err)
-        self.assertLess(time.time() - t_kill, 10)
+        self.assertLess(time.time() - t_stop, 10)
         report = json.loads(out.strip().splitlines()[-1])
-        # The loop ran on after the collector died (the number of steps depends on how busy
-        # the machine is: 193 of 500 possible in 2.5 s at load 30), and never stalled: a
-        # stalled agent would block for seconds (reconnect back-off, socket timeouts).
+        # The loop ran on after the collector died, and never stalled: a stalled agent would
+        # block for seconds (reconnect back-off, socket timeouts).
         self.assertGreater(sum(1 for t in report["ends"] if t > t_kill), 10, report["iterations"])
         self.assertLess(report["max_gap"], 0.5, "the training loop never stalled")
         self.assertGreater(report["stats"]["messages_dropped"], 0)
@@ -537,7 +610,9 @@ class DetectorTest(AgentTestBase):
                 opt = torch.optim.Adam(model.parameters())
                 loader = DataLoader(ds, batch_size=4)
                 it = iter(loader)
-                end = time.time() + 120  # the test says when to stop
+                end = time.time() + 300  # the test says when to stop
+                progress = open(sys.argv[3], "w")  # "time_ns steps" after each step
+                steps = 0
                 while time.time() < end and not os.path.exists(sys.argv[2]):
                     try:
                         (x,) = next(it)
@@ -548,6 +623,9 @@ class DetectorTest(AgentTestBase):
                     opt.step()
                     do_allreduce(t)
                     time.sleep(0.005)
+                    steps += 1
+                    progress.write("%d %d\\n" % (time.time_ns(), steps))
+                    progress.flush()
                 dist.destroy_process_group()
 
             if __name__ == "__main__":
@@ -562,7 +640,8 @@ class DetectorTest(AgentTestBase):
         contexts = ("spawn",) if SANITIZED else ("fork", "spawn")
         job = job.replace("CONTEXTS", repr(contexts))
         stop = os.path.join(self.dir, "stop")
-        p = self.job(job, args=[os.path.join(self.dir, "pg"), stop])
+        progress = os.path.join(self.dir, "progress")
+        p = self.job(job, args=[os.path.join(self.dir, "pg"), stop, progress])
         _, _, hello = collector.wait_for("hello", timeout=60)
         self.assertEqual(hello["pid"], p.pid)
         self.assertEqual(hello["rank"], 0)
@@ -570,10 +649,16 @@ class DetectorTest(AgentTestBase):
         # wait for "ready" (workers done), then profile the all_reduce loop
         line = p.stdout.readline()
         self.assertEqual(line.strip(), "ready")
-        # 3 s: at least tens of loop steps even on a busy machine (a 0.5 s window held only
-        # 10 all-reduces with two busy loops on 2 cores).
-        collector.send({"type": "window", "window": 2, "start_ns": time.time_ns(),
-                        "duration_ns": 3_000_000_000, "reason": "manual"})
+        # The window ends once the job has made 20 loop steps in it and the detector has closed
+        # an iteration in it (a 0.5 s window held only 10 all-reduces with two busy loops on
+        # 2 cores; a fixed 3 s is a bet on the load).
+        start = time.time_ns()
+        collector.send({"type": "window", "window": 2, "start_ns": start,
+                        "duration_ns": 600_000_000_000, "reason": "manual"})
+        self.wait_progress(p, progress, start, 20)
+        collector.wait_for("iteration", timeout=300,
+                           pred=lambda m: m["end_ns"] - m["duration_ns"] >= start)
+        collector.send({"type": "end_window", "window": 2})
         collector.wait_for("window_done", timeout=60)
         open(stop, "w").close()
         got = _agent.read_shm(hello["shm"])
@@ -617,7 +702,7 @@ DDP_JOB = """
         buf.div_(dist.get_world_size())
         return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
 
-    def rank_main(rank, world, init, out, mode, steps):
+    def rank_main(rank, world, init, out, mode, steps, progress):
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method="file://" + init, rank=rank,
                                 world_size=world)
@@ -631,6 +716,8 @@ DDP_JOB = """
             ddp.register_comm_hook(state, user_hook)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         gen = torch.Generator().manual_seed(100 + rank)
+        # Rank 0 appends "time_ns steps" after each step when asked to.
+        prog = open(progress, "w") if progress and rank == 0 else None
         for step in range(steps):
             if mode == "user_after" and step == 2:
                 ddp.register_comm_hook(state, user_hook)
@@ -641,6 +728,9 @@ DDP_JOB = """
             if pair is not None and rank < 2:
                 dist.all_reduce(torch.ones(4), group=pair)
             time.sleep(0.01)
+            if prog is not None:
+                prog.write("%d %d\\n" % (time.time_ns(), step + 1))
+                prog.flush()
         digest = hashlib.sha256()
         for p in model.parameters():
             digest.update(p.detach().numpy().tobytes())
@@ -653,7 +743,8 @@ DDP_JOB = """
 
     if __name__ == "__main__":
         init, out, mode, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-        mp.spawn(rank_main, args=(3, init, out, mode, steps), nprocs=3, join=True)
+        progress = sys.argv[5] if len(sys.argv) > 5 else ""
+        mp.spawn(rank_main, args=(3, init, out, mode, steps, progress), nprocs=3, join=True)
 """
 
 
@@ -664,8 +755,9 @@ class DdpTest(AgentTestBase):
     def run_ddp(self, name, mode, steps, agent=True, collector=None, during=None):
         out = os.path.join(self.dir, name)
         env = {} if agent else {"PERFTRACKER_SOCKET": ""}
+        self.progress = os.path.join(self.dir, name + ".progress")
         p = self.job(DDP_JOB, env=env, args=[os.path.join(self.dir, name + ".init"), out, mode,
-                                             str(steps)])
+                                             str(steps), self.progress])
         if during is not None:
             during(p)
         rc, _, err = self.finish(p, timeout=600)
@@ -706,12 +798,19 @@ class DdpTest(AgentTestBase):
             # and other builds on 2 cores (load ~20).
             hellos = [collector.wait_for("hello", timeout=300,
                                          pred=lambda m: m["rank"] >= 0)[2] for _ in range(3)]
-            time.sleep(1.0)  # training (no DataLoader here: the window is sent by hand)
-            # 3 s: several steps even on a busy machine (a 0.6 s window held too few
-            # all-reduces with two busy loops on 2 cores); the job's 600 steps outlast it.
+            # Training has begun (no DataLoader here: the window is sent by hand) ...
+            self.wait_progress(p, self.progress, 0, 2)
+            # ... and the window ends once rank 0 has made 20 steps in it (a 0.6 s window held
+            # too few all-reduces with two busy loops on 2 cores, and a fixed 3 s is a bet on
+            # the load; 5 steps gave one rank exactly 5 bucket all-reduces, the window opening
+            # on each rank when its agent reads the message); the job's 600 steps outlast it.
+            start = time.time_ns()
             for index in range(len(collector._conns)):
-                collector.send({"type": "window", "window": 1, "start_ns": time.time_ns(),
-                                "duration_ns": 3_000_000_000, "reason": "manual"}, index=index)
+                collector.send({"type": "window", "window": 1, "start_ns": start,
+                                "duration_ns": 600_000_000_000, "reason": "manual"}, index=index)
+            self.wait_progress(p, self.progress, start, 20)
+            for index in range(len(collector._conns)):
+                collector.send({"type": "end_window", "window": 1}, index=index)
             for _ in range(3):
                 collector.wait_for("window_done", timeout=60)
             self.shm = [h["shm"] for h in hellos]
