@@ -437,10 +437,10 @@ TEST(HardwareFindingsTest, AGlooGroupInsideOneHostStillGoesThroughTheNetwork) {
     const char* backend;
     bool sockets;
   };
-  for (const Case& c : {Case{"0", "gloo", true}, Case{"0", "cpu:gloo,cuda:gloo", true},
-                        Case{"0", "nccl", false}, Case{"0", "cpu:gloo,cuda:nccl", false},
-                        Case{"0 (gloo)", "", true}, Case{"0 (nccl)", "", false},
-                        Case{"0", "", false}}) {
+  for (const Case& c :
+       {Case{"0", "gloo", true}, Case{"0", "cpu:gloo,cuda:gloo", true}, Case{"0", "nccl", false},
+        Case{"0", "cpu:gloo,cuda:nccl", false}, Case{"0 (gloo)", "", true},
+        Case{"0 (nccl)", "", false}, Case{"0", "", false}}) {
     SCOPED_TRACE(std::string(c.name) + " / " + c.backend);
     auto ws = Job(4, 4);
     for (WorkerSummary& w : ws) {

@@ -406,8 +406,7 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes, UnknownValue
       ++skipped.event_flags;
       if (skipped.first.empty()) {
         skipped.first = "function " + std::to_string(i) + " (" + NameInNote(o.name) +
-                        "): event flags " +
-                        Hex(f.event_flags()) + " (bits " +
+                        "): event flags " + Hex(f.event_flags()) + " (bits " +
                         Hex(f.event_flags() & ~uint32_t{kSummaryEventFlags}) + " not known)";
       }
     }
