@@ -52,6 +52,10 @@ struct WorkerChange {
   // error of the two runs' mean iteration).
   double bar_ns = 0;
   bool material = false;  // the iteration time changed by at least bar_ns
+  // The factor this rank's functions are measured beyond (current - scale x baseline): the
+  // shared factor when applied (else 1), times the rank's own load ratio over the median
+  // rank's when both runs say how long its threads waited for a CPU.
+  double scale = 1;
 };
 
 struct Comparison {

@@ -89,6 +89,7 @@ Status ReadReportJson(std::string_view text, const std::string& path, RunProfile
     worker.iterations = static_cast<size_t>(Number(w, "iterations"));
     worker.median_iteration_ns = Number(w, "median_iteration_ms") * 1e6;
     worker.iteration_spread_ns = Number(w, "iteration_spread_ms") * 1e6;
+    worker.cpu_stretch = Number(w, "cpu_stretch");  // absent (0) in older reports: unknown
     if (has_functions) {
       for (size_t j = 0; j < nodes.size(); ++j) {
         const json& f = (*functions)[j];

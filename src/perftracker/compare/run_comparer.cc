@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/core/units.h"
@@ -86,6 +87,9 @@ struct RankPair {
   const ProfileWorker* baseline = nullptr;
   const ProfileWorker* current = nullptr;
   double bar_ns = 0;
+  // The factor this rank's functions are measured beyond: current - scale x baseline (the
+  // shared factor, times this rank's own load against the median rank's; see Compare()).
+  double scale = 1;
 };
 
 const FunctionTimes* Find(const ProfileWorker& w, uint32_t node) {
@@ -95,9 +99,8 @@ const FunctionTimes* Find(const ProfileWorker& w, uint32_t node) {
 
 class Walker {
  public:
-  Walker(const CallPathTree& tree, const std::vector<RankPair>& pairs, double scale,
-         double baseline_iteration_ns)
-      : tree_(tree), pairs_(pairs), scale_(scale), baseline_iteration_ns_(baseline_iteration_ns) {
+  Walker(const CallPathTree& tree, const std::vector<RankPair>& pairs, double baseline_iteration_ns)
+      : tree_(tree), pairs_(pairs), baseline_iteration_ns_(baseline_iteration_ns) {
     for (int side = 0; side < 2; ++side) SetAsideWaits(side);
     CreditUnstretchedWaits();
   }
@@ -289,16 +292,17 @@ class Walker {
   double Delta(size_t pair, uint32_t node) const {
     const double b = Time(0, pair, node);
     const double c = Time(1, pair, node);
-    if (scale_ == 1) return c - b;
-    if (InsideWait(tree_, node)) return WaitDelta(b, c);
+    const double scale = pairs_[pair].scale;
+    if (scale == 1) return c - b;
+    if (InsideWait(tree_, node)) return WaitDelta(b, c, scale);
     // A caller of waits: its own work scaled, its waits as above.
     auto w = wait_credit_[pair].find(node);
-    return c - scale_ * b - (w == wait_credit_[pair].end() ? 0.0 : w->second);
+    return c - scale * b - (w == wait_credit_[pair].end() ? 0.0 : w->second);
   }
 
-  double WaitDelta(double b, double c) const {
-    const double lo = std::min(b, scale_ * b);
-    const double hi = std::max(b, scale_ * b);
+  static double WaitDelta(double b, double c, double scale) {
+    const double lo = std::min(b, scale * b);
+    const double hi = std::max(b, scale * b);
     return c > hi ? c - hi : (c < lo ? c - lo : 0.0);
   }
 
@@ -306,8 +310,9 @@ class Walker {
   // beyond WaitDelta of them (the part the factor may not stretch).
   void CreditUnstretchedWaits() {
     wait_credit_.resize(pairs_.size());
-    if (scale_ == 1) return;
     for (size_t i = 0; i < pairs_.size(); ++i) {
+      const double scale = pairs_[i].scale;
+      if (scale == 1) continue;
       std::unordered_set<uint32_t> seen;
       for (const ProfileWorker* w : {pairs_[i].baseline, pairs_[i].current}) {
         for (const auto& [node, t] : w->functions) {
@@ -315,7 +320,7 @@ class Walker {
           if (InsideWait(tree_, tree_.parent(node))) continue;
           const double b = Time(0, i, node);
           const double c = Time(1, i, node);
-          const double credit = (c - scale_ * b) - WaitDelta(b, c);
+          const double credit = (c - scale * b) - WaitDelta(b, c, scale);
           for (uint32_t a = tree_.parent(node); a != CallPathTree::kRoot; a = tree_.parent(a)) {
             wait_credit_[i][a] += credit;
           }
@@ -337,7 +342,6 @@ class Walker {
 
   const CallPathTree& tree_;
   const std::vector<RankPair>& pairs_;
-  double scale_;
   double baseline_iteration_ns_;
   std::unordered_map<uint32_t, double> wait_minimum_[2];
   std::vector<std::unordered_map<uint32_t, double>> excess_[2];
@@ -482,16 +486,23 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
 
   // Machine load: how much longer each CPU second took in the current run than in the
   // baseline (the median over ranks of the ratio of their CPU stretch), when both runs say.
+  std::vector<double> load_ratio(pairs.size(), 0);  // per pair, 0 when a run does not say
   std::vector<double> load_ratios;
-  for (const RankPair& p : pairs) {
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const RankPair& p = pairs[i];
     if (p.baseline->cpu_stretch > 0 && p.current->cpu_stretch > 0) {
-      load_ratios.push_back(p.current->cpu_stretch / p.baseline->cpu_stretch);
+      load_ratio[i] = p.current->cpu_stretch / p.baseline->cpu_stretch;
+      load_ratios.push_back(load_ratio[i]);
     }
   }
   if (!load_ratios.empty()) out.machine_scale = Median(std::move(load_ratios));
   // Whether or not the iteration moved with it (a function that got slower while the machine
-  // got quieter moves it the other way), a factor the load explains is the machine's.
-  if (factor_passes_bar && out.machine_scale > 0) {
+  // got quieter moves it the other way), a factor the load explains is the machine's; and
+  // whether or not its cost passes the bar: it is then applied (below), not left as noise
+  // (two healthy runs, the second beside two busy loops: x1.17 with the load at x1.61, a
+  // cost of 18.3 ms against a bar of 19.4 ms; left unapplied, every function was compared
+  // as it was, and rank 3's aten::mm, x1.97 with its own load at x1.80, was named).
+  if (out.machine_scale > 0 && out.shared_scale != 1) {
     const double shared_log = std::log(out.shared_scale);
     const double machine_log = std::log(out.machine_scale);
     // Explained: the machine moved the same way, by at least kLoadExplains of the factor.
@@ -500,14 +511,16 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
       out.shared_material = false;
       out.shared_explained_by_load = true;
     }
-    out.notes.push_back(fmt::format(
-        "every function is x{:.2f}; the ranks' threads waited for a CPU so that each CPU second "
-        "took x{:.2f} as long as in the baseline (CPU time + run-queue wait per CPU time): {}",
-        out.shared_scale, out.machine_scale,
-        out.shared_explained_by_load
-            ? "the machine's load explains the shared factor, probably not the code (functions "
-              "are measured beyond it)"
-            : "the machine's load does not explain the shared factor"));
+    if (factor_passes_bar || out.shared_explained_by_load) {
+      out.notes.push_back(fmt::format(
+          "every function is x{:.2f}; the ranks' threads waited for a CPU so that each CPU second "
+          "took x{:.2f} as long as in the baseline (CPU time + run-queue wait per CPU time): {}",
+          out.shared_scale, out.machine_scale,
+          out.shared_explained_by_load
+              ? "the machine's load explains the shared factor, probably not the code (functions "
+                "are measured beyond it)"
+              : "the machine's load does not explain the shared factor"));
+    }
   }
 
   if (out.compared_functions) {
@@ -517,11 +530,39 @@ StatusOr<Comparison> RunComparer::Compare(const RunProfile& baseline,
     // it, so that one slower beyond the load is still named.
     const double scale =
         out.shared_material || out.shared_explained_by_load ? out.shared_scale : 1.0;
-    // Functions are measured as current - scale x baseline: the baseline's noise and share
-    // are scaled with it (a slowdown on a quieter machine is measured against the quieter
-    // machine's noise, not the busy baseline's; a busier current run raises the bar).
-    for (RankPair& p : pairs) p.bar_ns = Bar(options_, *p.baseline, *p.current, scale);
-    Walker walker(tree, pairs, scale, out.baseline_iteration_ns);
+    // Each rank's own load. The shared factor is the median rank's; a rank whose threads
+    // waited for a CPU more (or less) than the median rank's, relative to its baseline, has
+    // every CPU function stretched by that much more (or less): its functions are measured
+    // beyond scale x its load ratio / the median load ratio. Seen on a 2-core machine at
+    // load 12: in the baseline ranks 0 and 1 waited 1.5x as long per CPU second as ranks 2
+    // and 3 (stretch 6.0, 5.9 against 3.7, 4.0) and their block2 took 19.1 and 16.8 ms
+    // against 8.0 and 7.4; in the current run the four ranks waited alike. Measured beyond
+    // the one shared factor, rank 1's block2 slowdown read +30.8 ms (below its bar of 38.7)
+    // and ranks 2's and 3's +59; beyond each rank's own factor, +38.9 to +56.6.
+    std::vector<std::string> own;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      RankPair& p = pairs[i];
+      p.scale = scale;
+      if (load_ratio[i] > 0) {
+        p.scale = scale * load_ratio[i] / out.machine_scale;
+        if (std::fabs(std::log(load_ratio[i] / out.machine_scale)) >= std::log(kOwnLoadNoted)) {
+          own.push_back(fmt::format("rank {} x{:.2f} (its load x{:.2f})", p.baseline->rank, p.scale,
+                                    load_ratio[i]));
+        }
+      }
+      // Functions are measured as current - scale x baseline: the baseline's noise and share
+      // are scaled with it (a slowdown on a quieter machine is measured against the quieter
+      // machine's noise, not the busy baseline's; a busier current run raises the bar).
+      p.bar_ns = Bar(options_, *p.baseline, *p.current, p.scale);
+      out.workers[i].scale = p.scale;
+    }
+    if (!own.empty()) {
+      out.notes.push_back(fmt::format(
+          "the ranks' load changed unevenly: each rank's functions are measured beyond x{:.2f} "
+          "times its own load ratio over the median rank's (x{:.2f}): {}",
+          scale, out.machine_scale, fmt::join(own, ", ")));
+    }
+    Walker walker(tree, pairs, out.baseline_iteration_ns);
     for (ChangeDirection d : {ChangeDirection::kSlower, ChangeDirection::kFaster}) {
       size_t dropped = 0;
       std::vector<FunctionChange> changes = walker.Changes(d, &dropped);

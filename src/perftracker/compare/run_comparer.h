@@ -33,11 +33,20 @@
 //    beyond the load is named, and the others are not called faster. The stretch is a model
 //    (blocked time, e.g. waiting in a collective, is not stretched; several threads of one process
 //    wait at once), hence a factor "explained" by a load that accounts for half of it; a
-//    load that explains less leaves the factor material, with a note that says so.
+//    load that explains less leaves the factor material, with a note that says so. A factor
+//    the load explains is applied whether or not its cost passes the bar.
+//    Each rank's own load. The shared factor is the median rank's, but the ranks of one run
+//    do not wait for a CPU alike on a loaded machine, and a rank whose load ratio is above
+//    (below) the median has every CPU function stretched more (less). So rank r is measured
+//    beyond scale_r = scale x its load ratio / the median load ratio (scale: the shared
+//    factor when applied, else 1; a rank without a load ratio gets scale), and its bar
+//    below uses scale_r (issue 11 §5: a baseline where ranks 0 and 1 waited 1.5x as long per
+//    CPU second as ranks 2 and 3 named a healthy rank 3's aten::mm slower, and missed
+//    block2's slowdown on rank 1).
 // 2. Materiality per rank: |delta| >= max(material_share x scale x the rank's baseline
 //    iteration, noise_sigmas x hypot(scale x standard error of the rank's mean iteration in
-//    the baseline, the same in the current run)), scale being the shared factor applied
-//    (1 when none is): delta compares the current run with the baseline multiplied by it,
+//    the baseline, the same in the current run)), scale being the rank's factor applied
+//    (scale_r above; 1 when none is): delta compares the current run with the baseline multiplied by it,
 //    so the baseline's noise and share are multiplied too. A slowdown measured on a machine
 //    quieter than the baseline's (scale < 1) is not held to the busy baseline's noise; two
 //    healthy runs, the current one busier, are held to more. The standard error is the
@@ -80,6 +89,9 @@ struct CompareOptions {
 inline constexpr double kExplainsMost = 0.7;
 // The share (in log terms) of the shared factor that the machine's load must explain.
 inline constexpr double kLoadExplains = 0.5;
+// A rank whose load ratio differs from the median rank's by at least this factor is listed in
+// a note (every rank with a load ratio is measured beyond its own factor).
+inline constexpr double kOwnLoadNoted = 1.1;
 
 class RunComparer {
  public:

@@ -40,6 +40,18 @@ double CpuStretch(double cpu, double run_queue, double steal) {
   return on_cpu + run_queue / cpu;
 }
 
+double CpuStretch(const WorkerSummary& summary) {
+  double cpu = -1;
+  double run_queue = -1;
+  double steal = -1;
+  for (const FunctionMetric& m : summary.worker_metrics) {
+    if (m.metric == Metric::kCpuUtilization) cpu = m.mean;
+    if (m.metric == Metric::kRunQueueDelayFraction) run_queue = m.mean;
+    if (m.metric == Metric::kCpuStealFraction) steal = m.mean;
+  }
+  return CpuStretch(cpu, run_queue, steal);
+}
+
 std::vector<uint64_t> CallPathHashes(const WorkerSummary& summary) {
   std::vector<uint64_t> hashes(summary.functions.size());
   for (size_t i = 0; i < hashes.size(); ++i) {
@@ -67,15 +79,7 @@ void RunProfile::AddSummary(const WorkerSummary& summary,
     durations.push_back(static_cast<double>(it.duration_ns));
   }
   worker.iteration_spread_ns = RobustSpread(std::move(durations));
-  double cpu = -1;
-  double run_queue = -1;
-  double steal = -1;
-  for (const FunctionMetric& m : summary.worker_metrics) {
-    if (m.metric == Metric::kCpuUtilization) cpu = m.mean;
-    if (m.metric == Metric::kRunQueueDelayFraction) run_queue = m.mean;
-    if (m.metric == Metric::kCpuStealFraction) steal = m.mean;
-  }
-  worker.cpu_stretch = CpuStretch(cpu, run_queue, steal);
+  worker.cpu_stretch = CpuStretch(summary);
 
   // Parents precede their children in a summary (WorkerSummary::Key()), so one pass interns
   // each function under its parent's node; a function with an explicit key is interned by it.

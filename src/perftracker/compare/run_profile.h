@@ -86,6 +86,9 @@ std::vector<uint64_t> CallPathHashes(const WorkerSummary& summary);
 // fraction (-1 when unknown): 1 / (1 - steal) + run_queue / cpu, >= 1 (1 = never waited for a
 // CPU, on a host that lost none to other guests). 0 when cpu or run_queue is unknown.
 double CpuStretch(double cpu, double run_queue, double steal);
+// The same of a worker's window: its kCpuUtilization, kRunQueueDelayFraction and
+// kCpuStealFraction worker metrics. 0 when unknown.
+double CpuStretch(const WorkerSummary& summary);
 
 // 1.4826 x the median absolute deviation of `values` (reordered); 0 for fewer than two.
 double RobustSpread(std::vector<double> values);

@@ -209,7 +209,8 @@ std::string RenderComparisonJson(const Comparison& c) {
                        {"baseline_spread_ms", Ms(w.baseline_spread_ns)},
                        {"current_spread_ms", Ms(w.current_spread_ns)},
                        {"bar_ms", Ms(w.bar_ns)},
-                       {"material", w.material}});
+                       {"material", w.material},
+                       {"scale", std::round(Finite(w.scale) * 1e4) / 1e4}});
   }
   root["workers"] = std::move(workers);
   ordered_json notes = ordered_json::array();

@@ -193,6 +193,9 @@ ordered_json WorkerJson(const report::WorkerRow& row) {
   for (const IterationSummary& it : w.iterations)
     durations.push_back(static_cast<double>(it.duration_ns));
   j["iteration_spread_ms"] = Ms(compare::RobustSpread(std::move(durations)));
+  // How long each CPU second of its work took (run-queue wait, steal): `perftracker compare`
+  // measures each rank's functions beyond its own load. 0 when the window does not say.
+  j["cpu_stretch"] = std::round(Finite(compare::CpuStretch(w)) * 1e4) / 1e4;
   j["breakdown"] = {{"compute", Share(row.compute_share)},
                     {"communication", Share(row.communication_share)},
                     {"wait", Share(row.wait_share)},
