@@ -106,11 +106,18 @@ class GpuCheckScriptTest(unittest.TestCase):
             self.skipTest("no fake libcupti (built only with the CUDA toolkit's CUPTI headers)")
         reports = os.path.join(self.dir, "reports")
         env = dict(os.environ, PERFTRACKER_CUPTI_LIBRARY=CONFIG.fake_cupti)
+        # The one window is the forced one, 3 s in: the detector is off (--slowdown-ratio
+        # 100) and the job runs long enough to reach it. With the detector on, start-up
+        # noise opened a slowdown window 0.3 s after the first hello (--max-windows 1: the
+        # only one), which held no fake-CUPTI kernel ("rank 0 has no device work"); and on a
+        # quiet machine 150 steps end in ~3.2 s, before the forced trigger. It failed 2 of 5,
+        # and 4 of 4 run by hand, on main at ccb741a and b6c621e (2026-11-26).
         r = subprocess.run(
             [CONFIG.perftracker, "run", "--report-dir", reports, "--gpu-tracing", "always",
+             "--slowdown-ratio", "100",
              "--trigger-at-seconds", "3", "--window-seconds", "3", "--max-windows", "1",
              "--window-iterations", "20", "--", CONFIG.torch_python, LIVE_JOB,
-             "--world-size", "1", "--fault-rank", "0", "--steps", "150"],
+             "--world-size", "1", "--fault-rank", "0", "--steps", "600"],
             env=env, capture_output=True, text=True, timeout=900)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         rc, last, out = verify("window-report", reports)
