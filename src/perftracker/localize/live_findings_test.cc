@@ -409,6 +409,15 @@ TEST(LiveFindingsTest, ARankThatWakesMoreOftenWaitsMoreButIsNotStarved) {
   EXPECT_EQ(FindCode(d, "PT-CPU-CONTENTION"), nullptr);
 }
 
+// The first finding is CPU contention on `rank` alone, its title saying `wait`.
+void ExpectFirstIsContentionOn(const Diagnosis& d, int32_t rank, const std::string& wait) {
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-CPU-CONTENTION") << f.title;
+  EXPECT_THAT(f.workers, ElementsAre(rank));
+  EXPECT_THAT(f.title, HasSubstr(wait));
+}
+
 // A rank sharing its core with three busy processes (real-cpu-contention-r3 beside two busy
 // loops, load 21): Module._call_impl +79.6 ms per iteration of ~612 ms (13 %). Its threads
 // waited 2.50 of wall time against its peers' 1.88-2.10 (1.24x: the wall-time rule called it
@@ -421,12 +430,8 @@ TEST(LiveFindingsTest, AStarvedRankWaitsLongerPerTurnOnACpu) {
     loc.Add(Worker(r, 612, DdpStep(r == 3 ? 264 : 184.4, 264), MetricsOf(m[r])));
   }
   const Diagnosis d = loc.Finish();
-  ASSERT_FALSE(d.findings.empty());
-  const Finding& f = d.findings[0];
-  EXPECT_EQ(f.code, "PT-CPU-CONTENTION") << f.title;
-  EXPECT_THAT(f.workers, ElementsAre(3));
-  EXPECT_THAT(f.title, HasSubstr("run-queue wait 14.9 ms per timeslice on rank 3 vs 9.26 ms on "
-                                 "peers (threads)"));
+  ExpectFirstIsContentionOn(
+      d, 3, "run-queue wait 14.9 ms per timeslice on rank 3 vs 9.26 ms on peers (threads)");
 }
 
 // The same scenario measured with the training threads' own counts (load 18): rank 3's
@@ -442,12 +447,8 @@ TEST(LiveFindingsTest, AStarvedTrainingThreadWaitsLongerPerTurn) {
     loc.Add(Worker(r, 830, DdpStep(r == 3 ? 260 : 173, 260), MetricsOf(m[r])));
   }
   const Diagnosis d = loc.Finish();
-  ASSERT_FALSE(d.findings.empty());
-  const Finding& f = d.findings[0];
-  EXPECT_EQ(f.code, "PT-CPU-CONTENTION") << f.title;
-  EXPECT_THAT(f.workers, ElementsAre(3));
-  EXPECT_THAT(f.title, HasSubstr("run-queue wait 67.6 ms per timeslice on rank 3 vs 44.0 ms on "
-                                 "peers (training thread)"));
+  ExpectFirstIsContentionOn(
+      d, 3, "run-queue wait 67.6 ms per timeslice on rank 3 vs 44.0 ms on peers (training thread)");
 }
 
 // Regression (real-cpu-contention-r3, the whole real suite at load 23-31 on 2 cores): every
@@ -510,12 +511,11 @@ TEST(LiveFindingsTest, AStarvedCommunicationThreadMakesAnUntracedStragglerConten
     loc.Add(Worker(r, 119, UntracedStep(r == 3), MetricsOf(kContendedRank3[r])));
   }
   const Diagnosis d = loc.Finish();
+  ExpectFirstIsContentionOn(
+      d, 3,
+      "run-queue wait 1.73 ms per timeslice on rank 3 vs 800 µs on peers (communication threads)");
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
-  EXPECT_EQ(f.code, "PT-CPU-CONTENTION") << f.title;
-  EXPECT_THAT(f.workers, ElementsAre(3));
-  EXPECT_THAT(f.title, HasSubstr("run-queue wait 1.73 ms per timeslice on rank 3 vs 800 µs on "
-                                 "peers (communication threads)"));
   EXPECT_THAT(AllEvidence(f), HasSubstr("of wall time on rank 3 (communication threads)"));
 }
 
