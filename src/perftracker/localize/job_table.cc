@@ -1,15 +1,12 @@
 #include "perftracker/localize/job_table.h"
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <string_view>
 
+#include "perftracker/core/memory_trim.h"
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/summary/data_quality_counters.h"
 #include "perftracker/summary/iteration_breakdown.h"
@@ -537,14 +534,12 @@ void JobTable::EndIngest() {
   std::vector<Listing>().swap(listings_);
   std::vector<uint32_t>().swap(fids_);
   std::vector<uint8_t>().swap(enclosing_);
-#if defined(__GLIBC__)
   // What was just freed lies in the heap between the records, FunctionInfos and names, in
   // pieces each smaller than totals_ (one block of 24 bytes a path), which therefore takes
   // new pages: handed back first, the freed pages do not stay resident beside the totals and
   // the rules (with Python stacks ~35,000 paths a file, where the localizer is the peak:
   // sglang bs_32 30.6 -> 30.0 MiB, b200 eager_trace 25.6 -> 25.2).
-  malloc_trim(0);
-#endif
+  ReturnFreedMemoryToSystem();
   // A record is final once its worker is added (pass 2 adjusts only its own worker's):
   // summed in record order, the totals are what summing at each Add would give.
   totals_.assign(functions_.size(), FunctionTotals{});

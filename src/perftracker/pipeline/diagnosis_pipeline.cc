@@ -1,9 +1,5 @@
 #include "perftracker/pipeline/diagnosis_pipeline.h"
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -11,6 +7,8 @@
 #include <utility>
 
 #include <fmt/core.h>
+
+#include "perftracker/core/memory_trim.h"
 
 namespace perftracker {
 namespace {
@@ -124,12 +122,10 @@ void DiagnosisPipeline::AddTraceFiles(const std::vector<std::string>& paths) {
       options_.progress(n, paths.size());
     }
   });
-#if defined(__GLIBC__)
   // The summarizers are gone; what they freed (every event of every file, the per-path
   // accumulators) goes back to the system before the localizer allocates its tables, so that
   // the two phases' memory does not add up in the peak (xdit_sd_3.5: 42.0 -> 38.9 MiB).
-  malloc_trim(0);
-#endif
+  ReturnFreedMemoryToSystem();
   // Keep the good ones; a rank claimed twice keeps its first file.
   for (size_t i = 0; i < paths.size(); ++i) {
     ImportResult& r = results[i];
@@ -191,10 +187,8 @@ Diagnosis DiagnosisPipeline::Diagnose() {
   for (std::string& note : notes_) localizer_.AddNote(std::move(note));
   notes_.clear();
   Diagnosis d = localizer_.Finish();
-#if defined(__GLIBC__)
   // The localizer freed its tables: the report is rendered without their pages.
-  malloc_trim(0);
-#endif
+  ReturnFreedMemoryToSystem();
   return d;
 }
 

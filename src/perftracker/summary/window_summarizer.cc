@@ -134,9 +134,6 @@
 // the events' span widen the grid and so coarsen it.
 #include "perftracker/summary/window_summarizer.h"
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -153,6 +150,7 @@
 #include <vector>
 
 #include "perftracker/core/event_time.h"
+#include "perftracker/core/memory_trim.h"
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/summary/call_path_table.h"
 #include "perftracker/summary/collective_groups.h"
@@ -1336,12 +1334,10 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     // Every event is processed: no launch is looked up again. The correlation array's written
     // pages (one per 512 launches) would otherwise stay resident while the summary is built.
     correlations_.reset();
-#if defined(__GLIBC__)
     // Every event of the file was kept until now and is freed: its pages go back to the
     // system before the summary is built beside the accumulators, so that the two do not add
     // up in the peak (xdit_sd_3.5, 200,513 events: 38.2 -> 36.5 MiB).
-    malloc_trim(0);
-#endif
+    ReturnFreedMemoryToSystem();
   } else {
     for (auto& t : track_list_)
       if (!t->device) Drain(*t);
@@ -1492,13 +1488,11 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     if (detail != nullptr) *detail = FunctionDetail{};
     if (ChunkedVector<FunctionAcc>::LastOfChunk(id)) {
       functions_acc_.ReleaseChunkOf(id);
-#if defined(__GLIBC__)
       // The summary's vector was reserved whole (its own mapping), so the heap pages that
       // the released accumulators and details free cannot hold it: handed back now, each
       // chunk of paths, they do not stay resident beside the finished summary, where a
       // file's peak was (xdit_sd_3.5: 37.8 -> 35.7 MiB, owlv2 33.6 -> 31.5).
-      if (options_.offline) malloc_trim(0);
-#endif
+      if (options_.offline) ReturnFreedMemoryToSystem();
     }
     out.functions.push_back(std::move(fs));
   }
