@@ -154,8 +154,9 @@ int RunDiagnose(const DiagnoseOptions& options) {
   pipeline_options.localizer.material_share = options.material_share;
   pipeline_options.threads = options.jobs;
   pipeline_options.keep_events = perfetto;
-  // No report below reads a duration sketch: they go once the localizer has read them (its
-  // peak, with Python stacks, is where the summaries and its tables coexist).
+  // No report below reads a duration sketch, the localizer only its median: each is reduced
+  // to its median as the summary is built (its peak, with Python stacks, is where the
+  // summaries and its tables coexist).
   pipeline_options.keep_durations = false;
   if (StderrIsTerminal() && files->size() > 1) {
     pipeline_options.progress = [](size_t done, size_t total) {

@@ -115,7 +115,9 @@ void DiagnosisPipeline::AddTraceFiles(const std::vector<std::string>& paths) {
   std::atomic<size_t> done{0};
   std::mutex progress_mu;
   ParallelFor(paths.size(), ThreadCount(options_.threads, paths.size()), [&](size_t i) {
-    results[i] = ImportOne(paths[i], options_.kineto, options_.summarizer, options_.keep_events);
+    SummarizerOptions summarizer = options_.summarizer;
+    summarizer.median_durations |= !options_.keep_durations;
+    results[i] = ImportOne(paths[i], options_.kineto, summarizer, options_.keep_events);
     const size_t n = ++done;
     if (options_.progress) {
       std::lock_guard<std::mutex> lock(progress_mu);
@@ -177,11 +179,23 @@ void DiagnosisPipeline::AddSummary(const WorkerSummary& summary) {
 void DiagnosisPipeline::AddNote(std::string note) { notes_.push_back(std::move(note)); }
 
 Diagnosis DiagnosisPipeline::Diagnose() {
-  for (WorkerSummary& w : workers_) {
-    localizer_.Add(w);  // copies what it needs (localize/job_table.h): keeps no reference
-    if (!options_.keep_durations) {
-      for (FunctionSummary& f : w.functions) f.durations = QuantileSketch();
+  if (!options_.keep_durations) {
+    // Before the localizer's tables exist (the summaries of trace files are reduced already,
+    // by their summarizers: SummarizerOptions::median_durations).
+    bool reduced = false;
+    for (WorkerSummary& w : workers_) {
+      for (FunctionSummary& f : w.functions) {
+        if (f.durations.count() <= 1) continue;
+        QuantileSketch median;
+        median.Add(f.durations.Quantile(0.5));  // exact: its Quantile(q) is that value
+        f.durations = std::move(median);
+        reduced = true;
+      }
     }
+    if (reduced) ReturnFreedMemoryToSystem();
+  }
+  for (const WorkerSummary& w : workers_) {
+    localizer_.Add(w);  // copies what it needs (localize/job_table.h): keeps no reference
   }
   for (const SkippedInput& s : skipped_) localizer_.AddNote("skipped " + s.error);
   for (std::string& note : notes_) localizer_.AddNote(std::move(note));

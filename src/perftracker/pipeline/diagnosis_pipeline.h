@@ -12,7 +12,7 @@
 //   AddSummary()     a summary made elsewhere (a synthetic worker, a collector's).
 // Diagnose() then runs the Localizer over the workers in the order they came, then the
 // notes. The summaries stay readable (and editable, e.g. to set hosts) until then and after,
-// for the reports (with keep_durations off, without their duration sketches after it); with
+// for the reports (with keep_durations off, each duration sketch reduced to its median); with
 // keep_summaries off, AddSummary() feeds the localizer at once and keeps nothing (a benchmark
 // of 100,000 workers).
 #pragma once
@@ -46,13 +46,16 @@ struct PipelineOptions {
   // Off: AddSummary() localizes each summary as it comes and keeps none (workers() stays
   // empty); the other sources need it on.
   bool keep_summaries = true;
-  // Off: Diagnose() empties each kept summary's per-call duration sketches
-  // (FunctionSummary::durations) as soon as the localizer has added it, so that they are gone
-  // before the localizer sums its tables and runs its rules (where a trace file with Python
-  // stacks peaks: one sketch per call path, a heap block of 64+ bytes for each path called
-  // more than once). For callers whose reports read no sketch (`perftracker diagnose`: the
-  // text, JSON and HTML reports read each path's key, kind, calls and times); the HTTP API's
-  // function table does (p50 / p99), so the default keeps them.
+  // Off: each per-call duration sketch (FunctionSummary::durations) is reduced to a sketch of
+  // one value, its median (count() 1, every quantile the median), before the localizer reads
+  // it: by the summarizer of each trace file as it builds the summary
+  // (SummarizerOptions::median_durations), and by Diagnose() for summaries added otherwise.
+  // The localizer reads only count() > 0 and the median, so the diagnosis is the same; a path
+  // called more than once then holds no heap block (64+ bytes) while the summaries and the
+  // localizer's tables coexist (where a trace file with Python stacks peaks). For callers
+  // whose reports read no sketch (`perftracker diagnose`: the text, JSON and HTML reports
+  // read each path's key, kind, calls and times); the HTTP API's function table reads p50 and
+  // p99, so the default keeps them.
   bool keep_durations = true;
   // Called after each trace file is summarized (from the importing threads, one at a time).
   std::function<void(size_t done, size_t total)> progress;

@@ -167,9 +167,10 @@ TEST(DiagnosisPipeline, WithoutKeptSummariesEachIsLocalizedAsItComes) {
     EXPECT_EQ(a.findings[i].title, b.findings[i].title);
 }
 
-// `perftracker diagnose` drops the duration sketches once the localizer has read them (its
-// memory peak on traces with Python stacks): the diagnosis and all three reports must be
-// the ones made with the sketches kept.
+// `perftracker diagnose` reduces each duration sketch to its median before the localizer
+// reads it (its memory peak on traces with Python stacks): every sketch keeps its median
+// exactly, and the diagnosis and all three reports must be the ones made with the sketches
+// kept.
 TEST(DiagnosisPipeline, WithoutKeptDurationsTheReportsAreTheSame) {
   PipelineOptions kept_options;
   DiagnosisPipeline kept(kept_options);
@@ -181,15 +182,22 @@ TEST(DiagnosisPipeline, WithoutKeptDurationsTheReportsAreTheSame) {
   const Diagnosis a = kept.Diagnose();
   const Diagnosis b = dropped.Diagnose();
 
-  size_t sketches_kept = 0, sketches_left = 0;
-  for (const WorkerSummary& w : kept.workers()) {
-    for (const FunctionSummary& f : w.functions) sketches_kept += f.durations.count() > 0;
+  size_t sketches_reduced = 0, sketches_full_left = 0;
+  ASSERT_EQ(kept.workers().size(), dropped.workers().size());
+  for (size_t w = 0; w < kept.workers().size(); ++w) {
+    const std::vector<FunctionSummary>& full = kept.workers()[w].functions;
+    const std::vector<FunctionSummary>& reduced = dropped.workers()[w].functions;
+    ASSERT_EQ(full.size(), reduced.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      sketches_reduced += full[i].durations.count() > 1;
+      sketches_full_left += reduced[i].durations.count() > 1;
+      EXPECT_EQ(reduced[i].durations.count() > 0, full[i].durations.count() > 0);
+      EXPECT_EQ(reduced[i].durations.Quantile(0.5), full[i].durations.Quantile(0.5))
+          << kept.workers()[w].Key(i);
+    }
   }
-  for (const WorkerSummary& w : dropped.workers()) {
-    for (const FunctionSummary& f : w.functions) sketches_left += f.durations.count() > 0;
-  }
-  EXPECT_GT(sketches_kept, 0u);
-  EXPECT_EQ(sketches_left, 0u);
+  EXPECT_GT(sketches_reduced, 0u);
+  EXPECT_EQ(sketches_full_left, 0u);
 
   ASSERT_FALSE(b.findings.empty());
   EXPECT_EQ(b.findings[0].workers, std::vector<int32_t>{2});
@@ -202,6 +210,37 @@ TEST(DiagnosisPipeline, WithoutKeptDurationsTheReportsAreTheSame) {
   EXPECT_EQ(RenderJson(with), RenderJson(without));
   EXPECT_EQ(RenderText(with), RenderText(without));
   EXPECT_EQ(RenderHtml(with), RenderHtml(without));
+}
+
+// Summaries added as they are (a collector's, a synthetic worker's) are reduced by Diagnose()
+// before the localizer reads them, to the same medians, with the same diagnosis.
+TEST(DiagnosisPipeline, WithoutKeptDurationsAddedSummariesKeepTheirMedians) {
+  DiagnosisPipeline files;
+  files.AddTraceFiles(StragglerFiles());
+  PipelineOptions dropped_options;
+  dropped_options.keep_durations = false;
+  DiagnosisPipeline added(dropped_options);
+  for (const WorkerSummary& w : files.workers()) added.AddSummary(w);
+  const Diagnosis a = files.Diagnose();
+  const Diagnosis b = added.Diagnose();
+  size_t reduced = 0;
+  for (size_t w = 0; w < files.workers().size(); ++w) {
+    const std::vector<FunctionSummary>& full = files.workers()[w].functions;
+    const std::vector<FunctionSummary>& mine = added.workers()[w].functions;
+    ASSERT_EQ(full.size(), mine.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      reduced += full[i].durations.count() > 1;
+      EXPECT_LE(mine[i].durations.count(), 1u);
+      EXPECT_EQ(mine[i].durations.Quantile(0.5), full[i].durations.Quantile(0.5));
+    }
+  }
+  EXPECT_GT(reduced, 0u);
+  ASSERT_FALSE(b.findings.empty());
+  ASSERT_EQ(a.findings.size(), b.findings.size());
+  for (size_t i = 0; i < a.findings.size(); ++i) {
+    EXPECT_EQ(a.findings[i].title, b.findings[i].title);
+    EXPECT_EQ(a.findings[i].workers, b.findings[i].workers);
+  }
 }
 
 }  // namespace

@@ -1450,7 +1450,10 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     if (const auto slack = slack_after_.find(id); slack != slack_after_.end()) {
       fs.slack_after_ns = std::clamp<int64_t>(slack->second, 0, acc.total_ns);
     }
-    if (detail != nullptr) {
+    if (detail != nullptr && options_.median_durations && detail->durations.count() > 1) {
+      // Exact: a one-value sketch's Quantile(q) is its value (quantile_sketch.h).
+      fs.durations.Add(detail->durations.Quantile(0.5));
+    } else if (detail != nullptr) {
       fs.durations = std::move(detail->durations);
     } else if (acc.count > 0) {
       fs.durations.Add(static_cast<double>(acc.first_duration));

@@ -22,6 +22,13 @@ struct SummarizerOptions {
   // iteration is summarized as one iteration spanning its window. Live sources (agent
   // rings) leave this off and keep their fixed memory.
   bool offline = false;
+  // Each call path's duration sketch is reduced, as Finish() builds the summary, to a sketch
+  // of one value: its median, Quantile(0.5) of the full sketch (count() is then 1; every
+  // quantile is that median). For readers of the median alone (`perftracker diagnose`: the
+  // localizer reads count() > 0 and the median, its reports no sketch): a path called more
+  // than once then holds no heap block (64+ bytes) in the summary. Off by default: the HTTP
+  // API's function table reads p50 and p99.
+  bool median_durations = false;
 };
 
 class WindowSummarizer : public EventSink {
