@@ -95,7 +95,12 @@ Finding JobFinding(const RuleContext& ctx, std::string_view code, FindingCategor
 std::vector<uint32_t> TopFunctions(const JobTable& job, bool (*pred)(const FunctionInfo&),
                                    bool by_critical, size_t k) {
   const std::vector<FunctionInfo>& functions = job.functions();
+  // Reserved exactly: with Python stacks tens of thousands of paths match, and a doubling
+  // vector would briefly hold the old and the new array at the localizer's peak.
+  size_t matching = 0;
+  for (const FunctionInfo& fn : functions) matching += pred(fn);
   std::vector<uint32_t> fids;
+  fids.reserve(matching);
   for (uint32_t fid = 0; fid < functions.size(); ++fid) {
     if (pred(functions[fid])) fids.push_back(fid);
   }

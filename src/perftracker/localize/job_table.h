@@ -14,7 +14,9 @@
 // Memory per call path (with Python stacks one trace file holds ~35,000, one per ~2 events,
 // and its summary is alive beside this table): a 16-byte FunctionInfo and its record (32
 // bytes), plus while adding ~20 bytes of index and scratch that EndIngest() frees before it
-// sums the 24-byte FunctionTotals.
+// sums the 24-byte FunctionTotals. With one worker (`perftracker diagnose` of one trace
+// file) no totals are stored: a function's totals are its one record's, found by binary
+// search (the records of the first worker are in fid order, EndIngest() checks it).
 // A non-wait function's time excludes the collectives / syncs nested in it (DDP issues
 // all-reduces from AccumulateGrad hooks: that is waiting, not work).
 //
@@ -171,7 +173,7 @@ class JobTable {
   const std::vector<WorkerRecord>& workers() const { return workers_; }
   const std::vector<FunctionInfo>& functions() const { return functions_; }
   // Job-wide sums per function, by fid (after EndIngest()).
-  const FunctionTotals& Totals(uint32_t fid) const { return totals_[fid]; }
+  FunctionTotals Totals(uint32_t fid) const;
   // The calls and bytes per iteration of each of `fids` summed over the workers that ran it,
   // as the totals are summed (one pass over the records: for the few functions a finding
   // cites).
@@ -236,8 +238,10 @@ class JobTable {
 
   // Job-wide function table.
   std::vector<FunctionInfo> functions_;
-  std::vector<FunctionTotals> totals_;  // by fid, from EndIngest()
-  std::vector<uint32_t> node_slots_;    // fids, kNone = empty; size a power of two
+  std::vector<FunctionTotals> totals_;  // by fid, from EndIngest(); empty when...
+  // ...one worker's records, in fid order, are the totals (EndIngest(); Totals()).
+  bool totals_are_records_ = false;
+  std::vector<uint32_t> node_slots_;  // fids, kNone = empty; size a power of two
   size_t indexed_nodes_ = 0;
   std::unordered_map<std::string, uint32_t> explicit_index_;   // explicit key -> fid
   std::unordered_map<uint32_t, std::string> explicit_keys_;    // fid -> explicit key

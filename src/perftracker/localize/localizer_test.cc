@@ -16,6 +16,7 @@
 
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/job_table.h"
 #include "perftracker/localize/peer_groups.h"
 #include "perftracker/localize/pipeline_slack.h"
 #include "perftracker/localize/robust_stats.h"
@@ -235,6 +236,55 @@ bool HasEvidence(const Finding& f, const std::string& needle) {
 
 // ---------------------------------------------------------------------------------------
 // Robust statistics and peer groups.
+
+// With one worker the JobTable stores no totals: a function's are its one record's, found
+// in the records (JobTable::Totals). They must be the sums EndIngest() makes over the
+// records with several workers: the same worker followed by one without functions (no
+// records) gives the same totals, for a function without a record (never called), one whose
+// key is listed twice (summed into its first record) and one whose time pass 2 lowers (a
+// collective nested in it).
+TEST(JobTable, OneWorkersTotalsAreTheSumsOverItsRecords) {
+  WorkerSpec spec;
+  spec.fn("python:train_step") = {"python:train_step", 90, 1, 40};
+  spec.fn("python:train_step > torch_op:aten::mm") = {"python:train_step > torch_op:aten::mm", 30,
+                                                      4, 10};
+  spec.fn("python:train_step > torch_op:aten::mm > kernel:sm90_gemm") = {
+      "python:train_step > torch_op:aten::mm > kernel:sm90_gemm", 25, 4, 25};
+  spec.fn("python:train_step > collective:nccl:all_reduce") = {
+      "python:train_step > collective:nccl:all_reduce", 20, 1, 5};
+  spec.fn("python:never_called") = {"python:never_called", 0, 0, 0};
+  WorkerSummary worker = Build(spec);
+  worker.functions.push_back(worker.functions[1]);  // aten::mm listed twice
+  WorkerSpec without_functions;
+  without_functions.rank = 1;
+
+  std::vector<std::string> notes;
+  localize::JobTable one, two;
+  one.Add(worker, notes);
+  one.EndIngest();
+  two.Add(worker, notes);
+  two.Add(Build(without_functions), notes);
+  two.EndIngest();
+  ASSERT_EQ(one.functions().size(), 5u);
+  ASSERT_EQ(two.functions().size(), 5u);
+  std::map<std::string, localize::FunctionTotals> by_key;
+  for (uint32_t fid = 0; fid < one.functions().size(); ++fid) {
+    ASSERT_EQ(one.Key(fid), two.Key(fid));
+    const localize::FunctionTotals a = one.Totals(fid);
+    const localize::FunctionTotals b = two.Totals(fid);
+    EXPECT_EQ(a.present, b.present) << one.Key(fid);
+    EXPECT_EQ(a.sum_time_ns, b.sum_time_ns) << one.Key(fid);
+    EXPECT_EQ(a.sum_critical_ns, b.sum_critical_ns) << one.Key(fid);
+    by_key[one.Key(fid)] = a;
+  }
+  EXPECT_EQ(by_key["python:never_called"].present, 0u);
+  EXPECT_EQ(by_key["python:never_called"].sum_time_ns, 0.0);
+  EXPECT_EQ(by_key["python:train_step > torch_op:aten::mm"].present, 1u);
+  EXPECT_NEAR(by_key["python:train_step > torch_op:aten::mm"].sum_time_ns, 60 * kMs, 1e3);
+  EXPECT_NEAR(by_key["python:train_step"].sum_time_ns, 70 * kMs, 1e3);  // 90 - the all-reduce
+  EXPECT_NEAR(by_key["python:train_step > collective:nccl:all_reduce"].sum_critical_ns, 5 * kMs,
+              1e3);
+}
 
 TEST(RobustStats, MedianOddEvenAndMad) {
   std::vector<float> odd{5, 1, 3};
@@ -515,10 +565,10 @@ TEST(Localizer, FunctionalCollectiveWaitsAreCommunicationNotCompute) {
 }
 
 TEST(PointToPoint, TorchCommunicationOperatorsAreKnownByName) {
-  for (const char* name : {"c10d::allreduce_", "record_param_comms",
-                           "_c10d_functional::all_reduce", "_c10d_functional::wait_tensor",
-                           "c10d_functional::all_gather_into_tensor",
-                           "_c10d_functional_autograd::all_to_all_single"}) {
+  for (const char* name :
+       {"c10d::allreduce_", "record_param_comms", "_c10d_functional::all_reduce",
+        "_c10d_functional::wait_tensor", "c10d_functional::all_gather_into_tensor",
+        "_c10d_functional_autograd::all_to_all_single"}) {
     EXPECT_TRUE(IsTorchCommunicationOp(name)) << name;
   }
   for (const char* name : {"aten::mm", "c10d", "record_param_comms_x", "my_c10d::op"}) {
@@ -822,9 +872,9 @@ TEST(Localizer, RolesThatRunMoreCodeAndOtherCollectivesStayApart) {
 
 TEST(Localizer, StragglersOfTwoRolesInOneFunctionAreTwoFindings) {
   // Two roles (ranks 0-3 run an encoder, ranks 4-7 a decoder) that both call aten::addmm on
-  // the same path; one straggler in each role (ranks 2 and 6, +25 ms there). Each is compared with its own
-  // role, and each finding names one role's straggler and that role's victims: a finding that
-  // said "ranks 2, 6 ... 1.3x their peers" would compare ranks with two different sets of
+  // the same path; one straggler in each role (ranks 2 and 6, +25 ms there). Each is compared with
+  // its own role, and each finding names one role's straggler and that role's victims: a finding
+  // that said "ranks 2, 6 ... 1.3x their peers" would compare ranks with two different sets of
   // peers (seen on a real two-model job, e2e_diagnose's two-role test).
   std::vector<WorkerSpec> specs;
   for (int r = 0; r < 8; ++r) {
