@@ -748,5 +748,69 @@ TEST(LiveFindingsTest, GcSpreadOverCallPathsIsStillAGcStraggler) {
   EXPECT_EQ(FindCode(d, "PT-STRAGGLER-COMPUTE"), nullptr);
 }
 
+// A rank slower in one function and faster in another by as much (the scheduler of a loaded
+// machine handing out CPU time unevenly) makes nobody wait: its peers' collective + sync wait
+// is its own, so the job loses nothing to it. Measured (real-healthy-4 at d0389e0, 4 gloo
+// ranks on 2 loaded cores, load ~10, a window of 48 iterations): rank 3's forward 23.3 ms/iter
+// against 17.3-18.9 (robust z 4.4, slower calls), its backward 55.4 against 60.2-60.9, DDP's
+// all-reduce (gloo's thread) 30.8 against 29.6-31.7, iterations 82.8 against 83.5-83.6. It
+// was a material PT-STRAGGLER-COMPUTE, "+5.12 ms, 6.4% of the iteration".
+TEST(LiveFindingsTest, AStragglerNobodyWaitsForCostsTheJobNothing) {
+  const double iteration_ms[] = {83.5, 83.6, 83.5, 82.8};
+  const double forward_ms[] = {17.3, 18.9, 17.6, 23.3};
+  const double backward_ms[] = {60.2, 60.5, 60.9, 55.4};
+  const double all_reduce_ms[] = {31.7, 29.6, 31.4, 30.8};
+  const std::string loop = "python:run_rank (live_job.py:244)";
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    loc.Add(Worker(r, iteration_ms[r],
+                   {{loop, EventKind::kPythonCall, iteration_ms[r] - 1},
+                    {loop + " > python:Model.forward (live_job.py:166)", EventKind::kPythonCall,
+                     forward_ms[r]},
+                    {loop + " > python:Model.forward (live_job.py:166) > python:Module._call_impl "
+                            "(module.py:1188)",
+                     EventKind::kPythonCall, forward_ms[r], 2.9},
+                    {loop + " > python:Tensor.backward (_tensor.py:429)", EventKind::kPythonCall,
+                     backward_ms[r]},
+                    // Completed on gloo's thread: no traced caller.
+                    {"collective:DistributedDataParallel all_reduce (group of 4)",
+                     EventKind::kCollective, all_reduce_ms[r]}}));
+  }
+  const Diagnosis d = loc.Finish();
+  EXPECT_FALSE(d.has_material_finding()) << d.findings[0].code << " " << d.findings[0].title;
+  for (const Finding& f : d.findings) {
+    if (f.workers.empty() || f.workers[0] != 3) continue;
+    EXPECT_LT(f.lost_ns_per_iteration, 1.0 * kMs) << f.title;
+  }
+}
+
+// The same rank with the forward slower and nothing to make up for it: its peers wait for it
+// in the all-reduce, and the job loses what they wait.
+TEST(LiveFindingsTest, AStragglerItsPeersWaitForIsMaterial) {
+  const double forward_ms[] = {17.3, 18.9, 17.6, 23.3};
+  const std::string loop = "python:run_rank (live_job.py:244)";
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const double waited = 23.3 - forward_ms[r];
+    loc.Add(
+        Worker(r, 88.3,
+               {{loop, EventKind::kPythonCall, 87.3},
+                {loop + " > python:Model.forward (live_job.py:166)", EventKind::kPythonCall,
+                 forward_ms[r]},
+                {loop + " > python:Model.forward (live_job.py:166) > python:Module._call_impl "
+                        "(module.py:1188)",
+                 EventKind::kPythonCall, forward_ms[r], 2.9},
+                {loop + " > python:Tensor.backward (_tensor.py:429)", EventKind::kPythonCall, 60.5},
+                {"collective:DistributedDataParallel all_reduce (group of 4)",
+                 EventKind::kCollective, 30.8 + waited}}));
+  }
+  const Diagnosis d = loc.Finish();
+  ASSERT_TRUE(d.has_material_finding());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_THAT(f.workers, ElementsAre(3));
+  EXPECT_GT(f.lost_ns_per_iteration, 4.5 * kMs) << f.title;
+}
+
 }  // namespace
 }  // namespace perftracker

@@ -1174,6 +1174,8 @@ TEST(Localizer, AnOnsetOnTopOfASteadyExcessKeepsTheWindowAverage) {
   specs[3].fn(gc) = {gc, 13.75, 1};
   specs[3].fn(gc).onset_iteration = 9;
   specs[3].fn(gc).onset_ms = 25;
+  // Its peers wait in the all-reduce for all of it.
+  specs[3].fn(DpJob::Key("collective:nccl:all_reduce")).ms -= 10;
   const Diagnosis d = Diagnose(specs);
   SCOPED_TRACE(Describe(d));
   const Finding* f = FindCode(d, "PT-STRAGGLER-GC");

@@ -1,6 +1,9 @@
 #include "perftracker/localize/victim_rule.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
 
 namespace perftracker::localize {
 namespace {
@@ -8,6 +11,52 @@ namespace {
 // A worker whose own work is shorter than its peers' by at least this share of its extra
 // collective wait arrived early at the collective: the wait is not a finding.
 constexpr double kEarlyArrivalShare = 0.5;
+
+// A work finding (compute, data, GC, ...) costs the job what its peers wait for it. In
+// synchronous training a rank that is longer in one function makes the others wait for it at
+// the next collective, unless it made up the time elsewhere before that collective (a loaded
+// machine's scheduler hands CPU time out unevenly: real-healthy-4's rank 3 was 5 ms longer in
+// its forward and 5 ms shorter in its backward, and waited in DDP's all-reduce as long as its
+// peers). A victim is a worker of its group that waits at least kVictimShare of its excess
+// longer than it (FindingWording lists them); with none, the job loses at most the longest
+// extra wait of any worker of its group that is not a culprit of the same function. Only
+// where the group has collective or sync waits to compare: a job without traced waits keeps
+// the excess. The longest, not the median: in a subgroup collective (a tensor-parallel
+// partner) one worker waiting is the whole cost. Only where all workers are one peer group:
+// with several roles (pipeline stages) the worker that waits for a straggler can be of
+// another role (its stage partner's send), whose waits are not comparable with its own.
+void CapWorkFindingsByTheWaitTheyCause(const RuleContext& ctx,
+                                       std::vector<WorkerFinding>& worker_findings) {
+  if (ctx.peers->members.size() != 1) return;
+  const std::vector<WorkerRecord>& workers = ctx.job->workers();
+  // (group, function) -> its culprits.
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> culprits;
+  for (const auto& f : worker_findings) {
+    if (f.wait_type() || f.dropped || f.named.fid == kNone) continue;
+    if (ctx.peers->group_wait_median[f.named.group] <= 0) continue;
+    culprits[{f.named.group, f.named.fid}].push_back(f.named.worker);
+  }
+  // The longest wait of the others; -INFINITY when every worker of the group is a culprit.
+  std::map<std::pair<uint32_t, uint32_t>, double> others_wait;
+  for (auto& [key, ws] : culprits) {
+    std::sort(ws.begin(), ws.end());
+    double longest = -INFINITY;
+    for (uint32_t w : ctx.peers->members[key.first]) {
+      if (!std::binary_search(ws.begin(), ws.end(), w)) {
+        longest = std::max(longest, static_cast<double>(workers[w].wait_fn_ns));
+      }
+    }
+    others_wait[key] = longest;
+  }
+  for (auto& f : worker_findings) {
+    if (f.wait_type() || f.dropped || f.named.fid == kNone) continue;
+    const auto it = others_wait.find({f.named.group, f.named.fid});
+    if (it == others_wait.end() || it->second == -INFINITY) continue;
+    const double waited = it->second - static_cast<double>(workers[f.named.worker].wait_fn_ns);
+    if (waited >= kVictimShare * f.named.excess()) continue;
+    f.lost_cap = std::min(f.lost_cap, std::max(0.0, waited));
+  }
+}
 
 }  // namespace
 
@@ -50,6 +99,7 @@ void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& worker_f
       explaining->extra_victims.push_back(f.named.worker);
     }
   }
+  CapWorkFindingsByTheWaitTheyCause(ctx, worker_findings);
 }
 
 }  // namespace perftracker::localize

@@ -5,7 +5,11 @@
 // (kVictimShare); otherwise it stands (e.g. one slow link: PT-STRAGGLER-COMM), and the job
 // loses at most the worker's extra total wait. A worker that waits longer because its own
 // work (root non-wait functions) was shorter than its peers' by at least kEarlyArrivalShare
-// of the extra wait arrived early: dropped, it is nobody's culprit.
+// of the extra wait arrived early: dropped, it is nobody's culprit. A work finding costs
+// the job what the others wait for it: when the workers of its group that are not culprits of
+// the same function wait less than kVictimShare of its excess longer than it does (it made the
+// time up elsewhere before the collective), the job loses at most that difference (jobs
+// whose workers form one peer group).
 #pragma once
 
 #include <vector>

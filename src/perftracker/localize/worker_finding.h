@@ -30,8 +30,8 @@ struct WorkerFinding {
   uint32_t layer = UINT32_MAX;
   std::vector<uint32_t> extra_victims;
   bool dropped = false;
-  // For communication / sync findings: the worker's extra total wait, when smaller than the
-  // function's excess (then that is what the job loses).
+  // What the job loses at most (ResolveVictims): for communication / sync findings the
+  // worker's extra total wait, for work findings how much longer the others wait than it.
   double lost_cap = INFINITY;
   // PT-CPU-CONTENTION: the worker's run-queue wait per timeslice and its peers' median, in ns
   // (-1 = not contention), ...
