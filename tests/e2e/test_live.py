@@ -1051,8 +1051,12 @@ class NoFalseHangTest(LiveChecks):
                            steps=160)
         run.start()
         self.assertEqual(run.wait(300, stall=STALL_SECONDS), 0, run.describe())
-        self.assertIn("(hang) opens", run.stderr(), "the pause never triggered the detector:\n"
-                      + run.describe())
+        # The hang trigger opens a window of its own, or comes inside a slowdown window that
+        # was open already (on a loaded machine noise opens one at any time: seen beside two
+        # busy loops, "window 1 (slowdown) opens" 0.3 s before the pause, then "window 1:
+        # hang confirmed").
+        self.assertTrue("(hang) opens" in run.stderr() or "hang confirmed" in run.stderr(),
+                        "the pause never triggered the detector:\n" + run.describe())
         self.assertIn("not a hang", run.stderr() + run.stdout(), run.describe())
         self.check_no_hang_diagnosed(run)
 
