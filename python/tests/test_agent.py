@@ -6,6 +6,7 @@ process. Run with /usr/bin/python3 and PYTHONPATH=<build>/python (CTest does).
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,8 +45,12 @@ class AgentTestBase(unittest.TestCase):
 
     def tearDown(self):
         for p in self.procs:
-            if p.poll() is None:
-                p.kill()
+            # Each job has its own session: the job and whatever it forked (a hung child
+            # would hold the job's pipes open, and communicate() would wait for it forever).
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
             p.communicate()  # reaps it and closes its pipes
         shutil.rmtree(self.dir, ignore_errors=True)
         # A killed job cannot remove its shared memory (the collector's job in production).
@@ -65,7 +70,8 @@ class AgentTestBase(unittest.TestCase):
         e["PERFTRACKER_RUN_ID"] = self.run_id
         e.update(env or {})
         p = subprocess.Popen([sys.executable, path] + list(args), env=e, cwd=self.dir,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
         self.procs.append(p)
         return p
 
@@ -95,8 +101,9 @@ class AgentTestBase(unittest.TestCase):
             if rows and all(c - b >= n for c, b, n in zip(rows[-1][1:], base, need)):
                 return rows[-1][1:]
             if p.poll() is not None:
-                raise AssertionError("the job ended (exit %s) before it made %s more (%s)"
-                                     % (p.returncode, need, rows[-1:]))
+                _, err = p.communicate(timeout=60)
+                raise AssertionError("the job ended (exit %s) before it made %s more (%s)\n%s"
+                                     % (p.returncode, need, rows[-1:], err[-3000:]))
             if time.time() > deadline:
                 raise AssertionError("the job did not make %s more within %d s (%s)"
                                      % (need, timeout, rows[-1:]))
@@ -169,7 +176,16 @@ CALLS_JOB = """
                 if pid == 0:
                     forked_child_work()
                     os._exit(0)
-                os.waitpid(pid, 0)
+                # A child exits in well under a second; one still there after 60 s is hung
+                # (test_fork.py): said, killed, and the job fails instead of waiting forever.
+                give_up = time.time() + 60
+                while os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    if time.time() > give_up:
+                        sys.stderr.write("forked child %d hung: %s\\n" % (pid, _agent.stats()))
+                        os.kill(pid, 9)
+                        os.waitpid(pid, 0)
+                        sys.exit(3)
+                    time.sleep(0.001)
             time.sleep(0.0002)
         bg.join()
         seen = []
