@@ -8,14 +8,24 @@ the GIL, so a fork at that moment gave the child a lock that nobody would releas
 child hung in PyOS_AfterFork_Child before running any Python (CPython 3.11). The test forks
 as fast as it can while the collector keeps asking for stack dumps (one GIL task each).
 Before the fix, 4 of 6 such 10 s runs left a hung child on a loaded 2-core machine.
+
+The second test forks while the agent's control thread allocates (a flood of collector
+messages): under gcc 12's AddressSanitizer, whose allocator has no fork handlers, a child
+forked while that thread was inside malloc hung on the allocator's lock. The agent's threads
+now stand still around a fork (ForkGate, docs/live-mode.md).
 """
 
+import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 import unittest
 
 import perftracker
@@ -54,6 +64,55 @@ FORK_JOB = """
 """
 
 
+# N_FORKS forks while a window records and the agent's control thread parses a flood of
+# collector messages of every size (each one allocates and frees). Each child allocates a
+# spread of sizes (most sizes the allocator has a class for), then exits. A child still there
+# after CHILD_S seconds is hung: the job kills it, says so and exits 3.
+ALLOC_FORK_JOB = """
+    import json, os, sys, time
+    from perftracker import _agent
+
+    def work():
+        s = 0
+        for i in range(50):
+            s += i
+        return s
+
+    def child():
+        keep = []
+        n = 600
+        while n < 140000:  # malloc'ed sizes (pymalloc serves <= 512 bytes)
+            keep.extend(bytearray(n) for _ in range(4))
+            n = int(n * 1.2)
+        keep.extend([i] * 8 for i in range(2000))
+        os._exit(0)
+
+    def main():
+        n_forks, child_s, started = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+        while not os.path.exists(started):  # the collector's window and flood are on
+            work()
+            time.sleep(0.001)
+        for forks in range(n_forks):
+            for _ in range(20):
+                work()
+            pid = os.fork()
+            if pid == 0:
+                child()
+            give_up = time.time() + child_s
+            while os.waitpid(pid, os.WNOHANG)[0] == 0:
+                if time.time() > give_up:
+                    print("child %d hung after %d forks %s" % (pid, forks, _agent.stats()),
+                          flush=True)
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    sys.exit(3)
+                time.sleep(0.001)
+        print(json.dumps({"forks": n_forks, "stats": _agent.stats()}), flush=True)
+
+    main()
+"""
+
+
 class ForkTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="perftracker-fork-test-")
@@ -63,8 +122,11 @@ class ForkTest(unittest.TestCase):
 
     def tearDown(self):
         if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
+            # The job's own session: a hung grandchild (which holds the job's pipes) goes too.
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
             self.proc.communicate()
         shutil.rmtree(self.dir, ignore_errors=True)
         prefix = "perftracker-%s-" % self.run_id
@@ -82,7 +144,8 @@ class ForkTest(unittest.TestCase):
         env.update(PYTHONPATH=os.pathsep.join([BOOT, BUILD_PYTHON]), PERFTRACKER_SOCKET=self.sock,
                    PERFTRACKER_RUN_ID=self.run_id, RANK="0")
         self.proc = subprocess.Popen([sys.executable, path, "10"], env=env, cwd=self.dir,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
         collector.wait_for("hello", timeout=60)
         # One stack dump at a time (each runs Python on the agent's thread) until the job ends.
         dumps = 0
@@ -100,6 +163,68 @@ class ForkTest(unittest.TestCase):
         self.assertRegex(out, r"^forks \d+")
         self.assertGreaterEqual(int(out.split()[1]), 10, out)
         self.assertGreaterEqual(dumps, 10, "too few stack dumps to exercise the agent's thread")
+        collector.kill()
+
+    def test_forked_children_never_hang_while_the_agent_allocates(self):
+        # gcc 12's AddressSanitizer takes no allocator lock around fork(): a child forked while
+        # one of the agent's threads was inside malloc waits forever on that allocator lock
+        # (seen in agent_python_test). The agent's threads stand still around each fork
+        # (ForkGate). Fails as "hung" (or rc 3) when they do not.
+        collector = FakeCollector(self.sock)
+        path = os.path.join(self.dir, "job.py")
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(ALLOC_FORK_JOB))
+        started = os.path.join(self.dir, "started")
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("LOCAL_RANK", "WORLD_SIZE", "PERFTRACKER_AGENT_OPTIONS")}
+        env.update(PYTHONPATH=os.pathsep.join([BOOT, BUILD_PYTHON]), PERFTRACKER_SOCKET=self.sock,
+                   PERFTRACKER_RUN_ID=self.run_id, RANK="0")
+        self.proc = subprocess.Popen([sys.executable, path, "200", "10", started], env=env,
+                                     cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        try:
+            collector.wait_for("hello", timeout=60)
+        except AssertionError:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            out, err = self.proc.communicate()
+            raise AssertionError("the job never said hello (exit %s)\n%s%s"
+                                 % (self.proc.returncode, out, err))
+        collector.send({"type": "window", "window": 1, "start_ns": time.time_ns(),
+                        "duration_ns": 600_000_000_000, "reason": "manual"})
+        # Messages of every size up to the 64 KiB line limit, as fast as the agent reads
+        # them: the control thread parses (allocates) them and counts them as unknown.
+        done = threading.Event()
+        sent = [0]
+
+        def flood():
+            rng = random.Random(7)
+            while not done.is_set():
+                try:
+                    collector.send({"type": "filler", "pad": "x" * rng.randint(1, 60000)})
+                except OSError:
+                    return
+                sent[0] += 1
+
+        flooder = threading.Thread(target=flood, daemon=True)
+        flooder.start()
+        open(started, "w").close()
+        try:
+            out, err = self.proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            out, err = self.proc.communicate()
+            self.fail("the fork job did not end within 240 s\n%s%s" % (out, err))
+        finally:
+            done.set()
+        self.assertNotIn("hung", out, "a forked child hung (%d collector messages sent)\n%s"
+                         % (sent[0], err))
+        self.assertEqual(self.proc.returncode, 0, out + err)
+        report = json.loads(out.strip().splitlines()[-1])
+        self.assertEqual(report["forks"], 200)
+        self.assertGreaterEqual(report["stats"]["forks"], 200, report)  # the gate saw them
+        # The control thread was busy allocating while the job forked.
+        self.assertGreater(report["stats"]["unknown_messages"], 200, report)
+        flooder.join(timeout=10)
         collector.kill()
 
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "perftracker/agent/fork_gate.h"
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/sources/python/tsc_clock.h"
 
@@ -61,6 +62,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentConfig config) {
   a.profiler_->set_prefer_eval_hook(a.config_.options.eval_hook);
   a.gpu_ = std::make_unique<GpuTracing>(a.config_.shm_path, a.config_.rank);
   a.wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ForkGate::Install();  // before the threads that use it start
   a.gil_.Start();
   // The worker runs Python for the agent (stack dumps): never recorded as the job's work.
   a.gil_.Submit([] { PythonProfiler::IgnoreCurrentThread(); });
@@ -443,6 +445,7 @@ void Agent::DrainOutbox() {
   OutMessage m;
   const int rank = rank_.load();
   while (outbox_.TryPop(&m)) {
+    ForkGate::Yield();
     json j;
     switch (m.type) {
       case OutMessage::Type::kIteration:
@@ -617,7 +620,12 @@ void Agent::DumpStacks(int64_t window) {
     Py_XDECREF(r);
   });
   json j = {{"type", "stacks"}, {"rank", rank_.load()}, {"window", window}};
-  if (gil_.Wait(task, config_.options.stack_timeout_ns)) {
+  bool ran = false;
+  {
+    ForkGate::Pause wait;  // the task needs the GIL, which a forking thread holds
+    ran = gil_.Wait(task, config_.options.stack_timeout_ns);
+  }
+  if (ran) {
     std::string t = *text;
     if (t.size() > ControlChannel::kMaxLine - 1024) {
       t.resize(ControlChannel::kMaxLine - 1024);
@@ -672,8 +680,10 @@ void Agent::HandleLine(const std::string& line) {
 }
 
 void Agent::ControlLoop() {
-  std::vector<std::string> lines;
   TscClock::Calibrate(kClockCalibrationNs);  // off the training thread, once
+  // Busy (allocating, taking locks) except while it waits: a fork waits for that (ForkGate).
+  ForkGate::Section busy;
+  std::vector<std::string> lines;  // after `busy`: freed inside the busy stretch
   next_hang_check_ns_ = RealtimeNs();
   while (!stop_requested_.load()) {
     const int64_t now = RealtimeNs();
@@ -720,7 +730,11 @@ void Agent::ControlLoop() {
     const int64_t wait_ns = std::max<int64_t>(deadline - RealtimeNs(), 0);
     const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
                       static_cast<long>(wait_ns % 1'000'000'000)};
-    const int ready = ppoll(fds, nfds, &ts, nullptr);
+    int ready = 0;
+    {
+      ForkGate::Pause wait;
+      ready = ppoll(fds, nfds, &ts, nullptr);
+    }
     if (ready <= 0) continue;
     if (fds[0].revents & POLLIN) {
       uint64_t v;
@@ -729,7 +743,10 @@ void Agent::ControlLoop() {
     if (nfds > 1 && fds[1].revents != 0) {
       lines.clear();
       const bool ok = channel_.ReadLines(&lines);
-      for (const std::string& l : lines) HandleLine(l);
+      for (const std::string& l : lines) {
+        ForkGate::Yield();
+        HandleLine(l);
+      }
       if (!ok && !reported_lost_) {
         reported_lost_ = true;
         std::fprintf(stderr,
@@ -758,7 +775,10 @@ void Agent::ControlLoop() {
     const int64_t until = RealtimeNs() + kByeFlushNs;
     while (channel_.connected() && channel_.has_pending_output() && RealtimeNs() < until) {
       pollfd pfd{channel_.fd(), POLLOUT, 0};
-      poll(&pfd, 1, 10);
+      {
+        ForkGate::Pause wait;
+        poll(&pfd, 1, 10);
+      }
       channel_.Flush();
     }
   }

@@ -33,7 +33,9 @@
 // Lifetime: Create() and Stop() with the GIL held (Stop releases it while joining the
 // threads); Stop is called from atexit, before the interpreter finalizes; nothing happens
 // at static destruction. In a forked child the agent is abandoned (AbandonAfterFork): its
-// threads do not exist there, the parent's shared memory is left alone.
+// threads do not exist there, the parent's shared memory is left alone. Around a fork the
+// control thread and the GIL worker stand still (ForkGate): the child inherits no lock of
+// theirs held halfway (an allocator's above all).
 #pragma once
 
 #define PY_SSIZE_T_CLEAN

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "perftracker/agent/agent.h"
+#include "perftracker/agent/fork_gate.h"
 #include "perftracker/core/realtime_clock.h"
 #include "perftracker/sources/python/tsc_clock.h"
 
@@ -323,6 +324,10 @@ PYBIND11_MODULE(_agent, m) {
     d["process_groups_dropped"] = s.process_groups_dropped;
     d["comm_threads"] = s.comm_threads;
     d["comm_threads_dropped"] = s.comm_threads_dropped;
+    // Forks of this process since it started, and those that went on before the agent's
+    // threads stood still (ForkGate::kMaxWaitNs).
+    d["forks"] = ForkGate::forks();
+    d["fork_waits_timed_out"] = ForkGate::timed_out();
     return d;
   });
 

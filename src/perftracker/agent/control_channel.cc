@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "perftracker/agent/fork_gate.h"
+
 namespace perftracker {
 
 ControlChannel::~ControlChannel() { Close(); }
@@ -87,6 +89,7 @@ bool ControlChannel::Flush() {
 bool ControlChannel::ReadLines(std::vector<std::string>* lines) {
   char buf[16384];
   while (fd_ >= 0) {
+    ForkGate::Yield();  // a collector that keeps sending must not hold up the job's fork
     const ssize_t n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
     if (n == 0) {
       last_error_ = "the collector closed the connection";

@@ -7,6 +7,8 @@
 
 #include <chrono>
 
+#include "perftracker/agent/fork_gate.h"
+
 namespace perftracker {
 namespace {
 
@@ -78,11 +80,18 @@ void GilWorker::Run() {
     std::lock_guard<std::mutex> fork_guard(ThreadStateCreationMutex());
     tstate = PyThreadState_New(static_cast<PyInterpreterState*>(interp_));
   }
+  // Busy for ForkGate only while it handles a task without the GIL (queue, std::function):
+  // never while it waits for a task or for the GIL (a forking thread holds the GIL). With
+  // the GIL held it cannot race a fork made from Python.
   for (;;) {
-    std::shared_ptr<Task> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    }
+    ForkGate::Section busy;
+    std::shared_ptr<Task> task;  // after `busy`: freed inside the busy stretch
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // only this thread pops: the queue is not empty
       if (stop_) {
         for (auto& t : queue_) t->done = true;
         queue_.clear();
@@ -92,13 +101,16 @@ void GilWorker::Run() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    const PyGILState_STATE gil = PyGILState_Ensure();
-    try {
-      task->fn();
-    } catch (...) {  // no exception crosses the thread
+    {
+      ForkGate::Pause with_gil;
+      const PyGILState_STATE gil = PyGILState_Ensure();
+      try {
+        task->fn();
+      } catch (...) {  // no exception crosses the thread
+      }
+      if (PyErr_Occurred()) PyErr_Clear();
+      PyGILState_Release(gil);
     }
-    if (PyErr_Occurred()) PyErr_Clear();
-    PyGILState_Release(gil);
     {
       std::lock_guard<std::mutex> lock(mu_);
       task->done = true;

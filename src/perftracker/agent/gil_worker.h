@@ -7,7 +7,8 @@
 // WITHOUT the GIL held (the worker may be waiting for it), before the interpreter finalizes
 // (the agent does it from atexit). Tasks still queued at Stop() are dropped.
 // Fork safety: the worker creates its Python thread state once, in a way no fork can
-// interrupt (see gil_worker.cc), and keeps it until Stop().
+// interrupt (see gil_worker.cc), and keeps it until Stop(). It handles a task without the
+// GIL only inside a ForkGate busy stretch (fork_gate.h).
 #pragma once
 
 #include <condition_variable>
