@@ -19,6 +19,14 @@ struct Anomaly {
   float p50 = 0, peer_p50 = 0;
   float calls = 0, peer_calls = 0;
   float critical = 0, peer_critical = 0;
+  // On a function anomaly (ComparePeers): the sum of its direct callees' positive excesses on
+  // this worker, each against its own peers' median (0: none). What "a callee carries most of
+  // the excess" is a share of (call_path_collapse.h).
+  float callees_excess = 0;
+  // Not an outlier of its own: the direct callee that carries the most of its anomalous
+  // caller's excess on this worker (ComparePeers emits it beside the anomalies; the collapse
+  // may step into it from that caller, never starts a path at it).
+  bool carrier = false;
   double excess() const { return static_cast<double>(value) - median; }
 
   // A worker that costs its group excess_ns per iteration with no function to blame (its

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 
 #include "perftracker/localize/finding_catalogue.h"
 
@@ -30,6 +31,18 @@ std::string_view CodeFor(FindingCategory category) {
   }
 }
 
+// Whether `child`, a direct callee of the anomaly `parent` on its worker, carries the
+// parent's excess although it explains less than kExplainsMost of it: it holds
+// kExplainsMost of what the callees carry between them (each against its own peers' median:
+// the median of the parent's sums is not the sum of its callees' medians when the peers are
+// noisy in different callees) and a majority of the parent's anomalous excess.
+bool CarriesExcessOf(const Anomaly& child, const Anomaly& parent) {
+  const double excess = child.excess();
+  return !parent.carrier && parent.callees_excess > 0 && excess > 0 &&
+         excess > kCarriesMajority * parent.excess() &&
+         excess >= kExplainsMost * parent.callees_excess;
+}
+
 }  // namespace
 
 std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
@@ -37,6 +50,14 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
   const JobTable& job = *ctx.job;
   const std::vector<FunctionInfo>& functions = job.functions();
   std::vector<WorkerFinding> out;
+  // The carriers (Anomaly::carrier) apart: the collapse steps into them, never from them.
+  std::vector<Anomaly> carriers;
+  for (const Anomaly& a : anomalies) {
+    if (a.carrier) carriers.push_back(a);
+  }
+  std::erase_if(anomalies, [](const Anomaly& a) { return a.carrier; });
+  std::sort(carriers.begin(), carriers.end(),
+            [](const Anomaly& a, const Anomaly& b) { return a.worker < b.worker; });
   std::sort(anomalies.begin(), anomalies.end(), [](const Anomaly& a, const Anomaly& b) {
     return a.worker != b.worker ? a.worker < b.worker : a.excess() > b.excess();
   });
@@ -50,6 +71,16 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
                                                    std::min(end, begin + kMaxAnomaliesPerWorker)));
     begin = end;
     consumed.assign(s.size(), false);
+    // This worker's carriers: path entry -(c + 1) is cs[c].
+    const auto cs_begin =
+        std::lower_bound(carriers.begin(), carriers.end(), s.front().worker,
+                         [](const Anomaly& a, uint32_t w) { return a.worker < w; });
+    const auto cs_end = std::upper_bound(cs_begin, carriers.end(), s.front().worker,
+                                         [](uint32_t w, const Anomaly& a) { return w < a.worker; });
+    const std::vector<Anomaly> cs(cs_begin, cs_end);
+    auto node = [&](int p) -> const Anomaly& {
+      return p >= 0 ? s[static_cast<size_t>(p)] : cs[static_cast<size_t>(-p - 1)];
+    };
     auto find = [&](uint32_t fid) -> int {
       for (size_t i = 0; i < s.size(); ++i) {
         if (!consumed[i] && s[i].fid == fid) return static_cast<int>(i);
@@ -73,28 +104,54 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
         if (!consumed[i] && nearest_ancestor(i) < 0) root = static_cast<int>(i);
       }
       if (root < 0) break;
-      std::vector<size_t> path{static_cast<size_t>(root)};
+      // The path: indices into s, or -(c + 1) for the carrier cs[c].
+      std::vector<int> path{root};
+      int anchor = root;  // the path's deepest anomaly
       for (;;) {
-        const size_t cur = path.back();
-        int best = -1;
+        const Anomaly& cur = node(path.back());
+        const bool at_anchor = path.back() == anchor;
+        // The largest step that explains most of cur's excess: an anomaly whose nearest
+        // anomalous ancestor is the anchor (under cur, when cur is a carrier), or cur's
+        // carrier.
+        constexpr int kNoStep = std::numeric_limits<int>::min();
+        int best = kNoStep;
+        double best_excess = 0;
         for (size_t i = 0; i < s.size(); ++i) {
-          if (consumed[i] || i == cur) continue;
-          if (nearest_ancestor(i) != static_cast<int>(cur)) continue;
-          if (best < 0 || s[i].excess() > s[static_cast<size_t>(best)].excess()) {
+          if (consumed[i] || static_cast<int>(i) == anchor) continue;
+          if (nearest_ancestor(i) != anchor) continue;
+          if (!at_anchor && !job.IsAncestor(cur.fid, s[i].fid)) continue;
+          const bool child = functions[s[i].fid].parent == cur.fid;
+          if (s[i].excess() < kExplainsMost * cur.excess() &&
+              !(child && CarriesExcessOf(s[i], cur))) {
+            continue;
+          }
+          if (best == kNoStep || s[i].excess() > best_excess) {
             best = static_cast<int>(i);
+            best_excess = s[i].excess();
           }
         }
-        if (best < 0 || s[static_cast<size_t>(best)].excess() < kExplainsMost * s[cur].excess()) {
-          break;
+        if (at_anchor) {
+          for (size_t c = 0; c < cs.size(); ++c) {
+            if (functions[cs[c].fid].parent != cur.fid) continue;
+            if (cs[c].excess() < kExplainsMost * cur.excess() && !CarriesExcessOf(cs[c], cur)) {
+              continue;
+            }
+            if (best == kNoStep || cs[c].excess() > best_excess) {
+              best = -static_cast<int>(c) - 1;
+              best_excess = cs[c].excess();
+            }
+          }
         }
-        path.push_back(static_cast<size_t>(best));
+        if (best == kNoStep) break;
+        path.push_back(best);
+        if (best >= 0) anchor = best;
       }
       // Name what the user wrote: the deepest annotation (record_function) on the path, else
       // the deepest other user-level function, else the path's top.
       size_t named_pos = 0;
       bool annotated = false;
       for (size_t p = 0; p < path.size(); ++p) {
-        const EventKind kind = functions[s[path[p]].fid].kind;
+        const EventKind kind = functions[node(path[p]).fid].kind;
         if (kind == EventKind::kUserAnnotation) {
           named_pos = p;
           annotated = true;
@@ -102,17 +159,18 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
           named_pos = p;
         }
       }
-      const size_t named = path[named_pos];
+      const Anomaly& named = node(path[named_pos]);
       WorkerFinding wf;
-      wf.named = s[named];
-      for (size_t p = named_pos + 1; p < path.size(); ++p) wf.below.push_back(s[path[p]]);
+      wf.named = named;
+      if (named.carrier) wf.carried_from = node(path[named_pos - 1]);
+      for (size_t p = named_pos + 1; p < path.size(); ++p) wf.below.push_back(node(path[p]));
       // Category: data loading, GC, a collective, a synchronization anywhere on the call
       // path wins (in that order: a kernel under a collective is communication); otherwise
       // the leaf's kind. The call path is the anomalous path and every caller above it,
       // anomalous or not: a call deep inside a DataLoader iterator's __next__ is data
       // loading even when the __next__ itself varies too much across the peers to stand out
       // (real-normal-end-loader-workers: recvfds under __next__, called compute).
-      const EventKind leaf = functions[s[path.back()].fid].kind;
+      const EventKind leaf = functions[node(path.back()).fid].kind;
       bool data = false, gc = false, collective = false, sync = false;
       auto note_kind = [&](EventKind kind) {
         data |= kind == EventKind::kDataLoad;
@@ -120,9 +178,9 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
         collective |= kind == EventKind::kCollective;
         sync |= kind == EventKind::kSync;
       };
-      for (size_t p : path) note_kind(functions[s[p].fid].kind);
+      for (int p : path) note_kind(functions[node(p).fid].kind);
       int depth = 0;
-      for (uint32_t a = functions[s[path.front()].fid].parent; a != kNone && depth < kMaxDepth;
+      for (uint32_t a = functions[node(path.front()).fid].parent; a != kNone && depth < kMaxDepth;
            a = functions[a].parent, ++depth) {
         note_kind(functions[a].kind);
       }
@@ -150,11 +208,13 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
                     ? fc::kFunctionOnlyOnSome
                     : CodeFor(wf.category);
       // Consume the path down to the named function and everything under the named one.
-      for (size_t p = 0; p <= named_pos; ++p) consumed[path[p]] = true;
+      for (size_t p = 0; p <= named_pos; ++p) {
+        if (path[p] >= 0) consumed[static_cast<size_t>(path[p])] = true;
+      }
       for (size_t i = 0; i < s.size(); ++i) {
-        if (consumed[i] || !job.IsAncestor(s[named].fid, s[i].fid)) continue;
+        if (consumed[i] || !job.IsAncestor(wf.named.fid, s[i].fid)) continue;
         consumed[i] = true;
-        const bool on_path = std::find(path.begin(), path.end(), i) != path.end();
+        const bool on_path = std::find(path.begin(), path.end(), static_cast<int>(i)) != path.end();
         if (!on_path) wf.children.push_back(s[i]);
       }
       out.push_back(std::move(wf));

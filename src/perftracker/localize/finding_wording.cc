@@ -229,6 +229,15 @@ std::vector<RenderedFinding> FindingWording::Render(
             {fmt::format("peer median ({} workers)", a.peers), FormatDuration(a.median)});
         f.evidence.push_back(
             {"robust z-score", fmt::format("{:.1f}", a.scale > 0 ? a.excess() / a.scale : 0.0)});
+        if (top.carried_from.fid != kNone) {
+          // No outlier of its own (its peers vary): named for carrying its caller's excess.
+          const Anomaly& c = top.carried_from;
+          f.evidence.push_back({"carries its caller's excess",
+                                fmt::format("+{} of {}'s +{} on {} ({} vs peers' median {})",
+                                            FormatDuration(a.excess()), job.Name(c.fid),
+                                            FormatDuration(c.excess()), job.WorkerName(c.worker),
+                                            FormatDuration(c.value), FormatDuration(c.median))});
+        }
         // How: slower calls or more calls.
         const double call_ratio = a.peer_calls > 0 ? a.calls / a.peer_calls : 0;
         const double p50_ratio = a.peer_p50 > 0 ? a.p50 / a.peer_p50 : 0;

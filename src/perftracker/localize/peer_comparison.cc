@@ -1,6 +1,8 @@
 #include "perftracker/localize/peer_comparison.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <vector>
 
 #include "perftracker/localize/robust_stats.h"
 
@@ -26,6 +28,129 @@ bool EnclosesIterations(const FunctionRecord& r, const WorkerRecord& wr) {
          r.time_ns >= kEnclosingMinShare * wr.mean_iteration_ns;
 }
 
+// The group median of fid's time per iteration as worker w's peers see it: the group's
+// (absent = 0), or in a tiny group (as the comparison above) the median of the others.
+double PeerMedian(const RuleContext& ctx, const std::vector<uint32_t>& ws, uint32_t w, uint32_t fid,
+                  const std::vector<uint32_t>& counts, const std::vector<uint32_t>& offsets,
+                  const std::vector<uint32_t>& entries, const std::vector<float>& times,
+                  const std::vector<float>& group_median, std::vector<float>& values) {
+  const size_t n = ws.size();
+  if (n > kSmallGroup) return group_median[fid];
+  const WorkerRecord& wr = ctx.job->workers()[w];
+  values.clear();
+  for (uint32_t e = offsets[fid] - counts[fid]; e < offsets[fid]; ++e) {
+    if (entries[e] < wr.first_record || entries[e] >= wr.first_record + wr.num_records) {
+      values.push_back(times[e]);
+    }
+  }
+  values.resize(n - 1, 0.0f);
+  return MedianInPlace(values);
+}
+
+// After a group's comparison (its buckets still filled: offsets[fid] at the end of fid's):
+// for each function anomaly out[group_first..], the sum of its direct callees' positive
+// excesses on its worker (callees_excess), and when its largest callee is no anomaly itself
+// but holds a majority (kCarriesMajority) of the anomaly's excess, that callee as a carrier
+// (Anomaly::carrier) with the numbers the wording needs. One scan of the records of the
+// workers with an anomaly (not of the group), then the peers' statistics of the few carriers.
+void EmitCarriers(const RuleContext& ctx, const std::vector<uint32_t>& ws, size_t group_first,
+                  const std::vector<uint32_t>& counts, const std::vector<uint32_t>& offsets,
+                  const std::vector<uint32_t>& entries, const std::vector<float>& times,
+                  const std::vector<float>& group_median, std::vector<uint32_t>& anomaly_of,
+                  std::vector<size_t>& order, std::vector<float>& values,
+                  std::vector<Anomaly>& out) {
+  const JobTable& job = *ctx.job;
+  const std::vector<FunctionInfo>& functions = job.functions();
+  const std::vector<WorkerRecord>& workers = job.workers();
+  const RecordStore& records = job.records();
+  const size_t group_end = out.size();
+  order.clear();
+  for (size_t k = group_first; k < group_end; ++k) {
+    if (!out[k].only_on_some) order.push_back(k);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return out[a].worker < out[b].worker; });
+  struct Best {
+    size_t anomaly;
+    uint32_t record;
+    float median;
+  };
+  std::vector<Best> carriers;
+  for (size_t begin = 0; begin < order.size();) {
+    const uint32_t w = out[order[begin]].worker;
+    size_t end = begin;
+    while (end < order.size() && out[order[end]].worker == w) ++end;
+    for (size_t i = begin; i < end; ++i) {
+      anomaly_of[out[order[i]].fid] = static_cast<uint32_t>(order[i] - group_first + 1);
+    }
+    const size_t first_best = carriers.size();
+    const WorkerRecord& wr = workers[w];
+    for (uint32_t k = 0; k < wr.num_records; ++k) {
+      const uint32_t idx = wr.first_record + k;
+      const FunctionRecord& r = records[idx];
+      const uint32_t parent = functions[r.fid].parent;
+      if (parent == kNone || anomaly_of[parent] == 0) continue;
+      const double median =
+          PeerMedian(ctx, ws, w, r.fid, counts, offsets, entries, times, group_median, values);
+      const double excess = r.time_ns - median;
+      if (excess <= 0) continue;
+      const size_t a = group_first + anomaly_of[parent] - 1;
+      out[a].callees_excess += static_cast<float>(excess);
+      auto it = std::find_if(carriers.begin() + static_cast<std::ptrdiff_t>(first_best),
+                             carriers.end(), [&](const Best& b) { return b.anomaly == a; });
+      if (it == carriers.end()) {
+        carriers.push_back({a, idx, static_cast<float>(median)});
+      } else if (excess > records[it->record].time_ns - it->median) {
+        *it = {a, idx, static_cast<float>(median)};
+      }
+    }
+    // A callee that is an anomaly itself is the collapse's already.
+    carriers.erase(
+        std::remove_if(carriers.begin() + static_cast<std::ptrdiff_t>(first_best), carriers.end(),
+                       [&](const Best& b) {
+                         const FunctionRecord& r = records[b.record];
+                         return anomaly_of[r.fid] != 0 ||
+                                r.time_ns - b.median <= kCarriesMajority * out[b.anomaly].excess();
+                       }),
+        carriers.end());
+    for (size_t i = begin; i < end; ++i) anomaly_of[out[order[i]].fid] = 0;
+    begin = end;
+  }
+  const size_t n = ws.size();
+  for (const Best& b : carriers) {
+    const FunctionRecord& r = records[b.record];
+    const uint32_t fid = r.fid;
+    const uint32_t present = counts[fid];
+    const uint32_t bucket = offsets[fid] - present;
+    Anomaly c;
+    c.worker = out[b.anomaly].worker;
+    c.fid = fid;
+    c.group = out[b.anomaly].group;
+    c.peers = static_cast<uint32_t>(n);
+    c.present = present;
+    c.carrier = true;
+    c.value = r.time_ns;
+    c.median = b.median;
+    values.assign(times.begin() + bucket, times.begin() + bucket + present);
+    values.resize(n, 0.0f);
+    c.scale = static_cast<float>(
+        RobustScale(MedianAndMadInPlace(values), kScaleRelativeFloor, kScaleAbsoluteFloorNs));
+    c.p50 = r.p50_ns;
+    c.calls = r.calls;
+    c.critical = r.critical_ns;
+    values.resize(present);
+    for (uint32_t e = 0; e < present; ++e) values[e] = records[entries[bucket + e]].p50_ns;
+    c.peer_p50 = static_cast<float>(MedianInPlace(values));
+    values.assign(n, 0.0f);
+    for (uint32_t e = 0; e < present; ++e) values[e] = records[entries[bucket + e]].calls;
+    c.peer_calls = static_cast<float>(MedianInPlace(values));
+    values.assign(n, 0.0f);
+    for (uint32_t e = 0; e < present; ++e) values[e] = records[entries[bucket + e]].critical_ns;
+    c.peer_critical = static_cast<float>(MedianInPlace(values));
+    out.push_back(c);
+  }
+}
+
 }  // namespace
 
 std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
@@ -44,6 +169,11 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
   std::vector<uint32_t> entries;  // record indices bucketed by fid
   std::vector<float> times;       // their time per iteration, same order (contiguous reads)
   std::vector<float> values;
+  // Per fid, for the group being compared: its median time per iteration over the group
+  // (absent = 0), and which anomaly of the worker being scanned it is (index + 1, 0: none).
+  std::vector<float> group_median;
+  std::vector<uint32_t> anomaly_of;
+  std::vector<size_t> order;  // the group's anomalies, by worker
   for (uint32_t g = 0; g < members.size(); ++g) {
     const auto& ws = members[g];
     const size_t n = ws.size();
@@ -51,7 +181,10 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
     if (counts.empty()) {
       counts.assign(job.functions().size(), 0);
       offsets.assign(job.functions().size(), 0);
+      group_median.assign(job.functions().size(), 0.0f);
+      anomaly_of.assign(job.functions().size(), 0);
     }
+    const size_t group_first = out.size();
     // Counting sort of the group's records by function.
     touched.clear();
     uint64_t total = 0;
@@ -86,6 +219,7 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
       const uint32_t end = offsets[fid];
       const uint32_t begin = end - present;
       const size_t first_anomaly = out.size();
+      group_median[fid] = 0;  // a function a minority runs: the median worker does not
       auto emit = [&](uint32_t idx, float median, float scale, bool minority) {
         const FunctionRecord& r = records[idx];
         // The worker owning record idx: records are contiguous per worker, in order.
@@ -115,6 +249,7 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
         const double max_value = *std::max_element(values.begin(), values.end());
         RobustCenter c;
         c.median = MedianInPlace(values);
+        group_median[fid] = static_cast<float>(c.median);
         // The relative-effect and reporting floors alone rule most functions out: then the
         // MAD (a second selection pass) is not needed.
         const double floor = c.median + std::max(options.min_relative_effect * c.median, report_ns);
@@ -172,6 +307,8 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
         }
       }
     }
+    EmitCarriers(ctx, ws, group_first, counts, offsets, entries, times, group_median, anomaly_of,
+                 order, values, out);
     for (uint32_t fid : touched) counts[fid] = 0;
   }
   return out;

@@ -10,7 +10,11 @@
 // itself. A function present on a strict minority of the group with >= report_share of the
 // iteration is an anomaly of its own (only_on_some: PT-FUNCTION-ONLY-ON-SOME), not a reason
 // to split the group. The group medians of p50 duration, calls and critical time per
-// iteration say *how* it differs (slower calls vs more calls).
+// iteration say *how* it differs (slower calls vs more calls). For each function anomaly, one
+// scan of its worker's records sums its direct callees' positive excesses (callees_excess)
+// and, when its largest callee is no anomaly but holds a majority of its excess, emits that
+// callee as a carrier (Anomaly::carrier) for the call-path collapse: a pass over the records
+// of the workers with an anomaly, not over the group.
 #pragma once
 
 #include <vector>

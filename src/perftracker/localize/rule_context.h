@@ -16,6 +16,10 @@ inline constexpr size_t kMinPeers = 3;
 // A child anomaly "explains" its parent's when it carries this share of the excess (also:
 // extra GC explains a straggler's excess).
 inline constexpr double kExplainsMost = 0.7;
+// A callee that is no outlier of its own carries its anomalous caller's excess only when it
+// holds more than this share of that (anomalous) excess: a majority, so never noise beside a
+// caller whose excess lies in its own code (call_path_collapse.h).
+inline constexpr double kCarriesMajority = 0.5;
 // MAD floors (see robust_stats.h).
 inline constexpr double kScaleRelativeFloor = 0.01;
 inline constexpr double kScaleAbsoluteFloorNs = 1000;

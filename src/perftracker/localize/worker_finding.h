@@ -24,6 +24,9 @@ struct WorkerFinding {
   Anomaly named;
   std::vector<Anomaly> below;     // the explaining path under the named function
   std::vector<Anomaly> children;  // other anomalous descendants, largest first
+  // When `named` is no outlier of its own but carries its anomalous caller's excess
+  // (Anomaly::carrier): that caller (fid kNone otherwise).
+  Anomaly carried_from = Anomaly::OfWorker(0, 0, 0, 0);
   // Other anomalies of the same cause on this worker (MergeLayerParts): the same layer's
   // functions under other call paths (its backward pass, ...), and that layer's fid.
   std::vector<Anomaly> parts;
