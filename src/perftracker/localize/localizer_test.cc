@@ -719,8 +719,42 @@ TEST(Localizer, CollapseStepsToTheChildCarryingTheParentsExcessThoughNotAnOutlie
   // Its own numbers: rank 2's time in block2 and its peers' median.
   EXPECT_TRUE(HasEvidence(f, "26.1 ms in block2 on rank 2"));
   EXPECT_TRUE(HasEvidence(f, "12.8 ms"));
-  EXPECT_TRUE(HasEvidence(f, "carries its caller's excess: +13.3 ms of "
-                             "DistributedDataParallel.forward's +19.4 ms on rank 2"));
+  EXPECT_TRUE(HasEvidence(f,
+                          "carries its caller's excess: +13.3 ms of "
+                          "DistributedDataParallel.forward's +19.4 ms on rank 2"));
+}
+
+TEST(Localizer, ACalleeWithAllOfItsSiblingsExcessButLittleOfTheCallersIsNotNamed) {
+  // As above, but rank 2's extra forward time is in the forward's own code: block2 is +4.2 ms
+  // (all the excess its callees carry: blocks 1 and 3 are faster than their peers) of the
+  // forward's +19.4 ms, no majority of it. The forward is named.
+  const double forward[] = {15.60, 15.95, 36.02, 17.19};
+  const double block1[] = {3.65, 1.98, 1.0, 1.74};
+  const double block2[] = {5.83, 12.08, 17.0, 13.55};
+  const double block3[] = {5.92, 1.72, 1.0, 1.72};
+  const std::string fwd = "annotation:DistributedDataParallel.forward";
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 4; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.iterations = 15;
+    w.iteration_ms = 80.9;
+    w.fn(fwd) = {fwd, forward[r], 1};
+    w.fn(fwd + " > annotation:block1") = {fwd + " > annotation:block1", block1[r], 1};
+    w.fn(fwd + " > annotation:block2") = {fwd + " > annotation:block2", block2[r], 1};
+    w.fn(fwd + " > annotation:block3") = {fwd + " > annotation:block3", block3[r], 1};
+    w.fn("python:backward") = {"python:backward", 20, 1};
+    w.fn("collective:gloo:all_reduce") = {"collective:gloo:all_reduce", 80.9 - 20 - forward[r] - 1,
+                                          1};
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_FALSE(material.empty());
+  EXPECT_EQ(material[0]->function, "DistributedDataParallel.forward");
+  EXPECT_THAT(material[0]->workers, ElementsAre(2));
+  EXPECT_FALSE(HasEvidence(*material[0], "carries its caller's excess"));
 }
 
 TEST(Localizer, AnomalousOperatorUnderANormalBlockIsNamedWithItsCaller) {
