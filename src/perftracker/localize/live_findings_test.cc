@@ -626,6 +626,50 @@ TEST(LiveFindingsTest, EarlyArrivalUnderTheProcessBootstrapFramesIsNotAFinding) 
   EXPECT_FALSE(d.has_material_finding());
 }
 
+// DDP's all-reduce runs on gloo's thread while the training thread is inside
+// `Tensor.backward`, which ends by waiting for it: a rank that reaches the all-reduce early
+// waits longer on gloo's thread and the same in `Tensor.backward`, so its traced work is no
+// shorter than its peers'. Its time outside waits (iteration less waits) is.
+// Regression (real-healthy-4 under the helpers' CPU cap, window of 20 iterations, measured
+// per rank: iteration, forward, backward, loss, DDP all-reduce): rank 3 entered the
+// all-reduce first in 10 of 20 rounds, 17 ms after the first rank on average against 44-55 ms
+// for its peers, 38 ms into its backward pass against 82-89 ms (medians), and the rounds
+// ended together; it was named PT-STRAGGLER-COMM (+28.8 ms, 14 % of the iteration).
+TEST(LiveFindingsTest, EarlyArrivalAtDdpsAllReduceOnGloosThreadIsNotAFinding) {
+  const double iteration_ms[] = {194.7, 195.0, 195.1, 194.6};
+  const double modules_ms[] = {48.0, 48.1, 49.6, 55.5};  // the DDP forward and the loss
+  const double backward_ms[] = {131.8, 132.9, 134.1, 133.2};
+  const double all_reduce_ms[] = {43.5, 51.5, 41.1, 76.3};
+  const std::string loop =
+      "python:<module> (<string>:1) > python:spawn_main (spawn.py:96) > "
+      "python:run_rank (live_job.py:244)";
+  const std::string backward = loop + " > python:Tensor.backward (_tensor.py:429)";
+  const std::string all_reduce = "collective:DistributedDataParallel all_reduce (group of 4)";
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) {
+    const double once = 1.0 / kIterations;  // one call in the window
+    std::vector<Fn> fns = {{"python:<module> (<string>:1)", EventKind::kPythonCall, 0, 0},
+                           {"python:<module> (<string>:1) > python:spawn_main (spawn.py:96)",
+                            EventKind::kPythonCall, iteration_ms[r], once},
+                           {loop, EventKind::kPythonCall, iteration_ms[r], once},
+                           {loop + " > python:Module._call_impl (module.py:1188)",
+                            EventKind::kPythonCall, modules_ms[r], 1.9},
+                           {backward, EventKind::kPythonCall, backward_ms[r]},
+                           // Completed on gloo's thread: no traced caller.
+                           {all_reduce, EventKind::kCollective, all_reduce_ms[r], 0.95}};
+    // Rank 2's future was complete when backward asked for it twice in the window: those
+    // calls were recorded under the training thread's stack.
+    if (r == 2) fns.push_back({backward + " > " + all_reduce, EventKind::kCollective, 4.7, 0.1});
+    loc.Add(Worker(r, iteration_ms[r], fns));
+  }
+  const Diagnosis d = loc.Finish();
+  for (const Finding& f : d.findings) {
+    EXPECT_EQ(f.function.find("all_reduce"), std::string::npos)
+        << "rank 3 arrived early, nobody's culprit: " << f.code << " " << f.title;
+  }
+  EXPECT_FALSE(d.has_material_finding());
+}
+
 // A frame the iterations run inside (`<module>` of a script whose loop calls
 // perftracker.step(): its one call began before the first iteration, 0 calls counted in them)
 // is the program, not a function its rank spends longer in: the finding names the work in

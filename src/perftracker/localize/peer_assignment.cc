@@ -87,6 +87,7 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
 
   out.group_wait_median.assign(num_groups, 0);
   out.group_work_median.assign(num_groups, 0);
+  out.group_outside_wait_median.assign(num_groups, -1);
   std::vector<float> values;
   for (uint32_t g = 0; g < num_groups; ++g) {
     values.clear();
@@ -95,8 +96,21 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
     values.clear();
     for (uint32_t w : out.members[g]) values.push_back(workers[w].work_ns);
     out.group_work_median[g] = static_cast<float>(MedianInPlace(values));
+    values.clear();
+    for (uint32_t w : out.members[g]) {
+      const double outside = OutsideWaitNs(workers[w]);
+      if (outside >= 0) values.push_back(static_cast<float>(outside));
+    }
+    if (!values.empty()) {
+      out.group_outside_wait_median[g] = static_cast<float>(MedianInPlace(values));
+    }
   }
   return out;
+}
+
+double OutsideWaitNs(const WorkerRecord& w) {
+  if (w.mean_iteration_ns <= 0) return -1;
+  return std::max(0.0, static_cast<double>(w.mean_iteration_ns) - w.wait_fn_ns);
 }
 
 }  // namespace perftracker::localize

@@ -27,7 +27,15 @@ struct PeerAssignment {
   // own work (root non-wait functions), per iteration.
   std::vector<float> group_wait_median;
   std::vector<float> group_work_median;
+  // Per group: the median of the workers' time outside waits (OutsideWaitNs), over the
+  // workers that have it.
+  std::vector<float> group_outside_wait_median;
 };
+
+// A worker's time per iteration outside its waits: mean iteration less the outermost
+// collective + sync time, whichever thread waited; -1 without iteration times. In lockstep
+// training this is the time before its collectives, its own.
+double OutsideWaitNs(const WorkerRecord& w);
 
 // Groups the workers of `job`; notes about the groups go to `notes`.
 PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& options,

@@ -5,6 +5,8 @@
 #include <map>
 #include <utility>
 
+#include "perftracker/localize/peer_assignment.h"
+
 namespace perftracker::localize {
 namespace {
 
@@ -73,11 +75,21 @@ void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& worker_f
       f.dropped = true;
       continue;
     }
-    // It waited longer because it reached the collective early: its own work was shorter
-    // than its peers' by most of the extra wait. Nobody lost time to it.
+    // It waited longer because it reached the collective early: what it did before was
+    // shorter than its peers' by most of the extra wait. Nobody lost time to it. Two measures
+    // of that: its own work (traced calls that are not waits), and its time outside waits
+    // (iteration less waits). Only the second holds when the collective ran on another
+    // thread while the training thread stayed in a traced call: DDP's all-reduce runs on
+    // gloo's thread during `Tensor.backward`, which ends by waiting for it, so an early rank's
+    // backward is no shorter (real-healthy-4: rank 3 entered the all-reduce ~30 ms before its
+    // peers on average; its work read 8 ms longer). A rank whose own transfer is slow
+    // lengthens its iteration by its extra wait: its time outside waits stays its peers'.
     const double work_deficit = ctx.peers->group_work_median[f.named.group] -
                                 static_cast<double>(workers[f.named.worker].work_ns);
-    if (work_deficit >= kEarlyArrivalShare * extra_wait) {
+    const double outside = OutsideWaitNs(workers[f.named.worker]);
+    const double group_outside = ctx.peers->group_outside_wait_median[f.named.group];
+    const double outside_deficit = outside >= 0 && group_outside >= 0 ? group_outside - outside : 0;
+    if (std::max(work_deficit, outside_deficit) >= kEarlyArrivalShare * extra_wait) {
       f.dropped = true;
       continue;
     }
