@@ -683,16 +683,10 @@ TEST(Localizer, ParentChildCollapseNamesTheAnnotation) {
   EXPECT_TRUE(HasEvidence(f, "time goes into: ampere_sgemm_128x64_tn"));
 }
 
-TEST(Localizer, CollapseStepsToTheChildCarryingTheParentsExcessThoughNotAnOutlier) {
-  // Measured in the suite beside two busy loops (run 6b, slow_compute_rank2): block2 takes
-  // 5.8, 12.1, 26.1 and 13.6 ms/iter on ranks 0-3. With one noisy peer rank 2's block2 is no
-  // outlier of its own (robust z 2.3), but DistributedDataParallel.forward is (36.0 ms vs a
-  // median of 16.6: +19.4 ms), and block2 carries 13.3 ms of that, its siblings 2.2 and 0.8.
-  // The finding names block2 on rank 2, not the forward.
-  const double forward[] = {15.60, 15.95, 36.02, 17.19};
-  const double block1[] = {3.65, 1.98, 3.59, 1.74};
-  const double block2[] = {5.83, 12.08, 26.15, 13.55};
-  const double block3[] = {5.92, 1.72, 6.06, 1.72};
+// Four ranks of 15 iterations of 80.9 ms: DistributedDataParallel.forward (ms/iter per rank)
+// over block1-3, a 20 ms backward, and the all-reduce that waits out the rest.
+std::vector<WorkerSpec> ForwardOfThreeBlocks(const double (&forward)[4], const double (&block1)[4],
+                                             const double (&block2)[4], const double (&block3)[4]) {
   const std::string fwd = "annotation:DistributedDataParallel.forward";
   std::vector<WorkerSpec> specs;
   for (int r = 0; r < 4; ++r) {
@@ -709,7 +703,20 @@ TEST(Localizer, CollapseStepsToTheChildCarryingTheParentsExcessThoughNotAnOutlie
                                           1};
     specs.push_back(w);
   }
-  const Diagnosis d = Diagnose(specs);
+  return specs;
+}
+
+TEST(Localizer, CollapseStepsToTheChildCarryingTheParentsExcessThoughNotAnOutlier) {
+  // Measured in the suite beside two busy loops (run 6b, slow_compute_rank2): block2 takes
+  // 5.8, 12.1, 26.1 and 13.6 ms/iter on ranks 0-3. With one noisy peer rank 2's block2 is no
+  // outlier of its own (robust z 2.3), but DistributedDataParallel.forward is (36.0 ms vs a
+  // median of 16.6: +19.4 ms), and block2 carries 13.3 ms of that, its siblings 2.2 and 0.8.
+  // The finding names block2 on rank 2, not the forward.
+  const double forward[] = {15.60, 15.95, 36.02, 17.19};
+  const double block1[] = {3.65, 1.98, 3.59, 1.74};
+  const double block2[] = {5.83, 12.08, 26.15, 13.55};
+  const double block3[] = {5.92, 1.72, 6.06, 1.72};
+  const Diagnosis d = Diagnose(ForwardOfThreeBlocks(forward, block1, block2, block3));
   SCOPED_TRACE(Describe(d));
   auto material = Material(d);
   ASSERT_FALSE(material.empty());
@@ -732,23 +739,7 @@ TEST(Localizer, ACalleeWithAllOfItsSiblingsExcessButLittleOfTheCallersIsNotNamed
   const double block1[] = {3.65, 1.98, 1.0, 1.74};
   const double block2[] = {5.83, 12.08, 17.0, 13.55};
   const double block3[] = {5.92, 1.72, 1.0, 1.72};
-  const std::string fwd = "annotation:DistributedDataParallel.forward";
-  std::vector<WorkerSpec> specs;
-  for (int r = 0; r < 4; ++r) {
-    WorkerSpec w;
-    w.rank = r;
-    w.iterations = 15;
-    w.iteration_ms = 80.9;
-    w.fn(fwd) = {fwd, forward[r], 1};
-    w.fn(fwd + " > annotation:block1") = {fwd + " > annotation:block1", block1[r], 1};
-    w.fn(fwd + " > annotation:block2") = {fwd + " > annotation:block2", block2[r], 1};
-    w.fn(fwd + " > annotation:block3") = {fwd + " > annotation:block3", block3[r], 1};
-    w.fn("python:backward") = {"python:backward", 20, 1};
-    w.fn("collective:gloo:all_reduce") = {"collective:gloo:all_reduce", 80.9 - 20 - forward[r] - 1,
-                                          1};
-    specs.push_back(w);
-  }
-  const Diagnosis d = Diagnose(specs);
+  const Diagnosis d = Diagnose(ForwardOfThreeBlocks(forward, block1, block2, block3));
   SCOPED_TRACE(Describe(d));
   auto material = Material(d);
   ASSERT_FALSE(material.empty());
