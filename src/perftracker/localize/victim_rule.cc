@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <utility>
 
 #include "perftracker/localize/peer_assignment.h"
 
@@ -29,32 +28,33 @@ constexpr double kEarlyArrivalShare = 0.5;
 // another role (its stage partner's send), whose waits are not comparable with its own.
 void CapWorkFindingsByTheWaitTheyCause(const RuleContext& ctx,
                                        std::vector<WorkerFinding>& worker_findings) {
-  if (ctx.peers->members.size() != 1) return;
+  if (ctx.peers->members.size() != 1 || ctx.peers->group_wait_median[0] <= 0) return;
   const std::vector<WorkerRecord>& workers = ctx.job->workers();
-  // (group, function) -> its culprits.
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> culprits;
+  auto is_work = [](const WorkerFinding& f) {
+    return !f.wait_type() && !f.dropped && f.named.fid != kNone;
+  };
+  // Function -> its culprits (every worker is of the one group).
+  std::map<uint32_t, std::vector<uint32_t>> culprits;
   for (const auto& f : worker_findings) {
-    if (f.wait_type() || f.dropped || f.named.fid == kNone) continue;
-    if (ctx.peers->group_wait_median[f.named.group] <= 0) continue;
-    culprits[{f.named.group, f.named.fid}].push_back(f.named.worker);
+    if (is_work(f)) culprits[f.named.fid].push_back(f.named.worker);
   }
-  // The longest wait of the others; -INFINITY when every worker of the group is a culprit.
-  std::map<std::pair<uint32_t, uint32_t>, double> others_wait;
-  for (auto& [key, ws] : culprits) {
+  // Function -> the longest wait of the others; -INFINITY when every worker is a culprit.
+  std::map<uint32_t, double> others_wait;
+  for (auto& [fid, ws] : culprits) {
     std::sort(ws.begin(), ws.end());
     double longest = -INFINITY;
-    for (uint32_t w : ctx.peers->members[key.first]) {
+    for (uint32_t w : ctx.peers->members[0]) {
       if (!std::binary_search(ws.begin(), ws.end(), w)) {
         longest = std::max(longest, static_cast<double>(workers[w].wait_fn_ns));
       }
     }
-    others_wait[key] = longest;
+    others_wait[fid] = longest;
   }
   for (auto& f : worker_findings) {
-    if (f.wait_type() || f.dropped || f.named.fid == kNone) continue;
-    const auto it = others_wait.find({f.named.group, f.named.fid});
-    if (it == others_wait.end() || it->second == -INFINITY) continue;
-    const double waited = it->second - static_cast<double>(workers[f.named.worker].wait_fn_ns);
+    if (!is_work(f)) continue;
+    const double longest = others_wait.at(f.named.fid);
+    if (longest == -INFINITY) continue;
+    const double waited = longest - static_cast<double>(workers[f.named.worker].wait_fn_ns);
     if (waited >= kVictimShare * f.named.excess()) continue;
     f.lost_cap = std::min(f.lost_cap, std::max(0.0, waited));
   }
