@@ -74,6 +74,12 @@ class FakeCollector:
             conn = self._conns[index]
         conn.sendall((json.dumps(msg) + "\n").encode())
 
+    def send_raw(self, data, index=-1):
+        """Bytes as they are: no JSON, no newline added (a broken or foreign peer)."""
+        with self._lock:
+            conn = self._conns[index]
+        conn.sendall(data)
+
     def kill(self):
         """Vanishes like a crashed collector: listener and connections closed, path removed."""
         self._closed = True

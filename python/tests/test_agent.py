@@ -398,6 +398,32 @@ class ControlMessageTest(AgentTestBase):
         self.assertEqual(err.count("ignoring a config message"), 1, err)
 
 
+    def test_an_endless_line_is_dropped_counted_and_said_once(self):
+        # A peer that sends a line without a newline for megabytes (a collector bug, another
+        # program on the socket): the agent drops it whole without holding it, says so once,
+        # counts it with a second over-long line, and the collector's next message works.
+        collector = FakeCollector(self.sock)
+        stop = os.path.join(self.dir, "stop")
+        p = self.job(MARKER_JOB, env={"RANK": "0", "PERFTRACKER_AGENT_OPTIONS": "learn_repeats=3"},
+                     args=["240", stop])
+        collector.wait_for("hello", timeout=60)
+        collector.send_raw(b"{" * (8 << 20))  # 8 MiB, no newline yet
+        collector.send_raw(b"\n" + b"x" * 5000 + b"\n")  # its end, then another over 4 KiB
+        collector.send({"type": "window", "window": 3, "start_ns": time.time_ns(),
+                        "duration_ns": 200_000_000, "reason": "manual"})
+        _, _, done = collector.wait_for("window_done", timeout=120)
+        self.assertEqual(done["window"], 3)
+        open(stop, "w").close()
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        stats = json.loads(out.strip().splitlines()[-1])["stats"]
+        self.assertEqual(stats["oversized_messages"], 2, stats)
+        self.assertEqual(stats["malformed_messages"], 0, stats)
+        said = [l for l in self.agent_lines(err) if "longer than 4096 bytes" in l]
+        self.assertEqual(len(said), 1, err)
+        self.assertIn("oversized_messages", said[0])
+
+
 class StepApiTest(AgentTestBase):
     def test_perftracker_step_marks_the_iterations_of_a_loop_without_torch(self):
         p = self.job("""

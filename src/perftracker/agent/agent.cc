@@ -346,6 +346,7 @@ AgentStats Agent::stats() const {
   s.messages_received = messages_received_;
   s.unknown_messages = unknown_messages_;
   s.malformed_messages = malformed_messages_;
+  s.oversized_messages = oversized_messages_;
   s.windows = windows_;
   s.windows_ignored = windows_ignored_;
   s.stack_dumps = stack_dumps_;
@@ -679,6 +680,19 @@ void Agent::HandleLine(const std::string& line) {
   }
 }
 
+void Agent::NoteOversizedMessages() {
+  const uint64_t dropped = channel_.oversized_lines_in();
+  if (dropped == oversized_messages_.load(std::memory_order_relaxed)) return;
+  if (oversized_messages_.exchange(dropped) == 0) {
+    std::fprintf(stderr,
+                 "perftracker agent: dropped a collector message longer than %zu bytes (a "
+                 "collector bug, or a program other than perftracker's collector on %s); "
+                 "training continues; more are only counted in "
+                 "_agent.stats()[\"oversized_messages\"]\n",
+                 ControlChannel::kMaxLineIn, config_.socket_path.c_str());
+  }
+}
+
 void Agent::ControlLoop() {
   TscClock::Calibrate(kClockCalibrationNs);  // off the training thread, once
   // Busy (allocating, taking locks) except while it waits: a fork waits for that (ForkGate).
@@ -727,7 +741,10 @@ void Agent::ControlLoop() {
       fds[nfds++] = {channel_.fd(),
                      static_cast<short>(POLLIN | (channel_.has_pending_output() ? POLLOUT : 0)), 0};
     }
-    const int64_t wait_ns = std::max<int64_t>(deadline - RealtimeNs(), 0);
+    // Lines the last read left in the channel (a flood, handed out kMaxLinesPerRead at a
+    // time) are read now, after this turn's other work: the socket may not signal them.
+    const bool buffered = channel_.connected() && channel_.has_buffered_lines();
+    const int64_t wait_ns = buffered ? 0 : std::max<int64_t>(deadline - RealtimeNs(), 0);
     const timespec ts{static_cast<time_t>(wait_ns / 1'000'000'000),
                       static_cast<long>(wait_ns % 1'000'000'000)};
     int ready = 0;
@@ -735,14 +752,15 @@ void Agent::ControlLoop() {
       ForkGate::Pause wait;
       ready = ppoll(fds, nfds, &ts, nullptr);
     }
-    if (ready <= 0) continue;
+    if (ready < 0 || (ready == 0 && !buffered)) continue;
     if (fds[0].revents & POLLIN) {
       uint64_t v;
       [[maybe_unused]] const ssize_t n = read(wake_fd_, &v, sizeof(v));
     }
-    if (nfds > 1 && fds[1].revents != 0) {
+    if (nfds > 1 && (fds[1].revents != 0 || buffered)) {
       lines.clear();
       const bool ok = channel_.ReadLines(&lines);
+      NoteOversizedMessages();
       for (const std::string& l : lines) {
         ForkGate::Yield();
         HandleLine(l);

@@ -90,6 +90,7 @@ struct AgentStats {
   uint64_t messages_received = 0;
   uint64_t unknown_messages = 0;
   uint64_t malformed_messages = 0;
+  uint64_t oversized_messages = 0;  // collector lines over ControlChannel::kMaxLineIn, dropped
   uint64_t windows = 0;
   uint64_t windows_ignored = 0;
   uint64_t stack_dumps = 0;
@@ -202,6 +203,9 @@ class Agent {
   void SendJson(const std::string& line);
   void DrainOutbox();
   void HandleLine(const std::string& line);
+  // Control thread: publishes the channel's count of over-long collector lines (dropped)
+  // in stats(), with one line on stderr the first time.
+  void NoteOversizedMessages();
   void StartWindow(const Window& w);
   void HandleWindowTimers(int64_t now);
   void DumpStacks(int64_t window);
@@ -285,7 +289,7 @@ class Agent {
       messages_sent_{0}, messages_dropped_{0}, connects_{0}, connect_failures_{0},
       messages_received_{0}, unknown_messages_{0}, malformed_messages_{0}, windows_{0},
       windows_ignored_{0}, stack_dumps_{0}, window_events_{0}, window_dropped_{0},
-      configs_applied_{0};
+      configs_applied_{0}, oversized_messages_{0};
 };
 
 }  // namespace perftracker

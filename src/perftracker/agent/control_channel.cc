@@ -34,8 +34,6 @@ Status ControlChannel::Connect(const std::string& path) {
   fd_ = fd;
   out_.clear();
   out_pos_ = 0;
-  in_.clear();
-  skipping_oversized_ = false;
   return Status::Ok();
 }
 
@@ -44,6 +42,12 @@ void ControlChannel::Close() {
   fd_ = -1;
   out_.clear();
   out_pos_ = 0;
+  // A closed channel holds nothing of its connection: a line cut off by the close is
+  // incomplete, and the lines of a collector that is gone are not acted on.
+  in_.clear();
+  in_.shrink_to_fit();
+  skipping_oversized_ = false;
+  buffered_lines_ = false;
 }
 
 void ControlChannel::Fail(const char* what) {
@@ -86,9 +90,44 @@ bool ControlChannel::Flush() {
   return fd_ >= 0;
 }
 
+void ControlChannel::Append(std::string_view bytes) {
+  if (skipping_oversized_) {
+    const size_t nl = bytes.find('\n');
+    if (nl == std::string_view::npos) return;  // still inside the over-long line
+    bytes.remove_prefix(nl + 1);
+    skipping_oversized_ = false;
+  }
+  in_.append(bytes);
+}
+
+size_t ControlChannel::TakeLines(std::vector<std::string>* lines, size_t max) {
+  size_t taken = 0;
+  size_t pos = 0;
+  size_t nl = std::string::npos;
+  while (taken < max && (nl = in_.find('\n', pos)) != std::string::npos) {
+    if (nl - pos > kMaxLineIn) {
+      ++oversized_in_;  // complete but over-long: dropped whole
+    } else {
+      lines->emplace_back(in_, pos, nl - pos);
+      ++taken;
+    }
+    pos = nl + 1;
+  }
+  in_.erase(0, pos);
+  buffered_lines_ = taken == max && in_.find('\n') != std::string::npos;
+  if (!buffered_lines_ && in_.size() > kMaxLineIn) {
+    // A partial line already over the limit: free it and skip to its end.
+    ++oversized_in_;
+    in_.clear();
+    skipping_oversized_ = true;
+  }
+  return taken;
+}
+
 bool ControlChannel::ReadLines(std::vector<std::string>* lines) {
-  char buf[16384];
-  while (fd_ >= 0) {
+  size_t taken = TakeLines(lines, kMaxLinesPerRead);  // what the last call left
+  char buf[kReadChunk];
+  while (fd_ >= 0 && taken < kMaxLinesPerRead) {
     ForkGate::Yield();  // a collector that keeps sending must not hold up the job's fork
     const ssize_t n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
     if (n == 0) {
@@ -102,23 +141,10 @@ bool ControlChannel::ReadLines(std::vector<std::string>* lines) {
       Fail("recv");
       return false;
     }
-    for (ssize_t i = 0; i < n; ++i) {
-      const char c = buf[i];
-      if (c == '\n') {
-        if (!skipping_oversized_) lines->push_back(std::move(in_));
-        in_.clear();
-        skipping_oversized_ = false;
-      } else if (!skipping_oversized_) {
-        in_.push_back(c);
-        if (in_.size() > kMaxLine) {  // protocol violation: skip to the next newline
-          ++oversized_in_;
-          in_.clear();
-          skipping_oversized_ = true;
-        }
-      }
-    }
+    Append(std::string_view(buf, static_cast<size_t>(n)));
+    taken += TakeLines(lines, kMaxLinesPerRead - taken);
   }
-  return false;
+  return fd_ >= 0;
 }
 
 }  // namespace perftracker
