@@ -424,6 +424,29 @@ class ControlMessageTest(AgentTestBase):
         self.assertIn("oversized_messages", said[0])
 
 
+    def test_a_flood_of_messages_is_all_handled_in_order(self):
+        # The agent reads a flood 64 lines at a time (ControlChannel::kMaxLinesPerRead); the
+        # lines left in its buffer after the socket's last bytes must still be handled,
+        # without the socket becoming readable again: the collector here sends nothing more.
+        collector = FakeCollector(self.sock)
+        stop = os.path.join(self.dir, "stop")
+        p = self.job(MARKER_JOB, env={"RANK": "0"}, args=["240", stop])
+        collector.wait_for("hello", timeout=60)
+        collector.send({"type": "window", "window": 5, "start_ns": time.time_ns() + 600 * 10**9,
+                        "duration_ns": 10**9, "reason": "slowdown"})
+        flood = (json.dumps({"type": "end_window", "window": 99}) + "\n") * 20000
+        collector.send_raw(flood.encode())  # ~700 KB, another window's id: ignored
+        collector.send({"type": "end_window", "window": 5})  # last: the scheduled one ends
+        _, _, done = collector.wait_for("window_done", timeout=120)
+        self.assertEqual((done["window"], done["events"]), (5, 0))
+        open(stop, "w").close()
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        stats = json.loads(out.strip().splitlines()[-1])["stats"]
+        self.assertEqual(stats["messages_received"], 20002, stats)
+        self.assertEqual((stats["malformed_messages"], stats["oversized_messages"]), (0, 0))
+
+
 class StepApiTest(AgentTestBase):
     def test_perftracker_step_marks_the_iterations_of_a_loop_without_torch(self):
         p = self.job("""
