@@ -247,6 +247,8 @@ int RunJob(const RunOptions& options) {
   // (with --server until the server asks for them).
   run_options.recordings_dir = (fs::path(options.report_dir) / "recordings").string();
   run_options.perfetto_events_per_rank = options.perfetto_events_per_rank;
+  run_options.window_iterations = options.window_iterations;
+  run_options.slowdown_ratio = options.slowdown_ratio;
   StatusOr<std::unique_ptr<EmbeddedRun>> started = EmbeddedRun::Start(std::move(run_options));
   if (!started.ok()) {
     fmt::print(stderr, "perftracker run: {}\n", started.status().message());

@@ -242,6 +242,14 @@ std::vector<std::pair<int64_t, int64_t>> WindowCoordinator::IterationHistory(int
   return {it->second.iterations.begin(), it->second.iterations.end()};
 }
 
+std::vector<int32_t> WindowCoordinator::Ranks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> out;
+  out.reserve(workers_.size());
+  for (const auto& [rank, worker] : workers_) out.push_back(rank);
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------
 // CoordinatorLink
 

@@ -186,6 +186,8 @@ class WindowCoordinator : public CoordinatorLink {
   std::vector<WindowReport> reports() const;
   // The always-on iteration times a rank reported (end_ns, duration_ns), oldest first.
   std::vector<std::pair<int64_t, int64_t>> IterationHistory(int32_t rank) const;
+  // The ranks that joined or reported an iteration, ascending.
+  std::vector<int32_t> Ranks() const;
   uint64_t windows_opened() const;
   // One line per hang trigger that was retracted (a pause the job resumed from, or its end).
   std::vector<std::string> retracted_hangs() const;

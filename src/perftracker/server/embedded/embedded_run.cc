@@ -13,10 +13,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string_view>
 
 #include <fmt/core.h>
 
+#include "perftracker/server/embedded/no_window_explanation.h"
 #include "perftracker/server/open_store.h"
 
 namespace perftracker {
@@ -235,6 +237,14 @@ std::string EmbeddedRun::FinalSummary() const {
     out += fmt::format(
         "perftracker: no window was taken: the job ran without a {}\n",
         retracted.empty() ? "slowdown or hang trigger" : "slowdown trigger or a confirmed hang");
+    std::map<int32_t, std::vector<int64_t>> durations;
+    for (int32_t rank : coordinator_->Ranks()) {
+      std::vector<int64_t>& d = durations[rank];
+      for (const auto& [end_ns, duration_ns] : coordinator_->IterationHistory(rank)) {
+        d.push_back(duration_ns);
+      }
+    }
+    out += ExplainNoWindow(durations, options_.window_iterations, options_.slowdown_ratio);
   } else {
     // The most important window's diagnosis (a hang, else the costliest finding), not
     // merely the last one's: a job that ends well after a fault is still diagnosed by it.

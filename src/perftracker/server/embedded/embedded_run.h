@@ -45,6 +45,10 @@ struct EmbeddedRunOptions {
   std::optional<GrpcLinkOptions> remote;
   std::string remote_server;  // its address, for the final summary
   std::string remote_job;     // the job's id there, for the final summary
+  // The detector settings the agents run with: a run without a window says how far the
+  // iteration time rose against this bar (no_window_explanation.h).
+  int window_iterations = 50;
+  double slowdown_ratio = 0.05;
 };
 
 // A run id unique on this host: the wall-clock second and this process' pid.
