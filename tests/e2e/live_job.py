@@ -506,7 +506,7 @@ def parse_args(argv):
                    help="nccl needs --device cuda and one GPU per rank")
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--slow-repeats", type=int, default=6,
+    p.add_argument("--slow-repeats", type=int, default=12,
                    help="slow_compute: extra runs of Block2's forward work")
     p.add_argument("--data-delay-ms", type=float, default=0.5,
                    help="slow_data: extra delay per sample")
