@@ -19,8 +19,10 @@
 //  6. Culprit rules, each rewriting the per-worker findings: culprits vs victims
 //     (victim_rule.h), untraced stragglers (untraced_straggler_rule.h), GC stragglers
 //     (gc_straggler_rule.h), CPU contention (cpu_contention_rule.h); a fault that began
-//     inside the window is judged from its onset on (late_onset_rule.h); one worker's
-//     findings of one cause in one layer merge (layer_merge.h).
+//     inside the window is judged from its onset on (late_onset_rule.h); a work finding
+//     whose worker waited longer in its own collectives on another thread costs at most its
+//     extra time outside waits (victim_rule.h); one worker's findings of one cause in one
+//     layer merge (layer_merge.h).
 //  7. Wording (finding_wording.h): findings naming the same function with the same code
 //     merge across workers and are worded.
 //  8. Expectation checks on the job median: host-bound (host_bound_check.h), then a table
@@ -127,6 +129,7 @@ Diagnosis Localizer::Impl::Finish() {
   MarkGcStragglers(ctx, worker_findings);
   MarkCpuContention(ctx, worker_findings);
   JudgeLateOnsets(ctx, worker_findings);
+  CapWorkFindingsThatWaitForTheirOwnCollectives(ctx, worker_findings);
   MergeLayerParts(ctx, worker_findings);
   const FindingWording wording(ctx);
   std::vector<RenderedFinding> candidates = wording.Render(worker_findings);

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "perftracker/localize/peer_assignment.h"
+#include "perftracker/localize/robust_stats.h"
 
 namespace perftracker::localize {
 namespace {
@@ -112,6 +114,73 @@ void ResolveVictims(const RuleContext& ctx, std::vector<WorkerFinding>& worker_f
     }
   }
   CapWorkFindingsByTheWaitTheyCause(ctx, worker_findings);
+}
+
+void CapWorkFindingsThatWaitForTheirOwnCollectives(const RuleContext& ctx,
+                                                   std::vector<WorkerFinding>& worker_findings) {
+  const PeerAssignment& peers = *ctx.peers;
+  const JobTable& job = *ctx.job;
+  const std::vector<WorkerRecord>& workers = job.workers();
+  auto is_work = [](const WorkerFinding& f) {
+    return !f.wait_type() && !f.dropped && !f.run_queue_only && f.named.fid != kNone;
+  };
+  // Per group (computed for the groups with a work finding): its workers' waits with no
+  // traced caller, and their median.
+  std::vector<std::vector<float>> detached(peers.members.size());
+  std::vector<float> detached_median(peers.members.size(), -1);
+  std::vector<float> values;
+  auto fill = [&](uint32_t g) {
+    if (detached_median[g] >= 0) return;
+    const std::vector<uint32_t>& ws = peers.members[g];
+    detached[g].assign(ws.size(), 0.0f);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const WorkerRecord& wr = workers[ws[i]];
+      for (uint32_t k = 0; k < wr.num_records; ++k) {
+        const FunctionRecord& r = job.records()[wr.first_record + k];
+        const FunctionInfo& info = job.functions()[r.fid];
+        if (info.outermost_wait && info.parent == kNone) detached[g][i] += r.time_ns;
+      }
+    }
+    values = detached[g];
+    detached_median[g] = static_cast<float>(MedianInPlace(values));
+  };
+  // (group, function) -> its culprits, ascending.
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> culprits;
+  for (const auto& f : worker_findings) {
+    if (is_work(f)) culprits[{f.named.group, f.named.fid}].push_back(f.named.worker);
+  }
+  for (auto& [key, ws] : culprits) std::sort(ws.begin(), ws.end());
+  for (auto& f : worker_findings) {
+    if (!is_work(f)) continue;
+    const uint32_t g = f.named.group;
+    if (g >= peers.members.size()) continue;
+    const std::vector<uint32_t>& ws = peers.members[g];
+    const auto at = std::lower_bound(ws.begin(), ws.end(), f.named.worker);
+    if (at == ws.end() || *at != f.named.worker) continue;
+    fill(g);
+    // Only a worker that waited longer than its peers in such collectives.
+    if (detached[g][static_cast<size_t>(at - ws.begin())] - detached_median[g] < ctx.report_ns) {
+      continue;
+    }
+    const double own = OutsideWaitNs(workers[f.named.worker]);
+    if (own < 0) continue;
+    const std::vector<uint32_t>& same = culprits.at({g, f.named.fid});
+    values.clear();
+    values.push_back(static_cast<float>(own));
+    for (uint32_t w : ws) {
+      if (std::binary_search(same.begin(), same.end(), w)) continue;
+      const double outside = OutsideWaitNs(workers[w]);
+      if (outside >= 0) values.push_back(static_cast<float>(outside));
+    }
+    if (values.size() < 2) continue;
+    double extra = std::max(0.0, own - MedianInPlace(values));
+    // A fault that began inside the window (JudgeLateOnsets) made the worker's extra time
+    // from its onset on: the window's mean spreads it over every iteration.
+    if (f.onset_iteration > 0 && f.onset_of > f.onset_iteration) {
+      extra *= static_cast<double>(f.onset_of) / (f.onset_of - f.onset_iteration);
+    }
+    f.lost_cap = std::min(f.lost_cap, extra);
+  }
 }
 
 }  // namespace perftracker::localize
