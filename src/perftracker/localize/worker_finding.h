@@ -44,6 +44,8 @@ struct WorkerFinding {
   ContentionThreads contention_threads = ContentionThreads::kProcess;
   // PT-CPU-CONTENTION from run-queue evidence alone (no straggler function).
   bool run_queue_only = false;
+  // ... whose cost is capped by how much less it waits than its group (lost_cap).
+  bool contention_lateness = false;
   // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).
   float gc_peer_ns = -1;
   // PT-STRAGGLER-UNTRACED: the function before which the worker's thread idles longest
