@@ -61,7 +61,8 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
 
   // Event problems per worker.
   std::vector<uint32_t> incomplete;
-  double worst_lost_share = 0;
+  double worst_lost_share = 0;  // over the incomplete workers that have data
+  size_t empty = 0;             // incomplete workers with no data at all
   size_t noted = 0;
   for (const auto& p : job.problems()) {
     const SummaryStats& st = p.stats;
@@ -95,7 +96,11 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
     ++noted;
     if (lost_share >= kIncompleteShare) {
       incomplete.push_back(p.worker);
-      worst_lost_share = std::max(worst_lost_share, lost_share);
+      if (p.empty) {
+        ++empty;
+      } else {
+        worst_lost_share = std::max(worst_lost_share, lost_share);
+      }
     }
   }
   if (noted > kMaxNotesPerKind) {
@@ -109,18 +114,30 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
     std::sort(incomplete.begin(), incomplete.end(), [&](uint32_t a, uint32_t b) {
       return job.workers()[a].rank < job.workers()[b].rank;
     });
-    f.title = fmt::format(
-        "{}: profile badly incomplete (up to {} of events lost or malformed); "
-        "findings about {} are less certain",
-        job.WorkersPhrase(incomplete), FormatShare(worst_lost_share),
-        incomplete.size() == 1 ? "it" : "them");
+    // An empty summary is no data, not lost data (a window the job's end cut short, a rank
+    // that recorded nothing): "100 % of events lost" would send the user to the ring sizes.
+    const std::string what =
+        empty == incomplete.size() ? std::string("no functions and no iterations in the window")
+        : empty == 0
+            ? fmt::format("up to {} of events lost or malformed", FormatShare(worst_lost_share))
+            : fmt::format("up to {} of events lost or malformed; {} with no data at all",
+                          FormatShare(worst_lost_share), empty);
+    f.title =
+        fmt::format("{}: profile badly incomplete ({}); findings about {} are less certain",
+                    job.WorkersPhrase(incomplete), what, incomplete.size() == 1 ? "it" : "them");
     for (size_t i = 0; i < incomplete.size() && i < kMaxListedWorkers; ++i) {
       f.workers.push_back(job.workers()[incomplete[i]].rank);
     }
     f.resource = "profiler";
     f.evidence.push_back({"workers with incomplete data", fmt::format("{}", incomplete.size())});
-    f.evidence.push_back(
-        {"worst share of events dropped or malformed", FormatShare(worst_lost_share)});
+    if (empty < incomplete.size()) {
+      f.evidence.push_back(
+          {"worst share of events dropped or malformed", FormatShare(worst_lost_share)});
+    }
+    if (empty > 0) {
+      f.evidence.push_back(
+          {"workers with no data (no functions, no iterations)", fmt::format("{}", empty)});
+    }
     f.evidence.push_back({"threshold", FormatShare(kIncompleteShare)});
     d.findings.push_back(std::move(f));
   }

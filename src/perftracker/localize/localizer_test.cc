@@ -28,6 +28,7 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr double kMs = 1e6;
 
@@ -1524,6 +1525,26 @@ TEST(Localizer, IncompleteDataBecomesAFindingAndANote) {
   EXPECT_THAT(d.notes, Contains(HasSubstr("rank 4: 1000 dropped")));
   EXPECT_THAT(d.notes, Contains(HasSubstr("ring full at t=12.3 s")));
   EXPECT_THAT(d.notes, Contains(HasSubstr("rank 5: 0 dropped, 0 malformed, 3 out-of-order")));
+}
+
+// Regression (real-healthy-roles-6: a forced window opened as the job ended, 208 ms): every
+// rank's summary was empty, and the finding said "up to 100% of events lost or malformed",
+// which points at the agent's rings. No data is not lost data.
+TEST(Localizer, EmptySummariesAreNoDataNotLostEvents) {
+  Localizer loc;
+  for (int32_t r = 0; r < 3; ++r) {
+    WorkerSummary w;
+    w.rank = r;
+    w.source = fmt::format("pid {}", 100 + r);
+    loc.Add(std::move(w));
+  }
+  const Diagnosis d = loc.Finish();
+  SCOPED_TRACE(Describe(d));
+  const Finding* f = FindCode(d, "PT-INCOMPLETE-DATA");
+  ASSERT_NE(f, nullptr);
+  EXPECT_THAT(f->title, HasSubstr("no functions and no iterations in the window"));
+  EXPECT_THAT(f->title, Not(HasSubstr("lost")));
+  EXPECT_FALSE(f->material);
 }
 
 TEST(Localizer, EventsNestedTooDeepAreNotedAndCountAsLost) {

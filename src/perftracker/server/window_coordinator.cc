@@ -151,6 +151,7 @@ int MostImportantReport(const std::vector<WindowReport>& reports) {
   int best = -1;
   int best_tier = -1;
   double best_share = -1;
+  bool best_saw = false;  // the best window saw iterations
   for (size_t i = 0; i < reports.size(); ++i) {
     int tier = 0;
     double share = -1;
@@ -160,14 +161,19 @@ int MostImportantReport(const std::vector<WindowReport>& reports) {
       if (share < 0) share = run_share[identity(f)];  // the finding the window leads with
     }
     share = std::max(share, 0.0);
-    // A retracted hang report (the job was not hung) loses ties.
+    // A retracted hang report (the job was not hung) loses ties, and so does a window in
+    // which no rank completed an iteration (cut short by the job's end, or at its start)
+    // against one that saw the job train.
+    const bool saw = !reports[i].no_iterations;
     const bool later_wins =
-        !reports[i].retracted || best < 0 || reports[static_cast<size_t>(best)].retracted;
+        (!reports[i].retracted || best < 0 || reports[static_cast<size_t>(best)].retracted) &&
+        (saw || !best_saw);
     if (tier > best_tier || (tier == best_tier && share > best_share) ||
         (tier == best_tier && share == best_share && later_wins)) {
       best = static_cast<int>(i);
       best_tier = tier;
       best_share = share;
+      best_saw = saw;
     }
   }
   return best;

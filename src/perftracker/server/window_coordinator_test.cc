@@ -890,6 +890,13 @@ TEST(MostImportantReportTest, AHangThenTheCostliestFindingThenTheLatest) {
                  report(2, {{"PT-STRAGGLER-COMPUTE", 0.336}}),
                  report(3, {{"PT-CPU-CONTENTION", 0.404}, {"PT-STRAGGLER-COMPUTE", 0.299}})}),
             1);
+  // Nothing material anywhere: a window that saw the job train says more than one in which
+  // no rank completed an iteration (real-healthy-roles-6: the forced window opened as the
+  // job ended, 208 ms, and was printed as the run's diagnosis, "profile badly incomplete").
+  WindowReport cut_short = report(2, {{"PT-INCOMPLETE-DATA", 0.0}});
+  cut_short.no_iterations = true;
+  EXPECT_EQ(MostImportantReport({report(1, {{"PT-DATA-CRITICAL", 0.015}}), cut_short}), 0);
+  EXPECT_EQ(MostImportantReport({cut_short, report(3, {})}), 1);
   // A hang is a hang, iterations or not.
   WindowReport hung = report(2, {{"PT-HANG", 1.0}});
   hung.no_iterations = true;
