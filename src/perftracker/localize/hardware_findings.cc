@@ -188,7 +188,7 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
     if (f.kind == EventKind::kGpuKernel && f.count > 0) {
       kernel_calls += static_cast<double>(f.count);
       const double p50 = f.durations.count() > 0
-                             ? f.durations.Quantile(0.5)
+                             ? sketch_median_(f.durations)
                              : static_cast<double>(f.total_ns) / static_cast<double>(f.count);
       if (p50 < kTinyKernelNs) tiny_calls += static_cast<double>(f.count);
     }

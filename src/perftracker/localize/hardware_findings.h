@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "perftracker/localize/diagnosis.h"
+#include "perftracker/localize/sketch_median.h"
 #include "perftracker/summary/worker_summary.h"
 
 namespace perftracker {
@@ -170,6 +171,9 @@ class HardwareFindings {
   std::vector<std::string> hosts_;
   std::vector<uint32_t> host_workers_;
   std::unordered_map<std::string, uint32_t> host_index_;
+  // A kernel's p50 (QuantileSketch::Quantile(0.5) with memoized bucket values: std::pow per
+  // kernel was a tenth of the localizer's ingest with 120 kernels a worker).
+  localize::SketchMedian sketch_median_;
 };
 
 }  // namespace perftracker

@@ -2,23 +2,27 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
 
 namespace perftracker::localize {
 
 double SketchMedian::operator()(const QuantileSketch& s) {
-  if (s.count() == 0) return 0;
-  if (!(s.min() <= s.max())) return s.mean();
-  const auto rank = static_cast<uint64_t>(0.5 * static_cast<double>(s.count() - 1));
-  if (rank < s.zero_count()) return std::min(0.0, s.max());
-  uint64_t seen = s.zero_count();
-  const auto& b = s.buckets();
+  const uint64_t count = s.count();
+  if (count == 0) return 0;
+  // Each accessor once (they are out of line; this runs once per (worker, function)).
+  const double lo = s.min();
+  const double hi = s.max();
+  if (!(lo <= hi)) return s.mean();
+  const auto rank = static_cast<uint64_t>(0.5 * static_cast<double>(count - 1));
+  const uint64_t zeros = s.zero_count();
+  if (rank < zeros) return std::min(0.0, hi);
+  uint64_t seen = zeros;
+  const std::span<const uint64_t> b = s.buckets();
   for (size_t i = 0; i < b.size(); ++i) {
     seen += b[i];
-    if (seen > rank) {
-      return std::clamp(Value(s.offset() + static_cast<int32_t>(i)), s.min(), s.max());
-    }
+    if (seen > rank) return std::clamp(Value(s.offset() + static_cast<int32_t>(i)), lo, hi);
   }
-  return s.max();
+  return hi;
 }
 
 double SketchMedian::Value(int32_t index) {
