@@ -494,14 +494,22 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   wr.host_work_critical_ns = std::max(wr.host_work_critical_ns, 0.0f);
   wr.num_records = count;
   // Host metrics: the window-wide level when the summary has it, else the time-weighted
-  // level over the root functions that carry one.
+  // level over the root functions that carry one. Those roots are found once, not once per
+  // metric (seven scans of every function per worker were 3 % of the ingest).
+  metric_roots_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const FunctionSummary& f = worker.functions[i];
+    if (f.parent == FunctionSummary::kNoParent && f.total_ns > 0 && !f.metrics.empty()) {
+      metric_roots_.push_back(static_cast<uint32_t>(i));
+    }
+  }
   auto host_metric = [&](Metric metric) -> float {
     for (const FunctionMetric& m : worker.worker_metrics) {
       if (m.metric == metric && std::isfinite(m.mean)) return static_cast<float>(m.mean);
     }
     double weight = 0, sum = 0;
-    for (const FunctionSummary& f : worker.functions) {
-      if (f.parent != FunctionSummary::kNoParent || f.total_ns <= 0) continue;
+    for (const uint32_t i : metric_roots_) {
+      const FunctionSummary& f = worker.functions[i];
       for (const FunctionMetric& m : f.metrics) {
         if (m.metric != metric || !std::isfinite(m.mean)) continue;
         weight += static_cast<double>(f.total_ns);
@@ -544,6 +552,7 @@ void JobTable::EndIngest() {
   std::vector<Listing>().swap(listings_);
   std::vector<uint32_t>().swap(fids_);
   std::vector<uint8_t>().swap(enclosing_);
+  std::vector<uint32_t>().swap(metric_roots_);
   // What was just freed lies in the heap between the records, FunctionInfos and names, in
   // pieces each smaller than totals_ (one block of 24 bytes a path), which therefore takes
   // new pages: handed back first, the freed pages do not stay resident beside the totals and

@@ -258,6 +258,8 @@ class JobTable {
   };
   std::vector<Listing> listings_;
   std::vector<uint32_t> fids_;  // scratch
+  // Scratch of Add(): the worker's root functions that carry host metrics, in list order.
+  std::vector<uint32_t> metric_roots_;
   // Scratch of Add(), by the worker's record: 1 when the function encloses its iterations.
   std::vector<uint8_t> enclosing_;
 
