@@ -10,6 +10,10 @@
 // --rotate-keys lists each worker's functions in a different order (rotated by rank), which
 // defeats the localizer's same-position key cache: every key then costs a hash lookup.
 // (The rotated copy is made outside the timed Add.)
+// --implicit-keys leaves every key implicit (FunctionSummary::key empty: it derives from the
+// parent's key, the kind and the name), as the summarizer and the wire decoder hand summaries
+// to the localizer; by default every function carries its key explicitly (198 bytes on
+// average), which the localizer checks against its parent's key per worker and function.
 // Exit status: 0 = found and within targets, 1 = straggler not found, 2 = bad usage,
 // 3 = found but over the targets (--max-seconds, --max-rss-mb).
 #include <fmt/format.h>
@@ -64,11 +68,11 @@ struct Rng {
 // The template job: keys, kinds, parents and each leaf's base time per iteration.
 struct Template {
   WorkerSummary summary;
-  std::vector<double> leaf_ns;       // base self time per iteration (0 for pure parents)
-  std::vector<uint32_t> calls;       // calls per iteration
-  size_t slow_kernel = 0;            // the function the straggler is slow in
+  std::vector<double> leaf_ns;  // base self time per iteration (0 for pure parents)
+  std::vector<uint32_t> calls;  // calls per iteration
+  size_t slow_kernel = 0;       // the function the straggler is slow in
   size_t all_reduce = 0;
-  std::string slow_annotation;       // the user-level function the finding should name
+  std::string slow_annotation;  // the user-level function the finding should name
 
   size_t AddFn(const std::string& parent_key, uint32_t parent, EventKind kind,
                const std::string& name, double self_ns, uint32_t calls_per_iter) {
@@ -91,8 +95,8 @@ Template MakeTemplate(size_t num_functions) {
   auto idx = [](size_t i) { return static_cast<uint32_t>(i); };
   const size_t root = t.AddFn("", FunctionSummary::kNoParent, EventKind::kPythonCall,
                               "train.py(212): train_step", 1e6, 1);
-  t.AddFn(key(root), idx(root), EventKind::kDataLoad, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-          4e6, 1);
+  t.AddFn(key(root), idx(root), EventKind::kDataLoad,
+          "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 4e6, 1);
   const size_t fwd = t.AddFn(key(root), idx(root), EventKind::kPythonCall,
                              "model.py(140): GPTModel.forward", 0.2e6, 1);
   const size_t bwd = t.AddFn(key(root), idx(root), EventKind::kUserAnnotation,
@@ -108,11 +112,21 @@ Template MakeTemplate(size_t num_functions) {
     uint32_t calls;
   };
   const Op ops[] = {
-      {"aten::layer_norm", "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>", 0.15e6, 2},
+      {"aten::layer_norm",
+       "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>",
+       0.15e6, 2},
       {"aten::linear", "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", 3.6e6, 4},
-      {"aten::scaled_dot_product_attention", "pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>", 0.7e6, 1},
-      {"aten::gelu", "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", 0.12e6, 1},
-      {"aten::add", "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", 0.05e6, 2},
+      {"aten::scaled_dot_product_attention",
+       "pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+       "cutlass::bfloat16_t>>",
+       0.7e6, 1},
+      {"aten::gelu",
+       "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", 0.12e6,
+       1},
+      {"aten::add",
+       "void at::native::vectorized_elementwise_kernel<4, "
+       "at::native::CUDAFunctor_add<c10::BFloat16>>",
+       0.05e6, 2},
   };
   for (int l = 0; l < kLayers && t.summary.functions.size() + 12 <= num_functions; ++l) {
     const size_t ann = t.AddFn(key(fwd), idx(fwd), EventKind::kUserAnnotation,
@@ -134,8 +148,7 @@ Template MakeTemplate(size_t num_functions) {
             fmt::format("autograd::engine::evaluate_function: MmBackward0#{}", i), 0.3e6, 2);
   }
   t.AddFn(key(root), idx(root), EventKind::kSync, "cudaStreamSynchronize", 0.02e6, 1);
-  t.all_reduce = t.AddFn(key(root), idx(root), EventKind::kCollective,
-                         "nccl:all_reduce", 0, 4);
+  t.all_reduce = t.AddFn(key(root), idx(root), EventKind::kCollective, "nccl:all_reduce", 0, 4);
   t.summary.host = "node0";
   t.summary.has_device = true;
   for (int i = 0; i < kIterations; ++i) {
@@ -197,6 +210,7 @@ int main(int argc, char** argv) {
   double max_seconds = 10;
   double max_rss_mb = 4096;
   bool rotate = false;
+  bool implicit_keys = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -216,10 +230,12 @@ int main(int argc, char** argv) {
       max_rss_mb = std::atof(next());
     } else if (a == "--rotate-keys") {
       rotate = true;
+    } else if (a == "--implicit-keys") {
+      implicit_keys = true;
     } else {
       fmt::print(stderr,
                  "usage: localizer_bench [--workers N] [--functions F] [--max-seconds S] "
-                 "[--max-rss-mb M] [--rotate-keys]\n");
+                 "[--max-rss-mb M] [--rotate-keys | --implicit-keys]\n");
       return 2;
     }
   }
@@ -227,10 +243,18 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "need --workers >= 3 and --functions >= 40\n");
     return 2;
   }
-  const Template t = MakeTemplate(static_cast<size_t>(functions));
-  const int32_t straggler = static_cast<int32_t>(workers / 2 + 7) % static_cast<int32_t>(workers);
+  if (rotate && implicit_keys) {
+    // A rotated list puts children before their parents: their keys cannot derive.
+    fmt::print(stderr, "--rotate-keys needs explicit keys (not --implicit-keys)\n");
+    return 2;
+  }
+  Template t = MakeTemplate(static_cast<size_t>(functions));
   size_t key_bytes = 0;
-  for (const auto& f : t.summary.functions) key_bytes += f.key.size();
+  for (size_t i = 0; i < t.summary.functions.size(); ++i) key_bytes += t.summary.KeySize(i);
+  if (implicit_keys) {
+    for (FunctionSummary& f : t.summary.functions) f.key = perftracker::SharedString();
+  }
+  const int32_t straggler = static_cast<int32_t>(workers / 2 + 7) % static_cast<int32_t>(workers);
   const double rss_before = PeakRssMb();
 
   using Clock = std::chrono::steady_clock;
@@ -286,10 +310,14 @@ int main(int argc, char** argv) {
   fmt::print("workers={} functions={} avg_key_bytes={:.0f} iterations={}{}\n", workers,
              t.summary.functions.size(),
              static_cast<double>(key_bytes) / static_cast<double>(t.summary.functions.size()),
-             kIterations, rotate ? " rotate-keys" : "");
-  fmt::print("add_s={:.3f} finish_s={:.3f} localize_s={:.3f} (add+finish) wall_s={:.3f} "
-             "(incl. generating summaries)\n",
-             add_s, finish_s, add_s + finish_s, wall_s);
+             kIterations,
+             rotate          ? " rotate-keys"
+             : implicit_keys ? " implicit-keys"
+                             : "");
+  fmt::print(
+      "add_s={:.3f} finish_s={:.3f} localize_s={:.3f} (add+finish) wall_s={:.3f} "
+      "(incl. generating summaries)\n",
+      add_s, finish_s, add_s + finish_s, wall_s);
   fmt::print("peak_rss_mb={:.0f} (before ingest {:.0f})\n", rss, rss_before);
   fmt::print("findings={} material={} straggler=rank {} found={}\n", d.findings.size(), material,
              straggler, found ? "yes" : "no");
