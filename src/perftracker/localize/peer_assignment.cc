@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string_view>
 #include <unordered_map>
 
@@ -16,7 +17,7 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
                                 double iteration_ns, std::vector<std::string>& notes) {
   const std::vector<FunctionInfo>& functions = job.functions();
   const std::vector<WorkerRecord>& workers = job.workers();
-  std::vector<bool> significant(functions.size(), false);
+  std::vector<uint8_t> significant(functions.size(), 0);
   for (uint32_t fid = 0; fid < functions.size(); ++fid) {
     const FunctionInfo& fn = functions[fid];
     const FunctionTotals& t = job.Totals(fid);
@@ -44,8 +45,14 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
       if (significant[r.fid] && r.time_ns > 0) signature.push_back(r.fid);
       if (collective_of[r.fid] != kNone) collectives.push_back(collective_of[r.fid]);
     }
-    std::sort(signature.begin(), signature.end());
-    std::sort(collectives.begin(), collectives.end());
+    // A worker's records follow its function list, whose fids are usually in order already
+    // (they were interned in that order): a sort per worker was half of this step.
+    if (!std::is_sorted(signature.begin(), signature.end())) {
+      std::sort(signature.begin(), signature.end());
+    }
+    if (!std::is_sorted(collectives.begin(), collectives.end())) {
+      std::sort(collectives.begin(), collectives.end());
+    }
     collectives.erase(std::unique(collectives.begin(), collectives.end()), collectives.end());
     worker_signature[w] = peer_groups.AddSignature(signature, collectives);
   }
