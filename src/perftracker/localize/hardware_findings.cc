@@ -89,7 +89,7 @@ bool HardwareFindings::SocketsOnly(const CollectiveGroup& group) {
   return group.name.ends_with(kGloo);
 }
 
-void HardwareFindings::Add(const WorkerSummary& worker) {
+void HardwareFindings::Add(const WorkerSummary& worker, std::span<const double> p50s) {
   Record r;
   r.rank = worker.rank;
   auto [it, inserted] = host_index_.try_emplace(worker.host, static_cast<uint32_t>(hosts_.size()));
@@ -187,7 +187,8 @@ void HardwareFindings::Add(const WorkerSummary& worker) {
     const FunctionSummary& f = worker.functions[i];
     if (f.kind == EventKind::kGpuKernel && f.count > 0) {
       kernel_calls += static_cast<double>(f.count);
-      const double p50 = f.durations.count() > 0
+      const double p50 = i < p50s.size() && !std::isnan(p50s[i]) ? p50s[i]
+                         : f.durations.count() > 0
                              ? sketch_median_(f.durations)
                              : static_cast<double>(f.total_ns) / static_cast<double>(f.count);
       if (p50 < kTinyKernelNs) tiny_calls += static_cast<double>(f.count);

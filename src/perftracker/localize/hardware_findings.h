@@ -58,6 +58,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -85,8 +86,10 @@ class HardwareFindings {
     float absorbed_share = 0;
   };
 
-  // Call once per worker, in the Localizer's Add order.
-  void Add(const WorkerSummary& worker);
+  // Call once per worker, in the Localizer's Add order. `p50`, when given, holds by function
+  // index the p50 call duration JobTable::Add just computed (JobTable::LastP50s; NaN where it
+  // computed none): each kernel's median is then not computed twice.
+  void Add(const WorkerSummary& worker, std::span<const double> p50 = {});
   // Once all workers are added, before Apply: the collectives of known process groups go to
   // the NIC (inter-node) or NVLink (intra-node) pool.
   void SplitByHost();
@@ -171,8 +174,9 @@ class HardwareFindings {
   std::vector<std::string> hosts_;
   std::vector<uint32_t> host_workers_;
   std::unordered_map<std::string, uint32_t> host_index_;
-  // A kernel's p50 (QuantileSketch::Quantile(0.5) with memoized bucket values: std::pow per
-  // kernel was a tenth of the localizer's ingest with 120 kernels a worker).
+  // A kernel's p50 when Add() is given none (QuantileSketch::Quantile(0.5) with memoized
+  // bucket values: std::pow per kernel was a tenth of the localizer's ingest with 120 kernels
+  // a worker).
   localize::SketchMedian sketch_median_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string_view>
 
 #include "perftracker/core/memory_trim.h"
@@ -384,6 +385,7 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     records_full_ = true;
   }
   // Pass 1: one record per function (a key listed twice is summed into its first record).
+  p50s_.assign(n, std::numeric_limits<double>::quiet_NaN());
   for (size_t i = 0; i < n && !records_full_; ++i) {
     const FunctionSummary& f = worker.functions[i];
     if (f.count == 0 && f.total_ns <= 0) continue;
@@ -393,10 +395,11 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     r.time_ns = static_cast<float>(std::max(static_cast<double>(f.total_ns), 0.0) / iters);
     r.self_ns = static_cast<float>(static_cast<double>(f.self_ns) / iters);
     r.calls = static_cast<float>(static_cast<double>(f.count) / iters);
-    r.p50_ns = static_cast<float>(
+    p50s_[i] =
         f.durations.count() > 0
             ? sketch_median_(f.durations)
-            : (f.count > 0 ? static_cast<double>(f.total_ns) / static_cast<double>(f.count) : 0));
+            : (f.count > 0 ? static_cast<double>(f.total_ns) / static_cast<double>(f.count) : 0);
+    r.p50_ns = static_cast<float>(p50s_[i]);
     r.critical_ns = static_cast<float>(static_cast<double>(f.critical_ns) / iters);
     r.idle_gap_ns = static_cast<float>(static_cast<double>(f.idle_gap_before_ns) / iters);
     r.bytes = static_cast<float>(static_cast<double>(f.bytes) / iters);
@@ -553,6 +556,7 @@ void JobTable::EndIngest() {
   std::vector<uint32_t>().swap(fids_);
   std::vector<uint8_t>().swap(enclosing_);
   std::vector<uint32_t>().swap(metric_roots_);
+  std::vector<double>().swap(p50s_);
   // What was just freed lies in the heap between the records, FunctionInfos and names, in
   // pieces each smaller than totals_ (one block of 24 bytes a path), which therefore takes
   // new pages: handed back first, the freed pages do not stay resident beside the totals and

@@ -13,7 +13,7 @@
 // 100,000 workers x 300 functions is about 1 GB.
 // Memory per call path (with Python stacks one trace file holds ~35,000, one per ~2 events,
 // and its summary is alive beside this table): a 16-byte FunctionInfo and its record (32
-// bytes), plus while adding ~20 bytes of index and scratch that EndIngest() frees before it
+// bytes), plus while adding ~28 bytes of index and scratch that EndIngest() frees before it
 // sums the 24-byte FunctionTotals. With one worker (`perftracker diagnose` of one trace
 // file) no totals are stored: a function's totals are its one record's, found by binary
 // search (the records of the first worker are in fid order, EndIngest() checks it).
@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -164,6 +165,10 @@ class JobTable {
  public:
   // Adds one worker; a note about the table's capacity goes to `notes`.
   void Add(const WorkerSummary& worker, std::vector<std::string>& notes);
+  // The p50 call duration (FunctionRecord::p50_ns before its rounding to float) of each
+  // function of the worker added last, by its index in the summary; NaN where Add() made no
+  // record of it. Valid until the next Add() or EndIngest().
+  std::span<const double> LastP50s() const { return p50s_; }
   // Ends the ingest: frees what only Add() needs (the call-path index, the name index, the
   // previous worker's positions, per-path scratch: ~30 bytes a path), then sums each
   // function's totals (24 bytes a path, so they do not coexist with that scratch at the
@@ -258,6 +263,7 @@ class JobTable {
   };
   std::vector<Listing> listings_;
   std::vector<uint32_t> fids_;  // scratch
+  std::vector<double> p50s_;    // LastP50s()
   // Scratch of Add(): the worker's root functions that carry host metrics, in list order.
   std::vector<uint32_t> metric_roots_;
   // Scratch of Add(), by the worker's record: 1 when the function encloses its iterations.

@@ -73,7 +73,7 @@ class Localizer::Impl {
 
   void Add(const WorkerSummary& worker) {
     job_.Add(worker, notes_);
-    hardware_.Add(worker);
+    hardware_.Add(worker, job_.LastP50s());
   }
   void AddNote(std::string note) { notes_.push_back(std::move(note)); }
   Diagnosis Finish();
