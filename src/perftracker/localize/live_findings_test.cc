@@ -197,6 +197,15 @@ TEST(LiveFindingsTest, ContentionOnAHostOversubscribedByOtherWork) {
   EXPECT_THAT(d.findings[0].workers, ElementsAre(2));
 }
 
+// Nothing material, and every finding naming `rank` first costs under `max_ms` per iteration.
+void ExpectNothingMaterialAndRankCostsUnder(const Diagnosis& d, int32_t rank, double max_ms) {
+  EXPECT_FALSE(d.has_material_finding()) << d.findings[0].code << " " << d.findings[0].title;
+  for (const Finding& f : d.findings) {
+    if (f.workers.empty() || f.workers[0] != rank) continue;
+    EXPECT_LT(f.lost_ns_per_iteration, max_ms * kMs) << f.title;
+  }
+}
+
 // Regression (e2e_live, a rank pinned to a core with busy processes): its time went into
 // backward and the C++ all-reduce, no traced function was longer than its peers', and the
 // diagnosis said the workers behave alike although its run-queue delay was 1.05 against
@@ -878,12 +887,7 @@ TEST(LiveFindingsTest, AStragglerNobodyWaitsForCostsTheJobNothing) {
                     {"collective:DistributedDataParallel all_reduce (group of 4)",
                      EventKind::kCollective, all_reduce_ms[r]}}));
   }
-  const Diagnosis d = loc.Finish();
-  EXPECT_FALSE(d.has_material_finding()) << d.findings[0].code << " " << d.findings[0].title;
-  for (const Finding& f : d.findings) {
-    if (f.workers.empty() || f.workers[0] != 3) continue;
-    EXPECT_LT(f.lost_ns_per_iteration, 1.0 * kMs) << f.title;
-  }
+  ExpectNothingMaterialAndRankCostsUnder(loc.Finish(), 3, 1.0);
 }
 
 // The same rank with the forward slower and nothing to make up for it: its peers wait for it
@@ -952,12 +956,7 @@ TEST(LiveFindingsTest, ALongerFunctionThatWaitsForItsOwnCollectiveCostsOnlyTheWo
                    TwoRolesStep(r < 3, iteration_ms[r], forward_ms[r], backward_ms[r],
                                 job_all_reduce_ms[r], ddp_ms[r])));
   }
-  const Diagnosis d = loc.Finish();
-  EXPECT_FALSE(d.has_material_finding()) << d.findings[0].code << " " << d.findings[0].title;
-  for (const Finding& f : d.findings) {
-    if (f.workers.empty() || f.workers[0] != 0) continue;
-    EXPECT_LT(f.lost_ns_per_iteration, 1.5 * kMs) << f.title;
-  }
+  ExpectNothingMaterialAndRankCostsUnder(loc.Finish(), 0, 1.5);
 }
 
 // The same two roles with rank 0's forward 6 ms longer and nothing to make up for it: its
