@@ -227,10 +227,14 @@ class TracedJobTest(ReportChecks):
         self.assertEqual(top["workers"], ranks, dump)
         self.assertEqual(top["function"], function, dump)
         self.assertTrue(top["material"], dump)
-        # It costs what the code takes (compute_metrics: tens of ms per step, a third of the
-        # iteration or more). (How much longer the others wait varies: on a machine with fewer
-        # cores than ranks the extra work also slows them, so victims are not asserted.)
-        self.assertGreater(top["lost_share"], 0.2, dump)
+        # It costs a large share of the iteration (compute_metrics: tens of ms per step). The
+        # job loses what the others wait for it (a work finding is capped at that wait when
+        # it is under half the function's time, docs/findings.md), and on a machine with
+        # fewer cores than ranks the extra work also slows the others' own work, so they wait
+        # less than it takes: beside two busy loops rank 3's aten::matmul took 40.1 ms/iter
+        # and the others waited 19.4 ms longer (18.5 % of the iteration; quiet, a third or
+        # more). Victims are not asserted for the same reason.
+        self.assertGreater(top["lost_share"], 0.1, dump)
         who = ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
         self.assertIn(f"only {who} run", top["title"], dump)
         self.assertFalse(set(top["victims"]) & set(ranks), dump)
