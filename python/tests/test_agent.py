@@ -398,6 +398,27 @@ class ControlMessageTest(AgentTestBase):
         self.assertEqual(err.count("ignoring a config message"), 1, err)
 
 
+    def test_applied_and_refused_configs_are_counted(self):
+        # What a config message did is visible in the job's own stats: a valid one applied,
+        # one with a bad value and one with a key that cannot change refused (malformed).
+        collector = FakeCollector(self.sock)
+        stop = os.path.join(self.dir, "stop")
+        p = self.job(MARKER_JOB, env={"RANK": "0"}, args=["240", stop])
+        collector.wait_for("hello", timeout=60)
+        collector.send({"type": "config", "hang_factor": "bad"})
+        collector.send({"type": "config", "ring_events": 64})
+        collector.send({"type": "config", "slowdown_ratio": 0.2, "min_hang_ms": 60000})
+        # The control thread handles messages in order: once this window is done, the three
+        # configs before it were handled.
+        collector.send({"type": "window", "window": 4, "start_ns": time.time_ns(),
+                        "duration_ns": 100_000_000, "reason": "manual"})
+        collector.wait_for("window_done", timeout=120)
+        open(stop, "w").close()
+        rc, out, err = self.finish(p)
+        self.assertEqual(rc, 0, err)
+        stats = json.loads(out.strip().splitlines()[-1])["stats"]
+        self.assertEqual((stats["configs_applied"], stats["malformed_messages"]), (1, 2), stats)
+
     def test_an_endless_line_is_dropped_counted_and_said_once(self):
         # A peer that sends a line without a newline for megabytes (a collector bug, another
         # program on the socket): the agent drops it whole without holding it, says so once,

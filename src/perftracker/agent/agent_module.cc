@@ -316,6 +316,7 @@ PYBIND11_MODULE(_agent, m) {
     d["unknown_messages"] = s.unknown_messages;
     d["malformed_messages"] = s.malformed_messages;
     d["oversized_messages"] = s.oversized_messages;
+    d["configs_applied"] = s.configs_applied;
     d["windows"] = s.windows;
     d["windows_ignored"] = s.windows_ignored;
     d["stack_dumps"] = s.stack_dumps;
