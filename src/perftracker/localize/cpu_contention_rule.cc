@@ -1,7 +1,6 @@
 #include "perftracker/localize/cpu_contention_rule.h"
 
 #include <algorithm>
-#include <cstddef>
 
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/robust_stats.h"
@@ -113,13 +112,8 @@ Crowding CrowdingOf(const std::vector<WorkerRecord>& workers, const std::vector<
   if (values.empty()) return c;
   c.known = true;
   c.wait_s = own.per_slice_s();
-  if (summary == PeerWait::kUpperMedian) {
-    const auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
-    std::nth_element(values.begin(), mid, values.end());
-    c.peer_wait_s = *mid;
-  } else {
-    c.peer_wait_s = MedianInPlace(values);
-  }
+  c.peer_wait_s =
+      summary == PeerWait::kUpperMedian ? UpperMedianInPlace(values) : MedianInPlace(values);
   // Summed over a process's threads the delay can exceed the wall time; the time a worker
   // loses is at most all of it.
   c.extra = std::min(1.0, own.delay - c.peer_wait_s * own.slices);

@@ -141,34 +141,32 @@ std::vector<RenderedFinding> FindingWording::Render(
                           FormatDuration(f.lost_ns_per_iteration), FormatShare(f.lost_share))
             : fmt::format("+{}{}, {} of the iteration", FormatDuration(excess), since,
                           FormatShare(f.lost_share));
-    if (top.run_queue_only && top.contention_lateness && f.lost_ns_per_iteration < excess) {
-      // Run-queue evidence alone, and its peers wait for it less than it waited for a CPU
-      // (see MarkCpuContention): what it costs is that wait.
-      const double group_wait = ctx_.peers->group_wait_median[a.group];
-      f.title = fmt::format(
-          "{} waits for a CPU far more than its peers (+{} per iteration), but they wait for it "
-          "only {} ({} of the iteration): most of its extra wait fell where it would have "
-          "waited for them anyway",
-          who, FormatDuration(excess), FormatDuration(f.lost_ns_per_iteration),
-          FormatShare(f.lost_share));
-      f.evidence.push_back(
-          {"time lost per iteration",
-           fmt::format("at most {}: its group's median collective + sync wait ({}) less its "
-                       "own ({}); its extra run-queue wait alone would allow {}",
-                       FormatDuration(f.lost_ns_per_iteration), FormatDuration(group_wait),
-                       FormatDuration(workers[w].wait_fn_ns), FormatDuration(excess))});
-      f.evidence.push_back({"traced functions",
-                            "none is longer than its peers': the delay is "
-                            "spread over the whole step"});
-    } else if (top.run_queue_only) {
-      // Run-queue evidence alone (see MarkCpuContention).
-      f.title = fmt::format(
-          "{} waits for a CPU far more than its peers, which slows every iteration (up to {})", who,
-          effect);
-      f.evidence.push_back({"time lost per iteration",
-                            fmt::format("at most {}: the extra share of wall time {} was "
-                                        "runnable but not running, times the median iteration",
-                                        FormatDuration(a.excess()), who)});
+    if (top.run_queue_only) {
+      // Run-queue evidence alone (see MarkCpuContention); when its peers wait for it less
+      // than it waited for a CPU, what it costs is that wait.
+      if (top.contention_lateness && f.lost_ns_per_iteration < excess) {
+        const double group_wait = ctx_.peers->group_wait_median[a.group];
+        f.title = fmt::format(
+            "{} waits for a CPU far more than its peers (+{} per iteration), but they wait for "
+            "it only {} ({} of the iteration): most of its extra wait fell where it would have "
+            "waited for them anyway",
+            who, FormatDuration(excess), FormatDuration(f.lost_ns_per_iteration),
+            FormatShare(f.lost_share));
+        f.evidence.push_back(
+            {"time lost per iteration",
+             fmt::format("at most {}: its group's median collective + sync wait ({}) less its "
+                         "own ({}); its extra run-queue wait alone would allow {}",
+                         FormatDuration(f.lost_ns_per_iteration), FormatDuration(group_wait),
+                         FormatDuration(workers[w].wait_fn_ns), FormatDuration(excess))});
+      } else {
+        f.title = fmt::format(
+            "{} waits for a CPU far more than its peers, which slows every iteration (up to {})",
+            who, effect);
+        f.evidence.push_back({"time lost per iteration",
+                              fmt::format("at most {}: the extra share of wall time {} was "
+                                          "runnable but not running, times the median iteration",
+                                          FormatDuration(a.excess()), who)});
+      }
       f.evidence.push_back({"traced functions",
                             "none is longer than its peers': the delay is "
                             "spread over the whole step"});

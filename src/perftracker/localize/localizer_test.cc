@@ -298,6 +298,16 @@ TEST(RobustStats, MedianOddEvenAndMad) {
   EXPECT_DOUBLE_EQ(c.mad, 1);  // deviations 2 1 0 1 97
   std::vector<float> empty;
   EXPECT_DOUBLE_EQ(MedianInPlace(empty), 0);
+  EXPECT_DOUBLE_EQ(UpperMedianInPlace(empty), 0);
+}
+
+TEST(RobustStats, UpperMedianIsTheLargerMiddleOfAnEvenCount) {
+  std::vector<float> two{3.0f, 1.24f};  // two peers: the slower one, not their mean
+  EXPECT_DOUBLE_EQ(UpperMedianInPlace(two), 3.0);
+  std::vector<float> odd{5, 1, 3};
+  EXPECT_DOUBLE_EQ(UpperMedianInPlace(odd), 3);
+  std::vector<float> even{4, 1, 3, 2};
+  EXPECT_DOUBLE_EQ(UpperMedianInPlace(even), 3);
 }
 
 TEST(RobustStats, SortedMedianWithoutIsTheOthersMedian) {

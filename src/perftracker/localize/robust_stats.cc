@@ -5,13 +5,18 @@
 
 namespace perftracker {
 
-double MedianInPlace(std::span<float> values) {
+double UpperMedianInPlace(std::span<float> values) {
   if (values.empty()) return 0;
   const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid),
-                   values.end());
-  const double upper = values[mid];
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
+  return values[mid];
+}
+
+double MedianInPlace(std::span<float> values) {
+  if (values.empty()) return 0;
+  const double upper = UpperMedianInPlace(values);
   if (values.size() % 2 == 1) return upper;
+  const size_t mid = values.size() / 2;
   // nth_element leaves every element before `mid` <= values[mid]: the lower middle is
   // their maximum.
   const double lower =
@@ -36,8 +41,8 @@ RobustCenter MedianAndMadInPlace(std::span<float> values) {
 }
 
 double RobustScale(const RobustCenter& center, double relative_floor, double absolute_floor) {
-  return std::max({kMadToSigma * center.mad, relative_floor * std::fabs(center.median),
-                   absolute_floor});
+  return std::max(
+      {kMadToSigma * center.mad, relative_floor * std::fabs(center.median), absolute_floor});
 }
 
 }  // namespace perftracker

@@ -27,6 +27,11 @@ struct RobustCenter {
 // middle elements.
 double MedianInPlace(std::span<float> values);
 
+// The upper median of `values` (the element at size / 2 in sorted order: the median of an
+// odd count, the larger middle one of an even count; with two values the larger); reorders
+// them. 0 for an empty span.
+double UpperMedianInPlace(std::span<float> values);
+
 // The median of the other values when the one at `skip` is left out (leave-one-out: a
 // worker against its peers), as MedianInPlace would give it, of values sorted ascending.
 // O(1), so every worker of a large job can be compared with its peers in one sort. 0 when
