@@ -21,15 +21,19 @@
 #   rank; per-block .item() on every rank), ~6 more minutes.
 #
 #   scripts/gpu_check.sh [--dry-run] [--full] PERFTRACKER OUTDIR [extra cmake args for the agent]
-#   scripts/gpu_check.sh --bundle PERFTRACKER DIR
+#   scripts/gpu_check.sh --bundle PERFTRACKER DIR [AGENT_BUILD_DIR]
 #
 # PERFTRACKER: the perftracker binary, or `build` to build it there (build-gpu-cli/, target
 # perftracker; needs the build dependencies of scripts/deps.sh on that machine). A binary
 # built elsewhere needs its shared libraries (gRPC, abseil, protobuf, libpq, ...): --bundle
-# copies the binary to DIR/perftracker and every library it loads, except the C / C++
+# copies the binary to DIR/perftracker and every library it loads, except glibc's and the C++
 # runtime, to DIR/lib (~30 MiB plus the binary), which this script then puts on
 # LD_LIBRARY_PATH for perftracker (and so for the jobs it starts). The target's glibc must
-# be at least the build machine's (Debian 12: 2.36).
+# be at least the build machine's (Debian 12: 2.36). --bundle also copies the nlohmann-json
+# headers (the agent-only build's one dependency beyond a compiler, CMake and the Python
+# headers; the script passes them to that build) and, given an agent-only build folder made
+# here for the target's Python, that agent, which the checks use when the agent does not
+# build there.
 # Everything lands in OUTDIR: log.txt (all output), one <step>.log per step, summary.txt
 # (one PASS / FAIL line per check), reports/, kineto/. Exit status 0 when every check passed.
 # --dry-run prints the steps' commands into OUTDIR/plan.txt and runs none of them (the test
@@ -57,8 +61,21 @@ if [[ $BUNDLE == 1 ]]; then
   [[ -x $1 ]] || { echo "gpu_check: --bundle: $1 is not an executable" >&2; exit 2; }
   mkdir -p "$2/lib" && cp -L "$1" "$2/perftracker" || exit 1
   ldd "$1" | awk '/=> \//{print $3}' |
-    grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libasan|libubsan)\.so' |
+    grep -v -E '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libresolv|libanl|libnsl|libutil|libasan|libubsan)\.so' |
     while read -r lib; do cp -L "$lib" "$2/lib/"; done
+  # The agent-only build's one header-only dependency, which that machine may lack.
+  for inc in /usr/include /usr/local/include; do
+    if [[ -f $inc/nlohmann/json.hpp ]]; then mkdir -p "$2/include" && cp -r "$inc/nlohmann" "$2/include/"; break; fi
+  done
+  # An agent built here for that machine's Python (an agent-only build folder): used there
+  # only when the agent does not build on that machine.
+  if [[ $# -ge 3 ]]; then
+    [[ -d $3/python/perftracker ]] || { echo "gpu_check: --bundle: $3 is not an agent build folder (no python/perftracker)" >&2; exit 2; }
+    mkdir -p "$2/agent/python" "$2/agent/src/perftracker/sources/nccl" &&
+      cp -rL "$3/python/perftracker" "$2/agent/python/" &&
+      cp -L "$3/src/perftracker/sources/nccl/libperftracker_nccl_profiler.so" "$2/agent/src/perftracker/sources/nccl/" || exit 1
+    find "$2/agent" -name __pycache__ -prune -exec rm -rf {} +
+  fi
   echo "gpu_check: $2/perftracker and $(find "$2/lib" -type f | wc -l) libraries in $2/lib ($(du -sh "$2" | cut -f1))"
   exit 0
 fi
@@ -66,6 +83,10 @@ PT_ARG=$1
 OUT=$(realpath -m "$2")
 shift 2
 CMAKE_EXTRA=("$@")
+BUNDLE_DIR=$(dirname "$(realpath -m "$PT_ARG")")
+if [[ $PT_ARG != build && -f $BUNDLE_DIR/include/nlohmann/json.hpp ]]; then
+  CMAKE_EXTRA+=("-DCMAKE_PREFIX_PATH=$BUNDLE_DIR")  # the bundle's nlohmann-json headers
+fi
 mkdir -p "$OUT/reports" "$OUT/kineto"
 PY=${PYTHON:-$(command -v python3 || echo python3)}
 BUILD=build-gpu
@@ -128,6 +149,11 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DPERFTRACKER_AGENT_ONL
   -DPERFTRACKER_WERROR=ON -DPython3_EXECUTABLE='$PY' ${CMAKE_EXTRA[*]} > $OUT/cmake.log &&
 cmake --build $BUILD -j \$(nproc) &&
 ls -l $BUILD/python/perftracker $BUILD/src/perftracker/sources/nccl/libperftracker_nccl_profiler.so"
+if [[ $? != 0 && $DRY == 0 && $PT_ARG != build && -d $BUNDLE_DIR/agent/python/perftracker ]]; then
+  BUILD=$BUNDLE_DIR/agent
+  echo "gpu_check: the agent did not build here (build.log); the GPU checks use the bundle's prebuilt agent in $BUILD"
+  echo "NOTE build: the checks below ran the bundle's prebuilt agent" >> "$SUMMARY"
+fi
 
 if [[ $PT_ARG == build ]]; then
   step build-perftracker 420 "
@@ -147,9 +173,6 @@ PERFTRACKER_PYTHON_DIR=$(realpath -m "$BUILD/python")
 PERFTRACKER_NCCL_PLUGIN=$(realpath -m "$BUILD/src/perftracker/sources/nccl/libperftracker_nccl_profiler.so")
 export PERFTRACKER_PYTHON_DIR PERFTRACKER_NCCL_PLUGIN
 TESTENV="PYTHONPATH=$PERFTRACKER_PYTHON_DIR PYTHONDONTWRITEBYTECODE=1"
-
-step torch-api 120 "$TESTENV '$PY' -m unittest discover -s python/tests -p test_torch_api.py -v"
-step agent 300 "$TESTENV '$PY' -m unittest discover -s python/tests -p test_agent.py -v"
 
 quiet=1 step probe 60 "'$PT' probe --interval-ms 500"
 verify nvml "$OUT/probe.log"
@@ -180,6 +203,11 @@ quiet=1 step kineto 180 "
 '$PY' scripts/gpu_kineto_trace.py $OUT/kineto &&
 '$PT' diagnose --format json $OUT/kineto/rank0.json > $OUT/kineto/diagnose.json"
 verify kineto "$OUT/kineto/diagnose.json" "$OUT/kineto/rank0.json"
+
+# The agent's own tests on that torch come after the GPU checks: they need no GPU, and a
+# short device lease is better spent on what only that machine can show.
+step torch-api 120 "$TESTENV '$PY' -m unittest discover -s python/tests -p test_torch_api.py -v"
+step agent 300 "$TESTENV '$PY' -m unittest discover -s python/tests -p test_agent.py -v"
 
 if [[ $FULL == 1 ]]; then
   step slow-rank 240 "
