@@ -183,14 +183,14 @@ quiet=1 step gpu-job 180 "
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,PROFILE '$PT' run --report-dir $OUT/reports/gpu-job \
   --window-seconds 4 --trigger-at-seconds 10 --max-windows 1 -- \
   '$PY' tests/e2e/live_job.py --device cuda --backend nccl --world-size 1 --fault-rank 0 \
-  --sync allreduce --width 1024 --batch 8192 --steps 3000 --step-sleep-ms 5"
+  --sync allreduce --width 1024 --batch 1024 --steps 1500 --step-sleep-ms 5"
 verify window-report "$OUT/reports/gpu-job"
 verify nccl-plugin "$OUT/reports/gpu-job"
 
 quiet=1 step profiler 120 "
 '$PT' run --report-dir $OUT/reports/profiler --window-seconds 3 --trigger-at-seconds 8 \
   --max-windows 1 -- '$PY' tests/e2e/live_job.py --device cuda --world-size 1 --fault-rank 0 \
-  --width 1024 --batch 8192 --steps 2500 --step-sleep-ms 5 --torch-profiler 4:14"
+  --width 1024 --batch 1024 --steps 2000 --step-sleep-ms 5 --torch-profiler 4:14"
 if [[ $DRY == 1 ]]; then
   echo "grep 'GPU tracing skipped' profiler.log" >> "$OUT/plan.txt"
 elif grep -q "GPU tracing skipped" "$OUT/profiler.log"; then
@@ -214,11 +214,11 @@ if [[ $FULL == 1 ]]; then
 '$PT' run --report-dir $OUT/reports/slow-rank --window-seconds 5 --slowdown-ratio 0.15 \
   --trigger-at-seconds 40 --max-windows 2 -- \
   '$PY' tests/e2e/live_job.py --device cuda --fault slow_compute --fault-rank 2 \
-  --width 1024 --batch 8192 --slow-repeats 40 --steps 2500 --fault-after-steps 150"
+  --width 1024 --batch 1024 --slow-repeats 40 --steps 2500 --fault-after-steps 150"
   step host-sync 240 "
 '$PT' run --report-dir $OUT/reports/host-sync --window-seconds 5 --slowdown-ratio 0.15 \
   --max-windows 1 -- '$PY' tests/e2e/live_job.py --device cuda --fault host_sync \
-  --width 1024 --batch 8192 --steps 2500 --fault-after-steps 150"
+  --width 1024 --batch 1024 --steps 2500 --fault-after-steps 150"
 fi
 
 if [[ $DRY == 1 ]]; then

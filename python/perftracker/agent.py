@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import time
+import types
 
 from . import _agent
 
@@ -127,6 +128,7 @@ def start():
     _agent.parse_options(_options)  # a bad option disables the agent with its message
     _state["started"] = True
     _hide_step_api()
+    _hide_import_machinery()
     _install_import_hooks()
     os.register_at_fork(after_in_child=_after_fork_child)
     atexit.register(stop)
@@ -1027,6 +1029,60 @@ class _PostImportFinder:
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
             spec.loader = _PatchingLoader(spec.loader, patch)
         return spec
+
+
+def _hide_import_machinery():
+    """importlib's own frames (and perftracker's import hook) are transparent: an import in a
+    window records the imported modules' code under the importing frame, not ~10 frames of
+    import machinery per nested import. Seen on torch 2.11: the first optimizer in a window
+    imports torch._dynamo and sympy, and those frames filled the agent's function table."""
+    import importlib._bootstrap
+    import importlib._bootstrap_external
+    import zipimport
+
+    codes, seen = [], set()
+
+    def add(code):
+        if id(code) in seen:
+            return
+        seen.add(id(code))
+        codes.append(code)
+        for const in code.co_consts:  # nested functions, lambdas, comprehensions
+            if isinstance(const, types.CodeType):
+                add(const)
+
+    def walk(namespace, filename, classes):
+        for obj in list(namespace.values()):
+            if isinstance(obj, (staticmethod, classmethod)):
+                obj = obj.__func__
+            funcs = ([f for f in (obj.fget, obj.fset, obj.fdel) if f is not None]
+                     if isinstance(obj, property) else [obj])
+            for f in funcs:
+                code = getattr(f, "__code__", None)
+                if isinstance(code, types.CodeType) and code.co_filename == filename:
+                    add(code)
+            if isinstance(obj, type) and obj not in classes:
+                classes.add(obj)
+                walk(vars(obj), filename, classes)
+
+    for mod, probe in ((importlib._bootstrap, importlib._bootstrap._find_and_load),
+                       (importlib._bootstrap_external, importlib._bootstrap_external.cache_from_source),
+                       (zipimport, zipimport.zipimporter.find_spec)):
+        walk(vars(mod), probe.__code__.co_filename, set())
+    for cls in (_PostImportFinder, _PatchingLoader):
+        walk(vars(cls), _hide_import_machinery.__code__.co_filename, set())
+    # Other tools' finders, called for every import (setuptools' distutils hack,
+    # virtualenv's, numba's redirector): their lookup methods only.
+    for finder in list(sys.meta_path):
+        for name in ("find_spec", "find_module"):
+            fn = getattr(getattr(finder, name, None), "__func__", getattr(finder, name, None))
+            code = getattr(fn, "__code__", None)
+            if isinstance(code, types.CodeType):
+                add(code)
+    for code in codes:
+        _hidden_codes.append(code)
+        if _state["active"]:
+            _agent.hide_code(code)
 
 
 def _install_import_hooks():

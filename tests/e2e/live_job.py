@@ -92,20 +92,27 @@ FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention",
 
 
 class RandomDataset(torch.utils.data.Dataset):
-    """Synthetic regression samples; each sample takes `delay_s` longer when it is set."""
+    """Synthetic regression samples; each sample takes `delay_s` longer when it is set.
+    The samples repeat a pool of at most 2^24 values per tensor (64 MiB), so that memory does
+    not grow with steps x batch (3000 steps of 8192 x 1024 would be 200 GB)."""
+
+    POOL_VALUES = 1 << 24
 
     def __init__(self, size, features, seed):
         gen = torch.Generator().manual_seed(seed)
-        self.x = torch.randn(size, features, generator=gen)
-        self.y = torch.randn(size, features, generator=gen)
+        rows = max(1, min(size, self.POOL_VALUES // features))
+        self.size = size
+        self.x = torch.randn(rows, features, generator=gen)
+        self.y = torch.randn(rows, features, generator=gen)
         self.delay_s = 0.0  # set by the training loop once the slow_data fault starts
 
     def __len__(self):
-        return len(self.x)
+        return self.size
 
     def __getitem__(self, index):
         if self.delay_s > 0:
             time.sleep(self.delay_s)
+        index %= len(self.x)
         return self.x[index], self.y[index]
 
 

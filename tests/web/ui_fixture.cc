@@ -9,6 +9,7 @@
 //   perftracker_ui_fixture --traces examples/straggler --store /tmp/s.db --token T [--port N]
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>

@@ -4,6 +4,7 @@
 //   build-*/src/perftracker/collector/agent_rings_benchmark
 #include <unistd.h>
 
+#include <cstdint>
 #include <string>
 
 #include <benchmark/benchmark.h>

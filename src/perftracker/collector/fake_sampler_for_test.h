@@ -2,6 +2,7 @@
 // problems are whatever the test counts with AddProblem().
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>

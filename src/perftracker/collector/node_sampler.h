@@ -5,6 +5,7 @@
 // (TakeProblems), so the collector counts them into the workers' window summaries.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "perftracker/compare/report_json_reader.h"
 
 #include <fmt/core.h>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 namespace perftracker::compare {

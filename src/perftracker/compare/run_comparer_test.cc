@@ -1,6 +1,7 @@
 #include "perftracker/compare/run_comparer.h"
 
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <unordered_set>

@@ -3,6 +3,8 @@
 // the timer thread.
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
+
 #include "perftracker/detect/iteration_detector.h"
 
 namespace perftracker {

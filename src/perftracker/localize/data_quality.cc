@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "perftracker/core/rank_list.h"
 #include "perftracker/core/units.h"

@@ -1,5 +1,7 @@
 #include "perftracker/localize/gc_straggler_rule.h"
 
+#include <cstdint>
+
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/robust_stats.h"
 

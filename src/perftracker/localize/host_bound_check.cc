@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "perftracker/core/units.h"
 #include "perftracker/localize/expectation_checks.h"

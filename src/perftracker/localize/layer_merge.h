@@ -11,6 +11,7 @@
 // total wait, not summed.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "perftracker/localize/rule_context.h"

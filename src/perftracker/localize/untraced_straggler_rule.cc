@@ -1,6 +1,7 @@
 #include "perftracker/localize/untraced_straggler_rule.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/robust_stats.h"

@@ -3,6 +3,7 @@
 // compare::ReadReportJson reads, so comparing two reports equals comparing their summaries.
 #include "perftracker/report/compare_report.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -14,6 +14,7 @@
 // (HtmlOptions) so that a 10,000-worker job still gives a small, fast page.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>

@@ -1,6 +1,7 @@
 #include "perftracker/report/report.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <limits>

@@ -4,6 +4,7 @@
 // report stays within kLineBudget lines, one line each otherwise. Every line is at most
 // options.width columns (ANSI colour codes do not count).
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 

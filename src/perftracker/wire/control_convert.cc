@@ -1,5 +1,6 @@
 #include "perftracker/wire/control_convert.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>

@@ -3,6 +3,7 @@
 // version's peer) reads as manual, and the window opens all the same.
 #include "perftracker/wire/control_convert.h"
 
+#include <cstdint>
 #include <string>
 #include <variant>
 #include <vector>

@@ -1,5 +1,6 @@
 #include "perftracker/wire/digest_codec.h"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 

@@ -6,6 +6,7 @@
 // every rank (what `perftracker compare` and the UI's compare view must name).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "perftracker/core/status.h"

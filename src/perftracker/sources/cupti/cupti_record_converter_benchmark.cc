@@ -3,6 +3,7 @@
 // way cuptiActivityGetNextRecord walks (8-byte aligned records), converted into a counting sink.
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>

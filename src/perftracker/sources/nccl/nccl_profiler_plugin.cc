@@ -4,6 +4,8 @@
 // No exception crosses this C ABI.
 #include "perftracker/sources/nccl/nccl_profiler.h"
 
+#include <cstdint>
+
 namespace {
 
 using perftracker::NcclEventDescr;

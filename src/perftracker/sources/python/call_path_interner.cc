@@ -37,7 +37,10 @@ void CallPathCache::Clear() {
   size_ = 0;
 }
 
-CallPathInterner::CallPathInterner(AgentShm* shm) : shm_(shm) {}
+CallPathInterner::CallPathInterner(AgentShm* shm) : shm_(shm) {
+  const uint32_t capacity = shm_->header()->function_capacity;
+  code_path_limit_ = capacity - capacity / 16;
+}
 
 uint32_t CallPathInterner::Publish(uint32_t parent, EventKind kind, std::string_view name) {
   // mu_ held.
@@ -56,13 +59,17 @@ uint32_t CallPathInterner::Intern(uint32_t parent, const void* key, EventKind ki
   const PathKey pk{parent, static_cast<uint8_t>(kind), key};
   auto it = by_key_.find(pk);
   if (it != by_key_.end()) return it->second;
+  if (next_id_ >= code_path_limit_) {
+    ++dropped_paths_;
+    return kDropped;
+  }
   const uint32_t id = Publish(parent, kind, name_fn(key));
   if (id != kDropped) by_key_.emplace(pk, id);
   return id;
 }
 
 uint32_t CallPathInterner::InternName(uint32_t parent, EventKind kind, std::string_view name) {
-  if (parent == kDropped || parent == kHidden) return kDropped;
+  if (parent == kDropped || parent == kHidden) parent = kNoParent;
   std::string k;
   k.reserve(name.size() + 16);
   k.append(std::to_string(static_cast<int>(kind))).append("|");

@@ -19,6 +19,12 @@
 // Bounded memory: when the shm function table is full, Intern returns kDropped; a path
 // under a kDropped parent is kDropped too, so children of an unpublishable frame collapse
 // into a few cache entries. Callers drop (and count) events whose id is kDropped.
+// The last 1/16 of the table is kept for named functions (collectives, data loading, GC,
+// iterations): Python paths stop before it, so a process whose code paths filled the table
+// (a large library imported inside a window: torch 2.x's first optimizer imports
+// torch._dynamo and sympy, thousands of paths) still records its iterations and
+// collectives. A named function under a dropped path is published at the root: it loses
+// its call stack, not its time.
 // Hidden keys (perftracker's own wrapper functions) resolve to kHidden: the caller makes the
 // frame transparent, so wrappers never appear in any path (ShadowStack).
 #pragma once
@@ -112,6 +118,7 @@ class CallPathInterner {
   std::unordered_map<std::string, uint32_t> by_name_;  // "kind|parent|name"
   std::unordered_set<const void*> hidden_;
   uint32_t next_id_ = 0;
+  uint32_t code_path_limit_ = 0;  // ids at or above it are kept for named functions
   uint64_t dropped_paths_ = 0;
 };
 

@@ -80,6 +80,31 @@ TEST_F(CallPathInternerTest, NamedFunctionsInternUnderTheirParent) {
   EXPECT_EQ(KeyOf(nested), "gc:gc > collective:all_reduce");
 }
 
+// Seen on torch 2.11 (H200 machine): the first optimizer of a window imported
+// torch._dynamo and sympy, whose code paths filled the table, and the window's all_reduce
+// calls were lost. Code paths now stop short of the last 1/16 of the table, which named
+// functions keep; one under a dropped path is published at the root.
+TEST_F(CallPathInternerTest, AFullTableOfCodePathsStillTakesCollectivesAndIterations) {
+  CallPathInterner interner(shm_.get());  // 16 slots: code paths get 15
+  std::vector<FakeCode> codes(40, FakeCode{"imported"});
+  uint32_t parent = CallPathInterner::kNoParent;
+  for (FakeCode& c : codes) {
+    parent = interner.Intern(parent, &c, EventKind::kPythonCall, &FakeName);
+  }
+  EXPECT_EQ(parent, CallPathInterner::kDropped);
+  EXPECT_EQ(interner.size(), 15u);
+  EXPECT_EQ(interner.dropped_paths(), 1u);  // the rest hang under a dropped parent
+  const uint32_t coll =
+      interner.InternName(parent, EventKind::kCollective, "torch.distributed.all_reduce");
+  ASSERT_NE(coll, CallPathInterner::kDropped);
+  EXPECT_EQ(KeyOf(coll), "collective:torch.distributed.all_reduce");
+  EXPECT_EQ(interner.InternName(parent, EventKind::kCollective, "torch.distributed.all_reduce"),
+            coll);
+  // The reserve is the last slot here; once it is used, named functions are dropped too.
+  EXPECT_EQ(interner.InternName(CallPathInterner::kNoParent, EventKind::kGc, "gc"),
+            CallPathInterner::kDropped);
+}
+
 TEST(CallPathCacheTest, GrowsAndFindsEverything) {
   CallPathCache cache;
   std::vector<int> keys(5000);
