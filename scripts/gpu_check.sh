@@ -185,10 +185,10 @@ NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,PROFILE '$PT' run --report-dir $OUT/r
   '$PY' tests/e2e/live_job.py --device cuda --backend nccl --world-size 1 --fault-rank 0 \
   --sync allreduce --width 1024 --batch 1024 --steps 1500 --step-sleep-ms 5"
 verify window-report "$OUT/reports/gpu-job"
-verify nccl-plugin "$OUT/reports/gpu-job"
+verify nccl-plugin "$OUT/reports/gpu-job" "$OUT/gpu-job.log"
 
 quiet=1 step profiler 120 "
-'$PT' run --report-dir $OUT/reports/profiler --window-seconds 3 --trigger-at-seconds 8 \
+'$PT' run --report-dir $OUT/reports/profiler --window-seconds 3 --trigger-at-seconds 8 --slowdown-ratio 100 \
   --max-windows 1 -- '$PY' tests/e2e/live_job.py --device cuda --world-size 1 --fault-rank 0 \
   --width 1024 --batch 1024 --steps 2000 --step-sleep-ms 5 --torch-profiler 4:14"
 if [[ $DRY == 1 ]]; then

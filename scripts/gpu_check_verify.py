@@ -6,8 +6,9 @@ Standard library only: runs with the GPU machine's Python and with this one (--s
   window-report REPORT_DIR   a `perftracker run` window of a GPU job: every worker ran device
                              work, and the stored window summaries hold CUPTI's kernels,
                              copies and launches (their names: "Memcpy ...", cudaLaunchKernel)
-  nccl-plugin REPORT_DIR     the NCCL profiler plugin's operations ("nccl:AllReduce ...") in
-                             the stored summaries: NCCL loaded perftracker's plugin
+  nccl-plugin REPORT_DIR LOG NCCL loaded perftracker's profiler plugin (its INFO log), and its
+                             operations ("nccl:AllReduce ...") are in the stored summaries (a
+                             1-rank communicator has none: NCCL bypasses its profiler there)
   nvml PROBE_OUTPUT          `perftracker probe` found GPUs and read NVML metric values
   kineto DIAGNOSE_JSON TRACE `perftracker diagnose --format json` of a GPU Kineto trace: every
                              worker has device work, and no event was dropped, malformed,
@@ -82,7 +83,7 @@ def names_in(blobs, pattern):
 
 
 LAUNCH = rb"(?:cudaLaunchKernel\w*|cuLaunchKernel\w*|cudaGraphLaunch\w*|cuGraphLaunch\w*)"
-COPY = rb"Memcpy (?:HtoD|DtoH|DtoD|HtoH|PtoP)[^\x00-\x1f\"]{0,60}"
+COPY = rb"Memcpy (?:HtoD|DtoH|DtoD|HtoH|PtoP)(?: \([^)\x00-\x1f\"]{0,50}\))?"
 NCCL = rb"nccl:[A-Za-z]+"
 
 
@@ -112,13 +113,30 @@ def check_window_report(report_dir):
         len(window_reports(report_dir)), len(launches), len(copies))
 
 
-def check_nccl_plugin(report_dir):
+def check_nccl_plugin(report_dir, nccl_log):
+    """NCCL's own log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS including INIT) says whether it
+    loaded the plugin; the summaries say whether the plugin's operations reached a window.
+    A communicator of one rank records none: NCCL runs its collectives as a local copy
+    (ncclLaunchOneRank) without a task, a proxy or a profiler event, so on a machine with one
+    GPU the plugin's loading is all there is to see."""
+    with open(nccl_log, errors="replace") as f:
+        log = f.read()
+    loaded = re.search(r"PROFILER/Plugin: Loaded perftracker \((v\d+)\)", log)
+    one_rank = re.search(r"nranks 1 ", log) is not None
     ops = names_in(summary_blobs(report_dir), NCCL)
-    print("  NCCL operations: %s" % dict(ops.most_common(8)))
-    if not ops:
-        raise CheckFailed("no nccl:* operation in the window summaries: NCCL did not load "
-                          "perftracker's profiler plugin, or it recorded nothing")
-    return "%d NCCL operation name(s)" % len(ops)
+    print("  NCCL loaded the plugin: %s; 1-rank communicator: %s; NCCL operations: %s"
+          % (loaded.group(1) if loaded else "no", one_rank, dict(ops.most_common(8))))
+    if ops:
+        return "%d NCCL operation name(s) in the window summaries" % len(ops)
+    if not loaded:
+        raise CheckFailed("NCCL did not load perftracker's profiler plugin (no \"PROFILER/Plugin:"
+                          " Loaded perftracker\" in %s) and no nccl:* operation is in the window "
+                          "summaries" % nccl_log)
+    if one_rank:
+        return ("NCCL loaded the plugin (%s); a 1-rank communicator records no operation "
+                "(ncclLaunchOneRank): operations need 2 GPUs" % loaded.group(1))
+    raise CheckFailed("NCCL loaded the plugin (%s) but no nccl:* operation reached the window "
+                      "summaries" % loaded.group(1))
 
 
 def check_nvml(probe_output):
@@ -173,7 +191,7 @@ def check_kineto(diagnose_json, trace):
 
 CHECKS = {
     "window-report": (check_window_report, 1),
-    "nccl-plugin": (check_nccl_plugin, 1),
+    "nccl-plugin": (check_nccl_plugin, 2),
     "nvml": (check_nvml, 1),
     "kineto": (check_kineto, 2),
 }

@@ -315,6 +315,33 @@ class ProfilerTestBase(ProfilerJob):
         elsewhere = "outer.<locals>.local" if sys.version_info >= (3, 11) else "local"
         self.assertEqual(paths.get(base + elsewhere), 1, paths)
 
+    def test_an_import_in_a_window_records_the_modules_code_under_the_importer(self):
+        # importlib's frames (about ten per nested import: _find_and_load, exec_module,
+        # _call_with_frames_removed, ...) are transparent: a module's code nests under the
+        # frame that imported it. Seen on torch 2.11 (H200 machine): the first optimizer of
+        # a window imported torch._dynamo and sympy, and importlib's paths filled the table.
+        out = self.run_job("""
+            with open("pt_mod_b.py", "w") as f:
+                f.write("def g():\\n    return 1\\ng()\\n")
+            with open("pt_mod_a.py", "w") as f:
+                f.write("import pt_mod_b\\ndef f():\\n    return pt_mod_b.g()\\nf()\\n")
+            sys.path.insert(0, os.getcwd())
+            def main():
+                import pt_mod_a
+            counts, paths = record(main)
+            report(counts=counts, paths={k: len(v) for k, v in paths.items()})
+        """)
+        paths = out["paths"]
+        base = "<module>>record>main><module>"
+        self.assertEqual(paths.get(base), 1, paths)  # pt_mod_a
+        self.assertEqual(paths.get(base + "><module>"), 1, paths)  # pt_mod_b
+        self.assertEqual(paths.get(base + "><module>>g"), 1, paths)
+        self.assertEqual(paths.get(base + ">f>g"), 1, paths)
+        machinery = [p for p in paths if any(n in p for n in (
+            "_find_and_load", "exec_module", "_call_with_frames_removed", "find_spec",
+            "_PostImportFinder"))]
+        self.assertEqual(machinery, [], paths)
+
 
 @unittest.skipIf(FAST_HOOK is None, "this CPython has only the profile hook")
 class FastHookTest(ProfilerTestBase):

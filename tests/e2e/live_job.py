@@ -299,8 +299,9 @@ def run_rank(rank, args):
                 print(f"live_job: rank {rank} torch.profiler on", file=sys.stderr, flush=True)
             elif prof is not None and elapsed >= prof_to:
                 prof.__exit__(None, None, None)
-                print(f"live_job: rank {rank} torch.profiler off: "
-                      f"{len(prof.events())} events", file=sys.stderr, flush=True)
+                # Not prof.events(): torch post-processes a GPU profile in Python for
+                # 30+ s (seen on an H200 with torch 2.11), a stall of the job's own making.
+                print(f"live_job: rank {rank} torch.profiler off", file=sys.stderr, flush=True)
                 prof, prof_from = None, None
         if faulty and step == args.fault_after_steps:
             if args.fault in ("slow_data", "slow_data_all"):

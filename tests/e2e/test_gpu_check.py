@@ -129,9 +129,29 @@ class GpuCheckScriptTest(unittest.TestCase):
         self.assertRegex(last, r"^PASS window-report: 1 report\(s\); kernels on every worker")
         self.assertIn("cudaLaunchKernel", out)
         self.assertIn("Memcpy HtoD", out)
-        rc, last, out = verify("nccl-plugin", reports)
+        # The plugin check reads NCCL's own log: this CPU job's has no NCCL line.
+        log = os.path.join(self.dir, "job.log")
+        with open(log, "w") as f:
+            f.write(r.stdout + r.stderr)
+        rc, last, out = verify("nccl-plugin", reports, log)
         self.assertEqual(rc, 1, out)
-        self.assertIn("FAIL nccl-plugin: no nccl:* operation in the window summaries", last)
+        self.assertIn("FAIL nccl-plugin: NCCL did not load perftracker's profiler plugin", last)
+        # NCCL 2.28.9's lines on the H200 machine (2026-11-27), world size 1: loaded, and a
+        # 1-rank communicator records no operation; with 2 ranks and none recorded: a failure.
+        loaded = ("vm:894:894 [0] NCCL INFO PROFILER/Plugin: Loaded perftracker (v5)\n"
+                  "vm:894:894 [0] NCCL INFO ncclCommInitRankConfig comm 0x3f61f5c0 rank 0 "
+                  "nranks %d cudaDev 0 nvmlDev 0 busId 60 commId 0xf891263a60eabe0c - Init "
+                  "COMPLETE\n")
+        with open(log, "w") as f:
+            f.write(loaded % 1)
+        rc, last, out = verify("nccl-plugin", reports, log)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("PASS nccl-plugin: NCCL loaded the plugin (v5); a 1-rank communicator", last)
+        with open(log, "w") as f:
+            f.write(loaded % 2)
+        rc, last, out = verify("nccl-plugin", reports, log)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("FAIL nccl-plugin: NCCL loaded the plugin (v5) but no nccl:* operation", last)
         rc, last, out = verify("window-report", os.path.join(self.dir, "nothing"))
         self.assertEqual(rc, 1)
         self.assertIn("FAIL window-report: no window report", last)
