@@ -400,6 +400,38 @@ def _gpu_probe():
     return (1, _state["cupti"])
 
 
+def _patch_autograd_profiler(mod):
+    """A torch.profiler session that starts while a window traces the GPU gets CUPTI: the
+    window's tracing ends first (CUPTI has one subscriber; Kineto would otherwise lose every
+    GPU activity of the user's profile, as seen on an H200 with torch 2.11). torch 1.13 to 2.x:
+    profile._prepare_trace() is where Kineto initializes CUPTI (_prepare_profiler); the
+    context manager's __enter__ and torch.profiler.profile's prepare_trace() (start(), a
+    schedule's warmup) both go through it."""
+    cls = getattr(mod, "profile", None)
+    orig = getattr(cls, "_prepare_trace", None)
+    if not callable(orig):
+        _lacks("torch.profiler", "torch.autograd.profiler.profile._prepare_trace",
+               "a torch.profiler started during a window may find CUPTI held by perftracker")
+        return
+    _uses("torch.profiler", "autograd.profiler.profile._prepare_trace")
+    if getattr(orig, "_perftracker", False):
+        return
+    gpu_tracing_yield = _agent.gpu_tracing_yield
+    state = _state
+
+    @functools.wraps(orig)
+    def _prepare_trace(self, *args, **kwargs):
+        if state["active"]:  # a passive process (no rank, a forked child) never traces
+            try:
+                gpu_tracing_yield("torch.profiler")
+            except Exception:
+                pass  # never into the job: torch.profiler goes on regardless
+        return orig(self, *args, **kwargs)
+
+    _prepare_trace._perftracker = True
+    cls._prepare_trace = _hide(_prepare_trace)
+
+
 def _dump_stacks():
     """All threads' Python stacks, main thread (MainThread) first: the `stacks` text."""
     import traceback
@@ -975,6 +1007,7 @@ def _patch_ddp(mod):
 
 
 _PATCHES = {
+    "torch.autograd.profiler": _patch_autograd_profiler,
     "torch.utils.data.dataloader": _patch_dataloader,
     "torch.optim.optimizer": _patch_optimizer,
     "torch.distributed.distributed_c10d": _patch_c10d,

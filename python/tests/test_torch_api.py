@@ -593,6 +593,74 @@ class TorchApiTest(unittest.TestCase):
         self.assertIn("CUPTI probe: torch 9.9.0 has no _profiler_enabled", lines[0])
 
 
+    # ------------------------------------------------------------------ torch.profiler
+
+    def autograd_profiler_module(self):
+        """torch.autograd.profiler as torch 1.13 and 2.x shape it: profile.__enter__ calls
+        _prepare_trace(), where Kineto initializes CUPTI, then _start_trace()."""
+        mod = types.ModuleType("torch.autograd.profiler")
+        calls = []
+
+        class profile:
+            def __enter__(self):
+                self._prepare_trace()
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def _prepare_trace(self):
+                calls.append("prepare")
+
+        mod.profile = profile
+        return mod, calls
+
+    def test_torch_profiler_preparation_first_takes_cupti_back_from_a_window(self):
+        mod, calls = self.autograd_profiler_module()
+        yields = []
+        self.native.gpu_tracing_yield = lambda who: (yields.append((who, list(calls))), True)[1]
+        agent._apply(agent._patch_autograd_profiler, mod)
+        self.assertEqual(agent.hook_entry_points()["torch.profiler"],
+                         "autograd.profiler.profile._prepare_trace")
+        with mod.profile():
+            pass
+        self.assertEqual(yields, [("torch.profiler", [])])  # before torch's own preparation
+        self.assertEqual(calls, ["prepare"])
+        agent._apply(agent._patch_autograd_profiler, mod)  # patched once
+        with mod.profile():
+            pass
+        self.assertEqual(len(yields), 2)
+        self.assertEqual(self.lines(), [])
+
+    def test_torch_profiler_starts_even_when_the_yield_fails_or_the_agent_is_passive(self):
+        mod, calls = self.autograd_profiler_module()
+
+        def broken(who):
+            raise RuntimeError("agent gone")
+
+        self.native.gpu_tracing_yield = broken
+        agent._apply(agent._patch_autograd_profiler, mod)
+        with mod.profile():
+            pass
+        passive = []
+        self.native.gpu_tracing_yield = lambda who: passive.append(who)
+        with mock.patch.dict(agent._state, {"active": False}), mod.profile():
+            pass
+        self.assertEqual(calls, ["prepare", "prepare"])
+        self.assertEqual(passive, [])
+        self.assertEqual(self.lines(), [])
+
+    def test_a_torch_without_the_profiler_preparation_says_one_line(self):
+        mod, _ = self.autograd_profiler_module()
+        del mod.profile._prepare_trace
+        agent._apply(agent._patch_autograd_profiler, mod)
+        self.assertIsNone(agent.hook_entry_points()["torch.profiler"])
+        lines = self.lines()
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("torch.profiler: torch 9.9.0 has no "
+                      "torch.autograd.profiler.profile._prepare_trace", lines[0])
+
+
 REAL_TORCH_JOB = """
     import json, sys
     import torch, torch.utils.data, torch.optim, torch.distributed
@@ -640,6 +708,7 @@ class RealTorchTest(unittest.TestCase):
         self.assertEqual(points["process groups"], "distributed_c10d.new_group")
         self.assertEqual(points["communication threads"],
                          "distributed_c10d._new_process_group_helper")
+        self.assertEqual(points["torch.profiler"], "autograd.profiler.profile._prepare_trace")
         self.assertNotIn("has no", r.stderr)  # this torch lacks nothing the agent knows
 
 

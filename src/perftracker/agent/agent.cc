@@ -333,6 +333,15 @@ void Agent::EndGpuTracing() {
   Py_END_ALLOW_THREADS
 }
 
+bool Agent::YieldGpuTracing(const std::string& who) {
+  if (gpu_ == nullptr) return false;
+  bool yielded = false;
+  Py_BEGIN_ALLOW_THREADS
+  yielded = gpu_->YieldTo(who);
+  Py_END_ALLOW_THREADS
+  return yielded;
+}
+
 AgentStats Agent::stats() const {
   AgentStats s;
   s.markers = markers_;

@@ -165,6 +165,11 @@ class Agent {
   // (0, "") this process does not use CUDA; (1, libcupti hint or "") trace; (2, reason) skip.
   void SetGpuProbe(PyObject* fn);
   GpuTracing* gpu_tracing() { return gpu_.get(); }
+  // GIL held (released meanwhile). Another CUPTI client is about to start in this process
+  // (`who`: torch.profiler, from the Python half's hook on its preparation, before Kineto
+  // initializes CUPTI): a window's GPU tracing ends now (GpuTracing::YieldTo). True when it
+  // did; false, at the cost of an uncontended lock, when no window traces.
+  bool YieldGpuTracing(const std::string& who);
 
   PythonProfiler* profiler() { return profiler_.get(); }
   const std::string& shm_path() const { return config_.shm_path; }

@@ -254,10 +254,18 @@ PYBIND11_MODULE(_agent, m) {
         d["available"] = s.available;
         d["windows"] = s.windows;
         d["events"] = s.events;
+        d["yields"] = s.yields;
         d["path"] = g_agent->gpu_tracing()->path();
         return d;
       },
-      "CUPTI tracing in this process: built, available, windows traced, events written.");
+      "CUPTI tracing in this process: built, available, windows traced, events written, "
+      "windows whose tracing ended early for torch.profiler (yields).");
+  m.def(
+      "gpu_tracing_yield",
+      [](const std::string& who) { return g_agent != nullptr && g_agent->YieldGpuTracing(who); },
+      py::arg("who"),
+      "gpu_tracing_yield(who) -> bool: `who` (torch.profiler) is about to initialize CUPTI: a "
+      "window's GPU tracing ends now (flushed, unsubscribed; said once). True when it did.");
   m.def(
       "request_window",
       [](int64_t window, int64_t start_ns, int64_t duration_ns) {

@@ -94,6 +94,28 @@ void GpuTracing::End() {
 #endif
 }
 
+bool GpuTracing::YieldTo(const std::string& who) {
+  std::lock_guard<std::mutex> lock(mu_);
+#ifdef PERFTRACKER_HAVE_CUPTI
+  if (impl_ == nullptr || !impl_->active) return false;
+  impl_->tracer->Disable();  // forced flush, then unsubscribe: the same as the window's end
+  impl_->active = false;
+  stats_.events = impl_->sink->events();
+  ++stats_.yields;
+  if (!said_yield_) {
+    said_yield_ = true;
+    Say(who +
+        " started during a window: GPU tracing stopped for the rest of the window so "
+        "that " +
+        who + " gets CUPTI");
+  }
+  return true;
+#else
+  (void)who;
+  return false;
+#endif
+}
+
 void GpuTracing::RemoveFile() {
   std::lock_guard<std::mutex> lock(mu_);
   if (impl_ != nullptr) unlink(path_.c_str());

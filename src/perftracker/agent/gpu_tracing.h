@@ -12,7 +12,10 @@
 // initialized CUDA in this process (a CPU job never loads libcupti) and torch.profiler is not
 // recording (CUPTI has one subscriber; the tracer also backs off by itself when another client
 // holds it). Every refusal is said once per process (stderr, "perftracker agent: ...") and the
-// window goes on with the Python-level events only.
+// window goes on with the Python-level events only. The other order, a torch.profiler that
+// starts while a window traces: the agent's hook on torch's profiler preparation calls
+// YieldTo() before Kineto initializes CUPTI, which ends the window's tracing early (flushed,
+// unsubscribed) so that the user's profile keeps its GPU activities.
 //
 // Threads: Begin() and End() may take a while (CUPTI initializes on the first subscribe; the
 // flush waits for the device) and are called without the GIL and without the agent's window
@@ -31,6 +34,7 @@ namespace perftracker {
 struct GpuTracingStats {
   uint64_t windows = 0;   // windows traced
   uint64_t events = 0;    // events written to the -cupti file, over all windows
+  uint64_t yields = 0;    // windows whose tracing ended early for another CUPTI client (YieldTo)
   bool available = true;  // false once libcupti or CUPTI itself was found missing
 };
 
@@ -48,6 +52,13 @@ class GpuTracing {
   bool Begin(const std::string& library = "", const std::string& hint = "");
   // Window end (or exit): no-op unless Begin() succeeded.
   void End();
+  // Another CUPTI client is about to start (`who`: torch.profiler preparing its Kineto
+  // session) while a window traces: tracing ends now exactly as at the window's end (what
+  // CUPTI recorded so far is flushed into the -cupti file, the subscription released), so
+  // that the other client finds CUPTI free; the rest of the window has no GPU data. Said once
+  // per process, counted (`yields`). True when a window's tracing was ended; false (nothing
+  // done) when none was on. Waits for a Begin() or End() in progress.
+  bool YieldTo(const std::string& who);
   // The -cupti file is removed (the creating process, at exit).
   void RemoveFile();
 
@@ -65,6 +76,7 @@ class GpuTracing {
   mutable std::mutex mu_;
   std::unique_ptr<Impl> impl_;
   bool said_not_built_ = false;
+  bool said_yield_ = false;
   std::set<std::string> said_skip_;
   GpuTracingStats stats_;
 };
