@@ -36,6 +36,11 @@ detector has learned the iteration, so its slowdown trigger fires on the change)
                   Python function that takes --pause-seconds (a sleep, as a blocking write
                   to slow storage would); the peers wait for it in the next all-reduce. An
                   intermittent pause, not a hang: the job goes on after each one
+  busy            once, after step --fault-after-steps, the fault rank runs post_process()
+                  for --pause-seconds: pure Python work outside the training loop (small
+                  objects built one call each, as torch.profiler's prof.events() does with a
+                  long profile); the peers wait for it in the next all-reduce. Its main
+                  thread runs all the time: a pause for work, not a hang
   extra_annotation  code the other ranks never run: evaluate_on_rank() (matrix products in
                   record_function("extra_eval"), --extra-repeats rounds) after the forward
   extra_function  the same work in a plain Python function, compute_metrics(), that the
@@ -72,7 +77,9 @@ Needs Debian's python3-torch (CPU): run it with /usr/bin/python3.
 """
 
 import argparse
+import collections
 import gc
+import itertools
 import os
 import signal
 import socket
@@ -87,7 +94,7 @@ from torch import nn
 from torch.nn import functional as F
 
 FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention",
-          "slow_data_all", "net_rate_limit", "host_sync", "pause", "extra_annotation",
+          "slow_data_all", "net_rate_limit", "host_sync", "pause", "busy", "extra_annotation",
           "extra_function")
 
 
@@ -229,6 +236,29 @@ def save_checkpoint(seconds):
     time.sleep(seconds)
 
 
+class Span:
+    """One record of the busy fault's post-processing (profiler_util.Interval's shape)."""
+    __slots__ = ("start", "end", "width")
+
+    def __init__(self, start, end):
+        self.start = start
+        self.end = end
+        self.width = sum(range(6000))  # tens of microseconds of work in C per call
+
+
+def post_process(seconds):
+    """The busy fault: `seconds` of Python work, one Span() call at a time. starmap and
+    deque run the loop in C, so the main thread's Python stack is this function and
+    Span.__init__, the same at every instant (as torch.profiler's was in Interval.__init__),
+    while it makes tens of thousands of calls a second."""
+    end = time.monotonic() + seconds
+    made = 0
+    while time.monotonic() < end:
+        collections.deque(itertools.starmap(Span, zip(range(5000), range(5000))), maxlen=0)
+        made += 5000
+    return made
+
+
 def sync_gradients(model, world_size):
     """--sync allreduce: the gradient all-reduce as explicit torch.distributed calls after
     the backward pass (instead of DDP's, which overlaps the backward pass in C++)."""
@@ -316,8 +346,8 @@ def run_rank(rank, args):
                 limit_link(args.link_mbit)
             elif args.fault == "host_sync":
                 model.sync_per_block = True
-            elif args.fault == "pause":
-                pass  # below, every --pause-every steps
+            elif args.fault in ("pause", "busy"):
+                pass  # below, after the step
             elif args.fault in ("extra_annotation", "extra_function"):
                 extra = args.fault
             print(f"live_job: rank {rank} fault {args.fault} starts at step {step} "
@@ -343,6 +373,12 @@ def run_rank(rank, args):
             print(f"live_job: rank {rank} pauses {args.pause_seconds:g} s at step {step} "
                   f"({time.time():.3f})", file=sys.stderr, flush=True)
             save_checkpoint(args.pause_seconds)
+        if faulty and args.fault == "busy" and step == args.fault_after_steps:
+            print(f"live_job: rank {rank} busy in post_process() for {args.pause_seconds:g} s "
+                  f"at step {step} ({time.time():.3f})", file=sys.stderr, flush=True)
+            made = post_process(args.pause_seconds)
+            print(f"live_job: rank {rank} post_process() made {made} spans "
+                  f"({time.time():.3f})", file=sys.stderr, flush=True)
         if args.step_sleep_ms:
             time.sleep(args.step_sleep_ms / 1000.0)
         if progress is not None:
@@ -526,7 +562,8 @@ def parse_args(argv):
                    help="a sleep at the end of every step (every rank): a longer iteration "
                         "without more CPU work, as host work a bigger model would do")
     p.add_argument("--pause-seconds", type=float, default=3.0,
-                   help="pause: how long each save_checkpoint() takes")
+                   help="pause: how long each save_checkpoint() takes; busy: how long "
+                   "post_process() runs")
     p.add_argument("--pause-every", type=int, default=40,
                    help="pause: steps between two pauses")
     p.add_argument("--loader-workers", type=int, default=0,

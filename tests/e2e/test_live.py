@@ -1061,6 +1061,53 @@ class NoFalseHangTest(LiveChecks):
         self.check_no_hang_diagnosed(run)
 
 
+    def test_a_busy_main_thread_is_not_a_hang(self):
+        # Regression (the first H200 run): after its torch.profiler session the job called
+        # prof.events(), and torch's Python post-processing ran for 30+ s creating
+        # FunctionEvent / Interval objects; perftracker reported PT-HANG, "every rank waits
+        # in a collective" in "backward (DDP gradient all-reduce)". Here rank 1 of 2 (DDP)
+        # runs post_process(), Python work outside the training loop, for 12 s after step
+        # 30 (room for the trigger at 3 s, the confirmation and the report on a loaded
+        # machine); rank 0 waits for it in the next all-reduce. The hang trigger fires (3 s
+        # minimum silence) and the two stack samples show the same frames, but the window's
+        # summary shows rank 1's main thread making tens of thousands of calls: the job is
+        # busy, not hung, and no hang report is written. Slowdown triggers off, as in the
+        # hang test.
+        options = ([o if o != "0.15" else "1" for o in FAULT_RUN_OPTIONS[:-2]] +
+                   ["--min-hang-seconds", str(HANG_MIN_SECONDS)])
+        run = self.new_run("busy", options,
+                           ["--world-size", "2", "--fault", "busy", "--fault-rank", "1",
+                            "--pause-seconds", "12", "--fault-after-steps",
+                            str(HANG_AFTER_STEPS), "--step-sleep-ms", "100"], steps=60)
+        run.start()
+        self.assertEqual(run.wait(300, stall=STALL_SECONDS), 0, run.describe())
+        err = run.stderr()
+        self.assertIn("live_job: rank 1 post_process() made", err, run.describe())
+        # The 12 s of work outlast the 3 s minimum silence: the detector fires, and the
+        # stacks of both samples show post_process > Span.__init__.
+        self.assertIn("(hang) opens", err, run.describe())
+        # What the user is told: rank 1 was busy in post_process, not waiting in a collective;
+        # no PT-HANG report (written and retracted later, as before the fix), none at the end.
+        self.assertNotIn("hang report retracted", err, run.describe())
+        self.check_no_hang_diagnosed(run)
+        # (A second trigger in the same silence, should the machine be slow enough, gets
+        # the same verdict.)
+        busy = [line for line in err.splitlines() if "made no iteration progress" in line]
+        self.assertGreaterEqual(len(busy), 1, run.describe())
+        for line in busy:
+            self.assertIn("rank 1 made no iteration progress", line)
+            self.assertIn("busy running Python code, not waiting in a collective", line)
+            self.assertIn("post_process > live_job.py", line)
+            self.assertIn("__init__", line)
+            self.assertIn("rank 0 waits in", line)
+            self.assertIn("not a hang", line)
+        reports = run.report_paths("hang")
+        self.assertGreaterEqual(len(reports), 1, run.describe())
+        with open(reports[0], encoding="utf-8") as f:
+            notes = json.load(f)["notes"]
+        self.assertTrue(any("rank 1 made no iteration progress" in n for n in notes), notes)
+
+
 class PerftrackerFaultTest(LiveChecks):
     """perftracker's own failures must not hurt the job."""
 

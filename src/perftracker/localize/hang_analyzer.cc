@@ -27,6 +27,25 @@
 // Evidence: the culprit's innermost user frames (file:line function; user = not the
 // standard library, site- or dist-packages), its source line, which collective the victims
 // wait in, the silence since each side's last progress, and the ranks without stacks.
+//
+// Waiting in autograd means waiting in its engine: the innermost frame is backward / grad /
+// _engine_run_backward of torch/autograd or torch/_tensor.py (the C++ engine runs below
+// it). Other Python code under torch/autograd (the profiler's post-processing in
+// profiler.py / profiler_util.py, a custom Function's Python) runs; it waits for nothing.
+//
+// Busy, not hung. A stack is one instant: a thread that calls the same small function
+// again and again (torch.profiler building 70,000 FunctionEvent / Interval objects for
+// 30 s) shows the same frames in every sample, yet runs. The window's summary says which:
+// the hang window starts at the trigger, so every Python call a rank recorded in it came
+// after its last progress. Its main thread's calls are those whose call path starts at one
+// of the frames of its main-thread stack (every path is the whole stack from the thread's
+// outermost frame; other threads start in threading's _bootstrap). A main thread that
+// recorded kBusyCallsPerSecond calls per second of the window, beyond the frames that were
+// open all along (the hook closes each at the window's end: one call per frame), is busy.
+// When some ranks are busy and every other one waits in a collective (or is busy too), the
+// job is not hung: it waits for work outside the training loop (or an endless loop: the
+// frames show which). BusyVerdict says so; a rank stuck in its own code without calls, or
+// without stacks, keeps the PT-HANG verdict above.
 #include "perftracker/localize/hang_analyzer.h"
 
 #include <fmt/format.h>
@@ -42,6 +61,7 @@ namespace perftracker {
 namespace {
 
 constexpr size_t kUserFramesShown = 3;
+constexpr size_t kBusyFramesShown = 4;
 constexpr size_t kStackFramesShown = 12;
 
 std::string_view Trim(std::string_view s) {
@@ -128,10 +148,36 @@ struct Classified {
   std::vector<StackFrame> frames;       // main thread, outermost first
   std::vector<const StackFrame*> user;  // innermost user frames, innermost first
   bool data_loader = false;             // kOwnCode: stuck in the data loader
+  // Python calls its main thread recorded in the window (0 without a window summary), and
+  // whether that makes it busy (see "Busy, not hung").
+  uint64_t main_calls = 0;
+  int64_t window_ns = 0;
+  bool busy = false;
 };
 
+// "Interval.__init__ (profiler_util.py:538)", a call path's frame, is `frame`: the same file
+// name and function (the summary has the qualified name, the stack the bare one).
+bool SameFunction(std::string_view name, const StackFrame& frame) {
+  const size_t open = name.rfind(" (");
+  if (open == std::string_view::npos || !name.ends_with(")")) return false;
+  std::string_view where = name.substr(open + 2, name.size() - open - 3);
+  where = where.substr(0, where.rfind(':'));
+  const std::string_view qualified = name.substr(0, open);
+  if (where != Basename(frame.file)) return false;
+  return qualified == frame.function ||
+         (qualified.size() > frame.function.size() && qualified.ends_with(frame.function) &&
+          qualified[qualified.size() - frame.function.size() - 1] == '.');
+}
+
+bool IsAutogradEngineCall(const StackFrame& f) {
+  if (!Contains(f.file, "torch/autograd/") && !Contains(f.file, "torch/_tensor.py")) return false;
+  return f.function == "backward" || f.function == "grad" || f.function == "_engine_run_backward" ||
+         f.function == "run_backward";
+}
+
 Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
-                    int64_t last_progress_ns) {
+                    int64_t last_progress_ns, const std::map<std::string, uint64_t>& calls_by_root,
+                    int64_t window_ns) {
   Classified c;
   c.rank = rank;
   c.last_progress_ns = last_progress_ns;
@@ -151,6 +197,18 @@ Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
   }
   c.frames = main->frames;
   const auto& fr = c.frames;
+  c.window_ns = window_ns;
+  for (const auto& [root, calls] : calls_by_root) {
+    if (std::any_of(fr.begin(), fr.end(),
+                    [&](const StackFrame& f) { return SameFunction(root, f); })) {
+      c.main_calls += calls;
+    }
+  }
+  if (window_ns > 0 && c.main_calls > fr.size()) {
+    const double ran = static_cast<double>(c.main_calls - fr.size());
+    c.busy = ran >= static_cast<double>(HangAnalyzer::kBusyMinCalls) &&
+             ran >= HangAnalyzer::kBusyCallsPerSecond * static_cast<double>(window_ns) / 1e9;
+  }
   // Innermost user frames.
   for (size_t i = fr.size(); i-- > 0 && c.user.size() < kUserFramesShown;) {
     if (!IsLibrary(fr[i])) c.user.push_back(&fr[i]);
@@ -164,7 +222,7 @@ Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
     }
   }
   c.where = Where::kOwnCode;
-  if (inner == fr.size()) return c;
+  if (inner == fr.size() || c.busy) return c;  // a busy thread runs: it waits for nothing
   const StackFrame& f = fr[inner];
   if (Contains(f.file, "torch/distributed/")) {
     c.where = Where::kWaiting;
@@ -178,7 +236,7 @@ Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
   } else if (Contains(f.file, "torch/nn/parallel/distributed.py")) {
     c.where = Where::kWaiting;
     c.wait_label = fmt::format("DistributedDataParallel.{}", f.function);
-  } else if (Contains(f.file, "torch/autograd/") || Contains(f.file, "torch/_tensor.py")) {
+  } else if (IsAutogradEngineCall(f)) {
     c.where = Where::kWaiting;
     c.wait_label = "backward (DDP gradient all-reduce)";
   } else if (inner + 1 == fr.size() && !IsLibrary(f) && Contains(f.code, ".wait(")) {
@@ -188,6 +246,37 @@ Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
     c.data_loader = true;
   }
   return c;
+}
+
+// "ranks 0, 1, 3 wait in all_reduce; rank 2 waits in barrier".
+std::string WaitPhrase(const std::map<std::string, std::vector<int32_t>>& by_wait) {
+  std::string phrase;
+  for (const auto& [label, ranks] : by_wait) {
+    if (!phrase.empty()) phrase += "; ";
+    phrase += fmt::format("{} wait{} in {}", RankList(ranks), ranks.size() == 1 ? "s" : "", label);
+  }
+  return phrase;
+}
+
+// Where a busy main thread runs: its innermost frames outside the standard library,
+// outermost first ("profiler.py:665 _parse_kineto_results > profiler_util.py:649 __init__
+// > ..."), and the innermost user frame they were called from when it is not among them.
+std::string BusyFrames(const Classified& c) {
+  std::vector<const StackFrame*> shown;
+  for (size_t i = c.frames.size(); i-- > 0 && shown.size() < kBusyFramesShown;) {
+    if (!IsStdlib(c.frames[i])) shown.push_back(&c.frames[i]);
+  }
+  if (shown.empty() && !c.frames.empty()) shown.push_back(&c.frames.back());
+  std::string out;
+  for (size_t i = shown.size(); i-- > 0;) {
+    out += fmt::format("{}{}:{} {}", out.empty() ? "" : " > ", Basename(shown[i]->file),
+                       shown[i]->line, shown[i]->function);
+  }
+  if (!c.user.empty() && std::find(shown.begin(), shown.end(), c.user.front()) == shown.end()) {
+    const StackFrame& u = *c.user.front();
+    out += fmt::format(" (called from {}:{} {})", Basename(u.file), u.line, u.function);
+  }
+  return out;
 }
 
 bool IsThreadIdent(std::string_view s) {
@@ -277,8 +366,72 @@ std::vector<ThreadStack> ParsePythonStacks(std::string_view text) {
 }
 
 void HangAnalyzer::AddRank(int32_t rank, std::optional<std::string> stacks,
-                           int64_t last_progress_ns) {
-  ranks_.push_back(Rank{rank, std::move(stacks), last_progress_ns});
+                           int64_t last_progress_ns, const WorkerSummary* window) {
+  Rank r{rank, std::move(stacks), last_progress_ns, {}, 0};
+  if (window != nullptr && window->window_ns() > 0) {
+    // Each Python function's root: the outermost frame of its call path (memoized along
+    // the chain; a parent index out of range or a cycle ends the walk).
+    const auto& fns = window->functions;
+    constexpr uint32_t kUnknown = FunctionSummary::kNoParent;
+    std::vector<uint32_t> root(fns.size(), kUnknown);
+    std::vector<uint32_t> chain;
+    for (uint32_t i = 0; i < fns.size(); ++i) {
+      chain.clear();
+      uint32_t at = i;
+      while (root[at] == kUnknown && chain.size() <= fns.size()) {
+        chain.push_back(at);
+        const uint32_t parent = fns[at].parent;
+        if (parent == FunctionSummary::kNoParent || parent >= fns.size()) break;
+        at = parent;
+      }
+      const uint32_t top = root[at] != kUnknown ? root[at] : at;
+      for (uint32_t j : chain) root[j] = top;
+    }
+    for (uint32_t i = 0; i < fns.size(); ++i) {
+      const FunctionSummary& f = fns[i];
+      if (f.kind != EventKind::kPythonCall || f.count == 0) continue;
+      const FunctionSummary& top = fns[root[i]];
+      if (top.kind != EventKind::kPythonCall) continue;
+      r.calls_by_root[std::string(top.name.view())] += f.count;
+    }
+    r.window_ns = window->window_ns();
+  }
+  ranks_.push_back(std::move(r));
+}
+
+std::string HangAnalyzer::BusyVerdict(int64_t now_ns) const {
+  std::vector<Classified> all;
+  for (const auto& r : ranks_) {
+    all.push_back(Classify(r.rank, r.stacks, r.last_progress_ns, r.calls_by_root, r.window_ns));
+  }
+  std::sort(all.begin(), all.end(),
+            [](const Classified& a, const Classified& b) { return a.rank < b.rank; });
+  std::vector<const Classified*> busy;
+  std::map<std::string, std::vector<int32_t>> by_wait;
+  for (const auto& c : all) {
+    if (c.busy) {
+      busy.push_back(&c);
+    } else if (c.where == Where::kWaiting) {
+      by_wait[c.wait_label].push_back(c.rank);
+    } else {
+      return "";  // stuck in its own code without running, or no stacks: a hang
+    }
+  }
+  std::string out;
+  for (const Classified* c : busy) {
+    const std::string silence =
+        c->last_progress_ns > 0 && now_ns > c->last_progress_ns
+            ? fmt::format(" for {}",
+                          FormatDuration(static_cast<double>(now_ns - c->last_progress_ns)))
+            : "";
+    out += fmt::format(
+        "{}rank {} made no iteration progress{} while its main thread was busy running Python "
+        "code, not waiting in a collective ({} calls in the {} window): {}",
+        out.empty() ? "" : "; ", c->rank, silence, c->main_calls,
+        FormatDuration(static_cast<double>(c->window_ns)), BusyFrames(*c));
+  }
+  if (!out.empty() && !by_wait.empty()) out += "; " + WaitPhrase(by_wait);
+  return out;
 }
 
 Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
@@ -288,7 +441,9 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
   f.material = true;
   f.lost_share = 1.0;
   std::vector<Classified> all;
-  for (const auto& r : ranks_) all.push_back(Classify(r.rank, r.stacks, r.last_progress_ns));
+  for (const auto& r : ranks_) {
+    all.push_back(Classify(r.rank, r.stacks, r.last_progress_ns, r.calls_by_root, r.window_ns));
+  }
   std::sort(all.begin(), all.end(),
             [](const Classified& a, const Classified& b) { return a.rank < b.rank; });
   std::vector<const Classified*> waiting, own, missing;
@@ -306,12 +461,7 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
   // Waiting ranks by what they wait in: "ranks 0, 1, 3 wait in all_reduce".
   std::map<std::string, std::vector<int32_t>> by_wait;
   for (const auto* c : waiting) by_wait[c->wait_label].push_back(c->rank);
-  std::string wait_phrase;
-  for (const auto& [label, ranks] : by_wait) {
-    if (!wait_phrase.empty()) wait_phrase += "; ";
-    wait_phrase +=
-        fmt::format("{} wait{} in {}", RankList(ranks), ranks.size() == 1 ? "s" : "", label);
-  }
+  const std::string wait_phrase = WaitPhrase(by_wait);
   auto earliest = [](const std::vector<const Classified*>& cs) {
     std::vector<const Classified*> out;
     int64_t best = INT64_MAX;

@@ -19,12 +19,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "perftracker/localize/diagnosis.h"
+#include "perftracker/summary/worker_summary.h"
 
 namespace perftracker {
 
@@ -49,18 +51,40 @@ class HangAnalyzer {
  public:
   // One rank's state when the hang was diagnosed. stacks: nullopt when the rank sent none
   // (a process stuck in native code holding the GIL, dead, or unreachable).
-  // last_progress_ns: end of its last iteration, 0 when unknown.
-  void AddRank(int32_t rank, std::optional<std::string> stacks, int64_t last_progress_ns);
+  // last_progress_ns: end of its last iteration, 0 when unknown. window: the rank's summary
+  // of the hang window (nullptr when none came): the Python calls its main thread recorded
+  // there tell a busy thread from a stuck one (hang_analyzer.cc, "Busy, not hung").
+  void AddRank(int32_t rank, std::optional<std::string> stacks, int64_t last_progress_ns,
+               const WorkerSummary* window = nullptr);
+
+  // Non-empty when the job is not hung but busy: at least one rank's main thread ran Python
+  // code all through the window and every other rank waits in a collective (or runs too).
+  // It says which rank, for how long, and in which frames ("rank 1 made no iteration
+  // progress for 31.3 s while its main thread was busy ..."); the caller reports it instead
+  // of Analyze's PT-HANG.
+  std::string BusyVerdict(int64_t now_ns) const;
 
   // The PT-HANG finding at now_ns (culprits in workers, the ranks waiting for them in
   // victims). mean_iteration_ns (0 = unknown) only scales the evidence.
   Finding Analyze(int64_t now_ns, int64_t mean_iteration_ns = 0) const;
+
+  // A main thread that recorded at least this many Python calls per second of the window
+  // (and kBusyMinCalls) beyond its own open frames runs code; it does not wait. A thread
+  // that waits by polling (DataLoader's queue.get with a 5 s timeout, a loop around
+  // time.sleep(0.01)) makes at most a few hundred calls a second; Python at work makes tens
+  // of thousands (torch.profiler's post-processing on an H200 host: 71,407 in 1.2 s).
+  static constexpr double kBusyCallsPerSecond = 1000;
+  static constexpr uint64_t kBusyMinCalls = 500;
 
  private:
   struct Rank {
     int32_t rank = -1;
     std::optional<std::string> stacks;
     int64_t last_progress_ns = 0;
+    // From its window summary: Python calls by the root frame of their call path
+    // ("<module> (train.py:1)", one root per thread), and the window's length (0: none).
+    std::map<std::string, uint64_t> calls_by_root;
+    int64_t window_ns = 0;
   };
   std::vector<Rank> ranks_;
 };

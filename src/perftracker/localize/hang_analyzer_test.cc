@@ -11,6 +11,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr int64_t kSec = 1'000'000'000;
 constexpr int64_t kNow = 1'700'000'000 * kSec;
@@ -338,6 +339,170 @@ TEST(HangAnalyzerTest, NoInputIsNotACrash) {
   const Finding s = silent.Analyze(kNow);
   EXPECT_THAT(s.workers, ElementsAre(0));
   EXPECT_THAT(s.title, HasSubstr("no rank sent usable Python stacks; rank 0 stopped first"));
+}
+
+// Regression (the first H200 run, torch 2.11, DDP / NCCL, world size 1): after its
+// torch.profiler session the job called prof.events(), and torch's post-processing of the
+// profile ran for 30+ s in Python, creating FunctionEvent / Interval objects in
+// torch/autograd/profiler_util.py. The hang window recorded 71,407 events of rank 0 in
+// 1.2 s; perftracker reported "every rank waits in a collective", in "backward (DDP gradient
+// all-reduce)". The main thread's stack, as the agent sent it:
+const char* const kBusyInProfilerPostProcessing =
+    R"(Thread 139710989308672 (MainThread) (most recent call last):
+  File "<string>", line 1, in <module>
+  File "/usr/lib/python3.12/multiprocessing/spawn.py", line 122, in spawn_main
+    exitcode = _main(fd, parent_sentinel)
+  File "/usr/lib/python3.12/multiprocessing/spawn.py", line 135, in _main
+    return self._bootstrap(parent_sentinel)
+  File "/usr/lib/python3.12/multiprocessing/process.py", line 314, in _bootstrap
+    self.run()
+  File "/usr/lib/python3.12/multiprocessing/process.py", line 108, in run
+    self._target(*self._args, **self._kwargs)
+  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/multiprocessing/spawn.py", line 87, in _wrap
+    fn(i, *args)
+  File "/work/main/tests/e2e/live_job.py", line 303, in run_rank
+    f"{len(prof.events())} events", file=sys.stderr, flush=True)
+  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/profiler/profiler.py", line 375, in events
+    return self.profiler.function_events
+  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/autograd/profiler.py", line 487, in function_events
+    self._ensure_function_events()
+  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/autograd/profiler.py", line 458, in _ensure_function_events
+    parsed_results = self._parse_kineto_results(
+  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/autograd/profiler.py", line 665, in _parse_kineto_results
+    fe = FunctionEvent(
+  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/autograd/profiler_util.py", line 649, in __init__
+    self.time_range: Interval = Interval(start_us, end_us)
+  File "/opt/torch/.venv/lib/python3.12/site-packages/torch/autograd/profiler_util.py", line 538, in __init__
+    def __init__(self, start, end):
+)";
+
+// A window summary of `window_ns` whose Python call paths are `paths` (each: its frames'
+// names from the root down, the leaf's call count; the frames above the leaf once each,
+// as the hook closes the frames that stayed open at the window's end).
+WorkerSummary WindowOf(int64_t window_ns,
+                       const std::vector<std::pair<std::vector<std::string>, uint64_t>>& paths) {
+  WorkerSummary s;
+  s.window_start_ns = kNow - window_ns;
+  s.window_end_ns = kNow;
+  for (const auto& [frames, count] : paths) {
+    uint32_t parent = FunctionSummary::kNoParent;
+    for (size_t i = 0; i < frames.size(); ++i) {
+      uint32_t found = FunctionSummary::kNoParent;
+      for (uint32_t j = 0; j < s.functions.size(); ++j) {
+        if (s.functions[j].parent == parent && s.functions[j].name.view() == frames[i]) found = j;
+      }
+      if (found == FunctionSummary::kNoParent) {
+        FunctionSummary f;
+        f.kind = EventKind::kPythonCall;
+        f.name = frames[i];
+        f.parent = parent;
+        f.count = 1;
+        s.functions.push_back(f);
+        found = static_cast<uint32_t>(s.functions.size() - 1);
+      }
+      if (i + 1 == frames.size()) s.functions[found].count = count;
+      parent = found;
+    }
+  }
+  return s;
+}
+
+const std::vector<std::string> kProfilerPath = {"<module> (<string>:1)",
+                                                "spawn_main (spawn.py:98)",
+                                                "_main (spawn.py:126)",
+                                                "BaseProcess._bootstrap (process.py:290)",
+                                                "BaseProcess.run (process.py:103)",
+                                                "_wrap (spawn.py:79)",
+                                                "run_rank (live_job.py:251)",
+                                                "_KinetoProfile.events (profiler.py:368)",
+                                                "profile.function_events (profiler.py:484)",
+                                                "profile._ensure_function_events (profiler.py:449)",
+                                                "profile._parse_kineto_results (profiler.py:578)",
+                                                "FunctionEvent.__init__ (profiler_util.py:612)",
+                                                "Interval.__init__ (profiler_util.py:538)"};
+
+TEST(HangAnalyzerTest, ProfilerPostProcessingUnderTorchAutogradIsNoBackwardWait) {
+  // Without a window summary the stack alone decides: the profiler's Python code under
+  // torch/autograd is the rank's own work, not autograd's engine waiting for DDP.
+  HangAnalyzer h;
+  h.AddRank(0, kBusyInProfilerPostProcessing, kNow - 31 * kSec);
+  const Finding f = h.Analyze(kNow, 32'000'000);
+  EXPECT_THAT(f.workers, ElementsAre(0));
+  EXPECT_NE(f.function, "backward (DDP gradient all-reduce)");
+  EXPECT_EQ(f.resource, "the rank's own code");
+  EXPECT_THAT(f.title, Not(HasSubstr("waits in a collective")));
+  EXPECT_THAT(f.title, HasSubstr("live_job.py:303 run_rank"));
+  // autograd's engine entry points still wait (DDP's all-reduce runs below them).
+  HangAnalyzer ddp;
+  ddp.AddRank(0, kBusyInProfilerPostProcessing, kNow - 31 * kSec);
+  ddp.AddRank(1, kWaitingInDdpBackward, kNow - 31 * kSec);
+  const Finding g = ddp.Analyze(kNow);
+  EXPECT_THAT(g.workers, ElementsAre(0));
+  EXPECT_THAT(g.victims, ElementsAre(1));
+  EXPECT_THAT(g.title, HasSubstr("rank 1 waits in backward (DDP gradient all-reduce)"));
+}
+
+TEST(HangAnalyzerTest, MainThreadBusyInPythonIsNotAHang) {
+  // The H200 case: 71,407 calls of the profiler's post-processing in the 1.2 s window.
+  const WorkerSummary window = WindowOf(1'200'000'000, {{kProfilerPath, 71'407}});
+  HangAnalyzer h;
+  h.AddRank(0, kBusyInProfilerPostProcessing, kNow - 31'300'000'000, &window);
+  const std::string busy = h.BusyVerdict(kNow);
+  EXPECT_THAT(busy, HasSubstr("rank 0 made no iteration progress for 31.3 s while its main "
+                              "thread was busy running Python code, not waiting in a "
+                              "collective (71419 calls in the 1.20 s window)"));
+  EXPECT_THAT(busy, HasSubstr("profiler.py:665 _parse_kineto_results > profiler_util.py:649 "
+                              "__init__ > profiler_util.py:538 __init__ (called from "
+                              "live_job.py:303 run_rank)"));
+}
+
+TEST(HangAnalyzerTest, BusyRankWhileOthersWaitInACollectiveIsAPauseNotAHang) {
+  const WorkerSummary busy_window = WindowOf(2 * kSec, {{kProfilerPath, 9'000}});
+  const WorkerSummary waiting_window = WindowOf(2 * kSec, {{{"<module> (train.py:1)"}, 1}});
+  HangAnalyzer h;
+  h.AddRank(0, kWaitingInAllReduce, kNow - 6 * kSec, &waiting_window);
+  h.AddRank(1, kBusyInProfilerPostProcessing, kNow - 6 * kSec, &busy_window);
+  const std::string busy = h.BusyVerdict(kNow);
+  EXPECT_THAT(busy, HasSubstr("rank 1 made no iteration progress for 6.00 s while its main "
+                              "thread was busy"));
+  EXPECT_THAT(busy, HasSubstr("; rank 0 waits in all_reduce"));
+}
+
+TEST(HangAnalyzerTest, AStuckRankIsAHangEvenBesideABusyOne) {
+  // Rank 3 sleeps in its own code (its open frames are all it recorded): a hang, whatever
+  // rank 1 does.
+  const WorkerSummary busy_window = WindowOf(2 * kSec, {{kProfilerPath, 9'000}});
+  const WorkerSummary stuck_window = WindowOf(
+      2 * kSec,
+      {{{"<module> (train.py:1)", "main (train.py:100)", "Block2.forward (train.py:30)"}, 1}});
+  HangAnalyzer h;
+  h.AddRank(1, kBusyInProfilerPostProcessing, kNow - 6 * kSec, &busy_window);
+  h.AddRank(3, kStuckInForward, kNow - 6 * kSec, &stuck_window);
+  EXPECT_EQ(h.BusyVerdict(kNow), "");
+}
+
+TEST(HangAnalyzerTest, GenuineDdpHangWithItsWindowIsStillAHang) {
+  // The recorded calls of a hung job: the open frames once each, and a pin-memory thread
+  // that polls (its calls start at threading's _bootstrap, not in the main thread's stack).
+  const WorkerSummary quiet = WindowOf(
+      2 * kSec,
+      {{{"<module> (h.py:1)", "main (h.py:30)"}, 1},
+       {{"Thread._bootstrap (threading.py:990)", "_pin_memory_loop (pin_memory.py:49)"}, 50'000}});
+  HangAnalyzer h;
+  h.AddRank(0, kRealRank0, kNow - 4 * kSec, &quiet);
+  h.AddRank(1, kRealRank1, kNow - 4 * kSec - 30'000'000, &quiet);
+  EXPECT_EQ(h.BusyVerdict(kNow), "");
+  const Finding f = h.Analyze(kNow, 30'000'000);
+  EXPECT_THAT(f.workers, ElementsAre(1));
+  EXPECT_THAT(f.victims, ElementsAre(0));
+}
+
+TEST(HangAnalyzerTest, APollingWaitIsNotBusy) {
+  // A few hundred calls a second (a loop around a short sleep) wait; they do not run.
+  const WorkerSummary polling = WindowOf(2 * kSec, {{kProfilerPath, 400}});
+  HangAnalyzer h;
+  h.AddRank(0, kBusyInProfilerPostProcessing, kNow - 31 * kSec, &polling);
+  EXPECT_EQ(h.BusyVerdict(kNow), "");
 }
 
 }  // namespace

@@ -827,7 +827,8 @@ std::optional<WindowCoordinator::HangStep> WindowCoordinator::ConfirmHangLocked(
       w.hang_phase = Phase::kConfirmed;
       Log(
           fmt::format("window {}: hang confirmed: no progress on any rank in the {:.1f} s since "
-                      "the trigger, and the same code in two stack samples",
+                      "the trigger, and the same code in two stack samples (the window's "
+                      "summaries tell a stuck main thread from a busy one)",
                       w.spec.id, static_cast<double>(now_ns - w.hang_trigger_ns) / 1e9));
       return std::nullopt;
     }
@@ -1298,6 +1299,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
     Log(fmt::format("window {}: {}", w.spec.id, unknown));
   }
   const auto t_localized = SteadyClock::now();
+  std::string busy;  // the hang window found its job busy, not hung
   if (w.stacks_requested) {
     HangAnalyzer hang;
     std::vector<double> means;
@@ -1315,9 +1317,11 @@ void WindowCoordinator::Finalize(OpenWindow w) {
         }
         means.push_back(sum / static_cast<double>(n));
       }
+      auto sm = std::find_if(summaries.begin(), summaries.end(),
+                             [&](const WorkerSummary& s) { return s.rank == rank; });
       hang.AddRank(rank,
                    st == w.stacks.end() ? std::nullopt : std::optional<std::string>(st->second),
-                   last_progress);
+                   last_progress, sm == summaries.end() ? nullptr : &*sm);
     }
     int64_t mean_iteration = 0;
     if (!means.empty()) {
@@ -1325,8 +1329,20 @@ void WindowCoordinator::Finalize(OpenWindow w) {
                        means.end());
       mean_iteration = static_cast<int64_t>(means[means.size() / 2]);
     }
-    diagnosis.findings.insert(diagnosis.findings.begin(),
-                              hang.Analyze(RealtimeNs(), mean_iteration));
+    busy = hang.BusyVerdict(RealtimeNs());
+    if (busy.empty()) {
+      diagnosis.findings.insert(diagnosis.findings.begin(),
+                                hang.Analyze(RealtimeNs(), mean_iteration));
+    } else {
+      // A main thread that runs Python all through the window is busy, not hung
+      // (hang_analyzer.cc, "Busy, not hung"): a note, no PT-HANG, nothing to retract later.
+      busy = fmt::format(
+          "hang trigger of window {} retracted: {}: a pause for work outside "
+          "the training loop, not a hang ({})",
+          w.spec.id, busy, w.hang_trigger);
+      diagnosis.notes.insert(diagnosis.notes.begin(), busy);
+      Log(busy);
+    }
   }
 
   std::string perfetto_path;
@@ -1373,7 +1389,11 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   }
   report.diagnosis = std::move(diagnosis);
   std::lock_guard<std::mutex> lock(mu_);
-  if (w.stacks_requested) {
+  if (!busy.empty()) {
+    if (retracted_.size() < 64) retracted_.push_back(busy);
+    hang_window_taken_ = false;  // as RetractHangLocked: a later hang is still never refused
+  }
+  if (w.stacks_requested && busy.empty()) {
     hang_report_window_ = w.spec.id;
     hang_report_ns_ = RealtimeNs();
     hang_report_trigger_ns_ = w.hang_trigger_ns;
