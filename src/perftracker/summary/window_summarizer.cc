@@ -12,7 +12,19 @@
 // still nest correctly; parents (same start, longer) are processed before their children.
 // An event that arrives after a later-ordered event of its track was already processed
 // ("after its slot was flushed") is counted in stats.out_of_order_events and summarized
-// flat: root stack, self = total, no idle gap. Finish() drains host tracks first, then the
+// flat: root stack, no idle gap.
+//
+// Late parents. A live source emits a call when it returns, so a parent arrives after all of
+// its children; one whose window holds more than reorder_window events of its track (the
+// outermost frames of a window with 755,393 events in 4 s on an H200) arrives after its
+// children were processed as top-level frames (no enclosing call; iteration frames do not
+// count). Its self time is its duration less those children: the track keeps the spans of
+// its top-level frames (TrackState::roots, in start
+// order, at most kMaxRootSpans, coarsened by merging neighbours beyond that), a late event
+// takes the spans inside it as its children and replaces them with its own span, and a
+// top-level frame processed later inside a late event (still buffered when it arrived) is
+// subtracted from that event's self time. A late event inside an existing top-level span is
+// a late child, not a parent: self = total, as before. Finish() drains host tracks first, then the
 // others, and before a device event is processed the host tracks are advanced up to its
 // start, so a kernel usually finds its launch already processed.
 //
@@ -509,6 +521,23 @@ struct Iteration {
   int64_t end = 0;
 };
 
+// A top-level frame's span on its track (or several neighbours merged), and the part of it
+// inside the iterations.
+struct RootSpan {
+  int64_t start = 0;
+  int64_t end = 0;
+  int64_t inside_ns = 0;
+};
+constexpr size_t kMaxRootSpans = 4096;
+
+// An event summarized after its children (see "Late parents").
+struct LateFrame {
+  int64_t start = 0;
+  int64_t end = 0;
+  uint32_t function = 0;
+};
+constexpr size_t kMaxLateFrames = 64;
+
 // The span from the first iteration marker's start to the last one's end, of the host's or
 // the device's markers.
 struct IterationHull {
@@ -553,11 +582,16 @@ struct TrackState {
   int64_t last_duration = 0;
   std::vector<Frame> stack;
   int busy_frames = 0;  // frames on the stack with Frame::busy
+  int call_frames = 0;  // frames on the stack that are calls (not iteration frames)
   // Leaf lane (IsLeafKind on host tracks): its own bounded heap, no reorder requirement.
   std::vector<Pending> leaf_heap;
   // User-level context over time, recorded as the main lane runs: (time, identity parent
   // from then on). Times are non-decreasing. Leaves look their parent up here.
   std::deque<std::pair<int64_t, uint32_t>> context;
+  // Live mode: spans of top-level frames and of late events, and the late events whose
+  // self time top-level frames processed after them still reduce (see "Late parents").
+  std::vector<RootSpan> roots;
+  std::vector<LateFrame> late;
   bool has_toplevel = false;
   int64_t last_toplevel_end = 0;
   int64_t toplevel_busy_ns = 0;
@@ -813,6 +847,7 @@ class WindowSummarizer::Impl {
     RecordContext(t, f.end, t.stack.empty() ? kNone : t.stack.back().identity_parent);
     if (f.busy) --t.busy_frames;
     if (f.function == kNone) return;
+    --t.call_frames;
     AddSat(functions_acc_[f.function].self_ns,
            std::max<int64_t>(0, Inside(t, f.start, f.end) - f.child_inside_ns));
   }
@@ -1009,8 +1044,64 @@ class WindowSummarizer::Impl {
 
   void ProcessFlat(TrackState& t, const Event& ev) {
     const uint32_t fn = Resolve(ev, kNone);
-    AddSat(functions_acc_[fn].self_ns, Inside(t, ev.start_ns, ev.end_ns));
+    const int64_t inside = Inside(t, ev.start_ns, ev.end_ns);
+    AddSat(functions_acc_[fn].self_ns, inside - TakeLateChildren(t, ev, fn, inside));
     Account(t, ev, fn, /*toplevel=*/false, /*open_categories=*/0);
+  }
+
+  // A late event's children among the track's top-level spans (see "Late parents"): their
+  // time inside the iterations, after which its own span replaces theirs. 0 for a late
+  // child (inside an existing span) and in offline mode.
+  int64_t TakeLateChildren(TrackState& t, const Event& ev, uint32_t fn, int64_t inside) {
+    if (options_.offline) return 0;
+    auto first = std::lower_bound(
+        t.roots.begin(), t.roots.end(), ev.start_ns,
+        [](const RootSpan& r, int64_t start) { return r.start < start; });
+    if (first != t.roots.begin() && std::prev(first)->end > ev.start_ns) return 0;  // a child
+    auto last = first;
+    int64_t children = 0;
+    while (last != t.roots.end() && last->end <= ev.end_ns) {
+      children += last->inside_ns;
+      ++last;
+    }
+    if (last != t.roots.end() && last->start < ev.end_ns) return 0;  // overlaps: not a parent
+    first = t.roots.erase(first, last);
+    t.roots.insert(first, RootSpan{ev.start_ns, ev.end_ns, inside});
+    if (t.late.size() == kMaxLateFrames) t.late.erase(t.late.begin());
+    t.late.push_back(LateFrame{ev.start_ns, ev.end_ns, fn});
+    return std::min(children, inside);
+  }
+
+  // A top-level frame in live mode: a child of a late event it lies in, or a span of its own.
+  void NoteTopLevel(TrackState& t, int64_t start, int64_t end) {
+    if (options_.offline) return;
+    const int64_t inside = Inside(t, start, end);
+    const LateFrame* parent = nullptr;
+    for (const LateFrame& l : t.late) {
+      if (l.start <= start && end <= l.end &&
+          (parent == nullptr || l.end - l.start < parent->end - parent->start)) {
+        parent = &l;  // the innermost: late events nest, the shortest is inside the others
+      }
+    }
+    if (parent != nullptr) {
+      int64_t& self = functions_acc_[parent->function].self_ns;
+      self = std::max<int64_t>(0, self - inside);
+      return;
+    }
+    if (!t.roots.empty() && t.roots.back().start > start) return;  // not in start order
+    t.roots.push_back(RootSpan{start, end, inside});
+    if (t.roots.size() > kMaxRootSpans) {  // coarsen: merge neighbours
+      size_t out = 0;
+      for (size_t i = 0; i < t.roots.size(); i += 2) {
+        RootSpan r = t.roots[i];
+        if (i + 1 < t.roots.size()) {
+          r.end = std::max(r.end, t.roots[i + 1].end);
+          r.inside_ns += t.roots[i + 1].inside_ns;
+        }
+        t.roots[out++] = r;
+      }
+      t.roots.resize(out);
+    }
   }
 
   // A leaf call: parent from the track's context timeline; no frame, no idle gap, and (the
@@ -1038,6 +1129,10 @@ class WindowSummarizer::Impl {
     Frame frame;
     frame.start = ev.start_ns;
     frame.end = top ? std::min(ev.end_ns, top->end) : ev.end_ns;
+    // Iteration frames are transparent: a call under iteration frames only is top-level.
+    if (t.call_frames == 0 && ev.kind != EventKind::kIteration) {
+      NoteTopLevel(t, ev.start_ns, ev.end_ns);
+    }
     if (top) {
       AddSat(top->child_ns, frame.end - frame.start);
       AddSat(top->child_inside_ns, Inside(t, frame.start, frame.end));
@@ -1074,6 +1169,7 @@ class WindowSummarizer::Impl {
     frame.identity_parent =
         IsUserLevel(source_->Get(ev.function_id).kind) || IsUserLevel(ev.kind) ? fn : parent;
     t.stack.push_back(frame);
+    ++t.call_frames;
     if (frame.busy) ++t.busy_frames;
     RecordContext(t, frame.start, frame.identity_parent);
   }

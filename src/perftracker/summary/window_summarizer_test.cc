@@ -189,6 +189,30 @@ TEST(WindowSummarizerTest, ReordersWithinTheWindow) {
   EXPECT_EQ(block->self_ns, 40);
 }
 
+// A live source emits a call when it returns: a parent with more events under it than the
+// reorder window arrives after its children were processed as top-level frames (seen on an
+// H200: 755,393 events in a 4 s window, the 7 outermost frames late, each with self = its
+// whole duration). Its self time is its duration less those children, also for children
+// still buffered when it arrived, and for a late parent of a late parent.
+TEST(WindowSummarizerTest, ALateParentTakesItsChildrenOffItsSelfTime) {
+  StreamBuilder b(SummarizerOptions{2});
+  for (int i = 0; i < 10; ++i) {
+    b.Emit(kMain, EventKind::kTorchOp, "aten::add", 100 + i * 50, 120 + i * 50);
+  }
+  b.Emit(kMain, EventKind::kUserAnnotation, "block", 0, 1000);  // after its 10 children
+  b.Emit(kMain, EventKind::kUserAnnotation, "tail", 1100, 1150);
+  b.Emit(kMain, EventKind::kUserAnnotation, "outer", 0, 2000);  // after block and tail
+  WorkerSummary s = b.Finish();
+  EXPECT_EQ(s.stats.out_of_order_events, 2u);
+  ASSERT_FN(block, s, "annotation:block");
+  EXPECT_EQ(block->self_ns, 1000 - 10 * 20);
+  ASSERT_FN(outer, s, "annotation:outer");
+  EXPECT_EQ(outer->self_ns, 2000 - 1000 - 50);
+  ASSERT_FN(add, s, "torch_op:aten::add");
+  EXPECT_EQ(add->count, 10u);
+  EXPECT_EQ(add->self_ns, 10 * 20);
+}
+
 TEST(WindowSummarizerTest, LateEventBeyondTheWindowIsCountedAndFlat) {
   StreamBuilder b(SummarizerOptions{2});
   b.Emit(kMain, EventKind::kUserAnnotation, "block", 0, 1000);
