@@ -1054,9 +1054,8 @@ class WindowSummarizer::Impl {
   // child (inside an existing span) and in offline mode.
   int64_t TakeLateChildren(TrackState& t, const Event& ev, uint32_t fn, int64_t inside) {
     if (options_.offline) return 0;
-    auto first = std::lower_bound(
-        t.roots.begin(), t.roots.end(), ev.start_ns,
-        [](const RootSpan& r, int64_t start) { return r.start < start; });
+    auto first = std::lower_bound(t.roots.begin(), t.roots.end(), ev.start_ns,
+                                  [](const RootSpan& r, int64_t start) { return r.start < start; });
     if (first != t.roots.begin() && std::prev(first)->end > ev.start_ns) return 0;  // a child
     auto last = first;
     int64_t children = 0;
