@@ -527,8 +527,9 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
     f.resource = worst->data_loader ? "data loader" : "the rank's own code";
     const std::string at = fmt::format("{}:{} {}", Basename(top->file), top->line, top->function);
     if (waiting.empty()) {
-      f.title = fmt::format("the job hangs: {} {} stuck in their own code (e.g. {}){}", who,
-                            culprits.size() == 1 ? "is" : "are", at, silence);
+      f.title = fmt::format("the job hangs: {} {} stuck in {} own code (e.g. {}){}", who,
+                            culprits.size() == 1 ? "is" : "are",
+                            culprits.size() == 1 ? "its" : "their", at, silence);
     } else {
       f.title = fmt::format("{} hang{} in {} while {}{}", who, culprits.size() == 1 ? "s" : "", at,
                             wait_phrase, silence);

@@ -319,6 +319,9 @@ TEST(HangAnalyzerTest, NobodyWaitingMeansEveryRankIsStuck) {
   EXPECT_THAT(f.workers, ElementsAre(0, 1));
   EXPECT_THAT(f.victims, IsEmpty());
   EXPECT_THAT(f.title, HasSubstr("the job hangs: ranks 0, 1 are stuck in their own code"));
+  HangAnalyzer one;
+  one.AddRank(0, kStuckInDataLoader, kNow - 5 * kSec);
+  EXPECT_THAT(one.Analyze(kNow).title, HasSubstr("the job hangs: rank 0 is stuck in its own code"));
 }
 
 TEST(HangAnalyzerTest, NoInputIsNotACrash) {
