@@ -121,7 +121,8 @@ class TorchProfilerDuringWindowTest(unittest.TestCase):
         collector.wait_for("hello", timeout=120)
         # A long window: without the yield its CUPTI subscription would outlive the job's
         # profiler sessions.
-        collector.send({"type": "window", "window": 1, "start_ns": time.time_ns(),
+        window_start = time.time_ns()
+        collector.send({"type": "window", "window": 1, "start_ns": window_start,
                         "duration_ns": 600 * 10**9, "reason": "slowdown"})
         out, err = p.communicate(timeout=300)
         self.assertEqual(p.returncode, 0, err)
@@ -147,6 +148,14 @@ class TorchProfilerDuringWindowTest(unittest.TestCase):
         # Said once, in the agent's voice; nothing else from the agent.
         agent_lines = [l for l in err.splitlines() if l.startswith("perftracker agent:")]
         self.assertEqual(agent_lines, [YIELD_LINE], err)
+
+        # The window (cut short by the job's exit) says where its GPU data stops: the
+        # collector counts the rest of the window as untraced (the report's notes).
+        _, _, done = collector.wait_for("window_done", timeout=60)
+        self.assertEqual(done["window"], 1)
+        self.assertLessEqual(window_start, done["gpu_stopped_ns"])
+        self.assertLessEqual(done["gpu_stopped_ns"], first_at)
+        self.assertLess(max(kernels), done["gpu_stopped_ns"])
 
         # The window's end (here: the job's) subscribes nothing again and unsubscribes no more.
         with open(log) as f:

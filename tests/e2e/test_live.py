@@ -1276,6 +1276,67 @@ class GpuSourcesTest(LiveChecks):
         self.assertEqual(len(said), 4, run.describe())  # once per rank
         self.assertIn("another CUPTI client", said[0])
 
+    def test_torch_profiler_started_in_a_window_gets_cupti_and_the_report_says_so(self):
+        # The job opens its own torch.profiler once the window traces its GPU (driven by the
+        # agent's state, not by a clock), then steps until the window is over. The agent
+        # gives CUPTI up before Kineto initializes it (seen on an H200: Kineto lost every
+        # GPU activity of the user's profile); the window keeps what CUPTI recorded before,
+        # and its report says the rest of the window has no GPU data.
+        tmp = tempfile.mkdtemp(prefix="perftracker-fake-cupti-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        job = os.path.join(tmp, "job.py")
+        with open(job, "w") as f:
+            f.write(
+                "import sys, time, torch\n"
+                "from perftracker import _agent  # loaded by perftracker run\n"
+                "model = torch.nn.Linear(64, 64)\n"
+                "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+                "data = torch.utils.data.DataLoader(\n"
+                "    torch.utils.data.TensorDataset(torch.randn(256, 64)), batch_size=32)\n"
+                "batches = iter(())\n"
+                "deadline = time.time() + 300\n"
+                "def step():  # an iteration: a batch, then an optimizer step\n"
+                "    global batches\n"
+                "    x = next(batches, None)\n"
+                "    if x is None:\n"
+                "        batches = iter(data)\n"
+                "        x = next(batches)\n"
+                "    opt.zero_grad(); model(x[0]).sum().backward(); opt.step(); time.sleep(0.005)\n"
+                "    if time.time() > deadline: sys.exit('job: no window in 300 s')\n"
+                "while _agent.gpu_tracing_stats().get('windows', 0) < 1:\n"
+                "    step()\n"
+                "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n"
+                "    for _ in range(5): step()\n"
+                "while _agent.recording():\n"
+                "    step()\n"
+                "for _ in range(20): step()\n")
+        env = dict(os.environ, **self.fake_cupti_env(tmp))
+        report_dir = os.path.join(tmp, "reports")
+        r = subprocess.run([CONFIG.perftracker, "run", "--report-dir", report_dir,
+                            "--gpu-tracing", "always", "--trigger-at-seconds", "2",
+                            "--window-seconds", "3", "--max-windows", "1", "--",
+                            sys.executable, job],
+                           capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        said = [l for l in r.stderr.splitlines() if "torch.profiler started during a window" in l]
+        self.assertEqual(said, ["perftracker agent: torch.profiler started during a window: "
+                                "GPU tracing stopped for the rest of the window so that "
+                                "torch.profiler gets CUPTI"], r.stderr)
+        paths = report_files.window_report_paths(report_dir)
+        self.assertEqual(len(paths), 1, r.stderr)
+        with open(paths[0], encoding="utf-8") as f:
+            report = json.load(f)
+        (w,) = report["workers"]
+        self.assertTrue(w["has_device"], json.dumps(w))  # the kernels before the profiler
+        self.assertGreater(w["stats"]["gpu_untraced_ms"], 0, json.dumps(w))
+        self.assertTrue(any("ms of the window without GPU tracing (perftracker gave CUPTI to "
+                            "the job's torch.profiler)" in n for n in report["notes"]),
+                        report["notes"])
+        with open(os.path.join(tmp, "cupti-calls.txt")) as f:
+            calls = f.read().split("\n")
+        self.assertEqual((calls.count("cuptiSubscribe"), calls.count("cuptiUnsubscribe")),
+                         (1, 1), calls)
+
     def plugin_seen_by_job(self, run_args, env=None):
         """What NCCL_PROFILER_PLUGIN the job sees; the caller's environment has none unless
         `env` sets it."""

@@ -339,6 +339,9 @@ bool Agent::YieldGpuTracing(const std::string& who) {
   Py_BEGIN_ALLOW_THREADS
   yielded = gpu_->YieldTo(who);
   Py_END_ALLOW_THREADS
+  // Only a window traces, and its window_done comes after this (EndGpuTracing then waited for
+  // the yield): that window_done says where its GPU data stops.
+  if (yielded) gpu_yielded_ns_.store(RealtimeNs(), std::memory_order_relaxed);
   return yielded;
 }
 
@@ -482,6 +485,7 @@ void Agent::DrainOutbox() {
              {"window", m.window_id},
              {"events", m.window_events},
              {"dropped", m.window_dropped}};
+        if (m.gpu_stopped_ns > 0) j["gpu_stopped_ns"] = m.gpu_stopped_ns;
         break;
     }
     SendJson(Dump(j));
@@ -496,6 +500,7 @@ void Agent::FinishWindowLocked(int64_t window, const ProfilerCounts& counts) {
   m.window_id = window;
   m.window_events = counts.events;
   m.window_dropped = counts.dropped;
+  m.gpu_stopped_ns = gpu_yielded_ns_.exchange(0, std::memory_order_relaxed);
   Push(m);
   rearm_pending_ = true;
   window_open_ = false;

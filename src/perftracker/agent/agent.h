@@ -188,6 +188,7 @@ class Agent {
     int64_t window_id = 0;                          // kWindowDone
     uint64_t window_events = 0;                     // kWindowDone: events recorded in the window
     uint64_t window_dropped = 0;  // kWindowDone: events dropped (ProfilerCounts::dropped)
+    int64_t gpu_stopped_ns = 0;   // kWindowDone: GPU tracing ended early then; 0: it did not
     char detail[200] = {};        // kTrigger, kEnded: what happened, NUL-terminated
   };
   struct Window {
@@ -253,6 +254,9 @@ class Agent {
   // The training ended (TrainingEnded) and no marker came since: no hang check.
   std::atomic<bool> training_ended_{false};
   std::atomic<bool> stop_requested_{false};
+  // When YieldGpuTracing ended the open window's GPU tracing (0: it did not); taken by that
+  // window's window_done.
+  std::atomic<int64_t> gpu_yielded_ns_{0};
   bool stopped_ = false;
   bool abandoned_ = false;
 

@@ -107,6 +107,9 @@ ParseOutcome ParseAgentMessage(std::string_view line, AgentMessage* message, std
     if (!GetUint(j, "window", &m.window)) return Missing(error, type, "window");
     GetUint(j, "events", &m.events);
     GetUint(j, "dropped", &m.dropped);
+    if (!GetInt(j, "gpu_stopped_ns", &m.gpu_stopped_ns) || m.gpu_stopped_ns < 0) {
+      m.gpu_stopped_ns = 0;  // optional: an agent that does not know it sends none
+    }
   } else if (type == "stacks") {
     m.type = AgentMessageType::kStacks;
     if (!GetRank(j, &m.rank)) return Missing(error, type, "rank");

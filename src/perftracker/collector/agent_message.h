@@ -49,8 +49,9 @@ struct AgentMessage {
   uint64_t window = 0;
   uint64_t events = 0;
   uint64_t dropped = 0;
-  std::string text;       // stacks
-  bool available = true;  // stacks: false when the agent could not take them (text says why)
+  int64_t gpu_stopped_ns = 0;  // window_done: the window's GPU tracing ended early then (0: no)
+  std::string text;            // stacks
+  bool available = true;       // stacks: false when the agent could not take them (text says why)
   // process_group: `group` (1..65535, the Event::group of its collectives), torch's `name`,
   // the members' global `ranks` (distinct, maybe only the first `size`), and its backend.
   ProcessGroupInfo group;

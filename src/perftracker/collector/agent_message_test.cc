@@ -28,13 +28,15 @@ TEST(AgentMessageTest, ParsesAHello) {
 
 TEST(AgentMessageTest, ParsesEveryAgentMessageType) {
   AgentMessage m;
-  ASSERT_EQ(ParseAgentMessage(R"({"type":"iteration","rank":1,"end_ns":5000,"duration_ns":100})", &m),
-            ParseOutcome::kOk);
+  ASSERT_EQ(
+      ParseAgentMessage(R"({"type":"iteration","rank":1,"end_ns":5000,"duration_ns":100})", &m),
+      ParseOutcome::kOk);
   EXPECT_EQ(m.type, AgentMessageType::kIteration);
   EXPECT_EQ(m.end_ns, 5000);
   EXPECT_EQ(m.duration_ns, 100);
-  ASSERT_EQ(ParseAgentMessage(R"({"type":"trigger","rank":2,"reason":"hang","detail":"quiet"})", &m),
-            ParseOutcome::kOk);
+  ASSERT_EQ(
+      ParseAgentMessage(R"({"type":"trigger","rank":2,"reason":"hang","detail":"quiet"})", &m),
+      ParseOutcome::kOk);
   EXPECT_EQ(m.reason, WindowReason::kHang);
   EXPECT_EQ(m.detail, "quiet");
   ASSERT_EQ(ParseAgentMessage(
@@ -43,12 +45,22 @@ TEST(AgentMessageTest, ParsesEveryAgentMessageType) {
   EXPECT_EQ(m.window, 7u);
   EXPECT_EQ(m.events, 10u);
   EXPECT_EQ(m.dropped, 3u);
+  EXPECT_EQ(m.gpu_stopped_ns, 0);  // the window's GPU tracing did not end early
+  ASSERT_EQ(ParseAgentMessage(R"({"type":"window_done","rank":2,"window":8,"events":10,)"
+                              R"("dropped":0,"gpu_stopped_ns":1700000000123456789})",
+                              &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.gpu_stopped_ns, 1700000000123456789);
+  ASSERT_EQ(ParseAgentMessage(
+                R"({"type":"window_done","rank":2,"window":9,"gpu_stopped_ns":"soon"})", &m),
+            ParseOutcome::kOk);
+  EXPECT_EQ(m.gpu_stopped_ns, 0);  // optional: a bad value is none
   ASSERT_EQ(ParseAgentMessage(R"({"type":"stacks","rank":0,"window":1,"text":"a\nb"})", &m),
             ParseOutcome::kOk);
   EXPECT_EQ(m.text, "a\nb");
   EXPECT_TRUE(m.available);
-  ASSERT_EQ(ParseAgentMessage(R"({"type":"stacks","rank":0,"window":1,"available":false,"text":"GIL"})",
-                              &m),
+  ASSERT_EQ(ParseAgentMessage(
+                R"({"type":"stacks","rank":0,"window":1,"available":false,"text":"GIL"})", &m),
             ParseOutcome::kOk);
   EXPECT_FALSE(m.available);
   ASSERT_EQ(ParseAgentMessage(R"({"type":"bye","rank":0})", &m), ParseOutcome::kOk);

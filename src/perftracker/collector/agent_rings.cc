@@ -89,8 +89,8 @@ size_t AgentRings::Drain(size_t max_events) {
   size_t total = 0;
   for (Source& source : sources_) {
     ShmHeader* h = source.shm->header();
-    const int rings = static_cast<int>(
-        std::min(h->rings_claimed.load(std::memory_order_acquire), h->num_rings));
+    const int rings =
+        static_cast<int>(std::min(h->rings_claimed.load(std::memory_order_acquire), h->num_rings));
     for (int r = 0; r < rings && total < max_events; ++r) {
       for (;;) {
         const size_t want = std::min(kBatch, max_events - total);
@@ -146,7 +146,8 @@ void AgentRings::Route(Source& source, int ring, const Event& event) {
   if (tracks_announced_.insert(ev.track_id).second) {
     TrackInfo track;
     track.track_id = ev.track_id;
-    track.kind = (ev.flags & kEventFlagOnDevice) ? TrackKind::kDeviceStream : TrackKind::kHostThread;
+    track.kind =
+        (ev.flags & kEventFlagOnDevice) ? TrackKind::kDeviceStream : TrackKind::kHostThread;
     const uint64_t tid = source.shm->ring_header(ring)->thread_id;
     track.name = fmt::format("thread {}", tid != 0 ? tid : ev.track_id);
     summarizer_->OnTrack(track);
@@ -175,6 +176,7 @@ void AgentRings::BeginWindow(const WindowSpec& window) {
   window_sample_problems_ = SummaryStats();
   agent_dropped_ = 0;
   agent_events_ = 0;
+  agent_gpu_stopped_ns_ = 0;
   saw_iteration_event_ = false;
   iterations_.clear();
   recording_.reset();
@@ -230,9 +232,10 @@ void AgentRings::DeclareProcessGroup(const ProcessGroupInfo& group) {
   if (summarizer_) summarizer_->OnProcessGroup(g);
 }
 
-void AgentRings::SetAgentCounts(uint64_t events, uint64_t dropped) {
+void AgentRings::SetAgentCounts(uint64_t events, uint64_t dropped, int64_t gpu_stopped_ns) {
   agent_events_ = events;
   agent_dropped_ = dropped;
+  agent_gpu_stopped_ns_ = gpu_stopped_ns;
 }
 
 WorkerSummary AgentRings::FinishWindow() {
@@ -267,6 +270,13 @@ WorkerSummary AgentRings::FinishWindow() {
   summary.stats.metric_samples_process_gone += window_sample_problems_.metric_samples_process_gone;
   summary.stats.metric_reads_failed += window_sample_problems_.metric_reads_failed;
   summary.stats.metric_readings_truncated += window_sample_problems_.metric_readings_truncated;
+  if (agent_gpu_stopped_ns_ > 0) {
+    // The agent gave CUPTI up to a torch.profiler: the window's GPU data stops there. At
+    // least 1 ms, so that a yield at the window's very end is still noted.
+    const int64_t stopped = std::clamp(agent_gpu_stopped_ns_, window_->start_ns, window_end_ns_);
+    summary.stats.gpu_untraced_ms +=
+        std::max<uint64_t>(1, static_cast<uint64_t>(window_end_ns_ - stopped) / 1'000'000);
+  }
   if (summary.stats.dropped_events > 0 && summary.stats.first_problem.empty()) {
     summary.stats.first_problem = fmt::format(
         "{} events were dropped by the agent (full rings): raise --ring-events or --rings",

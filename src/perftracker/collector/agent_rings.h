@@ -100,8 +100,9 @@ class AgentRings {
   // An iteration the agent's detector closed (from `iteration` messages): used for the
   // window's iterations when the rings carried no iteration events.
   void AddIteration(int64_t end_ns, int64_t duration_ns);
-  // The agent's `window_done` counts.
-  void SetAgentCounts(uint64_t events, uint64_t dropped);
+  // The agent's `window_done` counts, and when its GPU tracing ended early (`gpu_stopped_ns`,
+  // 0: it did not; the summary's gpu_untraced_ms counts the rest of the window).
+  void SetAgentCounts(uint64_t events, uint64_t dropped, int64_t gpu_stopped_ns = 0);
   // A process group the agent declared (`process_group`): kept for the agent's life, the same
   // id again replaces it. Its backend is the summary's field (CollectiveGroup::backend) and is
   // also added to its name, "0 (gloo)": servers older than the field read it there.
@@ -164,6 +165,7 @@ class AgentRings {
   SummaryStats window_sample_problems_;  // the metric counters only
   uint64_t agent_dropped_ = 0;
   uint64_t agent_events_ = 0;
+  int64_t agent_gpu_stopped_ns_ = 0;
   bool saw_iteration_event_ = false;
   std::vector<std::pair<int64_t, int64_t>> iterations_;  // (start, end) from messages
   uint32_t iteration_function_ = FunctionTable::kNoParent;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "perftracker/collector/agent_message.h"
+#include "perftracker/summary/data_quality_counters.h"
 
 namespace perftracker {
 namespace {
@@ -68,7 +69,8 @@ TEST_F(AgentRingsTest, SummarizesWindowEventsUnderTheirPublishedCallPaths) {
   ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "train.py:10 train", UINT32_MAX));
   ASSERT_TRUE(agent_->PublishFunction(1, EventKind::kPythonCall, "train.py:20 step", 0));
   ASSERT_TRUE(agent_->PublishFunction(2, EventKind::kPythonCall, "model.py:5 forward", 1));
-  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  WindowSpec w{
+      .id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
   rings_->BeginWindow(w);
   for (int i = 0; i < 4; ++i) {
     const int64_t base = 100 + i * 100;
@@ -97,7 +99,8 @@ TEST_F(AgentRingsTest, SummarizesWindowEventsUnderTheirPublishedCallPaths) {
 }
 
 TEST_F(AgentRingsTest, FunctionsPublishedAfterAPopAreResolvedOnTheNextOne) {
-  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  WindowSpec w{
+      .id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
   rings_->BeginWindow(w);
   ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "a", UINT32_MAX));
   Push(0, 1, 2);
@@ -112,7 +115,8 @@ TEST_F(AgentRingsTest, FunctionsPublishedAfterAPopAreResolvedOnTheNextOne) {
 
 TEST_F(AgentRingsTest, CountsDropsOfFullRingsDuringTheWindow) {
   ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "f", UINT32_MAX));
-  WindowSpec w{.id = 2, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kSlowdown};
+  WindowSpec w{
+      .id = 2, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kSlowdown};
   rings_->BeginWindow(w);
   int pushed = 0;
   for (int i = 0; i < 100; ++i) {
@@ -137,7 +141,8 @@ TEST_F(AgentRingsTest, InvalidSlotsAndUnknownIdsAreCountedNotTrusted) {
   ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "ok", UINT32_MAX));
   // A slot whose parent points forward (corrupt table): becomes a counted invalid root.
   ASSERT_TRUE(agent_->PublishFunction(1, EventKind::kPythonCall, "bad", 5));
-  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  WindowSpec w{
+      .id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
   rings_->BeginWindow(w);
   Push(1, 1, 2);
   Push(9, 3, 4);  // never published
@@ -149,7 +154,8 @@ TEST_F(AgentRingsTest, InvalidSlotsAndUnknownIdsAreCountedNotTrusted) {
 
 TEST_F(AgentRingsTest, IterationMessagesFillIterationsWhenTheRingsCarryNone) {
   ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "f", UINT32_MAX));
-  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  WindowSpec w{
+      .id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
   rings_->BeginWindow(w);
   Push(0, 10, 20);
   rings_->AddIteration(kT0 + 200 * kMs, 100 * kMs);
@@ -165,28 +171,31 @@ TEST_F(AgentRingsTest, CallsUnderADataLoaderIteratorNextAreDataLoading) {
   // torch's iterator __next__ and what it calls (the Dataset's __getitem__) are the
   // iteration's data loading: the summary counts them as such, not as compute.
   ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "train (job.py:5)", UINT32_MAX));
-  ASSERT_TRUE(agent_->PublishFunction(
-      1, EventKind::kPythonCall, "_BaseDataLoaderIter.__next__ (dataloader.py:628)", 0));
+  ASSERT_TRUE(agent_->PublishFunction(1, EventKind::kPythonCall,
+                                      "_BaseDataLoaderIter.__next__ (dataloader.py:628)", 0));
   ASSERT_TRUE(agent_->PublishFunction(2, EventKind::kPythonCall,
                                       "RandomDataset.__getitem__ (job.py:60)", 1));
   ASSERT_TRUE(agent_->PublishFunction(3, EventKind::kPythonCall, "Model.forward (job.py:90)", 0));
-  WindowSpec w{.id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  WindowSpec w{
+      .id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
   rings_->BeginWindow(w);
   Push(2, 11, 19);
   Push(1, 10, 20);
   Push(3, 20, 60);
   Push(0, 0, 100);
   const WorkerSummary s = rings_->FinishWindow();
-  const FunctionSummary* next =
-      Find(s, "python:train (job.py:5) > data_load:_BaseDataLoaderIter.__next__ (dataloader.py:628)");
+  const FunctionSummary* next = Find(
+      s, "python:train (job.py:5) > data_load:_BaseDataLoaderIter.__next__ (dataloader.py:628)");
   ASSERT_NE(next, nullptr);
   EXPECT_EQ(next->kind, EventKind::kDataLoad);
   const FunctionSummary* item =
-      Find(s, "python:train (job.py:5) > data_load:_BaseDataLoaderIter.__next__ (dataloader.py:628)"
-              " > python:RandomDataset.__getitem__ (job.py:60)");
+      Find(s,
+           "python:train (job.py:5) > data_load:_BaseDataLoaderIter.__next__ (dataloader.py:628)"
+           " > python:RandomDataset.__getitem__ (job.py:60)");
   ASSERT_NE(item, nullptr);
   EXPECT_EQ(item->kind, EventKind::kPythonCall);
-  const FunctionSummary* fwd = Find(s, "python:train (job.py:5) > python:Model.forward (job.py:90)");
+  const FunctionSummary* fwd =
+      Find(s, "python:train (job.py:5) > python:Model.forward (job.py:90)");
   ASSERT_NE(fwd, nullptr);
   EXPECT_EQ(fwd->kind, EventKind::kPythonCall);
 }
@@ -220,6 +229,35 @@ TEST_F(AgentRingsTest, ADataLoaderNextIsOneDataLoadNotTwo) {
     if (f.kind == EventKind::kDataLoad) data_load_ns += f.total_ns;
   }
   EXPECT_EQ(data_load_ns, 2 * 8 * kMs);
+}
+
+// The agent gave CUPTI up to the job's torch.profiler 300 ms into a 1 s window (window_done's
+// gpu_stopped_ns): the summary counts the 700 ms without GPU data (a note in the report); the
+// next window, without it, counts none.
+TEST_F(AgentRingsTest, GpuTracingThatEndedEarlyIsCountedInTheSummary) {
+  ASSERT_TRUE(agent_->PublishFunction(0, EventKind::kPythonCall, "f", UINT32_MAX));
+  WindowSpec w{
+      .id = 1, .start_ns = kT0, .duration_ns = 1000 * kMs, .reason = WindowReason::kManual};
+  rings_->BeginWindow(w);
+  Push(0, 10, 20);
+  rings_->SetAgentCounts(1, 0, kT0 + 300 * kMs);
+  const WorkerSummary s = rings_->FinishWindow();
+  EXPECT_EQ(s.stats.gpu_untraced_ms, 700u);
+  EXPECT_TRUE(HasDataQualityProblem(s.stats));
+  EXPECT_EQ(LostEvents(s.stats), 0u);  // information, not lost events
+  rings_->BeginWindow({.id = 2,
+                       .start_ns = kT0 + 2000 * kMs,
+                       .duration_ns = 1000 * kMs,
+                       .reason = WindowReason::kManual});
+  rings_->SetAgentCounts(0, 0);
+  EXPECT_EQ(rings_->FinishWindow().stats.gpu_untraced_ms, 0u);
+  // At the window's very end (or a clock past it): still noted, as 1 ms.
+  rings_->BeginWindow({.id = 3,
+                       .start_ns = kT0 + 4000 * kMs,
+                       .duration_ns = 1000 * kMs,
+                       .reason = WindowReason::kManual});
+  rings_->SetAgentCounts(0, 0, kT0 + 9000 * kMs);
+  EXPECT_EQ(rings_->FinishWindow().stats.gpu_untraced_ms, 1u);
 }
 
 TEST_F(AgentRingsTest, AnEmptyWindowStillSpansTheWindow) {

@@ -455,7 +455,7 @@ void NodeCollector::HandleLine(const std::shared_ptr<Session>& s, const std::str
       }
       if (m.type == AgentMessageType::kWindowDone && s->rings->window() &&
           s->rings->window()->id == m.window) {
-        s->rings->SetAgentCounts(m.events, m.dropped);
+        s->rings->SetAgentCounts(m.events, m.dropped, m.gpu_stopped_ns);
         s->done_window = m.window;
       }
     }

@@ -62,6 +62,10 @@ inline constexpr DataQualityCounter kDataQualityCounters[] = {
     {"metric_readings_truncated", DataQualitySeverity::kInfo,
      "metric readings cut at a bound (TCP sockets)", "metrics: cut",
      &SummaryStats::metric_readings_truncated},
+    // Not events either: a span of the window without GPU data.
+    {"gpu_untraced_ms", DataQualitySeverity::kInfo,
+     "ms of the window without GPU tracing (perftracker gave CUPTI to the job's torch.profiler)",
+     "GPU untraced (ms)", &SummaryStats::gpu_untraced_ms},
 };
 
 // True when any counter of `stats` is non-zero.

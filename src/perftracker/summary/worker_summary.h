@@ -121,6 +121,9 @@ struct SummaryStats {
   uint64_t metric_samples_process_gone = 0;
   uint64_t metric_reads_failed = 0;
   uint64_t metric_readings_truncated = 0;
+  // The window's GPU tracing ended early (the agent gave CUPTI up to the job's torch.profiler):
+  // how many ms of the window have no GPU data.
+  uint64_t gpu_untraced_ms = 0;
   std::string first_problem;
 };
 

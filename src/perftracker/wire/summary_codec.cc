@@ -254,6 +254,7 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
   st->set_metric_samples_process_gone(s.stats.metric_samples_process_gone);
   st->set_metric_reads_failed(s.stats.metric_reads_failed);
   st->set_metric_readings_truncated(s.stats.metric_readings_truncated);
+  st->set_gpu_untraced_ms(s.stats.gpu_untraced_ms);
   st->set_first_problem(s.stats.first_problem);
   for (const FunctionMetric& fm : s.worker_metrics) {
     m.add_worker_metric_ids(static_cast<uint32_t>(fm.metric));
@@ -467,6 +468,7 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes, UnknownValue
   s.stats.metric_samples_process_gone = st.metric_samples_process_gone();
   s.stats.metric_reads_failed = st.metric_reads_failed();
   s.stats.metric_readings_truncated = st.metric_readings_truncated();
+  s.stats.gpu_untraced_ms = st.gpu_untraced_ms();
   s.stats.first_problem = st.first_problem();
   if (m.worker_metric_means_size() != m.worker_metric_ids_size() ||
       m.worker_metric_stddevs_size() != m.worker_metric_ids_size()) {

@@ -99,6 +99,7 @@ WorkerSummary SampleSummary() {
   s.stats.metric_samples_process_gone = 8;
   s.stats.metric_reads_failed = 9;
   s.stats.metric_readings_truncated = 2;
+  s.stats.gpu_untraced_ms = 11;
   s.stats.first_problem = "end before start: event on track 3";
   s.worker_metrics.push_back({Metric::kRunQueueDelayFraction, 0.375, 0.125});
   s.worker_metrics.push_back({Metric::kInvoluntaryCtxSwitchesPerSec, 1536.0, 12.5});
