@@ -1314,7 +1314,9 @@ class GpuSourcesTest(LiveChecks):
         report_dir = os.path.join(tmp, "reports")
         r = subprocess.run([CONFIG.perftracker, "run", "--report-dir", report_dir,
                             "--gpu-tracing", "always", "--trigger-at-seconds", "2",
-                            "--window-seconds", "3", "--max-windows", "1", "--",
+                            # Room for the job to see the window's tracing begin (it looks
+                            # once per iteration) on a loaded machine.
+                            "--window-seconds", "5", "--max-windows", "1", "--",
                             sys.executable, job],
                            capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
