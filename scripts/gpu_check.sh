@@ -15,6 +15,8 @@
 #               summaries (window-report), the NCCL profiler plugin's operations (nccl-plugin)
 #   profiler    the job's own torch.profiler records while a window opens: CUPTI backs off
 #               with one line ("GPU tracing skipped")
+#   profiler-during  torch.profiler starts while a window traces the GPU: the agent gives
+#               CUPTI up first (one line), Kineto finds it free
 #   kineto      a torch GPU Kineto trace (scripts/gpu_kineto_trace.py) through `perftracker
 #               diagnose`: device work imported, no event lost
 #   --full adds the two 4-rank jobs of the first version of this script (slow GPU work on one
@@ -197,6 +199,25 @@ elif grep -q "GPU tracing skipped" "$OUT/profiler.log"; then
   echo "PASS profiler: CUPTI backed off while torch.profiler recorded" >> "$SUMMARY"
 else
   echo "FAIL profiler: no 'GPU tracing skipped' line" >> "$SUMMARY"
+fi
+
+# The other order: a torch.profiler session that starts while a window traces the GPU gets
+# CUPTI (the agent's tracing stops first, one line), and Kineto initializes without
+# CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED (what it printed on the H200, 2026-11-27,
+# before the agent yielded). A 20 s window from 3 s after the rank started covers the
+# profiler's 6-9 s after the first step.
+quiet=1 step profiler-during 120 "
+'$PT' run --report-dir $OUT/reports/profiler-during --window-seconds 20 --trigger-at-seconds 3 \
+  --slowdown-ratio 100 --max-windows 1 -- '$PY' tests/e2e/live_job.py --device cuda --world-size 1 \
+  --fault-rank 0 --width 1024 --batch 1024 --steps 2000 --step-sleep-ms 5 --torch-profiler 6:9"
+if [[ $DRY == 1 ]]; then
+  echo "grep 'torch.profiler started during a window' profiler-during.log" >> "$OUT/plan.txt"
+elif grep -q "MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" "$OUT/profiler-during.log"; then
+  echo "FAIL profiler-during: Kineto found CUPTI taken (MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)" >> "$SUMMARY"
+elif grep -q "torch.profiler started during a window" "$OUT/profiler-during.log"; then
+  echo "PASS profiler-during: the window's GPU tracing gave CUPTI to torch.profiler" >> "$SUMMARY"
+else
+  echo "FAIL profiler-during: no 'torch.profiler started during a window' line (did the profiler run inside the window?)" >> "$SUMMARY"
 fi
 
 quiet=1 step kineto 180 "

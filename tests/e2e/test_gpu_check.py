@@ -54,7 +54,8 @@ class GpuCheckScriptTest(unittest.TestCase):
         steps = re.findall(r"^([\w-]+) \(\d+s\):$", plan, re.M)
         # The GPU checks first, the agent's own tests (no GPU needed) last.
         self.assertEqual(steps, ["machine", "build", "build-perftracker", "probe", "gpu-job",
-                                 "profiler", "kineto", "torch-api", "agent"], plan)
+                                 "profiler", "profiler-during", "kineto", "torch-api", "agent"],
+                         plan)
         for check in ("verify nvml", "verify window-report", "verify nccl-plugin",
                       "verify kineto"):
             self.assertIn(check, plan)
