@@ -109,11 +109,17 @@ def hook_entry_points():
     return dict(_entry_points)
 
 
+def _hide_code(code):
+    """Frames of `code` are transparent in recorded call paths: now if the agent is active,
+    else when it becomes active (start() hides every code in _hidden_codes)."""
+    _hidden_codes.append(code)
+    if _state["active"]:
+        _agent.hide_code(code)
+
+
 def _hide(fn):
     """perftracker's wrappers never appear in recorded call paths."""
-    _hidden_codes.append(fn.__code__)
-    if _state["active"]:
-        _agent.hide_code(fn.__code__)
+    _hide_code(fn.__code__)
     return fn
 
 
@@ -680,9 +686,7 @@ def _wrap_collective(c10d, name, fn):
     for _ in range(8):
         code = getattr(inner, "__code__", None)
         if code is not None:
-            _hidden_codes.append(code)
-            if _state["active"]:
-                _agent.hide_code(code)
+            _hide_code(code)
         inner = getattr(inner, "__wrapped__", None)
         if inner is None:
             break
@@ -1001,9 +1005,7 @@ def _patch_ddp(mod):
     _hide(_first_value)
     for const in _DdpHook.__call__.__code__.co_consts:  # done(): runs on gloo's thread
         if hasattr(const, "co_code"):
-            _hidden_codes.append(const)
-            if _state["active"]:
-                _agent.hide_code(const)
+            _hide_code(const)
 
 
 _PATCHES = {
@@ -1108,14 +1110,12 @@ def _hide_import_machinery():
     # virtualenv's, numba's redirector): their lookup methods only.
     for finder in list(sys.meta_path):
         for name in ("find_spec", "find_module"):
-            fn = getattr(getattr(finder, name, None), "__func__", getattr(finder, name, None))
-            code = getattr(fn, "__code__", None)
+            method = getattr(finder, name, None)
+            code = getattr(getattr(method, "__func__", method), "__code__", None)
             if isinstance(code, types.CodeType):
                 add(code)
     for code in codes:
-        _hidden_codes.append(code)
-        if _state["active"]:
-            _agent.hide_code(code)
+        _hide_code(code)
 
 
 def _install_import_hooks():

@@ -869,9 +869,12 @@ class LiveFaultTest(LiveChecks):
         opened = run.stderr().count(" opens in ")
         earlier_reports = set(run.report_paths())
         busy = start_busy_loops(cpus[-1], busy_count)
+
+        def sample():
+            return {r: schedstat(p, main_thread=True) for r, p in ranks.items()}
+
         try:
-            before = {r: schedstat(p, main_thread=True) for r, p in ranks.items()}
-            t0 = time.monotonic()
+            before, t0 = sample(), time.monotonic()
             # Measured over what the localizer sees. A window open when the busy processes
             # start (a start-up one) is the one checked, from their start on. Otherwise the
             # next one, from its "opens" line on: measured from the busy processes' start, the
@@ -884,12 +887,11 @@ class LiveFaultTest(LiveChecks):
                 set(run.report_paths()) - earlier_reports), timeout=120)
             if not set(run.report_paths()) - earlier_reports:
                 earlier_reports = set(run.report_paths())
-                before = {r: schedstat(p, main_thread=True) for r, p in ranks.items()}
-                t0 = time.monotonic()
+                before, t0 = sample(), time.monotonic()
             run.poll_until("report", lambda: set(run.report_paths()) - earlier_reports,
                            timeout=120)
             dt = time.monotonic() - t0
-            after = {r: schedstat(p, main_thread=True) for r, p in ranks.items()}
+            after = sample()
         finally:
             for p in busy:  # the job runs on at its normal pace
                 p.kill()

@@ -248,6 +248,18 @@ Classified Classify(int32_t rank, const std::optional<std::string>& stacks,
   return c;
 }
 
+// Every rank classified, in rank order (HangAnalyzer's ranks: its private Rank records).
+template <typename Ranks>
+std::vector<Classified> ClassifyAll(const Ranks& ranks) {
+  std::vector<Classified> all;
+  for (const auto& r : ranks) {
+    all.push_back(Classify(r.rank, r.stacks, r.last_progress_ns, r.calls_by_root, r.window_ns));
+  }
+  std::sort(all.begin(), all.end(),
+            [](const Classified& a, const Classified& b) { return a.rank < b.rank; });
+  return all;
+}
+
 // "ranks 0, 1, 3 wait in all_reduce; rank 2 waits in barrier".
 std::string WaitPhrase(const std::map<std::string, std::vector<int32_t>>& by_wait) {
   std::string phrase;
@@ -400,12 +412,7 @@ void HangAnalyzer::AddRank(int32_t rank, std::optional<std::string> stacks,
 }
 
 std::string HangAnalyzer::BusyVerdict(int64_t now_ns) const {
-  std::vector<Classified> all;
-  for (const auto& r : ranks_) {
-    all.push_back(Classify(r.rank, r.stacks, r.last_progress_ns, r.calls_by_root, r.window_ns));
-  }
-  std::sort(all.begin(), all.end(),
-            [](const Classified& a, const Classified& b) { return a.rank < b.rank; });
+  const std::vector<Classified> all = ClassifyAll(ranks_);
   std::vector<const Classified*> busy;
   std::map<std::string, std::vector<int32_t>> by_wait;
   for (const auto& c : all) {
@@ -440,12 +447,7 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
   f.category = FindingCategory::kHang;
   f.material = true;
   f.lost_share = 1.0;
-  std::vector<Classified> all;
-  for (const auto& r : ranks_) {
-    all.push_back(Classify(r.rank, r.stacks, r.last_progress_ns, r.calls_by_root, r.window_ns));
-  }
-  std::sort(all.begin(), all.end(),
-            [](const Classified& a, const Classified& b) { return a.rank < b.rank; });
+  const std::vector<Classified> all = ClassifyAll(ranks_);
   std::vector<const Classified*> waiting, own, missing;
   for (const auto& c : all) {
     (c.where == Where::kWaiting   ? waiting

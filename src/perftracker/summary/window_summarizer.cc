@@ -19,14 +19,16 @@
 // outermost frames of a window with 755,393 events in 4 s on an H200) arrives after its
 // children were processed as top-level frames (no enclosing call; iteration frames do not
 // count). Its self time is its duration less those children: the track keeps the spans of
-// its top-level frames (TrackState::roots, in start
-// order, at most kMaxRootSpans, coarsened by merging neighbours beyond that), a late event
-// takes the spans inside it as its children and replaces them with its own span, and a
-// top-level frame processed later inside a late event (still buffered when it arrived) is
-// subtracted from that event's self time. A late event inside an existing top-level span is
-// a late child, not a parent: self = total, as before. Finish() drains host tracks first, then the
-// others, and before a device event is processed the host tracks are advanced up to its
-// start, so a kernel usually finds its launch already processed.
+// its top-level frames (TrackState::roots, in start order, at most kMaxRootSpans, coarsened
+// by merging neighbours beyond that), a late event takes the spans inside it as its
+// children and replaces them with its own span, and a top-level frame processed later
+// inside a late event (still buffered when it arrived) is subtracted from that event's self
+// time. A late event inside an existing top-level span is a late child, not a parent: self
+// = total, as before.
+//
+// Finish() drains host tracks first, then the others, and before a device event is
+// processed the host tracks are advanced up to its start, so a kernel usually finds its
+// launch already processed.
 //
 // Offline mode (SummarizerOptions::offline, for trace files): OnEvent only validates and
 // appends the event to its track's lane (a deque, 32 bytes per event: KeptEvent); Finish() sorts
