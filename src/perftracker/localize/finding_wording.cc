@@ -136,6 +136,10 @@ std::vector<RenderedFinding> FindingWording::Render(
                              "+{} summed over threads or streams that run at once: at most the "
                              "whole iteration",
                              FormatDuration(excess))
+        : f.lost_ns_per_iteration < excess && top.scheduler_wait_ns > 0
+            ? fmt::format("+{} here, +{} beyond its extra wait for a CPU, {} of the iteration",
+                          FormatDuration(excess), FormatDuration(f.lost_ns_per_iteration),
+                          FormatShare(f.lost_share))
         : f.lost_ns_per_iteration < excess
             ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatDuration(excess),
                           FormatDuration(f.lost_ns_per_iteration), FormatShare(f.lost_share))
@@ -370,11 +374,24 @@ std::vector<RenderedFinding> FindingWording::Render(
     if (f.category != FindingCategory::kCommunication &&
         f.category != FindingCategory::kSynchronization &&
         ctx_.peers->group_wait_median[a.group] > 0) {
-      f.evidence.push_back({"its collective + sync wait",
-                            fmt::format("{}/iter on {} (peers' median {}): the others wait "
-                                        "for it",
-                                        FormatDuration(wr.wait_fn_ns), job.WorkerName(w),
-                                        FormatDuration(ctx_.peers->group_wait_median[a.group]))});
+      const double group_wait = ctx_.peers->group_wait_median[a.group];
+      f.evidence.push_back(
+          {"its collective + sync wait",
+           fmt::format(
+               "{}/iter on {} (peers' median {}): {}", FormatDuration(wr.wait_fn_ns),
+               job.WorkerName(w), FormatDuration(group_wait),
+               wr.wait_fn_ns < group_wait ? "the others wait for it" : "no shorter than theirs")});
+    }
+    if (top.scheduler_wait_ns > 0) {
+      f.evidence.push_back(
+          {"waiting for a CPU",
+           fmt::format(
+               "{}/iter in the run queue on {}'s training thread (peers' median {}), "
+               "with {}/iter of CPU time (peers' median {}): {}/iter of its extra time "
+               "is the scheduler serving it later, not more work",
+               FormatDuration(top.scheduler_rq_ns), job.WorkerName(w),
+               FormatDuration(top.scheduler_peer_rq_ns), FormatDuration(top.scheduler_cpu_ns),
+               FormatDuration(top.scheduler_peer_cpu_ns), FormatDuration(top.scheduler_wait_ns))});
     }
     if (f.category == FindingCategory::kCommunication) {
       f.evidence.push_back({"compute anomalies on other workers",

@@ -46,6 +46,14 @@ struct WorkerFinding {
   bool run_queue_only = false;
   // ... whose cost is capped by how much less it waits than its group (lost_cap).
   bool contention_lateness = false;
+  // DiscountSchedulerWait: the run-queue wait per iteration its extra work does not explain,
+  // taken off what it costs (0 = none), and the figures it came from: its CPU time and its
+  // training thread's run-queue wait per iteration, and its peers' medians, in ns.
+  float scheduler_wait_ns = 0;
+  float scheduler_cpu_ns = 0;
+  float scheduler_peer_cpu_ns = 0;
+  float scheduler_rq_ns = 0;
+  float scheduler_peer_rq_ns = 0;
   // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).
   float gc_peer_ns = -1;
   // PT-STRAGGLER-UNTRACED: the function before which the worker's thread idles longest

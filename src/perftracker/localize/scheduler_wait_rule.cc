@@ -1,0 +1,78 @@
+#include "perftracker/localize/scheduler_wait_rule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include "perftracker/localize/robust_stats.h"
+
+namespace perftracker::localize {
+namespace {
+
+// A worker's per-iteration CPU time and its training thread's run-queue wait, in ns; false
+// when its host metrics were not sampled (offline traces, old summaries) or it has no
+// iteration time.
+bool CpuAndRunQueue(const WorkerRecord& w, double& cpu_ns, double& run_queue_ns) {
+  if (w.cpu_util < 0 || w.main_run_queue < 0 || !(w.mean_iteration_ns > 0)) return false;
+  cpu_ns = static_cast<double>(w.cpu_util) * w.mean_iteration_ns;
+  run_queue_ns = static_cast<double>(w.main_run_queue) * w.mean_iteration_ns;
+  return true;
+}
+
+}  // namespace
+
+void DiscountSchedulerWait(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings) {
+  const PeerAssignment& peers = *ctx.peers;
+  const std::vector<WorkerRecord>& workers = ctx.job->workers();
+  auto is_work = [](const WorkerFinding& f) {
+    return f.category == FindingCategory::kCompute && !f.dropped && !f.run_queue_only &&
+           f.named.fid != kNone && f.contention_wait_ns < 0;
+  };
+  // (group, function) -> its culprits, ascending.
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> culprits;
+  for (const auto& f : worker_findings) {
+    if (is_work(f)) culprits[{f.named.group, f.named.fid}].push_back(f.named.worker);
+  }
+  if (culprits.empty()) return;
+  for (auto& [key, ws] : culprits) std::sort(ws.begin(), ws.end());
+  std::vector<float> cpu, run_queue, per_cpu;
+  for (auto& f : worker_findings) {
+    if (!is_work(f)) continue;
+    const uint32_t g = f.named.group;
+    if (g >= peers.members.size()) continue;
+    double own_cpu = 0, own_rq = 0;
+    if (!CpuAndRunQueue(workers[f.named.worker], own_cpu, own_rq)) continue;
+    const std::vector<uint32_t>& same = culprits.at({g, f.named.fid});
+    cpu.clear();
+    run_queue.clear();
+    per_cpu.clear();
+    for (uint32_t w : peers.members[g]) {
+      if (std::binary_search(same.begin(), same.end(), w)) continue;
+      double c = 0, rq = 0;
+      if (!CpuAndRunQueue(workers[w], c, rq) || !(c > 0)) continue;
+      cpu.push_back(static_cast<float>(c));
+      run_queue.push_back(static_cast<float>(rq));
+      per_cpu.push_back(static_cast<float>(rq / c));
+    }
+    if (cpu.empty()) continue;
+    const double peer_cpu = MedianInPlace(cpu);
+    const double peer_rq = MedianInPlace(run_queue);
+    const double rq_per_cpu = MedianInPlace(per_cpu);
+    double wait = own_rq - peer_rq - std::max(0.0, own_cpu - peer_cpu) * rq_per_cpu;
+    if (!(wait > 0)) continue;
+    if (f.onset_iteration > 0 && f.onset_of > f.onset_iteration) {
+      wait *= static_cast<double>(f.onset_of) / (f.onset_of - f.onset_iteration);
+    }
+    const double lost = std::min(f.excess(), f.lost_cap);
+    f.scheduler_wait_ns = static_cast<float>(std::min(wait, lost));
+    f.scheduler_cpu_ns = static_cast<float>(own_cpu);
+    f.scheduler_peer_cpu_ns = static_cast<float>(peer_cpu);
+    f.scheduler_rq_ns = static_cast<float>(own_rq);
+    f.scheduler_peer_rq_ns = static_cast<float>(peer_rq);
+    f.lost_cap = std::max(0.0, lost - wait);
+  }
+}
+
+}  // namespace perftracker::localize
