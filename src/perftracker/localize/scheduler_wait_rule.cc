@@ -37,9 +37,19 @@ void DiscountSchedulerWait(const RuleContext& ctx, std::vector<WorkerFinding>& w
   }
   if (culprits.empty()) return;
   for (auto& [key, ws] : culprits) std::sort(ws.begin(), ws.end());
+  // One worker's extra wait for a CPU is taken off its findings once: largest cost first.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < worker_findings.size(); ++i) {
+    if (is_work(worker_findings[i])) order.push_back(i);
+  }
+  auto cost = [](const WorkerFinding& f) { return std::min(f.excess(), f.lost_cap); };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return cost(worker_findings[a]) > cost(worker_findings[b]);
+  });
+  std::map<uint32_t, double> taken;  // worker -> wait taken off its findings so far
   std::vector<float> cpu, run_queue, per_cpu;
-  for (auto& f : worker_findings) {
-    if (!is_work(f)) continue;
+  for (size_t i : order) {
+    WorkerFinding& f = worker_findings[i];
     const uint32_t g = f.named.group;
     if (g >= peers.members.size()) continue;
     double own_cpu = 0, own_rq = 0;
@@ -60,12 +70,14 @@ void DiscountSchedulerWait(const RuleContext& ctx, std::vector<WorkerFinding>& w
     const double peer_cpu = MedianInPlace(cpu);
     const double peer_rq = MedianInPlace(run_queue);
     const double rq_per_cpu = MedianInPlace(per_cpu);
-    double wait = own_rq - peer_rq - std::max(0.0, own_cpu - peer_cpu) * rq_per_cpu;
+    double& used = taken[f.named.worker];
+    double wait = own_rq - peer_rq - std::max(0.0, own_cpu - peer_cpu) * rq_per_cpu - used;
     if (!(wait > 0)) continue;
+    const double lost = cost(f);
+    used += std::min(wait, lost);
     if (f.onset_iteration > 0 && f.onset_of > f.onset_iteration) {
       wait *= static_cast<double>(f.onset_of) / (f.onset_of - f.onset_iteration);
     }
-    const double lost = std::min(f.excess(), f.lost_cap);
     f.scheduler_wait_ns = static_cast<float>(std::min(wait, lost));
     f.scheduler_cpu_ns = static_cast<float>(own_cpu);
     f.scheduler_peer_cpu_ns = static_cast<float>(peer_cpu);

@@ -12,7 +12,8 @@
 // run-queue wait its extra CPU time would bring at those peers' run-queue wait per CPU second
 // (max(0, ΔCPU) × median(RQ / CPU)), is scheduler wait S. The job loses at most what the
 // finding would cost less S (from a late onset on, S is the window's divided by the share of
-// iterations after the onset, as its excess is). What S is *not*:
+// iterations after the onset, as its excess is); a worker's S is taken off its findings once,
+// the costliest first. What S is *not*:
 //   - extra work: a genuine compute straggler uses more CPU, and on a crowded host waits more
 //     in the run queue in proportion (the ΔCPU term takes that out: real-slow-compute-r0's
 //     rank 0 used 15 ms of CPU per iteration more than its peers, its 8 ms of extra run-queue
