@@ -327,19 +327,37 @@ class TracedJobTest(ReportChecks):
             self.assertTrue(skipped[0].startswith("perftracker: skipped "), skipped[0])
             self.assertEqual(self.top_finding(report, r)["workers"], [2])
 
-    def test_rank_option_for_a_file_without_rank(self):
+    def test_a_single_file_without_rank_is_rank_0_and_the_report_says_so(self):
+        # A single-GPU job's or an inference server's trace, or a renamed file: one file is
+        # one worker (17 of the ~50 public traces under ../shared/data name no rank).
         with tempfile.TemporaryDirectory() as tmp:
             plain = os.path.join(tmp, "trace.json")
             shutil.copy(os.path.join(traces("healthy"), "rank0.json"), plain)
-            r = perftracker("diagnose", plain)
-            self.assertEqual(r.rc, 2, r.describe())
-            lines = r.stderr_lines()
-            self.assertEqual(len(lines), 1, r.describe())
-            self.assertIn("trace.json", lines[0])
-            self.assertIn("--rank", lines[0], "the message should say how to give the rank")
+            r = perftracker("diagnose", "--format", "json", plain)
+            self.assertEqual(r.rc, 0, r.describe())
+            report = r.json()
+            self.assertEqual(report["num_workers"], 1)
+            self.assertEqual([w["rank"] for w in report["workers"]], [0])
+            said = [n for n in report["notes"] if "names no rank" in n]
+            self.assertEqual(len(said), 1, report["notes"])
+            self.assertIn("trace.json", said[0])
+            self.assertIn("rank 0", said[0])
             r = perftracker("diagnose", "--format", "json", "--rank", "3", plain)
             self.assertEqual(r.rc, 0, r.describe())
-            self.assertEqual(r.json()["num_workers"], 1)
+            self.assertEqual([w["rank"] for w in r.json()["workers"]], [3])
+            self.assertFalse([n for n in r.json()["notes"] if "names no rank" in n])
+
+    def test_several_files_without_rank_are_refused_each_with_how_to_name_it(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ("a.json", "b.json"):
+                shutil.copy(os.path.join(traces("healthy"), "rank0.json"),
+                            os.path.join(tmp, name))
+            r = perftracker("diagnose", tmp)
+            self.assertEqual(r.rc, 2, r.describe())
+            lines = [l for l in r.stderr_lines() if "cannot tell which rank" in l]
+            self.assertEqual(len(lines), 2, r.describe())
+            for line in lines:
+                self.assertIn("rename it", line)
 
 
 class BadInputTest(unittest.TestCase):
@@ -417,11 +435,17 @@ class BadInputTest(unittest.TestCase):
         self.expect_one_error(path, path)
 
     def test_no_rank_in_name_or_content(self):
+        # Alone, such a file is rank 0 (DiagnoseTest); beside another, it needs its rank.
         data = self.valid_trace_bytes()
         self.assertNotIn(b"distributedInfo", data[:4096])
         path = self.write("trace.json", data)
-        line = self.expect_one_error(path, path)
-        self.assertIn("--rank", line, "the message should say how to pass the rank")
+        other = self.write("rank1.json", data)
+        r = perftracker("diagnose", path, other)
+        self.assertEqual(r.rc, 1, r.describe())
+        lines = [l for l in r.stderr_lines() if path in l]
+        self.assertEqual(len(lines), 1, r.describe())
+        self.assertIn("cannot tell which rank", lines[0])
+        self.assertIn("rename it", lines[0], "the message should say how to give the rank")
 
     def test_missing_path(self):
         path = os.path.join(self.tmp, "no-such-dir", "rank0.json")

@@ -63,6 +63,8 @@ Status LoadRun(const std::string& path, compare::RunProfile* profile) {
   if (!files.ok()) return files.status();
   PipelineOptions pipeline_options;
   pipeline_options.threads = 0;  // one per core
+  // A run that is one trace file is one worker, rank 0 unless the trace says (as diagnose).
+  if (files->size() == 1) pipeline_options.kineto.default_rank = 0;
   DiagnosisPipeline pipeline(pipeline_options);
   pipeline.AddTraceFiles(*files);
   for (const SkippedInput& s : pipeline.skipped()) profile->AddNote("skipped " + s.error);

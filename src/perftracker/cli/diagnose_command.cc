@@ -76,7 +76,7 @@ CLI::App* AddDiagnoseCommand(CLI::App& app, DiagnoseOptions* options) {
                   "Also write a self-contained HTML report (heat map, per-worker charts) here");
   cmd->add_option("--rank", options->rank,
                   "Rank of the single trace file given, when neither its distributedInfo nor "
-                  "its name (rank3, rank-3, rank_3) says it")
+                  "its name (rank3, rank-3, rank_3) says it (default: 0, said in the report)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ranks-per-host", options->ranks_per_host,
                   "Ranks per host, for traces that do not name their host (torch.profiler's "
@@ -149,6 +149,10 @@ int RunDiagnose(const DiagnoseOptions& options) {
 
   PipelineOptions pipeline_options;
   pipeline_options.kineto.rank = options.rank;
+  // One file is one worker: a trace that names no rank (single-GPU training, inference, a
+  // renamed file) is rank 0, and the report says so. With several, a rank must come from
+  // each file: guessing would mix them up.
+  if (files->size() == 1) pipeline_options.kineto.default_rank = 0;
   if (options.time_unit == "us") pipeline_options.kineto.time_unit = TraceTimeUnit::kMicroseconds;
   if (options.time_unit == "ns") pipeline_options.kineto.time_unit = TraceTimeUnit::kNanoseconds;
   pipeline_options.localizer.material_share = options.material_share;

@@ -36,6 +36,7 @@ struct ImportResult {
   std::string error;
   WorkerSummary summary;
   std::unique_ptr<RankTrace> trace;
+  std::string note;  // for the diagnosis (a rank read by default)
 };
 
 // Import → summarize of one file, with its own FunctionTable; `keep_events` also records the
@@ -61,6 +62,12 @@ ImportResult ImportOne(const std::string& path, const KinetoImportOptions& impor
   }
   result.summary = summarizer.Finish();
   result.summary.rank = info->rank;
+  if (info->rank_assumed) {
+    result.note = fmt::format(
+        "{}: the trace names no rank (no distributedInfo.rank, no rank number in its name): "
+        "read as rank {}",
+        path, info->rank);
+  }
   result.summary.source = path;
   if (keep_events) {
     result.trace->rank = info->rank;
@@ -142,6 +149,7 @@ void DiagnosisPipeline::AddTraceFiles(const std::vector<std::string>& paths) {
       }
     }
     if (r.ok) {
+      if (!r.note.empty()) notes_.push_back(std::move(r.note));
       workers_.push_back(std::move(r.summary));
       if (r.trace) traces_.push_back(std::move(r.trace));
     } else {

@@ -442,10 +442,18 @@ class KinetoImporter::Impl {
 Status KinetoImporter::Impl::Fail(StatusCode code, const std::string& what) {
   const std::string msg = source_ + ": " + what;
   switch (code) {
-    case StatusCode::kNotFound: error_ = Status::NotFound(msg); break;
-    case StatusCode::kDataLoss: error_ = Status::DataLoss(msg); break;
-    case StatusCode::kInternal: error_ = Status::Internal(msg); break;
-    default: error_ = Status::InvalidArgument(msg); break;
+    case StatusCode::kNotFound:
+      error_ = Status::NotFound(msg);
+      break;
+    case StatusCode::kDataLoss:
+      error_ = Status::DataLoss(msg);
+      break;
+    case StatusCode::kInternal:
+      error_ = Status::Internal(msg);
+      break;
+    default:
+      error_ = Status::InvalidArgument(msg);
+      break;
   }
   return error_;
 }
@@ -478,7 +486,8 @@ Status KinetoImporter::Impl::DocStart(char c, const char* p) {
     state_ = State::kEventsElem;
     return Status::Ok();
   }
-  if (c == '-' || (c >= '0' && c <= '9')) return NotATrace("the document is a JSON number; " + expected);
+  if (c == '-' || (c >= '0' && c <= '9'))
+    return NotATrace("the document is a JSON number; " + expected);
   if (c == '"') return NotATrace("the document is a JSON string; " + expected);
   if (IsBinaryByte(c) || static_cast<unsigned char>(c) >= 0x80) {
     return NotATrace("binary data (" + DescribeByte(c) + where +
@@ -559,9 +568,11 @@ Status KinetoImporter::Impl::FinishCapture() {
   } else if (capture_ == Capture::kDistributedInfo) {
     ForEachFlatMember(capture_buf_, [&](std::string_view key, std::string_view value) {
       if (key == "rank") {
-        if (auto v = ParseInt(value); v && *v >= 0 && *v <= INT32_MAX) dist_rank_ = static_cast<int32_t>(*v);
+        if (auto v = ParseInt(value); v && *v >= 0 && *v <= INT32_MAX)
+          dist_rank_ = static_cast<int32_t>(*v);
       } else if (key == "world_size") {
-        if (auto v = ParseInt(value); v && *v > 0 && *v <= INT32_MAX) world_size_ = static_cast<int32_t>(*v);
+        if (auto v = ParseInt(value); v && *v > 0 && *v <= INT32_MAX)
+          world_size_ = static_cast<int32_t>(*v);
       } else if (key == "backend") {
         backend_ = std::string(value.substr(0, 64));
       }
@@ -621,9 +632,15 @@ bool KinetoImporter::Impl::DecideUnit(const TraceNumber& ts) {
   unit_decided_ = true;
   first_ts_fractional_ = ts.has_fraction;
   switch (options_.time_unit) {
-    case TraceTimeUnit::kMicroseconds: micros_ = true; break;
-    case TraceTimeUnit::kNanoseconds: micros_ = false; break;
-    case TraceTimeUnit::kAuto: micros_ = !display_ns_ || ts.has_fraction; break;
+    case TraceTimeUnit::kMicroseconds:
+      micros_ = true;
+      break;
+    case TraceTimeUnit::kNanoseconds:
+      micros_ = false;
+      break;
+    case TraceTimeUnit::kAuto:
+      micros_ = !display_ns_ || ts.has_fraction;
+      break;
   }
   return micros_;
 }
@@ -640,7 +657,8 @@ uint32_t KinetoImporter::Impl::TrackFor(const KinetoRawEvent& ev, bool on_device
       device = static_cast<int32_t>(std::min<int64_t>(ev.pid.number, INT32_MAX));
     }
     first = TraceId{true, false, device, {}};
-    if (ev.stream.valid) second = TraceId{true, false, static_cast<int64_t>(ev.stream.ToUnsigned()), {}};
+    if (ev.stream.valid)
+      second = TraceId{true, false, static_cast<int64_t>(ev.stream.ToUnsigned()), {}};
   }
   // Fast path: numeric ids equal to the previous event's on the same side (host / device).
   const bool numeric = first.present && !first.is_string && second.present && !second.is_string;
@@ -686,7 +704,8 @@ uint32_t KinetoImporter::Impl::TrackFor(const KinetoRawEvent& ev, bool on_device
   return it->second;
 }
 
-uint64_t KinetoImporter::Impl::PayloadOf(const KinetoRawEvent& ev, const KinetoEventClass& c) const {
+uint64_t KinetoImporter::Impl::PayloadOf(const KinetoRawEvent& ev,
+                                         const KinetoEventClass& c) const {
   if (c.payload_bytes) return ev.bytes.ToUnsigned();
   if (c.payload_nelems && ev.in_msg_nelems.valid) {
     return ev.in_msg_nelems.ToUnsigned() * KinetoDtypeSize(ev.dtype);
@@ -802,8 +821,10 @@ void KinetoImporter::Impl::HandleEvent(const KinetoRawEvent& ev, uint64_t offset
     const uint32_t track = TrackFor(ev, false);
     std::vector<OpenSlice>& stack = open_slices_[track];
     if (stack.size() >= kMaxOpenSlicesPerTrack) {
-      Malformed(offset, "more than " + std::to_string(kMaxOpenSlicesPerTrack) +
-                            " nested \"B\" events without \"E\" on one thread", ev.name);
+      Malformed(offset,
+                "more than " + std::to_string(kMaxOpenSlicesPerTrack) +
+                    " nested \"B\" events without \"E\" on one thread",
+                ev.name);
       return;
     }
     OpenSlice s;
@@ -929,8 +950,8 @@ Status KinetoImporter::Impl::Parse(const char* data, size_t size) {
         } else if (*p == '}') {
           state_ = State::kDocEnd;
         } else {
-          return DataError("invalid JSON at byte " + std::to_string(Offset(p)) + ": expected a key, found " +
-                           DescribeByte(*p));
+          return DataError("invalid JSON at byte " + std::to_string(Offset(p)) +
+                           ": expected a key, found " + DescribeByte(*p));
         }
         ++p;
         break;
@@ -954,8 +975,8 @@ Status KinetoImporter::Impl::Parse(const char* data, size_t size) {
         while (p < end && IsWs(*p)) ++p;
         if (p == end) break;
         if (*p != ':') {
-          return DataError("invalid JSON at byte " + std::to_string(Offset(p)) + ": expected ':' after \"" +
-                           key_ + "\", found " + DescribeByte(*p));
+          return DataError("invalid JSON at byte " + std::to_string(Offset(p)) +
+                           ": expected ':' after \"" + key_ + "\", found " + DescribeByte(*p));
         }
         ++p;
         state_ = State::kTopValue;
@@ -1131,8 +1152,9 @@ StatusOr<KinetoTraceInfo> KinetoImporter::Impl::Finish() {
     case State::kEventsElem:
     case State::kEventsAfterElem:
     case State::kEventCarry: {
-      std::string what = "truncated at byte " + at + ": the file ends inside " +
-                         (bare_list_ ? std::string("the list of events") : std::string("traceEvents"));
+      std::string what =
+          "truncated at byte " + at + ": the file ends inside " +
+          (bare_list_ ? std::string("the list of events") : std::string("traceEvents"));
       if (state_ == State::kEventCarry) {
         what += " (in the event that starts at byte " + std::to_string(carry_.offset()) + ")";
       }
@@ -1154,8 +1176,8 @@ StatusOr<KinetoTraceInfo> KinetoImporter::Impl::Finish() {
   for (const auto& [track, stack] : open_slices_) {
     for (const OpenSlice& s : stack) {
       (void)s;
-      Malformed(bytes_read_, "\"B\" event without a matching \"E\" on track " +
-                                 std::to_string(track));
+      Malformed(bytes_read_,
+                "\"B\" event without a matching \"E\" on track " + std::to_string(track));
     }
   }
   KinetoTraceInfo info;
@@ -1165,10 +1187,14 @@ StatusOr<KinetoTraceInfo> KinetoImporter::Impl::Finish() {
     info.rank = *dist_rank_;
   } else if (auto r = RankFromFileName(source_)) {
     info.rank = *r;
+  } else if (options_.default_rank) {
+    info.rank = *options_.default_rank;
+    info.rank_assumed = true;
   } else {
     return Fail(StatusCode::kInvalidArgument,
                 "cannot tell which rank wrote this trace: it has no distributedInfo.rank and no "
-                "rank number in its name; rename it to include e.g. rank3 or pass --rank");
+                "rank number in its name; when several trace files are diagnosed together, "
+                "each must say its rank: rename it to include it (e.g. trace_rank3.json)");
   }
   info.world_size = world_size_;
   info.backend = backend_;
@@ -1188,8 +1214,8 @@ StatusOr<KinetoTraceInfo> KinetoImporter::Impl::Finish() {
   return info;
 }
 
-KinetoImporter::KinetoImporter(std::string source_name, FunctionTable* functions,
-                               EventSink* sink, KinetoImportOptions options)
+KinetoImporter::KinetoImporter(std::string source_name, FunctionTable* functions, EventSink* sink,
+                               KinetoImportOptions options)
     : impl_(std::make_unique<Impl>(std::move(source_name), functions, sink, options)) {}
 
 KinetoImporter::~KinetoImporter() = default;
@@ -1273,10 +1299,16 @@ class FileReader {
 
 // A compression format we do not read, recognised by its magic bytes.
 const char* OtherCompression(const char* p, size_t n) {
-  auto starts = [&](const char* magic, size_t len) { return n >= len && std::memcmp(p, magic, len) == 0; };
+  auto starts = [&](const char* magic, size_t len) {
+    return n >= len && std::memcmp(p, magic, len) == 0;
+  };
   if (starts("\x28\xB5\x2F\xFD", 4)) return "zstd (decompress it with: zstd -d)";
-  if (starts("BZh", 3) && n > 3 && p[3] >= '1' && p[3] <= '9') return "bzip2 (decompress it with: bunzip2)";
-  if (starts("\xFD" "7zXZ", 5)) return "xz (decompress it with: xz -d)";
+  if (starts("BZh", 3) && n > 3 && p[3] >= '1' && p[3] <= '9')
+    return "bzip2 (decompress it with: bunzip2)";
+  if (starts("\xFD"
+             "7zXZ",
+             5))
+    return "xz (decompress it with: xz -d)";
   if (starts("PK\x03\x04", 4)) return "a zip archive (extract it with: unzip)";
   return nullptr;
 }
@@ -1328,8 +1360,9 @@ Status InflateInto(const std::string& path, FileReader* file, char* in, size_t i
       }
       if (zs.avail_in == 0) break;
       if (*zs.next_in != 0x1f) {
-        return Status::DataLoss(path + ": unexpected data after the end of the gzip stream at compressed byte " +
-                                std::to_string(compressed_offset()));
+        return Status::DataLoss(
+            path + ": unexpected data after the end of the gzip stream at compressed byte " +
+            std::to_string(compressed_offset()));
       }
       inflateReset(&zs);
       continue;
@@ -1337,7 +1370,8 @@ Status InflateInto(const std::string& path, FileReader* file, char* in, size_t i
     if (ret == Z_BUF_ERROR || (ret == Z_OK && produced == 0 && zs.avail_in == 0)) {
       if (eof && zs.avail_in == 0) {
         return Status::DataLoss(path + ": truncated gzip file: the compressed data ends at byte " +
-                                std::to_string(file_bytes) + " (after " + std::to_string(uncompressed) +
+                                std::to_string(file_bytes) + " (after " +
+                                std::to_string(uncompressed) +
                                 " uncompressed bytes) before the end of the gzip stream; was the "
                                 "profiler killed while writing, or the copy cut short?");
       }

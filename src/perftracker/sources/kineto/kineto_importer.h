@@ -19,6 +19,9 @@ enum class TraceTimeUnit : uint8_t { kAuto, kMicroseconds, kNanoseconds };
 
 struct KinetoImportOptions {
   std::optional<int32_t> rank;  // overrides distributedInfo and the file name
+  // The rank when neither distributedInfo nor the file name says it (`diagnose` of a single
+  // file: 0); without it such a trace is an error. KinetoTraceInfo::rank_assumed says so.
+  std::optional<int32_t> default_rank;
   // kAuto: microseconds (the Chrome trace format), unless the document says
   // "displayTimeUnit": "ns" before its first event and its timestamps are integers.
   TraceTimeUnit time_unit = TraceTimeUnit::kAuto;
@@ -26,6 +29,7 @@ struct KinetoImportOptions {
 
 struct KinetoTraceInfo {
   int32_t rank = -1;
+  bool rank_assumed = false;  // from KinetoImportOptions::default_rank
   int32_t world_size = -1;
   std::string backend;      // "nccl", "gloo", ...
   uint64_t bytes_read = 0;  // uncompressed JSON bytes

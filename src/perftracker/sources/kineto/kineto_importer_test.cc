@@ -66,9 +66,10 @@ struct ImportResult {
            std::to_string(e.track_id) + "," + std::to_string(e.correlation) + "," +
            std::to_string(static_cast<int>(e.flags)) + "\n";
     }
-    s += "emitted=" + std::to_string(info.events_emitted) + " skipped=" +
-         std::to_string(info.events_skipped) + " malformed=" + std::to_string(info.events_malformed) +
-         " first=" + info.first_malformed + " truncated=" + std::to_string(info.names_truncated) +
+    s += "emitted=" + std::to_string(info.events_emitted) +
+         " skipped=" + std::to_string(info.events_skipped) +
+         " malformed=" + std::to_string(info.events_malformed) + " first=" + info.first_malformed +
+         " truncated=" + std::to_string(info.names_truncated) +
          " rank=" + std::to_string(info.rank) + " world=" + std::to_string(info.world_size) +
          " backend=" + info.backend + " bytes=" + std::to_string(info.bytes_read);
     return s;
@@ -90,7 +91,8 @@ std::unique_ptr<ImportResult> ImportText(std::string_view text, size_t chunk,
   return r;
 }
 
-std::unique_ptr<ImportResult> ImportPath(const std::string& path, KinetoImportOptions options = {}) {
+std::unique_ptr<ImportResult> ImportPath(const std::string& path,
+                                         KinetoImportOptions options = {}) {
   auto r = std::make_unique<ImportResult>();
   auto info = ImportKinetoFile(path, &r->functions, &r->sink, options);
   r->status = info.status();
@@ -107,7 +109,8 @@ class TempDir {
   ~TempDir() { fs::remove_all(path_); }
   std::string Write(const std::string& name, std::string_view bytes) const {
     const std::string p = path_ + "/" + name;
-    std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     return p;
   }
 
@@ -191,7 +194,8 @@ TEST(KinetoImporterTest, MixedTraceImportsEveryCategory) {
   EXPECT_EQ(r->info.events_emitted, 13u);
   EXPECT_EQ(r->info.events_skipped, 4u);  // s, f, M, Trace
   EXPECT_EQ(r->info.events_malformed, 2u);
-  EXPECT_NE(r->info.first_malformed.find("no \"ts\""), std::string::npos) << r->info.first_malformed;
+  EXPECT_NE(r->info.first_malformed.find("no \"ts\""), std::string::npos)
+      << r->info.first_malformed;
   EXPECT_NE(r->info.first_malformed.find("aten::bad"), std::string::npos);
   EXPECT_EQ(r->info.bytes_read, kMixedTrace.size());
 
@@ -522,8 +526,8 @@ TEST(KinetoImporterTest, GzipAndConcatenatedMembers) {
 
   // Two gzip members (as `cat a.gz b.gz` makes), split in the middle of an event.
   const size_t half = kMixedTrace.size() / 2;
-  const std::string two = dir.Write("two.json.gz", Gzip(kMixedTrace.substr(0, half)) +
-                                                       Gzip(kMixedTrace.substr(half)));
+  const std::string two =
+      dir.Write("two.json.gz", Gzip(kMixedTrace.substr(0, half)) + Gzip(kMixedTrace.substr(half)));
   auto r2 = ImportPath(two);
   ASSERT_TRUE(r2->status.ok()) << r2->status.message();
   EXPECT_EQ(r2->info.events_emitted, plain->info.events_emitted);
@@ -534,21 +538,24 @@ TEST(KinetoImporterTest, GzipAndConcatenatedMembers) {
 }
 
 TEST(KinetoImporterTest, TimeUnits) {
-  const std::string us_int = R"({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1234567890123, "dur": 5}]})";
+  const std::string us_int =
+      R"({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1234567890123, "dur": 5}]})";
   auto r = ImportText(us_int, 7);
   ASSERT_TRUE(r->status.ok());
   EXPECT_EQ(r->sink.events.at(0).start_ns, 1234567890123000);
   EXPECT_EQ(r->sink.events.at(0).end_ns, 1234567890128000);
 
   // Fractional µs with more digits than a double keeps: exact, rounded to the nearest ns.
-  const std::string us_frac = R"({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 4458676983543.183, "dur": 41.4075}]})";
+  const std::string us_frac =
+      R"({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 4458676983543.183, "dur": 41.4075}]})";
   r = ImportText(us_frac, 5);
   ASSERT_TRUE(r->status.ok());
   EXPECT_EQ(r->sink.events.at(0).start_ns, 4458676983543183);
   EXPECT_EQ(r->sink.events.at(0).end_ns - r->sink.events.at(0).start_ns, 41408);
 
   // "displayTimeUnit": "ns" before the events, integer timestamps: ns (as Perfetto reads it).
-  const std::string ns = R"({"displayTimeUnit": "ns", "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1500, "dur": 20}]})";
+  const std::string ns =
+      R"({"displayTimeUnit": "ns", "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1500, "dur": 20}]})";
   r = ImportText(ns, 3);
   ASSERT_TRUE(r->status.ok());
   EXPECT_EQ(r->sink.events.at(0).start_ns, 1500);
@@ -556,14 +563,16 @@ TEST(KinetoImporterTest, TimeUnits) {
   EXPECT_EQ(r->info.time_unit, TraceTimeUnit::kNanoseconds);
 
   // Kineto built with DISPLAY_TRACE_IN_NS says "ns" but writes µs with 3 decimals.
-  const std::string kineto_ns = R"({"displayTimeUnit": "ns", "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1500.250, "dur": 20.000}]})";
+  const std::string kineto_ns =
+      R"({"displayTimeUnit": "ns", "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1500.250, "dur": 20.000}]})";
   r = ImportText(kineto_ns, 3);
   ASSERT_TRUE(r->status.ok());
   EXPECT_EQ(r->sink.events.at(0).start_ns, 1500250);
   EXPECT_EQ(r->info.time_unit, TraceTimeUnit::kMicroseconds);
 
   // "ns" after integer events already read as µs: a clear error asking for --time-unit.
-  const std::string late_ns = R"({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1500, "dur": 20}], "displayTimeUnit": "ns"})";
+  const std::string late_ns =
+      R"({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1500, "dur": 20}], "displayTimeUnit": "ns"})";
   r = ImportText(late_ns, 1000, "late.json");
   ASSERT_FALSE(r->status.ok());
   EXPECT_NE(r->status.message().find("late.json: "), std::string::npos);
@@ -581,13 +590,15 @@ TEST(KinetoImporterTest, TimeUnits) {
   EXPECT_EQ(r->sink.events.at(0).start_ns, 1500000);
 
   // "ms" (what Kineto writes by default) is only a display hint: µs.
-  const std::string ms = R"({"displayTimeUnit": "ms", "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 2, "dur": 1}]})";
+  const std::string ms =
+      R"({"displayTimeUnit": "ms", "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 2, "dur": 1}]})";
   r = ImportText(ms, 1000);
   ASSERT_TRUE(r->status.ok());
   EXPECT_EQ(r->sink.events.at(0).start_ns, 2000);
 
   // Exponent notation is accepted.
-  const std::string expo = R"({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1.5e3, "dur": 2E0}]})";
+  const std::string expo =
+      R"({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1.5e3, "dur": 2E0}]})";
   r = ImportText(expo, 1000);
   ASSERT_TRUE(r->status.ok());
   EXPECT_EQ(r->sink.events.at(0).start_ns, 1500000);
@@ -595,7 +606,9 @@ TEST(KinetoImporterTest, TimeUnits) {
 }
 
 TEST(KinetoImporterTest, ByteOrderMarkIsAcceptedAtAnySplit) {
-  const std::string trace = "\xEF\xBB\xBF[{\"ph\": \"X\", \"name\": \"a\", \"pid\": 1, \"tid\": 1, \"ts\": 1, \"dur\": 1}]";
+  const std::string trace =
+      "\xEF\xBB\xBF[{\"ph\": \"X\", \"name\": \"a\", \"pid\": 1, \"tid\": 1, \"ts\": 1, \"dur\": "
+      "1}]";
   for (size_t chunk : {size_t{1}, size_t{2}, trace.size()}) {
     auto r = ImportText(trace, chunk);
     ASSERT_TRUE(r->status.ok()) << chunk << ": " << r->status.message();
@@ -604,7 +617,8 @@ TEST(KinetoImporterTest, ByteOrderMarkIsAcceptedAtAnySplit) {
 }
 
 TEST(KinetoImporterTest, RankResolutionOrder) {
-  const std::string with_dist = R"({"traceEvents": [], "distributedInfo": {"rank": 3, "world_size": 4, "backend": "gloo"}})";
+  const std::string with_dist =
+      R"({"traceEvents": [], "distributedInfo": {"rank": 3, "world_size": 4, "backend": "gloo"}})";
   const std::string without = R"({"traceEvents": []})";
   // distributedInfo (even after traceEvents) beats the file name.
   auto r = ImportText(with_dist, 2, "/x/rank7.json");
@@ -618,12 +632,12 @@ TEST(KinetoImporterTest, RankResolutionOrder) {
   r = ImportText(with_dist, 2, "/x/rank7.json", opt);
   EXPECT_EQ(r->info.rank, 9);
   // The file name, in its usual spellings, when nothing else says.
-  for (const auto& [name, rank] : std::vector<std::pair<std::string, int>>{
-           {"/a/rank12/trace.json", -1},
-           {"/a/b/job_rank3.json", 3},
-           {"gpu128_rank-0.json.gz", 0},
-           {"x/RANK_15.pt.trace.json", 15},
-           {"worker-Rank42-host.json", 42}}) {
+  for (const auto& [name, rank] :
+       std::vector<std::pair<std::string, int>>{{"/a/rank12/trace.json", -1},
+                                                {"/a/b/job_rank3.json", 3},
+                                                {"gpu128_rank-0.json.gz", 0},
+                                                {"x/RANK_15.pt.trace.json", 15},
+                                                {"worker-Rank42-host.json", 42}}) {
     r = ImportText(without, 5, name);
     if (rank < 0) {
       ASSERT_FALSE(r->status.ok()) << name;  // only the base name counts
@@ -634,9 +648,22 @@ TEST(KinetoImporterTest, RankResolutionOrder) {
   }
   r = ImportText(without, 5, "/a/trace.json");
   ASSERT_FALSE(r->status.ok());
-  EXPECT_EQ(r->status.message(),
-            "/a/trace.json: cannot tell which rank wrote this trace: it has no distributedInfo.rank "
-            "and no rank number in its name; rename it to include e.g. rank3 or pass --rank");
+  EXPECT_EQ(
+      r->status.message(),
+      "/a/trace.json: cannot tell which rank wrote this trace: it has no distributedInfo.rank "
+      "and no rank number in its name; when several trace files are diagnosed together, "
+      "each must say its rank: rename it to include it (e.g. trace_rank3.json)");
+  // With a default rank (diagnose of a single file), that rank, said to be assumed.
+  KinetoImportOptions options;
+  options.default_rank = 0;
+  r = ImportText(without, 5, "/a/trace.json", options);
+  ASSERT_TRUE(r->status.ok()) << r->status.message();
+  EXPECT_EQ(r->info.rank, 0);
+  EXPECT_TRUE(r->info.rank_assumed);
+  r = ImportText(without, 5, "/a/b/job_rank3.json", options);
+  ASSERT_TRUE(r->status.ok()) << r->status.message();
+  EXPECT_EQ(r->info.rank, 3);
+  EXPECT_FALSE(r->info.rank_assumed);
 }
 
 // Every bad input gives exactly one line naming the file and the problem.
@@ -662,7 +689,8 @@ TEST(KinetoImporterTest, BadFilesGiveOneClearLine) {
   ExpectError(*ImportPath(text), text, "not JSON");
   const std::string number = dir.Write("num_rank0.json", "42");
   ExpectError(*ImportPath(number), number, "JSON number");
-  const std::string no_events = dir.Write("obj_rank0.json", R"({"schemaVersion": 1, "foo": [1, 2]})");
+  const std::string no_events =
+      dir.Write("obj_rank0.json", R"({"schemaVersion": 1, "foo": [1, 2]})");
   ExpectError(*ImportPath(no_events), no_events,
               "not a trace: the top-level object has no \"traceEvents\" array (expected what "
               "torch.profiler's export_chrome_trace writes)");
@@ -673,7 +701,8 @@ TEST(KinetoImporterTest, BadFilesGiveOneClearLine) {
               "element 0 of the top-level list is not an event object");
   const std::string trailing = dir.Write("trail_rank0.json", R"({"traceEvents": []} xyz)");
   ExpectError(*ImportPath(trailing), trailing, "unexpected data after the end");
-  const std::string zstd = dir.Write("z_rank0.json.zst", std::string("\x28\xB5\x2F\xFD\x00\x00", 6));
+  const std::string zstd =
+      dir.Write("z_rank0.json.zst", std::string("\x28\xB5\x2F\xFD\x00\x00", 6));
   ExpectError(*ImportPath(zstd), zstd, "zstd");
   ExpectError(*ImportPath(dir.Write("d_rank0.json", "{\"traceEvents\": [{\"ph\": \"X\"} {}]}")),
               dir.Write("d_rank0.json", "{\"traceEvents\": [{\"ph\": \"X\"} {}]}"),
@@ -686,17 +715,19 @@ TEST(KinetoImporterTest, TruncatedFilesSayWhere) {
   const size_t cut = full.find("\"ph\": \"X\", \"cat\": \"gpu_memset\"");
   const std::string truncated = dir.Write("cut_rank0.json", full.substr(0, cut + 10));
   auto r = ImportPath(truncated);
-  ExpectError(*r, truncated, "truncated at byte " + std::to_string(cut + 10) + ": the file ends inside traceEvents");
+  ExpectError(
+      *r, truncated,
+      "truncated at byte " + std::to_string(cut + 10) + ": the file ends inside traceEvents");
   EXPECT_NE(r->status.message().find("was the profiler killed while writing?"), std::string::npos);
   EXPECT_EQ(r->status.code(), StatusCode::kDataLoss);
 
   // Cut between events, and after traceEvents.
   const size_t between = full.find("},\n  {\"ph\": \"X\", \"cat\": \"gpu_memset\"") + 2;
-  ExpectError(*ImportPath(dir.Write("b_rank0.json", full.substr(0, between))), dir.Write("b_rank0.json", ""),
-              "the file ends inside traceEvents");
+  ExpectError(*ImportPath(dir.Write("b_rank0.json", full.substr(0, between))),
+              dir.Write("b_rank0.json", ""), "the file ends inside traceEvents");
   const size_t after = full.find("\"traceName\"");
-  ExpectError(*ImportPath(dir.Write("c_rank0.json", full.substr(0, after))), dir.Write("c_rank0.json", ""),
-              "the file ends inside the top-level object");
+  ExpectError(*ImportPath(dir.Write("c_rank0.json", full.substr(0, after))),
+              dir.Write("c_rank0.json", ""), "the file ends inside the top-level object");
 
   // Gzip: truncated stream, and corrupt data.
   const std::string gz = Gzip(full);
@@ -815,8 +846,10 @@ TEST(KinetoImporterTest, HugeStringsKeepMemoryBounded) {
   constexpr size_t kHuge = 20u << 20;
   constexpr size_t kChunk = 64u << 10;
   const std::string head = R"({"INFO": ")";
-  const std::string mid = R"(", "traceEvents": [{"ph": "X", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "name": ")";
-  const std::string tail = R"("}, {"ph": "X", "name": "next", "pid": 1, "tid": 1, "ts": 6, "dur": 1}]})";
+  const std::string mid =
+      R"(", "traceEvents": [{"ph": "X", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "name": ")";
+  const std::string tail =
+      R"("}, {"ph": "X", "name": "next", "pid": 1, "tid": 1, "ts": 6, "dur": 1}]})";
   FunctionTable functions;
   RecordingSink sink;
   KinetoImporter importer("huge_rank0.json", &functions, &sink);
@@ -853,8 +886,10 @@ TEST(KinetoImporterTest, HugeEventStructureIsSkippedWithAReason) {
   FunctionTable functions;
   RecordingSink sink;
   KinetoImporter importer("big_rank0.json", &functions, &sink);
-  const std::string head = R"({"traceEvents": [{"ph": "X", "name": "big", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"x": [)";
-  const std::string tail = R"(1]}}, {"ph": "X", "name": "next", "pid": 1, "tid": 1, "ts": 6, "dur": 1}]})";
+  const std::string head =
+      R"({"traceEvents": [{"ph": "X", "name": "big", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"x": [)";
+  const std::string tail =
+      R"(1]}}, {"ph": "X", "name": "next", "pid": 1, "tid": 1, "ts": 6, "dur": 1}]})";
   ASSERT_TRUE(importer.Parse(head.data(), head.size()).ok());
   std::string numbers;
   for (int i = 0; i < 32768; ++i) numbers += "1,";
@@ -895,7 +930,8 @@ TEST(KinetoEventClassifierTest, CategoryAndNameMapping) {
   EXPECT_EQ(kind("cuda_runtime", "cudaStreamWaitEvent"), EventKind::kSync);
   EXPECT_EQ(kind("cuda_runtime", "cudaMemcpyAsync"), EventKind::kRuntimeCall);
   EXPECT_EQ(kind("cuda_sync", "Stream Sync"), EventKind::kSync);
-  EXPECT_EQ(kind("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"),
+  EXPECT_EQ(kind("kernel",
+                 "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"),
             EventKind::kCollective);
   EXPECT_EQ(kind("cpu_op", "gloo:all_reduce"), EventKind::kCollective);
   EXPECT_EQ(kind("gpu_user_annotation", "## forward ##"), EventKind::kUserAnnotation);
@@ -987,7 +1023,8 @@ TEST(KinetoImporterTest, RealTracesMatchIndependentCounts) {
     }
   }
   ASSERT_NE(first_nccl, nullptr);
-  EXPECT_EQ(r->Name(*first_nccl), "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)");
+  EXPECT_EQ(r->Name(*first_nccl),
+            "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)");
   EXPECT_EQ(first_nccl->start_ns, 4458677009853422);
   EXPECT_EQ(first_nccl->end_ns, 4458677009853422 + 2636669);
   EXPECT_EQ(first_nccl->payload, 6637568u * 4);
