@@ -9,7 +9,7 @@ namespace perftracker::localize {
 double SketchMedian::operator()(const QuantileSketch& s) {
   const uint64_t count = s.count();
   if (count == 0) return 0;
-  // Each accessor once (they are out of line; this runs once per (worker, function)).
+  // Each accessor once (this runs once per (worker, function)).
   const double lo = s.min();
   const double hi = s.max();
   if (!(lo <= hi)) return s.mean();

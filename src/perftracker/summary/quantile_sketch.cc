@@ -24,9 +24,6 @@ double QuantileSketch::BucketValue(int32_t index) {
   return 2 * std::pow(kGamma, index) / (kGamma + 1);
 }
 
-// One bucket holding the only value of a single-value sketch.
-constexpr uint64_t kOne = 1;
-
 QuantileSketch::QuantileSketch(const QuantileSketch& other) : mode_(kEmpty) { *this = other; }
 
 // A moved-from sketch is empty.
@@ -87,42 +84,6 @@ void QuantileSketch::Release() {
   }
   mode_ = kEmpty;
   single_ = 0;
-}
-
-double QuantileSketch::sum() const {
-  // A single value's sum is 0 + value, as adding it to an empty sketch gives (-0 -> +0).
-  return mode_ == kState ? state_->sum : mode_ == kSingle ? 0.0 + single_ : 0;
-}
-
-double QuantileSketch::min() const {
-  if (mode_ == kState) return state_->count ? state_->min : 0;
-  return mode_ == kSingle ? single_ : 0;
-}
-
-double QuantileSketch::max() const {
-  if (mode_ == kState) return state_->count ? state_->max : 0;
-  return mode_ == kSingle ? single_ : 0;
-}
-
-double QuantileSketch::mean() const {
-  const uint64_t n = count();
-  return n ? sum() / static_cast<double>(n) : 0;
-}
-
-int32_t QuantileSketch::offset() const {
-  if (mode_ == kState) return state_->offset;
-  return mode_ == kSingle && single_ > 0 ? BucketIndex(single_) : 0;
-}
-
-std::span<const uint64_t> QuantileSketch::buckets() const {
-  if (mode_ == kState) return {state_->buckets(), state_->size};
-  if (mode_ == kSingle && single_ > 0) return {&kOne, 1};
-  return {};
-}
-
-uint64_t QuantileSketch::zero_count() const {
-  if (mode_ == kState) return state_->zero_count;
-  return mode_ == kSingle && single_ <= 0 ? 1 : 0;
 }
 
 QuantileSketch::State* QuantileSketch::MutableState() {
