@@ -183,7 +183,11 @@ void HardwareFindings::Add(const WorkerSummary& worker, std::span<const double> 
     double t = 0, bytes = 0, slack = 0;
   };
   std::vector<Part> parts;
-  for (size_t i = 0; i < worker.functions.size(); ++i) {
+  // Sizes read once: the loop's stores keep the compiler from hoisting them (it runs per
+  // worker and function, issue 11).
+  const size_t num_functions = worker.functions.size();
+  const size_t num_calls = cg.calls.size();
+  for (size_t i = 0; i < num_functions; ++i) {
     const FunctionSummary& f = worker.functions[i];
     if (f.kind == EventKind::kGpuKernel && f.count > 0) {
       kernel_calls += static_cast<double>(f.count);
@@ -194,7 +198,7 @@ void HardwareFindings::Add(const WorkerSummary& worker, std::span<const double> 
       if (p50 < kTinyKernelNs) tiny_calls += static_cast<double>(f.count);
     }
     const bool transfer = f.kind == EventKind::kCollective || f.kind == EventKind::kMemcpy;
-    while (next_call < cg.calls.size() && cg.calls[next_call].function < i) ++next_call;
+    while (next_call < num_calls && cg.calls[next_call].function < i) ++next_call;
     if (!transfer || f.total_ns <= 0) continue;
     const double achieved = f.achieved_bytes_per_s();
     const double t = static_cast<double>(f.total_ns);
@@ -205,7 +209,7 @@ void HardwareFindings::Add(const WorkerSummary& worker, std::span<const double> 
     // Its calls by process group, and the rest (no known group) as one part.
     parts.clear();
     double grouped_t = 0, grouped_bytes = 0;
-    for (size_t c = next_call; c < cg.calls.size() && cg.calls[c].function == i; ++c) {
+    for (size_t c = next_call; c < num_calls && cg.calls[c].function == i; ++c) {
       const CollectiveGroupCalls& call = cg.calls[c];
       if (f.kind != EventKind::kCollective || call.group >= cg.groups.size()) continue;
       const double ct =

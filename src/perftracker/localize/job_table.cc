@@ -14,21 +14,6 @@
 
 namespace perftracker::localize {
 
-bool IsUserLevel(EventKind kind) {
-  return kind == EventKind::kPythonCall || kind == EventKind::kUserAnnotation ||
-         kind == EventKind::kDataLoad || kind == EventKind::kOptimizerStep;
-}
-
-bool IsWaitKind(EventKind kind) {
-  return kind == EventKind::kCollective || kind == EventKind::kSync;
-}
-
-bool IsHostWorkKind(EventKind kind) {
-  return kind == EventKind::kPythonCall || kind == EventKind::kTorchOp ||
-         kind == EventKind::kUserAnnotation || kind == EventKind::kKernelLaunch ||
-         kind == EventKind::kRuntimeCall || kind == EventKind::kOptimizerStep;
-}
-
 namespace {
 
 constexpr std::string_view kSeparator = " > ";
@@ -60,6 +45,7 @@ uint32_t JobTable::InternName(std::string_view name) {
   if (found != kNone) return found;
   const auto id = static_cast<uint32_t>(names_.size());
   names_.emplace_back(name);
+  name_views_.push_back(names_.back());
   name_index_.emplace(names_.back(), id);
   if (name.empty()) empty_name_ = id;
   return id;
@@ -133,7 +119,7 @@ uint32_t JobTable::NewFunction(const FunctionSummary& f, std::string_view name_s
     name = leaf.empty() ? name_source : leaf;
   }
   info.name_id = InternName(name);
-  const std::string_view display = names_[info.name_id];
+  const std::string_view display = name_views_[info.name_id];
   info.kind = f.kind;
   info.key_kind = f.kind;
   // Communication issued through torch operators (c10d::allreduce_, functional collectives'
@@ -232,16 +218,20 @@ void JobTable::IndexNode(uint32_t fid) {
   ++indexed_nodes_;
 }
 
-bool JobTable::SameFunction(const WorkerSummary& worker, size_t i, uint32_t fid) const {
+inline bool JobTable::SameFunction(const WorkerSummary& worker, size_t i, uint32_t fid) const {
   const FunctionSummary& f = worker.functions[i];
   const FunctionInfo& info = functions_[fid];
-  if (info.has_explicit_key) return f.key == ExplicitKey(fid);
-  if (info.key_kind != f.kind || names_[KeyName(info)] != f.name) return false;
+  if (info.has_explicit_key) return SameExplicitKey(f, fid);
+  if (info.key_kind != f.kind || name_views_[KeyName(info)] != f.name.view()) return false;
   const uint32_t parent = f.parent < i ? fids_[f.parent] : kNone;
   // An implicit key (the summarizer's and the wire decoder's) derives by definition: test it
   // here, not through the out-of-line KeyDerives call (~20 instructions per worker and
   // function at 10,000 workers, issue 11).
   return info.key_parent == parent && (f.key.empty() || KeyDerives(worker, i));
+}
+
+bool JobTable::SameExplicitKey(const FunctionSummary& f, uint32_t fid) const {
+  return f.key == ExplicitKey(fid);
 }
 
 std::string JobTable::Key(uint32_t fid) const {
@@ -260,7 +250,7 @@ std::string JobTable::Key(uint32_t fid) const {
     }
     key += EventKindName(f.key_kind);
     key += ':';
-    key += names_[KeyName(f)];
+    key += name_views_[KeyName(f)];
   }
   return key;
 }
@@ -305,6 +295,19 @@ void JobTable::ResolveNewFunctions(const WorkerSummary& worker, const std::vecto
     info.under_wait = IsWaitKind(info.kind) || wait_ancestor;
     info.outermost_kind = !same_kind_ancestor;
   }
+}
+
+// Inline: pass 3 asks it per worker and function (issue 11).
+inline bool JobTable::OnlyEnclosedBy(uint32_t parent, uint32_t w, uint32_t first) const {
+  int depth = 0;
+  for (uint32_t a = parent; a != kNone; a = functions_[a].parent) {
+    if (++depth > kMaxDepth) return false;
+    const Listing& listing = listings_[a];
+    // A caller with no record of this worker had no call in its iterations: it encloses them.
+    if (listing.listed_by != w + 1 || listing.record == kNone) continue;
+    if (!enclosing_[listing.record - first]) return false;
+  }
+  return true;
 }
 
 void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes) {
@@ -432,6 +435,15 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   }
   const uint32_t first = wr.first_record;
   const auto count = static_cast<uint32_t>(records_.size() - first);
+  // The passes below index the worker's records as one array (through the RecordStore each
+  // access cost a block lookup: ~20 instructions a record over the three passes, issue 11);
+  // records that straddle two blocks are worked on in a copy, written back after pass 2.
+  FunctionRecord* recs = records_.Contiguous(first, count);
+  if (recs == nullptr && count > 0) {
+    straddling_.resize(count);
+    for (uint32_t k = 0; k < count; ++k) straddling_[k] = records_[first + k];
+    recs = straddling_.data();
+  }
   // Before pass 2 changes the times: the functions that enclose the iterations rather than
   // run inside them (with live Python stacks every call of the training loop hangs under the
   // frames that started the process, `<module>` > ... > `run_rank`: one call open across the
@@ -439,7 +451,7 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   enclosing_.assign(count, 0);
   if (wr.iterations >= 2 && !worker.iterations.empty()) {
     for (uint32_t k = 0; k < count; ++k) {
-      const FunctionRecord& r = records_[first + k];
+      const FunctionRecord& r = recs[k];
       enclosing_[k] = r.calls == 0 || (r.calls * iters <= kEnclosingMaxCalls &&
                                        r.time_ns >= kEnclosingMinShare * wr.mean_iteration_ns);
     }
@@ -448,7 +460,7 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   // that waiting inside a compute function (DDP all-reduces issued from AccumulateGrad
   // hooks, a .item() inside a block) reads as waiting, not as work.
   for (uint32_t k = 0; k < count; ++k) {
-    const FunctionRecord& r = records_[first + k];
+    const FunctionRecord& r = recs[k];
     if (!functions_[r.fid].outermost_wait) continue;
     int depth = 0;
     for (uint32_t a = functions_[r.fid].parent; a != kNone && depth < kMaxDepth;
@@ -456,7 +468,7 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
       const Listing& listing = listings_[a];
       if (listing.listed_by != w + 1 || listing.record == kNone) continue;
       const uint32_t pos = listing.record;
-      FunctionRecord& anc = records_[pos];
+      FunctionRecord& anc = recs[pos - first];
       anc.time_ns = std::max(anc.time_ns - r.time_ns, 0.0f);
       if (!onsets_.empty() && onsets_.back().record >= pos) {
         auto it = std::lower_bound(onsets_.begin(), onsets_.end(), uint64_t{pos},
@@ -465,9 +477,12 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
       }
     }
   }
+  if (recs == straddling_.data()) {
+    for (uint32_t k = 0; k < count; ++k) records_[first + k] = straddling_[k];
+  }
   // Pass 3: per-worker sums (the job-wide ones: EndIngest).
   for (uint32_t k = 0; k < count; ++k) {
-    const FunctionRecord& r = records_[first + k];
+    const FunctionRecord& r = recs[k];
     const FunctionInfo& info = functions_[r.fid];
     if (info.outermost_wait) wr.wait_fn_ns += r.time_ns;
     if (!IsWaitKind(info.kind) && info.kind != EventKind::kIteration && !enclosing_[k] &&
@@ -535,18 +550,6 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   workers_.push_back(wr);
 }
 
-bool JobTable::OnlyEnclosedBy(uint32_t parent, uint32_t w, uint32_t first) const {
-  int depth = 0;
-  for (uint32_t a = parent; a != kNone; a = functions_[a].parent) {
-    if (++depth > kMaxDepth) return false;
-    const Listing& listing = listings_[a];
-    // A caller with no record of this worker had no call in its iterations: it encloses them.
-    if (listing.listed_by != w + 1 || listing.record == kNone) continue;
-    if (!enclosing_[listing.record - first]) return false;
-  }
-  return true;
-}
-
 void JobTable::EndIngest() {
   // swap, not clear(): clear() keeps the capacity.
   std::vector<uint32_t>().swap(node_slots_);
@@ -558,6 +561,7 @@ void JobTable::EndIngest() {
   std::vector<Listing>().swap(listings_);
   std::vector<uint32_t>().swap(fids_);
   std::vector<uint8_t>().swap(enclosing_);
+  std::vector<FunctionRecord>().swap(straddling_);
   std::vector<uint32_t>().swap(metric_roots_);
   std::vector<double>().swap(p50s_);
   // What was just freed lies in the heap between the records, FunctionInfos and names, in
@@ -578,13 +582,12 @@ void JobTable::EndIngest() {
   // A record is final once its worker is added (pass 2 adjusts only its own worker's):
   // summed in record order, the totals are what summing at each Add would give.
   totals_.assign(functions_.size(), FunctionTotals{});
-  for (uint64_t k = 0; k < records_.size(); ++k) {
-    const FunctionRecord& r = records_[k];
+  records_.ForEach(0, records_.size(), [&](uint64_t, const FunctionRecord& r) {
     FunctionTotals& t = totals_[r.fid];
     ++t.present;
     t.sum_time_ns += r.time_ns;
     t.sum_critical_ns += r.critical_ns;
-  }
+  });
 }
 
 FunctionTotals JobTable::Totals(uint32_t fid) const {

@@ -157,9 +157,19 @@ struct WorkerProblem {
   bool empty = false;
 };
 
-bool IsUserLevel(EventKind kind);
-bool IsWaitKind(EventKind kind);
-bool IsHostWorkKind(EventKind kind);
+// Inline: the ingest asks them per worker and function (issue 11).
+inline bool IsUserLevel(EventKind kind) {
+  return kind == EventKind::kPythonCall || kind == EventKind::kUserAnnotation ||
+         kind == EventKind::kDataLoad || kind == EventKind::kOptimizerStep;
+}
+inline bool IsWaitKind(EventKind kind) {
+  return kind == EventKind::kCollective || kind == EventKind::kSync;
+}
+inline bool IsHostWorkKind(EventKind kind) {
+  return kind == EventKind::kPythonCall || kind == EventKind::kTorchOp ||
+         kind == EventKind::kUserAnnotation || kind == EventKind::kKernelLaunch ||
+         kind == EventKind::kRuntimeCall || kind == EventKind::kOptimizerStep;
+}
 
 class JobTable {
  public:
@@ -200,7 +210,7 @@ class JobTable {
   // The names along fid's call path, outermost first: "backward > layer2 > dgrad".
   std::string PathName(uint32_t fid) const;
   // The function's leaf name, for display.
-  std::string_view Name(uint32_t fid) const { return names_[functions_[fid].name_id]; }
+  std::string_view Name(uint32_t fid) const { return name_views_[functions_[fid].name_id]; }
   // The function's key ("kind:name" frames from the root, joined by " > "), built on demand.
   std::string Key(uint32_t fid) const;
   // The key a summary gave fid when it does not derive from its parent, else empty.
@@ -223,8 +233,11 @@ class JobTable {
   uint32_t InternFunction(const WorkerSummary& worker, size_t i);
   // Whether function i's key is its parent's key + its leaf (or, for a root, its leaf).
   static bool KeyDerives(const WorkerSummary& worker, size_t i);
-  // Whether function i of `worker` is fid (fids_ of its parent already set).
+  // Whether function i of `worker` is fid (fids_ of its parent already set). Inline (in
+  // job_table.cc): the ingest asks it once per worker and function.
   bool SameFunction(const WorkerSummary& worker, size_t i, uint32_t fid) const;
+  // SameFunction for an fid whose key was given explicitly.
+  bool SameExplicitKey(const FunctionSummary& f, uint32_t fid) const;
   // The fid whose key is `key`, or kNone.
   uint32_t FindKey(std::string_view key) const;
   uint32_t NameId(std::string_view name) const;
@@ -248,9 +261,12 @@ class JobTable {
   bool totals_are_records_ = false;
   std::vector<uint32_t> node_slots_;  // fids, kNone = empty; size a power of two
   size_t indexed_nodes_ = 0;
-  std::unordered_map<std::string, uint32_t> explicit_index_;   // explicit key -> fid
-  std::unordered_map<uint32_t, std::string> explicit_keys_;    // fid -> explicit key
-  std::deque<std::string> names_;                              // name id -> leaf name
+  std::unordered_map<std::string, uint32_t> explicit_index_;  // explicit key -> fid
+  std::unordered_map<uint32_t, std::string> explicit_keys_;   // fid -> explicit key
+  std::deque<std::string> names_;                             // name id -> leaf name
+  // Views of names_ by id (a deque's operator[] costs a division; SameFunction compares a
+  // name per worker and function).
+  std::vector<std::string_view> name_views_;
   std::unordered_map<std::string_view, uint32_t> name_index_;  // views into names_
   uint32_t empty_name_ = kNone;                                // the id of ""
   std::vector<uint32_t> prev_fids_;  // the previous worker's fids by position (cache)
@@ -268,6 +284,9 @@ class JobTable {
   std::vector<uint32_t> metric_roots_;
   // Scratch of Add(), by the worker's record: 1 when the function encloses its iterations.
   std::vector<uint8_t> enclosing_;
+  // Scratch of Add(): a copy of the worker's records when they straddle two of the
+  // RecordStore's blocks (rare: once per block), so that its passes index one array.
+  std::vector<FunctionRecord> straddling_;
 
   // Workers.
   std::vector<WorkerRecord> workers_;

@@ -287,6 +287,50 @@ TEST(JobTable, OneWorkersTotalsAreTheSumsOverItsRecords) {
               1e3);
 }
 
+// Add() works on a worker's records as one array, a copy when they straddle two of the
+// RecordStore's blocks (job_table.h): pass 2's change (a collective's time taken out of the
+// function it is nested in) must reach the stored record there too. Two workers of 150,000
+// functions: the second one's records run across the first block's end.
+TEST(JobTable, RecordsAcrossTwoBlocksGetPassTwosChanges) {
+  constexpr size_t kFillers = 150'000;
+  WorkerSummary worker;
+  worker.host = "node0";
+  auto add = [&](EventKind kind, const std::string& name, uint32_t parent, int64_t total_ns) {
+    FunctionSummary f;
+    f.kind = kind;
+    f.name = SharedString(name);
+    f.parent = parent;
+    f.count = 1;
+    f.total_ns = total_ns;
+    f.self_ns = total_ns;
+    worker.functions.push_back(std::move(f));
+  };
+  add(EventKind::kPythonCall, "train_step", FunctionSummary::kNoParent, 90'000'000);
+  for (size_t i = 0; i < kFillers; ++i) add(EventKind::kGpuKernel, fmt::format("k{}", i), 0, 10);
+  // Last in the list: in the second worker its record and its parent's lie in different
+  // blocks.
+  add(EventKind::kCollective, "nccl:all_reduce", 0, 20'000'000);
+  std::vector<std::string> notes;
+  localize::JobTable job;
+  worker.rank = 0;
+  job.Add(worker, notes);
+  worker.rank = 1;
+  job.Add(worker, notes);
+  const localize::WorkerRecord& second = job.workers()[1];
+  ASSERT_LT(second.first_record, localize::RecordStore::kRecordsPerBlock);
+  ASSERT_GT(uint64_t{second.first_record} + second.num_records,
+            localize::RecordStore::kRecordsPerBlock);
+  for (const localize::WorkerRecord& wr : job.workers()) {
+    const localize::FunctionRecord& root = job.records()[wr.first_record];
+    ASSERT_EQ(job.Name(root.fid), "train_step");
+    EXPECT_FLOAT_EQ(root.time_ns, 70'000'000.0f) << wr.rank;  // 90 ms less the all-reduce
+    EXPECT_FLOAT_EQ(wr.wait_fn_ns, 20'000'000.0f) << wr.rank;
+    EXPECT_FLOAT_EQ(wr.work_ns, 70'000'000.0f) << wr.rank;
+  }
+  job.EndIngest();
+  EXPECT_DOUBLE_EQ(job.Totals(job.records()[0].fid).sum_time_ns, 140'000'000.0);
+}
+
 TEST(RobustStats, MedianOddEvenAndMad) {
   std::vector<float> odd{5, 1, 3};
   EXPECT_DOUBLE_EQ(MedianInPlace(odd), 3);

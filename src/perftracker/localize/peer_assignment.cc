@@ -40,11 +40,10 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
     const WorkerRecord& wr = workers[w];
     signature.clear();
     collectives.clear();
-    for (uint32_t k = 0; k < wr.num_records; ++k) {
-      const FunctionRecord& r = job.records()[wr.first_record + k];
+    job.records().ForEach(wr.first_record, wr.num_records, [&](uint64_t, const FunctionRecord& r) {
       if (significant[r.fid] && r.time_ns > 0) signature.push_back(r.fid);
       if (collective_of[r.fid] != kNone) collectives.push_back(collective_of[r.fid]);
-    }
+    });
     // A worker's records follow its function list, whose fids are usually in order already
     // (they were interned in that order): a sort per worker was half of this step.
     if (!std::is_sorted(signature.begin(), signature.end())) {

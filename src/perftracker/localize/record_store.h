@@ -4,6 +4,7 @@
 // few thousand records do not cost the 8 MiB block).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -36,6 +37,25 @@ class RecordStore {
   }
   const FunctionRecord& operator[](uint64_t i) const {
     return blocks_[i / kRecordsPerBlock][i % kRecordsPerBlock];
+  }
+  // Calls f(index, record) for the records [first, first + count), in order, a block at a
+  // time: without operator[]'s block lookup per record (the localizer's passes over all
+  // records, 30 M at 100,000 workers; issue 11).
+  template <typename F>
+  void ForEach(uint64_t first, uint64_t count, F&& f) const {
+    const uint64_t end = first + count;
+    while (first < end) {
+      const uint64_t block_end = std::min(end, (first / kRecordsPerBlock + 1) * kRecordsPerBlock);
+      const FunctionRecord* r = &(*this)[first];
+      for (uint64_t i = first; i < block_end; ++i, ++r) f(i, *r);
+      first = block_end;
+    }
+  }
+  // Records [first, first + count) as one array when they lie in one block, else null.
+  FunctionRecord* Contiguous(uint64_t first, uint64_t count) {
+    if (count == 0 || first + count > size_) return nullptr;
+    if (first / kRecordsPerBlock != (first + count - 1) / kRecordsPerBlock) return nullptr;
+    return &(*this)[first];
   }
   void push_back(const FunctionRecord& r) {
     if (size_ % kRecordsPerBlock == 0) {
