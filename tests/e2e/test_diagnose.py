@@ -648,6 +648,30 @@ class RealGpuTraceGoldenTest(ReportChecks):
         self.assertGreaterEqual(top["lost_share"], 0.75)
         self.assert_no_device_copy_as_pcie(report)
 
+    def test_a_trace_of_cuda_graph_capture_is_not_host_bound(self):
+        """TraceLens inference/sglang_decode/capture_traces/bs_32_rank0 and
+        vllm_decode_full/capture_traces/graph_capture_rank_0 (ROCm): traces taken while the
+        server captured its HIP graphs. sglang: 546 launch calls (hipLaunchKernel 401,
+        hipExtModuleLaunchKernel 145) beside 508 hipStreamGetCaptureInfo calls, and 2 kernels
+        ran; vLLM: 428 launches, 7 kernels (19.6 us of GPU work in 59.2 ms). Launches into a
+        graph being captured run nothing, so the idle GPU says nothing about host overhead
+        (they were "host / launch-bound, the GPU idle 100 %"): no material finding, and a
+        note that names the rank, its launches and kernels, and the reason."""
+        base = "external/tracelens/tests/traces/inference/"
+        for name, launches, kernels in (
+                ("sglang_decode/capture_traces/bs_32_rank0.json.gz", "546", "2"),
+                ("vllm_decode_full/capture_traces/"
+                 "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz", "428", "7")):
+            with self.subTest(name):
+                r, report = self.diagnose(base + name)
+                self.assertFalse(report["has_material_finding"],
+                                 json.dumps(report["findings"], indent=1))
+                notes = [n for n in report["notes"] if "kernel launches" in n]
+                self.assertEqual(len(notes), 1, report["notes"])
+                self.assertIn(f"rank 0: {launches} kernel launches, {kernels} kernels ran",
+                              notes[0])
+                self.assertIn("graph being captured", notes[0])
+
     def test_gpu_bound_inference_has_no_material_finding(self):
         """TraceLens h100/Qwen1.5-0.5B-Chat: one 47.2 ms ProfilerStep in which the GPU is busy
         43.3 ms (92 %): the GPU sets the pace, nothing else costs a material share. (Its two

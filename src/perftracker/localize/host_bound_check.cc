@@ -18,22 +18,62 @@ namespace fc = finding_codes;
 // Device idle while the host works, as a share of the iteration, that makes a job
 // host-bound.
 constexpr double kHostBoundShare = 0.3;
+// A worker's launches ran when its trace shows kernels for at least this share of them...
+constexpr double kMinLaunchesRun = 0.5;
+// ... judged from this many launches in the window on.
+constexpr double kMinLaunches = 50;
+
+// Kernel launches and kernels that ran, in the window.
+struct LaunchCounts {
+  double launches = 0;
+  double kernels = 0;
+};
+
+LaunchCounts CountLaunches(const JobTable& job, const WorkerRecord& wr) {
+  LaunchCounts c;
+  for (uint32_t k = 0; k < wr.num_records; ++k) {
+    const FunctionRecord& r = job.records()[wr.first_record + k];
+    const EventKind kind = job.functions()[r.fid].kind;
+    if (kind == EventKind::kKernelLaunch) c.launches += r.calls;
+    if (kind == EventKind::kGpuKernel) c.kernels += r.calls;
+  }
+  c.launches *= wr.iterations;
+  c.kernels *= wr.iterations;
+  return c;
+}
 
 }  // namespace
 
-void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out) {
+void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
+                    std::vector<std::string>& notes) {
   const JobTable& job = *ctx.job;
   const std::vector<WorkerRecord>& workers = job.workers();
   const size_t num_workers = workers.size();
   std::vector<float> values;
   std::vector<float> idle_ns;
   std::vector<float> data_idle_ns;
+  size_t not_run = 0;
   // The device idle time that host work explains: the host's own events (not its waits:
   // a stage blocked in a pipeline recv or a sync idles the GPU without being host-bound)
   // keeping the launching thread busy while the device ran nothing. A trace without host
   // events has none, and is never host-bound.
   for (const auto& wr : workers) {
     if (!wr.has_device || wr.mean_iteration_ns <= 0) continue;
+    const LaunchCounts launched = CountLaunches(job, wr);
+    if (launched.launches >= kMinLaunches &&
+        launched.kernels < kMinLaunchesRun * launched.launches) {
+      if (++not_run <= kMaxNotesPerKind) {
+        notes.push_back(fmt::format(
+            "{}: {:.0f} kernel launches, {:.0f} kernels ran in the window: its launches went "
+            "into something that did not run them here (a CUDA / HIP graph being captured "
+            "records its launches without running them; or the trace lost the device's "
+            "activity), so its idle GPU is not judged as host overhead; profile the graph's "
+            "replay to see the GPU's work",
+            job.WorkerName(static_cast<uint32_t>(&wr - workers.data())), launched.launches,
+            launched.kernels));
+      }
+      continue;
+    }
     // The GPU idling while the host loads data is data loading's time (PT-DATA-CRITICAL
     // names it), not host overhead: counted once, there.
     const float data_idle = std::min(wr.host_only_ns, std::max(0.0f, wr.data_critical_ns));
@@ -41,6 +81,10 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out) {
     values.push_back(idle / wr.mean_iteration_ns);
     idle_ns.push_back(idle);
     data_idle_ns.push_back(data_idle);
+  }
+  if (not_run > kMaxNotesPerKind) {
+    notes.push_back(fmt::format("... and {} more workers whose launches ran no kernel here",
+                                not_run - kMaxNotesPerKind));
   }
   const size_t device_workers = values.size();
   const double share = MedianInPlace(values);

@@ -137,7 +137,7 @@ Diagnosis Localizer::Impl::Finish() {
   MergeLayerParts(ctx, worker_findings);
   const FindingWording wording(ctx);
   std::vector<RenderedFinding> candidates = wording.Render(worker_findings);
-  CheckHostBound(ctx, candidates);
+  CheckHostBound(ctx, candidates, d.notes);
   RunExpectationChecks(ctx, candidates);
   hardware_.SplitByHost();
   ApplyHardwareFindings(ctx, candidates);

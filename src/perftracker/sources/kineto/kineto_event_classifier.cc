@@ -74,7 +74,8 @@ bool IsLaunch(std::string_view name) {
   return StartsWith(name, "cudaLaunch") || StartsWith(name, "cuLaunch") ||
          StartsWith(name, "cudaGraphLaunch") || StartsWith(name, "cuGraphLaunch") ||
          StartsWith(name, "hipLaunch") || StartsWith(name, "hipExtLaunch") ||
-         StartsWith(name, "hipModuleLaunch") || StartsWith(name, "hipGraphLaunch");
+         StartsWith(name, "hipModuleLaunch") || StartsWith(name, "hipExtModuleLaunch") ||
+         StartsWith(name, "hipGraphLaunch");
 }
 
 bool IsSyncCall(std::string_view name) {
@@ -212,7 +213,8 @@ KinetoEventClass ClassifyKinetoEvent(bool has_cat, std::string_view cat, std::st
 
 size_t KinetoDtypeSize(std::string_view dtype) {
   std::string d;
-  for (char ch : dtype.substr(0, 32)) d += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (char ch : dtype.substr(0, 32))
+    d += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (StartsWith(d, "nccl")) d = d.substr(4);
   if (StartsWith(d, "torch.")) d = d.substr(6);
   if (StartsWith(d, "float8") || StartsWith(d, "fp8")) return 1;
@@ -221,13 +223,13 @@ size_t KinetoDtypeSize(std::string_view dtype) {
     size_t size;
   };
   static constexpr std::array<Entry, 28> kSizes = {{
-      {"float", 4},        {"float32", 4},      {"double", 8},      {"float64", 8},
-      {"half", 2},         {"float16", 2},      {"bfloat16", 2},    {"int", 4},
-      {"int32", 4},        {"long", 8},         {"int64", 8},       {"short", 2},
-      {"int16", 2},        {"char", 1},         {"int8", 1},        {"byte", 1},
-      {"uint8", 1},        {"bool", 1},         {"uint16", 2},      {"uint32", 4},
-      {"uint64", 8},       {"complexfloat", 8}, {"complexdouble", 16}, {"complexhalf", 4},
-      {"qint8", 1},        {"quint8", 1},       {"qint32", 4},      {"bf16", 2},
+      {"float", 4},  {"float32", 4},      {"double", 8},         {"float64", 8},
+      {"half", 2},   {"float16", 2},      {"bfloat16", 2},       {"int", 4},
+      {"int32", 4},  {"long", 8},         {"int64", 8},          {"short", 2},
+      {"int16", 2},  {"char", 1},         {"int8", 1},           {"byte", 1},
+      {"uint8", 1},  {"bool", 1},         {"uint16", 2},         {"uint32", 4},
+      {"uint64", 8}, {"complexfloat", 8}, {"complexdouble", 16}, {"complexhalf", 4},
+      {"qint8", 1},  {"quint8", 1},       {"qint32", 4},         {"bf16", 2},
   }};
   for (const Entry& e : kSizes) {
     if (d == e.name) return e.size;

@@ -925,6 +925,10 @@ TEST(KinetoEventClassifierTest, CategoryAndNameMapping) {
   EXPECT_EQ(kind("cuda_runtime", "cudaLaunchKernelExC"), EventKind::kKernelLaunch);
   EXPECT_EQ(kind("cuda_driver", "cuLaunchKernel"), EventKind::kKernelLaunch);
   EXPECT_EQ(kind("cuda_runtime", "cudaLaunchCooperativeKernel"), EventKind::kKernelLaunch);
+  // ROCm: hipBLASLt / Triton launch through hipExtModuleLaunchKernel (TraceLens' MI300 traces).
+  EXPECT_EQ(kind("cuda_runtime", "hipLaunchKernel"), EventKind::kKernelLaunch);
+  EXPECT_EQ(kind("cuda_runtime", "hipModuleLaunchKernel"), EventKind::kKernelLaunch);
+  EXPECT_EQ(kind("cuda_runtime", "hipExtModuleLaunchKernel"), EventKind::kKernelLaunch);
   EXPECT_EQ(kind("cuda_runtime", "cudaDeviceSynchronize"), EventKind::kSync);
   EXPECT_EQ(kind("cuda_runtime", "cudaEventSynchronize"), EventKind::kSync);
   EXPECT_EQ(kind("cuda_runtime", "cudaStreamWaitEvent"), EventKind::kSync);
