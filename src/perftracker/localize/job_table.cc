@@ -399,7 +399,6 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     FunctionRecord r;
     r.fid = fid;
     r.time_ns = static_cast<float>(std::max(static_cast<double>(f.total_ns), 0.0) / iters);
-    r.self_ns = static_cast<float>(static_cast<double>(f.self_ns) / iters);
     r.calls = static_cast<float>(static_cast<double>(f.count) / iters);
     p50s_[i] =
         f.durations.count() > 0
@@ -413,7 +412,6 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
     if (listing.record != kNone) {
       FunctionRecord& prev = records_[listing.record];
       prev.time_ns += r.time_ns;
-      prev.self_ns += r.self_ns;
       prev.calls += r.calls;
       prev.critical_ns += r.critical_ns;
       prev.idle_gap_ns += r.idle_gap_ns;

@@ -3,16 +3,17 @@
 //
 // Add() interns every function key job-wide (a cursor into the previous worker's key list
 // makes the common case, a worker listing the same keys in nearly the same order, a string
-// compare instead of a hash lookup) and keeps one 32-byte FunctionRecord per (worker,
-// function): time, self time, critical time, idle gap, bytes and calls per iteration, and
-// the p50 call duration. Records live in fixed-size blocks (RecordStore: no reallocation
-// spike at 30 M records). Per worker it keeps a WorkerRecord: rank, host, median / mean
-// iteration, the iteration breakdown per iteration, and the sums the expectation checks
-// and the culprit / victim rules need (outermost collective + sync time, sync and
-// data-loading critical time, GC, pageable copies). The summary itself is not kept:
-// 100,000 workers x 300 functions is about 1 GB.
+// compare instead of a hash lookup) and keeps one 28-byte FunctionRecord per (worker,
+// function): time, critical time, idle gap, bytes and calls per iteration, and the p50
+// call duration (not the self time: no rule reads it). Records live in fixed-size blocks
+// (RecordStore: no reallocation spike at 30 M records). Per worker it keeps a
+// WorkerRecord: rank, host, median / mean iteration, the iteration breakdown per
+// iteration, and the sums the expectation checks and the culprit / victim rules need
+// (outermost collective + sync time, sync and data-loading critical time, GC, pageable
+// copies). The summary itself is not kept: 100,000 workers x 300 functions is about 1 GB.
+//
 // Memory per call path (with Python stacks one trace file holds ~35,000, one per ~2 events,
-// and its summary is alive beside this table): a 16-byte FunctionInfo and its record (32
+// and its summary is alive beside this table): a 16-byte FunctionInfo and its record (28
 // bytes), plus while adding ~28 bytes of index and scratch that EndIngest() frees before it
 // sums the 24-byte FunctionTotals. With one worker (`perftracker diagnose` of one trace
 // file) no totals are stored: a function's totals are its one record's, found by binary
@@ -100,7 +101,7 @@ struct WorkerRecord {
 
 // A (worker, function) whose time per iteration steps up inside the window and stays up
 // (FunctionSummary::onset_iteration, summary/step_onset.h). Few records have one: they are
-// kept apart, in record order, not in the 32-byte FunctionRecord.
+// kept apart, in record order, not in the 28-byte FunctionRecord.
 struct OnsetRecord {
   uint64_t record = 0;      // index into records()
   uint32_t iteration = 0;   // first iteration of the higher level

@@ -5,7 +5,7 @@
 //
 // Algorithm: Finish() runs these steps in order, one file each (the header of each file
 // says how it works and why).
-//  1. Compact ingest (job_table.h): Add() keeps a 32-byte record per (worker, function)
+//  1. Compact ingest (job_table.h): Add() keeps a 28-byte record per (worker, function)
 //     and a record per worker, not the summaries.
 //  2. Data quality (data_quality.h): missing / duplicate ranks and lost events are notes;
 //     a badly incomplete worker is PT-INCOMPLETE-DATA.
