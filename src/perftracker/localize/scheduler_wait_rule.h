@@ -8,12 +8,13 @@
 //
 // For a work finding (compute, not a wait, not PT-CPU-CONTENTION) on a worker whose host
 // metrics were sampled (live mode): per iteration, its training thread's run-queue wait beyond
-// the median of its group's workers that are not culprits of the same function (ΔRQ), less the
-// run-queue wait its extra CPU time would bring at those peers' run-queue wait per CPU second
-// (max(0, ΔCPU) × median(RQ / CPU)), is scheduler wait S. The job loses at most what the
-// finding would cost less S (from a late onset on, S is the window's divided by the share of
-// iterations after the onset, as its excess is); a worker's S is taken off its findings once,
-// the costliest first. What S is *not*:
+// the upper quartile of its group's workers that are not culprits of the same function (ΔRQ:
+// beyond their own spread, not their median), less the run-queue wait its extra CPU time would
+// bring at those peers' median run-queue wait per CPU second r (max(0, ΔCPU) × r), is
+// scheduler wait S. The job loses at most what the finding would cost less S, and never less
+// than what its extra work costs at its peers' pace, max(0, ΔCPU) × (1 + r) (from a late onset
+// on, S is the window's divided by the share of iterations after the onset, as its excess
+// is); a worker's S is taken off its findings once, the costliest first. What S is *not*:
 //   - extra work: a genuine compute straggler uses more CPU, and on a crowded host waits more
 //     in the run queue in proportion (the ΔCPU term takes that out: real-slow-compute-r0's
 //     rank 0 used 15 ms of CPU per iteration more than its peers, its 8 ms of extra run-queue
