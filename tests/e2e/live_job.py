@@ -41,6 +41,10 @@ detector has learned the iteration, so its slowdown trigger fires on the change)
                   objects built one call each, as torch.profiler's prof.events() does with a
                   long profile); the peers wait for it in the next all-reduce. Its main
                   thread runs all the time: a pause for work, not a hang
+  spin            once, after step --fault-after-steps, the fault rank runs
+                  spin_forever(): the busy fault's work in a loop that never ends (no
+                  iteration completes again); the peers wait in the next all-reduce. Busy,
+                  and hung (whoever runs the job must end it, as for hang)
   extra_annotation  code the other ranks never run: evaluate_on_rank() (matrix products in
                   record_function("extra_eval"), --extra-repeats rounds) after the forward
   extra_function  the same work in a plain Python function, compute_metrics(), that the
@@ -95,7 +99,7 @@ from torch.nn import functional as F
 
 FAULTS = ("none", "slow_data", "slow_compute", "gc", "hang", "cpu_contention",
           "slow_data_all", "net_rate_limit", "host_sync", "pause", "busy", "extra_annotation",
-          "extra_function")
+          "extra_function", "spin")
 
 
 class RandomDataset(torch.utils.data.Dataset):
@@ -259,6 +263,12 @@ def post_process(seconds):
     return made
 
 
+def spin_forever():
+    """The spin fault: post_process's work, in a loop that never ends."""
+    while True:
+        collections.deque(itertools.starmap(Span, zip(range(5000), range(5000))), maxlen=0)
+
+
 def sync_gradients(model, world_size):
     """--sync allreduce: the gradient all-reduce as explicit torch.distributed calls after
     the backward pass (instead of DDP's, which overlaps the backward pass in C++)."""
@@ -346,7 +356,7 @@ def run_rank(rank, args):
                 limit_link(args.link_mbit)
             elif args.fault == "host_sync":
                 model.sync_per_block = True
-            elif args.fault in ("pause", "busy"):
+            elif args.fault in ("pause", "busy", "spin"):
                 pass  # below, after the step
             elif args.fault in ("extra_annotation", "extra_function"):
                 extra = args.fault
@@ -379,6 +389,10 @@ def run_rank(rank, args):
             made = post_process(args.pause_seconds)
             print(f"live_job: rank {rank} post_process() made {made} spans "
                   f"({time.time():.3f})", file=sys.stderr, flush=True)
+        if faulty and args.fault == "spin" and step == args.fault_after_steps:
+            print(f"live_job: rank {rank} spins forever in spin_forever() at step {step} "
+                  f"({time.time():.3f})", file=sys.stderr, flush=True)
+            spin_forever()
         if args.step_sleep_ms:
             time.sleep(args.step_sleep_ms / 1000.0)
         if progress is not None:

@@ -1024,6 +1024,64 @@ class LiveFaultTest(LiveChecks):
         self.assertIn(f'live_job.py", line {sleep_line}, in forward', text)
         self.check_final_text(run, "rank 3", "hang")
 
+    def test_an_endless_busy_loop_is_a_hang_once_busy_no_longer_stands_in_for_progress(self):
+        # Rank 1 of 2 (DDP/gloo) runs spin_forever() after step 30: Python work in a loop
+        # that never ends; rank 0 waits in the next all-reduce. The detector fires once per
+        # silence (at the 3 s minimum), and the window finds rank 1 busy: retracted, as a
+        # finite busy stretch is (test_a_busy_main_thread_is_not_a_hang). The coordinator
+        # looks again when the silence reaches 10 x the trigger's (~30 s here) and reports
+        # PT-HANG "busy: no iteration progress" naming rank 1 and the frames it loops in.
+        # Slowdown triggers off, as in the hang test.
+        options = ([o if o != "0.15" else "1" for o in FAULT_RUN_OPTIONS[:-2]] +
+                   ["--min-hang-seconds", str(HANG_MIN_SECONDS)])
+        run = self.new_run("spin", options,
+                           ["--world-size", "2", "--fault", "spin", "--fault-rank", "1",
+                            "--fault-after-steps", str(HANG_AFTER_STEPS),
+                            "--step-sleep-ms", "100"], steps=400)
+        run.start()
+        spin_start = run.poll_until(
+            "spin", lambda: (re.search(r"rank 1 spins forever in spin_forever\(\) at step \d+ "
+                                       r"\(([\d.]+)\)", run.stderr()) or [None, None])[1],
+            timeout=STARTUP_SECONDS)
+        hang_report = run.poll_until(
+            "busy hang report", lambda: [p for p in run.report_paths("hang")
+                                         if self._leads_with_hang(p)], timeout=150,
+            interval=0.2)[0]
+        written = os.stat(hang_report).st_mtime
+        err = run.stderr()
+        log(f"spin: PT-HANG report {written - float(spin_start):.1f} s after the loop began")
+        # The first look found rank 1 running (busy, or its stacks moved): not a hang then.
+        self.assertIn("retracted", err, run.describe())
+        self.assertIn("looking again in", err, run.describe())
+        self.assertIn("busy recheck: no iteration progress", err, run.describe())
+        # Not before busy may stand in for progress: 10 x the trigger's silence (>= 3 s).
+        self.assertGreater(written - float(spin_start), 10 * HANG_MIN_SECONDS, run.describe())
+        os.kill(run.proc.pid, signal.SIGTERM)
+        self.assertNotEqual(run.wait(60), 0, run.describe())
+        with open(hang_report, encoding="utf-8") as f:
+            report = json.load(f)
+        top = report["findings"][0]
+        self.assertEqual(top["code"], "PT-HANG", json.dumps(top, indent=1))
+        self.assertEqual(top["workers"], [1], json.dumps(top, indent=1))
+        self.assertEqual(top["victims"], [0], json.dumps(top, indent=1))
+        self.assertEqual(top["resource"], "the rank's own code (busy: no iteration progress)")
+        self.assertIn("rank 1 hangs busy: no iteration progress", top["title"])
+        self.assertIn("spin_forever", top["title"])
+        loops = [e["value"] for e in top["evidence"] if e["label"] == "where rank 1 loops"]
+        self.assertEqual(len(loops), 1, json.dumps(top["evidence"], indent=1))
+        self.assertIn("live_job.py", loops[0])
+        self.assertIn("spin_forever", loops[0])
+        self.check_final_text(run, "rank 1", "hang")
+
+    @staticmethod
+    def _leads_with_hang(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                findings = json.load(f)["findings"]
+        except (OSError, ValueError):
+            return False  # being written
+        return bool(findings) and findings[0]["code"] == "PT-HANG"
+
 
 class NoFalseHangTest(LiveChecks):
     """Jobs that pause or end are never called hung (docs/live-mode.md, "Hangs")."""

@@ -23,7 +23,7 @@ constexpr size_t kMaxRankListChars = 160;
 
 }  // namespace
 
-void CheckDataQuality(const JobTable& job, Diagnosis& d) {
+void CheckDataQuality(const JobTable& job, Diagnosis& d, bool hang_window) {
   // Ranks: missing, duplicate, absent.
   int32_t max_rank = -1;
   for (const auto& wr : job.workers()) max_rank = std::max(max_rank, wr.rank);
@@ -72,7 +72,13 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
         p.empty ? 1.0 : (total > 0 ? static_cast<double>(LostEvents(st)) / total : 0);
     if (noted < kMaxNotesPerKind) {
       std::string note;
-      if (p.empty) {
+      if (p.empty && hang_window) {
+        note = fmt::format(
+            "{}: no call returned in the hang window (no functions and no iterations in its "
+            "summary): its calls are still open, stuck or waiting in C++ (e.g. in a "
+            "collective) for a rank that is; its stacks say where",
+            job.WorkerName(p.worker));
+      } else if (p.empty) {
         note = fmt::format("{}: no functions and no iterations in its summary",
                            job.WorkerName(p.worker));
       } else {
@@ -95,6 +101,7 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
       d.notes.push_back(std::move(note));
     }
     ++noted;
+    if (p.empty && hang_window) continue;  // the hang's doing: said in its note
     if (lost_share >= kIncompleteShare) {
       incomplete.push_back(p.worker);
       if (p.empty) {
@@ -140,7 +147,11 @@ void CheckDataQuality(const JobTable& job, Diagnosis& d) {
           {"workers with no data (no functions, no iterations)", fmt::format("{}", empty)});
     }
     f.evidence.push_back({"threshold", FormatShare(kIncompleteShare)});
-    d.findings.push_back(std::move(f));
+    if (hang_window) {
+      d.notes.push_back(f.title);  // the hang leads; this is what its data lacks
+    } else {
+      d.findings.push_back(std::move(f));
+    }
   }
 }
 

@@ -23,7 +23,9 @@ struct Expectation {
   bool by_critical;  // rank the cited functions by critical time (else by time)
   size_t cited;      // at most this many
   // Title; arguments {function} (" (name)" of the top cited function, or empty), {lost},
-  // {share}.
+  // {share}. Every text also takes {per} ("/iter"), {per_word} (" per iteration") and {of}
+  // ("of the iteration"): RuleContext's phrases, which say "in the window" and "of the
+  // window's wall time" where no worker completed an iteration.
   std::string_view title;
   // The evidence line with the job median; argument {lost}, {median_of}.
   std::string_view median_label;
@@ -37,28 +39,27 @@ const Expectation kExpectations[] = {
     {fc::kSyncCritical, FindingCategory::kSynchronization, "GPU", &WorkerRecord::sync_critical_ns,
      [](const FunctionInfo& fn) { return fn.kind == EventKind::kSync && fn.outermost_kind; }, true,
      3,
-     "host-device synchronizations{function} sit on the critical path: {lost}/iter ({share} of "
-     "the iteration, all workers)",
+     "host-device synchronizations{function} sit on the critical path: {lost}{per} ({share} {of}, "
+     "all workers)",
      "sync on the critical path", "synchronizing function",
-     "{name}: {critical}/iter on the critical path, {calls} calls/iter (mean of workers){caller}"},
+     "{name}: {critical}{per} on the critical path, {calls} calls{per} (mean of workers){caller}"},
     {fc::kDataCritical, FindingCategory::kDataLoading, "data loader",
      &WorkerRecord::data_critical_ns,
      [](const FunctionInfo& fn) { return fn.kind == EventKind::kDataLoad && fn.outermost_kind; },
      true, 3,
-     "training waits for data: data loading{function} takes {lost}/iter on the critical path "
-     "({share} of the iteration, all workers)",
+     "training waits for data: data loading{function} takes {lost}{per} on the critical path "
+     "({share} {of}, all workers)",
      "data loading on the critical path", "data-loading function",
-     "{name}: {critical}/iter on the critical path, {calls} calls/iter (mean of workers)"},
+     "{name}: {critical}{per} on the critical path, {calls} calls{per} (mean of workers)"},
     {fc::kGc, FindingCategory::kGc, "CPU (Python GC)", &WorkerRecord::gc_ns,
      [](const FunctionInfo& fn) { return fn.kind == EventKind::kGc && fn.outermost_kind; }, false,
-     1, "garbage-collector pauses cost {lost}/iter ({share} of the iteration, all workers)",
-     "GC pauses per iteration", "GC pauses per iteration (count)", "{calls}"},
+     1, "garbage-collector pauses cost {lost}{per} ({share} {of}, all workers)",
+     "GC pauses{per_word}", "GC pauses{per_word} (count)", "{calls}"},
     {fc::kPageableMemcpy, FindingCategory::kMemory, "PCIe", &WorkerRecord::pageable_ns,
      [](const FunctionInfo& fn) { return fn.pageable; }, false, 3,
-     "copies from pageable host memory{function} take {lost}/iter ({share} of the iteration, "
-     "all workers)",
-     "pageable copies per iteration", "pageable copy",
-     "{name}: {time}/iter, {bytes} per iteration, {rate}/s achieved (mean of workers){caller}"},
+     "copies from pageable host memory{function} take {lost}{per} ({share} {of}, all workers)",
+     "pageable copies{per_word}", "pageable copy",
+     "{name}: {time}{per}, {bytes}{per_word}, {rate}/s achieved (mean of workers){caller}"},
     // Host-device copies from pinned memory that no kernel overlaps: the GPU waits for them.
     // Pageable copies are the row above; their time is not counted again here. Copies between
     // device memories (DtoD, PtoP) are GPU work, not host-device traffic: never here.
@@ -67,10 +68,10 @@ const Expectation kExpectations[] = {
        return fn.kind == EventKind::kMemcpy && !fn.pageable && !fn.device_to_device;
      },
      true, 3,
-     "host-device copies{function} run while the GPU computes nothing: {lost}/iter ({share} of "
-     "the iteration, all workers)",
-     "copy time with no kernel running, per iteration", "copy",
-     "{name}: {critical}/iter with no kernel running, of {time}/iter; {bytes} per iteration, "
+     "host-device copies{function} run while the GPU computes nothing: {lost}{per} ({share} {of}, "
+     "all workers)",
+     "copy time with no kernel running,{per_word}", "copy",
+     "{name}: {critical}{per} with no kernel running, of {time}{per}; {bytes}{per_word}, "
      "{rate}/s achieved (mean of workers){caller}"},
 };
 
@@ -83,6 +84,9 @@ Finding JobFinding(const RuleContext& ctx, std::string_view code, FindingCategor
   f.category = category;
   f.resource = std::move(resource);
   f.lost_ns_per_iteration = lost_ns;
+  // Where no worker completed an iteration, lost_ns is the window's and iteration_ns its
+  // wall time: the share is of the wall time, and material means the cause took
+  // material_share of it (GC pauses stop the thread whether it trains or not).
   f.lost_share = ctx.iteration_ns > 0 ? lost_ns / ctx.iteration_ns : 0;
   f.material = lost_ns >= ctx.material_ns;
   if (fid != kNone) {
@@ -129,12 +133,18 @@ void RunExpectationChecks(const RuleContext& ctx, std::vector<RenderedFinding>& 
     const std::vector<uint32_t> top = TopFunctions(job, e.cites, e.by_critical, e.cited);
     Finding f = JobFinding(ctx, e.code, e.category, std::string(e.resource), lost,
                            top.empty() ? kNone : top[0]);
+    const char* const per_text = ctx.per();
+    const char* const per_word_text = ctx.per_word();
+    const char* const of_text = ctx.of();
+    const auto per = fmt::arg("per", per_text);
+    const auto per_word = fmt::arg("per_word", per_word_text);
+    const auto of = fmt::arg("of", of_text);
     f.title = fmt::format(fmt::runtime(e.title),
                           fmt::arg("function", f.function.empty() ? "" : " (" + f.function + ")"),
                           fmt::arg("lost", FormatDuration(lost)),
-                          fmt::arg("share", FormatShare(f.lost_share)));
-    f.evidence.push_back(
-        {std::string(e.median_label), fmt::format("{} ({})", FormatDuration(lost), median_of)});
+                          fmt::arg("share", FormatShare(f.lost_share)), per, per_word, of);
+    f.evidence.push_back({fmt::format(fmt::runtime(e.median_label), per, per_word, of),
+                          fmt::format("{} ({})", FormatDuration(lost), median_of)});
     job.SumCallsAndBytes(top, calls, bytes);
     for (size_t i = 0; i < top.size(); ++i) {
       const uint32_t fid = top[i];
@@ -142,9 +152,9 @@ void RunExpectationChecks(const RuleContext& ctx, std::vector<RenderedFinding>& 
       const double rate = fn.sum_time_ns > 0 ? bytes[i] * 1e9 / fn.sum_time_ns : 0;
       const uint32_t p = functions[fid].parent;
       f.evidence.push_back(
-          {std::string(e.cite_label),
+          {fmt::format(fmt::runtime(e.cite_label), per, per_word, of),
            fmt::format(
-               fmt::runtime(e.cite), fmt::arg("name", job.Name(fid)),
+               fmt::runtime(e.cite), per, per_word, of, fmt::arg("name", job.Name(fid)),
                fmt::arg("time", FormatDuration(fn.sum_time_ns / num_workers)),
                fmt::arg("critical", FormatDuration(fn.sum_critical_ns / num_workers)),
                fmt::arg("calls", FormatCount(calls[i] / num_workers)),
@@ -153,7 +163,10 @@ void RunExpectationChecks(const RuleContext& ctx, std::vector<RenderedFinding>& 
                fmt::arg("caller", p == kNone ? std::string()
                                              : fmt::format(", called from {}", job.Name(p))))});
     }
-    f.evidence.push_back({"median iteration (job)", FormatDuration(ctx.iteration_ns)});
+    f.evidence.push_back(
+        ctx.window_only ? Evidence{"window's wall time (median; no iteration completed)",
+                                   FormatDuration(ctx.iteration_ns)}
+                        : Evidence{"median iteration (job)", FormatDuration(ctx.iteration_ns)});
     RenderedFinding r;
     r.finding = std::move(f);
     out.push_back(std::move(r));

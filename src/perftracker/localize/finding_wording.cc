@@ -141,21 +141,21 @@ std::vector<RenderedFinding> FindingWording::Render(
                           FormatDuration(excess), FormatDuration(f.lost_ns_per_iteration),
                           FormatShare(f.lost_share))
         : f.lost_ns_per_iteration < excess
-            ? fmt::format("+{} here, +{} total wait, {} of the iteration", FormatDuration(excess),
-                          FormatDuration(f.lost_ns_per_iteration), FormatShare(f.lost_share))
-            : fmt::format("+{}{}, {} of the iteration", FormatDuration(excess), since,
-                          FormatShare(f.lost_share));
+            ? fmt::format("+{} here, +{} total wait, {} {}", FormatDuration(excess),
+                          FormatDuration(f.lost_ns_per_iteration), FormatShare(f.lost_share),
+                          ctx_.of())
+            : fmt::format("+{}{}, {} {}", FormatDuration(excess), since, FormatShare(f.lost_share),
+                          ctx_.of());
     if (top.run_queue_only) {
       // Run-queue evidence alone (see MarkCpuContention); when its peers wait for it less
       // than it waited for a CPU, what it costs is that wait.
       if (top.contention_lateness && f.lost_ns_per_iteration < excess) {
         const double group_wait = ctx_.peers->group_wait_median[a.group];
         f.title = fmt::format(
-            "{} waits for a CPU far more than its peers (+{} per iteration), but they wait for "
-            "it only {} ({} of the iteration): most of its extra wait fell where it would have "
-            "waited for them anyway",
-            who, FormatDuration(excess), FormatDuration(f.lost_ns_per_iteration),
-            FormatShare(f.lost_share));
+            "{} waits for a CPU far more than its peers (+{}{}), but they wait for it only {} "
+            "({} {}): most of its extra wait fell where it would have waited for them anyway",
+            who, FormatDuration(excess), ctx_.per_word(), FormatDuration(f.lost_ns_per_iteration),
+            FormatShare(f.lost_share), ctx_.of());
         f.evidence.push_back(
             {"time lost per iteration",
              fmt::format("at most {}: its group's median collective + sync wait ({}) less its "
@@ -180,9 +180,10 @@ std::vector<RenderedFinding> FindingWording::Render(
       if (top.untraced_before != UINT32_MAX) {
         const std::string_view before = job.Name(top.untraced_before);
         f.title = fmt::format(
-            "{} has {}/iter of untraced time before {}: no traced function covers it, and its "
-            "peers wait for it ({} of the iteration)",
-            who, FormatDuration(f.lost_ns_per_iteration), before, FormatShare(f.lost_share));
+            "{} has {}{} of untraced time before {}: no traced function covers it, and its "
+            "peers wait for it ({} {})",
+            who, FormatDuration(f.lost_ns_per_iteration), ctx_.per(), before,
+            FormatShare(f.lost_share), ctx_.of());
         f.evidence.push_back(
             {"where in the iteration",
              fmt::format("its thread idles {}/iter before {} (peers' median {}): a sleep, "
@@ -224,19 +225,20 @@ std::vector<RenderedFinding> FindingWording::Render(
                               plural ? "" : "s", job.Name(top.layer), plural ? "their" : "its",
                               top.parts.size() + 1, where, effect);
       } else if (a.only_on_some) {
-        f.title = fmt::format(
-            "only {} run{} {} ({}/iter); the other {} ranks of {} peer group do not ({})", who,
-            plural ? "" : "s", job.Name(a.fid), FormatDuration(a.value), a.peers - a.present,
-            plural ? "their" : "its", effect);
+        f.title =
+            fmt::format("only {} run{} {} ({}{}); the other {} ranks of {} peer group do not ({})",
+                        who, plural ? "" : "s", job.Name(a.fid), FormatDuration(a.value),
+                        ctx_.per(), a.peers - a.present, plural ? "their" : "its", effect);
       } else if (a.median < kAlmostNothingShare * a.value) {
         // A ratio to almost nothing ("47697.3x its peers") says nothing.
-        f.title = fmt::format("only {} run{} {} for real: {}/iter against {} peers' median {} ({})",
-                              who, plural ? "" : "s", job.Name(a.fid), FormatDuration(a.value),
-                              plural ? "their" : "its", FormatDuration(a.median), effect);
+        f.title =
+            fmt::format("only {} run{} {} for real: {}{} against {} peers' median {} ({})", who,
+                        plural ? "" : "s", job.Name(a.fid), FormatDuration(a.value), ctx_.per(),
+                        plural ? "their" : "its", FormatDuration(a.median), effect);
       } else {
         f.title =
-            fmt::format("{} spend{} {}/iter in {}, {:.1f}x {} peers ({})", who, plural ? "" : "s",
-                        FormatDuration(a.value), job.Name(a.fid),
+            fmt::format("{} spend{} {}{} in {}, {:.1f}x {} peers ({})", who, plural ? "" : "s",
+                        FormatDuration(a.value), ctx_.per(), job.Name(a.fid),
                         a.median > 0 ? a.value / a.median : 0.0, plural ? "their" : "its", effect);
       }
       f.evidence.push_back(
@@ -331,8 +333,8 @@ std::vector<RenderedFinding> FindingWording::Render(
     }
     if (top.gc_peer_ns >= 0) {
       const std::string gc =
-          fmt::format("{}/iter on {} vs {} (peers' median)", FormatDuration(workers[w].gc_ns),
-                      job.WorkerName(w), FormatDuration(top.gc_peer_ns));
+          fmt::format("{}{} on {} vs {} (peers' median)", FormatDuration(workers[w].gc_ns),
+                      ctx_.per(), job.WorkerName(w), FormatDuration(top.gc_peer_ns));
       f.title = fmt::format("{} (GC pauses: {})", f.title, gc);
       f.evidence.insert(f.evidence.begin(), Evidence{"GC pauses", gc});
     }
@@ -378,7 +380,7 @@ std::vector<RenderedFinding> FindingWording::Render(
       f.evidence.push_back(
           {"its collective + sync wait",
            fmt::format(
-               "{}/iter on {} (peers' median {}): {}", FormatDuration(wr.wait_fn_ns),
+               "{}{} on {} (peers' median {}): {}", FormatDuration(wr.wait_fn_ns), ctx_.per(),
                job.WorkerName(w), FormatDuration(group_wait),
                wr.wait_fn_ns < group_wait ? "the others wait for it" : "no shorter than theirs")});
     }

@@ -46,6 +46,20 @@
 // job is not hung: it waits for work outside the training loop (or an endless loop: the
 // frames show which). BusyVerdict says so; a rank stuck in its own code without calls, or
 // without stacks, keeps the PT-HANG verdict above.
+//
+// How long busy stands in for progress. An endless Python loop is busy at every look, and
+// the detector fires once per silence: without a bound it would never be a hang. Real jobs
+// are busy without a marker for long, though (torch.profiler's post-processing 30+ s on an
+// H200 host, a checkpoint's pickling, an evaluation pass, torch.compile), and a false hang
+// is as bad as a miss. The bound is relative to the silence that made the hang trigger, the
+// detector's own limit for this job (max(4 x its mean iteration, 1.5 x its longest, the
+// minimum silence, 30 s by default)): kBusyLimitFactor (10) times it. With the default
+// minimum that is 5 minutes for any job whose iterations are under 7.5 s, an order of
+// magnitude above the pauses seen, and half of NCCL's watchdog (10 minutes), which kills
+// the waiting ranks without saying why; a job with 60 s iterations gets 40 minutes. A busy
+// rank whose last progress is at least that long ago is hung: PT-HANG of the kind "busy: no
+// iteration progress", with the frames it loops in. (The coordinator looks again when the
+// bound is reached: server/window_coordinator.h.)
 #include "perftracker/localize/hang_analyzer.h"
 
 #include <fmt/format.h>
@@ -62,6 +76,7 @@ namespace {
 
 constexpr size_t kUserFramesShown = 3;
 constexpr size_t kBusyFramesShown = 4;
+constexpr size_t kBusyFramesInTitle = 2;
 constexpr size_t kStackFramesShown = 12;
 
 std::string_view Trim(std::string_view s) {
@@ -260,6 +275,12 @@ std::vector<Classified> ClassifyAll(const Ranks& ranks) {
   return all;
 }
 
+// A busy rank whose last progress is at least limit_ns ago (limit 0: never).
+bool BusyTooLong(const Classified& c, int64_t now_ns, int64_t limit_ns) {
+  return c.busy && limit_ns > 0 && c.last_progress_ns > 0 &&
+         now_ns - c.last_progress_ns >= limit_ns;
+}
+
 // "ranks 0, 1, 3 wait in all_reduce; rank 2 waits in barrier".
 std::string WaitPhrase(const std::map<std::string, std::vector<int32_t>>& by_wait) {
   std::string phrase;
@@ -273,9 +294,9 @@ std::string WaitPhrase(const std::map<std::string, std::vector<int32_t>>& by_wai
 // Where a busy main thread runs: its innermost frames outside the standard library,
 // outermost first ("profiler.py:665 _parse_kineto_results > profiler_util.py:649 __init__
 // > ..."), and the innermost user frame they were called from when it is not among them.
-std::string BusyFrames(const Classified& c) {
+std::string BusyFrames(const Classified& c, size_t max_frames = kBusyFramesShown) {
   std::vector<const StackFrame*> shown;
-  for (size_t i = c.frames.size(); i-- > 0 && shown.size() < kBusyFramesShown;) {
+  for (size_t i = c.frames.size(); i-- > 0 && shown.size() < max_frames;) {
     if (!IsStdlib(c.frames[i])) shown.push_back(&c.frames[i]);
   }
   if (shown.empty() && !c.frames.empty()) shown.push_back(&c.frames.back());
@@ -411,11 +432,18 @@ void HangAnalyzer::AddRank(int32_t rank, std::optional<std::string> stacks,
   ranks_.push_back(std::move(r));
 }
 
+int64_t HangAnalyzer::BusyLimitNs(int64_t trigger_silence_ns) {
+  return trigger_silence_ns > 0 ? kBusyLimitFactor * trigger_silence_ns : 0;
+}
+
 std::string HangAnalyzer::BusyVerdict(int64_t now_ns) const {
   const std::vector<Classified> all = ClassifyAll(ranks_);
   std::vector<const Classified*> busy;
   std::map<std::string, std::vector<int32_t>> by_wait;
   for (const auto& c : all) {
+    if (c.busy && BusyTooLong(c, now_ns, busy_limit_ns_)) {
+      return "";  // busy past the bound without an iteration: a hang (Analyze says so)
+    }
     if (c.busy) {
       busy.push_back(&c);
     } else if (c.where == Where::kWaiting) {
@@ -476,6 +504,8 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
     return out;
   };
 
+  // A rank stuck without running is what the others wait for before a busy one: it leads.
+  std::stable_partition(own.begin(), own.end(), [](const Classified* c) { return !c->busy; });
   std::vector<const Classified*> culprits, victims;
   std::string verdict;
   if (!own.empty() && !waiting.empty()) {
@@ -528,7 +558,34 @@ Finding HangAnalyzer::Analyze(int64_t now_ns, int64_t mean_iteration_ns) const {
     f.function_key = FrameText(*top);
     f.resource = worst->data_loader ? "data loader" : "the rank's own code";
     const std::string at = fmt::format("{}:{} {}", Basename(top->file), top->line, top->function);
-    if (waiting.empty()) {
+    if (worst->busy) {
+      // Busy past the bound (every own-code culprit is busy: a stuck one would lead). The
+      // kind of hang first, then where it loops and how much it ran.
+      f.resource = "the rank's own code (busy: no iteration progress)";
+      const std::string ran = fmt::format("{} calls in the {} window", worst->main_calls,
+                                          FormatDuration(static_cast<double>(worst->window_ns)));
+      f.title = fmt::format(
+          "{} hang{} busy: no iteration progress{} while {} main thread{} {} Python code in {}, "
+          "{}{}{}",  // in: its two innermost frames outside the standard library
+          who, culprits.size() == 1 ? "s" : "",
+          f.lost_ns_per_iteration > 0
+              ? fmt::format(" for {}", FormatDuration(f.lost_ns_per_iteration))
+              : "",
+          culprits.size() == 1 ? "its" : "their", culprits.size() == 1 ? "" : "s",
+          culprits.size() == 1 ? "runs" : "run", BusyFrames(*worst, kBusyFramesInTitle), ran,
+          culprits.size() == 1 ? "" : fmt::format(" on rank {}", worst->rank),
+          waiting.empty() ? "" : "; " + wait_phrase);
+      std::string bound = "busy work stands in for progress";
+      if (busy_limit_ns_ > 0) {
+        bound = fmt::format(
+            "busy work stands in for progress for at most {} ({}x the silence that made the "
+            "hang trigger)",
+            FormatDuration(static_cast<double>(busy_limit_ns_)), kBusyLimitFactor);
+      }
+      f.evidence.push_back(
+          {"busy: no iteration progress", fmt::format("rank {}: {}; {}", worst->rank, ran, bound)});
+      f.evidence.push_back({fmt::format("where rank {} loops", worst->rank), BusyFrames(*worst)});
+    } else if (waiting.empty()) {
       f.title = fmt::format("the job hangs: {} {} stuck in {} own code (e.g. {}){}", who,
                             culprits.size() == 1 ? "is" : "are",
                             culprits.size() == 1 ? "its" : "their", at, silence);

@@ -65,8 +65,20 @@ class HangAnalyzer {
   std::string BusyVerdict(int64_t now_ns) const;
 
   // The PT-HANG finding at now_ns (culprits in workers, the ranks waiting for them in
-  // victims). mean_iteration_ns (0 = unknown) only scales the evidence.
+  // victims). mean_iteration_ns (0 = unknown) only scales the evidence. A culprit that is
+  // busy past the busy limit is a hang of its own kind: "busy: no iteration progress".
   Finding Analyze(int64_t now_ns, int64_t mean_iteration_ns = 0) const;
+
+  // How long a busy main thread may stand in for progress: a rank whose last progress is
+  // at least this long ago is hung even while busy (an endless loop: it runs, and no
+  // iteration ever completes); BusyVerdict then says nothing, and Analyze reports it. 0 (the
+  // default): no bound. See hang_analyzer.cc, "How long busy stands in for progress".
+  void set_busy_limit_ns(int64_t limit_ns) { busy_limit_ns_ = limit_ns; }
+  // The bound for a job whose hang trigger came after trigger_silence_ns without progress
+  // (the detector's own limit: max(hang_factor x its mean iteration, 1.5 x the longest,
+  // the minimum silence)): kBusyLimitFactor times it; 0 when the silence is unknown (<= 0).
+  static int64_t BusyLimitNs(int64_t trigger_silence_ns);
+  static constexpr int64_t kBusyLimitFactor = 10;
 
   // A main thread that recorded at least this many Python calls per second of the window
   // (and kBusyMinCalls) beyond its own open frames runs code; it does not wait. A thread
@@ -87,6 +99,7 @@ class HangAnalyzer {
     int64_t window_ns = 0;
   };
   std::vector<Rank> ranks_;
+  int64_t busy_limit_ns_ = 0;
 };
 
 }  // namespace perftracker

@@ -500,6 +500,73 @@ TEST(HangAnalyzerTest, GenuineDdpHangWithItsWindowIsStillAHang) {
   EXPECT_THAT(f.victims, ElementsAre(0));
 }
 
+TEST(HangAnalyzerTest, BusyPastTheBoundIsAHangNamingTheRankAndWhereItLoops) {
+  // An endless Python loop is busy at every look: busy stands in for progress only up to the
+  // bound, 10 x the silence that made the hang trigger (3 s here: 30 s).
+  EXPECT_EQ(HangAnalyzer::BusyLimitNs(3 * kSec), 30 * kSec);
+  EXPECT_EQ(HangAnalyzer::BusyLimitNs(0), 0);
+  const WorkerSummary busy_window = WindowOf(2 * kSec, {{kProfilerPath, 9'000}});
+  const WorkerSummary waiting_window = WindowOf(2 * kSec, {{{"<module> (train.py:1)"}, 1}});
+  auto analyzer = [&](int64_t silence_ns) {
+    HangAnalyzer h;
+    h.set_busy_limit_ns(HangAnalyzer::BusyLimitNs(3 * kSec));
+    h.AddRank(0, kWaitingInAllReduce, kNow - silence_ns, &waiting_window);
+    h.AddRank(1, kBusyInProfilerPostProcessing, kNow - silence_ns, &busy_window);
+    return h;
+  };
+  // Within the bound: a pause for work outside the training loop.
+  EXPECT_THAT(analyzer(29 * kSec).BusyVerdict(kNow),
+              HasSubstr("rank 1 made no iteration progress for 29.0 s while its main thread "
+                        "was busy"));
+  // Past it: a hang, of its own kind.
+  const HangAnalyzer past = analyzer(31 * kSec);
+  EXPECT_EQ(past.BusyVerdict(kNow), "");
+  const Finding f = past.Analyze(kNow);
+  EXPECT_EQ(f.code, "PT-HANG");
+  EXPECT_THAT(f.workers, ElementsAre(1));
+  EXPECT_THAT(f.victims, ElementsAre(0));
+  EXPECT_EQ(f.resource, "the rank's own code (busy: no iteration progress)");
+  EXPECT_THAT(f.title, HasSubstr("rank 1 hangs busy: no iteration progress for 31.0 s while its "
+                                 "main thread runs Python code in profiler_util.py:649 __init__ "
+                                 "> profiler_util.py:538 __init__ (called from live_job.py:303 "
+                                 "run_rank), 9012 calls in the 2.00 s window; rank 0 waits in "
+                                 "all_reduce"));
+  EXPECT_EQ(f.function, "run_rank");
+  bool bound = false, loops = false;
+  for (const Evidence& e : f.evidence) {
+    if (e.label == "busy: no iteration progress") {
+      bound = true;
+      EXPECT_THAT(e.value, HasSubstr("at most 30.0 s (10x the silence that made the hang "
+                                     "trigger)"));
+    }
+    if (e.label == "where rank 1 loops") {
+      loops = true;
+      EXPECT_THAT(e.value, HasSubstr("profiler_util.py:538 __init__ (called from live_job.py:303 "
+                                     "run_rank)"));
+    }
+  }
+  EXPECT_TRUE(bound && loops);
+  // No bound set (a caller that does not know the trigger's silence): busy as before.
+  HangAnalyzer unbounded;
+  unbounded.AddRank(1, kBusyInProfilerPostProcessing, kNow - 3600 * kSec, &busy_window);
+  EXPECT_NE(unbounded.BusyVerdict(kNow), "");
+}
+
+TEST(HangAnalyzerTest, AStuckRankLeadsABusyOnePastTheBound) {
+  // Rank 3 sleeps (it runs nothing): it is what the others wait for, whatever rank 1 does.
+  const WorkerSummary busy_window = WindowOf(2 * kSec, {{kProfilerPath, 9'000}});
+  const WorkerSummary stuck_window = WindowOf(
+      2 * kSec,
+      {{{"<module> (train.py:1)", "main (train.py:100)", "Block2.forward (train.py:30)"}, 1}});
+  HangAnalyzer h;
+  h.set_busy_limit_ns(30 * kSec);
+  h.AddRank(1, kBusyInProfilerPostProcessing, kNow - 40 * kSec, &busy_window);
+  h.AddRank(3, kStuckInForward, kNow - 40 * kSec, &stuck_window);
+  const Finding f = h.Analyze(kNow);
+  EXPECT_EQ(f.resource, "the rank's own code");
+  EXPECT_THAT(f.title, Not(HasSubstr("busy")));
+}
+
 TEST(HangAnalyzerTest, APollingWaitIsNotBusy) {
   // A few hundred calls a second (a loop around a short sleep) wait; they do not run.
   const WorkerSummary polling = WindowOf(2 * kSec, {{kProfilerPath, 400}});

@@ -75,10 +75,12 @@ class Localizer::Impl {
   const LocalizerOptions& options() const { return options_; }
 
   void Add(const WorkerSummary& worker) {
+    with_iterations_ += !worker.iterations.empty();
     job_.Add(worker, notes_);
     hardware_.Add(worker, job_.LastP50s());
   }
   void AddNote(std::string note) { notes_.push_back(std::move(note)); }
+  void MarkHangWindow() { hang_window_ = true; }
   Diagnosis Finish();
 
  private:
@@ -90,7 +92,9 @@ class Localizer::Impl {
   LocalizerOptions options_;
   std::vector<std::string> notes_;
   localize::JobTable job_;
-  HardwareFindings hardware_;  // hardware evidence: GPU clocks, links, NICs
+  HardwareFindings hardware_;   // hardware evidence: GPU clocks, links, NICs
+  size_t with_iterations_ = 0;  // workers that completed an iteration in the window
+  bool hang_window_ = false;
 };
 
 Diagnosis Localizer::Impl::Finish() {
@@ -106,6 +110,7 @@ Diagnosis Localizer::Impl::Finish() {
   RuleContext ctx;
   ctx.job = &job_;
   ctx.options = &options_;
+  ctx.window_only = with_iterations_ == 0;
   {
     std::vector<float> iters;
     for (const auto& wr : job_.workers()) {
@@ -114,7 +119,7 @@ Diagnosis Localizer::Impl::Finish() {
     ctx.iteration_ns = MedianInPlace(iters);
   }
   d.median_iteration_ns = ctx.iteration_ns;
-  CheckDataQuality(job_, d);
+  CheckDataQuality(job_, d, hang_window_);
   if (ctx.iteration_ns <= 0) {
     d.notes.push_back(
         "no iteration or window times in any summary: nothing to compare "
@@ -214,6 +219,7 @@ Localizer::Localizer(LocalizerOptions options) : impl_(std::make_unique<Impl>(op
 Localizer::~Localizer() = default;
 void Localizer::Add(const WorkerSummary& worker) { impl_->Add(worker); }
 void Localizer::AddNote(std::string note) { impl_->AddNote(std::move(note)); }
+void Localizer::MarkHangWindow() { impl_->MarkHangWindow(); }
 Diagnosis Localizer::Finish() {
   Diagnosis d = impl_->Finish();
   impl_ = std::make_unique<Impl>(impl_->options());

@@ -43,6 +43,13 @@ class Localizer {
   void Add(const WorkerSummary& worker);
   // Adds a note the report shows (a skipped file, a missing worker).
   void AddNote(std::string note);
+  // The window was taken for a hang (live mode): a rank stuck in a call that never returns
+  // (in its own code, or waiting in C++ in a collective for a rank that is) has its calls
+  // still open at the window's end, so its summary may hold no function and no iteration.
+  // That is the hang's doing, not lost data: the data-quality rule words it for a hang, and
+  // a badly incomplete profile is a note, not a PT-INCOMPLETE-DATA finding (the hang, which
+  // the caller adds, leads the report).
+  void MarkHangWindow();
   // The diagnosis of everything added. Leaves the localizer as constructed (its tables, one
   // record per (worker, function), are freed: a report rendered next does not hold them).
   Diagnosis Finish();

@@ -1384,6 +1384,55 @@ TEST(Localizer, KeysGivenOrDerivedNameTheSameFunction) {
 // ---------------------------------------------------------------------------------------
 // Expectations: problems every worker shares.
 
+// A window in which no rank completed an iteration (a hang window: 1 s; each rank's GC
+// pauses took gc_ms of it). Regression: PT-GC said "120 ms/iter (12% of the iteration)" of
+// a window without an iteration: a share per iteration needs iterations.
+Diagnosis WindowWithoutIterations(double gc_ms) {
+  Localizer loc;
+  for (int r = 0; r < 4; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.iterations = 1;  // Build's totals are then the window's; the iteration goes below
+    w.iteration_ms = 1000;
+    w.fn("python:main") = {"python:main", 900, 1};
+    w.fn("gc:gc.collect") = {"gc:gc.collect", gc_ms, 3};
+    WorkerSummary s = Build(w);
+    s.iterations.clear();
+    loc.Add(s);
+  }
+  return loc.Finish();
+}
+
+TEST(Localizer, AWindowWithoutAnIterationSaysGcTimeOverItsWallTimeNotPerIteration) {
+  const Diagnosis d = WindowWithoutIterations(120);
+  SCOPED_TRACE(Describe(d));
+  const Finding* gc = FindCode(d, "PT-GC");
+  ASSERT_NE(gc, nullptr);
+  EXPECT_THAT(gc->title, HasSubstr("garbage-collector pauses cost 120 ms in the window (12% of "
+                                   "the window's wall time, all workers)"));
+  // Material by its share of the wall time: GC pauses stop the thread, training or not.
+  EXPECT_TRUE(gc->material);
+  EXPECT_TRUE(HasEvidence(*gc, "GC pauses in the window: 120 ms"));
+  EXPECT_TRUE(HasEvidence(*gc, "window's wall time (median; no iteration completed): 1.00 s"));
+  for (const Finding& f : d.findings) {
+    for (const std::string& text : {f.title, [&] {
+                                      std::string all;
+                                      for (const Evidence& e : f.evidence)
+                                        all += e.label + ": " + e.value + "\n";
+                                      return all;
+                                    }()}) {
+      EXPECT_THAT(text, Not(HasSubstr("/iter")));
+      EXPECT_THAT(text, Not(HasSubstr("per iteration")));
+      EXPECT_THAT(text, Not(HasSubstr("of the iteration")));
+    }
+  }
+  // 2 % of the wall time: reported, not material.
+  const Diagnosis quiet = WindowWithoutIterations(20);
+  const Finding* minor = FindCode(quiet, "PT-GC");
+  ASSERT_NE(minor, nullptr);
+  EXPECT_FALSE(minor->material);
+}
+
 TEST(Localizer, ExpectationChecksFindJobWideProblems) {
   std::vector<WorkerSpec> specs;
   for (int r = 0; r < 4; ++r) {

@@ -36,6 +36,18 @@ struct RuleContext {
   double iteration_ns = 0;  // the job's median iteration
   double material_ns = 0;   // options->material_share of it
   double report_ns = 0;     // options->report_share of it
+  // No worker completed an iteration (a hang window, the job's start or end): each worker's
+  // one "iteration" is its whole window (JobTable divides by one), so iteration_ns is the
+  // median window's wall time, a time is the window's, a share is of its wall time, and a
+  // finding is material when it takes material_share of that wall time. Rules word it so:
+  // nothing is "per iteration" then (the phrases below).
+  bool window_only = false;
+  // After a time: "/iter", or " in the window".
+  const char* per() const { return window_only ? " in the window" : "/iter"; }
+  // After a count or a label: " per iteration", or " in the window".
+  const char* per_word() const { return window_only ? " in the window" : " per iteration"; }
+  // After a share: "of the iteration", or "of the window's wall time".
+  const char* of() const { return window_only ? "of the window's wall time" : "of the iteration"; }
 };
 
 }  // namespace perftracker::localize

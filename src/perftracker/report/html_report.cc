@@ -314,12 +314,19 @@ class HtmlWriter {
         "<code class=\"code\">{}</code><span class=\"badge cat-{}\">{}</span>"
         "<span class=\"who\">{}</span></div><h3>{}</h3>",
         index + 1, EscapeHtml(f.code), cat, cat, Workers(f.workers), EscapeHtml(f.title));
+    // A hang's time is its silence; a window without a completed iteration has no
+    // per-iteration time (ReportModel::LostPhrase says what is known).
+    const bool per_iteration = !model_.window_only() && f.category != FindingCategory::kHang;
     out_ += fmt::format(
-        "<div class=\"lost\"><div class=\"bar\" title=\"{} of the median iteration\">"
-        "<i style=\"width:{:.1f}%\"></i></div><span><b>{}</b> lost per iteration · "
-        "<b>{}</b> of iteration time</span></div>",
-        FormatShare(share), std::max(share * 100, 0.5),
-        EscapeHtml(FormatDuration(Finite(f.lost_ns_per_iteration))), FormatShare(share));
+        "<div class=\"lost\"><div class=\"bar\" title=\"{} of {}\">"
+        "<i style=\"width:{:.1f}%\"></i></div><span>{}</span></div>",
+        FormatShare(share),
+        model_.window_only() ? "the window's wall time" : "the median iteration",
+        std::max(share * 100, 0.5),
+        per_iteration ? fmt::format("<b>{}</b> lost per iteration · <b>{}</b> of iteration time",
+                                    EscapeHtml(FormatDuration(Finite(f.lost_ns_per_iteration))),
+                                    FormatShare(share))
+                      : "<b>" + EscapeHtml(model_.LostPhrase(f)) + "</b>");
     out_ += "<div class=\"body\"><div>";
     out_ += "<dl class=\"facts\">";
     out_ += "<dt>Workers</dt><dd>" + Workers(f.workers) + "</dd>";
@@ -355,8 +362,11 @@ class HtmlWriter {
     const Diagnosis& d = model_.diagnosis();
     out_ += "<section><h2>Findings</h2>";
     if (model_.top()) {
-      out_ += "<p class=\"sub\">Ranked by the time they cost each iteration.</p>"
-              "<div class=\"cards\">";
+      out_ += model_.window_only()
+                  ? "<p class=\"sub\">Ranked by the time they cost in the window (no iteration "
+                    "completed).</p><div class=\"cards\">"
+                  : "<p class=\"sub\">Ranked by the time they cost each iteration.</p>"
+                    "<div class=\"cards\">";
       for (size_t i = 0; i < d.findings.size(); ++i) {
         if (d.findings[i].material) Card(d.findings[i], i);
       }

@@ -112,6 +112,9 @@ ReportModel::ReportModel(const ReportInput& input)
     std::stable_sort(workers_.begin(), workers_.end(),
                      [](const WorkerRow& a, const WorkerRow& b) { return a.rank < b.rank; });
     for (size_t i = 0; i < workers_.size(); ++i) row_of_rank_.emplace(workers_[i].rank, i);
+    window_only_ =
+        !workers_.empty() && std::all_of(workers_.begin(), workers_.end(),
+                                         [](const WorkerRow& w) { return w.iterations == 0; });
   }
 
   num_workers_ = diagnosis_->num_workers > 0 ? diagnosis_->num_workers
@@ -138,10 +141,12 @@ WorkerRole ReportModel::RoleOf(int32_t rank) const {
 }
 
 std::string ReportModel::Verdict() const {
+  // Where no worker completed an iteration the "iteration" is the window.
   const std::string median =
-      median_iteration_ns_ > 0
-          ? fmt::format(" (median iteration {})", FormatDuration(median_iteration_ns_))
-          : "";
+      median_iteration_ns_ <= 0 ? ""
+      : window_only_            ? fmt::format(" (a {} window, no iteration completed)",
+                                              FormatDuration(median_iteration_ns_))
+                     : fmt::format(" (median iteration {})", FormatDuration(median_iteration_ns_));
   if (!top_) {
     if (num_workers_ <= 0) return "nothing to diagnose: no worker data was given";
     if (num_workers_ == 1) return "no material finding on the single worker" + median;
@@ -174,15 +179,41 @@ std::string ReportModel::Sentence(const Finding& finding) const {
   }
   const double share = Finite(finding.lost_share);
   const double lost = Finite(finding.lost_ns_per_iteration);
-  if (share > 0 && title.find(FormatShare(share)) != std::string::npos) {
+  if (finding.category == FindingCategory::kHang) {
+    // A hang's time is its silence (the title says how long), not a cost per iteration.
+  } else if (share > 0 && title.find(FormatShare(share)) != std::string::npos) {
     // The title already says what it costs.
   } else if (share > 0) {
-    sentence += fmt::format(", costing {} of each iteration", FormatShare(share));
+    sentence += fmt::format(", costing {} {}", FormatShare(share),
+                            window_only_ ? "of the window's wall time" : "of each iteration");
     if (lost > 0) sentence += fmt::format(" ({})", FormatDuration(lost));
   } else if (lost > 0) {
-    sentence += fmt::format(", costing {} per iteration", FormatDuration(lost));
+    sentence += fmt::format(", costing {} {}", FormatDuration(lost),
+                            window_only_ ? "in the window" : "per iteration");
   }
   return sentence;
+}
+
+std::string ReportModel::LostPhrase(const Finding& f) const {
+  const double lost = Finite(f.lost_ns_per_iteration);
+  const double share = Finite(f.lost_share);
+  if (f.category == FindingCategory::kHang) {
+    return lost > 0 ? "no progress for " + FormatDuration(lost) : "not estimated";
+  }
+  if (lost <= 0 && share <= 0) return "not estimated";
+  if (window_only_) {
+    return fmt::format("{} in the window, {} of its wall time (no iteration completed)",
+                       FormatDuration(lost), FormatShare(share));
+  }
+  return fmt::format("{} per iteration, {} of iteration time", FormatDuration(lost),
+                     FormatShare(share));
+}
+
+std::string ReportModel::ShortLostPhrase(const Finding& f) const {
+  const double lost = Finite(f.lost_ns_per_iteration);
+  if (f.category == FindingCategory::kHang) return "no progress for " + FormatDuration(lost);
+  return fmt::format("{}{} ({})", FormatDuration(lost), window_only_ ? " in the window" : "/iter",
+                     FormatShare(Finite(f.lost_share)));
 }
 
 std::vector<size_t> ReportModel::SelectWorkers(size_t max_rows) const {

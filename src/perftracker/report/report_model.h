@@ -64,6 +64,17 @@ class ReportModel {
   // Without a material finding: the first minor one that names some workers but not all
   // (a straggler that costs the job little), or nullptr when none does.
   const Finding* minor_straggler() const { return minor_straggler_; }
+  // No worker completed an iteration in the window (a hang window, the job's start or end;
+  // known from the summaries): a finding's time is the window's, its share of the window's
+  // wall time, and nothing is "per iteration".
+  bool window_only() const { return window_only_; }
+  // What a finding costs, as the report's "lost" line says it: "1.2 ms per iteration, 3.0%
+  // of iteration time"; "1.2 ms in the window, 3.0% of its wall time (no iteration
+  // completed)"; for a hang "no progress for 31.0 s".
+  std::string LostPhrase(const Finding& finding) const;
+  // The short form for a one-line finding: "1.2 ms/iter (3.0%)", "1.2 ms in the window
+  // (3.0%)", "no progress for 31.0 s".
+  std::string ShortLostPhrase(const Finding& finding) const;
 
   // One sentence: "rank 2 is the straggler: <title>, costing 31% of each iteration
   // (12.8 ms)", "no material finding: rank 5 is the straggler: <title of the minor
@@ -100,6 +111,7 @@ class ReportModel {
   const Finding* top_ = nullptr;
   const Finding* minor_straggler_ = nullptr;
   size_t material_count_ = 0;
+  bool window_only_ = false;
   std::vector<WorkerRow> workers_;
   std::unordered_map<int32_t, WorkerRole> roles_;
   std::unordered_map<int32_t, size_t> row_of_rank_;

@@ -116,21 +116,13 @@ std::string WorkersOf(const Finding& f, int32_t num_workers, size_t max_chars) {
   return RanksLabel(f.workers, num_workers, max_chars);
 }
 
-std::string LostText(const Finding& f) {
-  const double lost = Finite(f.lost_ns_per_iteration);
-  const double share = Finite(f.lost_share);
-  if (lost <= 0 && share <= 0) return "not estimated";
-  return fmt::format("{} per iteration, {} of iteration time", FormatDuration(lost),
-                     FormatShare(share));
-}
-
 // "#4 PT-CODE rank 5 · fn · 1.2 ms/iter (3.0%)"
-std::string OneLiner(const Finding& f, size_t index, int32_t num_workers, size_t width) {
+std::string OneLiner(const report::ReportModel& model, const Finding& f, size_t index,
+                     int32_t num_workers, size_t width) {
   std::string s = fmt::format("#{} {} {}", index + 1, SanitizeText(f.code),
                               WorkersOf(f, num_workers, width / 3));
   if (!f.function.empty()) s += " · " + SanitizeText(f.function);
-  s += fmt::format(" · {}/iter ({})", FormatDuration(Finite(f.lost_ns_per_iteration)),
-                   FormatShare(Finite(f.lost_share)));
+  s += " · " + model.ShortLostPhrase(f);
   return s;
 }
 
@@ -158,7 +150,7 @@ std::vector<std::string> DetailedFinding(const report::ReportModel& model, const
     lines.push_back(w.Field("call path", ShortCallPath(SanitizeText(f.function_key), value_width)));
   }
   if (!f.resource.empty()) lines.push_back(w.Field("resource", SanitizeText(f.resource)));
-  lines.push_back(w.Field("lost", LostText(f), f.material ? kBold : nullptr));
+  lines.push_back(w.Field("lost", model.LostPhrase(f), f.material ? kBold : nullptr));
   if (!f.victims.empty()) {
     std::string victims = RanksLabel(f.victims, n, value_width / 2);
     const bool one = f.victims.size() == 1;
@@ -212,7 +204,10 @@ std::string RenderText(const ReportInput& input, const TextOptions& options) {
   std::vector<std::string> context;
   if (n > 0) context.push_back(fmt::format("{} worker{}", n, n == 1 ? "" : "s"));
   if (model.median_iteration_ns() > 0) {
-    context.push_back("median iteration " + FormatDuration(model.median_iteration_ns()));
+    context.push_back(model.window_only()
+                          ? "no iteration completed in the " +
+                                FormatDuration(model.median_iteration_ns()) + " window"
+                          : "median iteration " + FormatDuration(model.median_iteration_ns()));
   }
   const size_t minor_count = d.findings.size() - model.material_count();
   context.push_back(fmt::format("{} finding{} ({} material)", d.findings.size(),
@@ -234,8 +229,8 @@ std::string RenderText(const ReportInput& input, const TextOptions& options) {
                                            minor_count, minor_count == 1 ? "" : "s"),
                                kBold}}));
     for (size_t j = 0; j < minor.size() && j < kMinorShown; ++j) {
-      tail.push_back(
-          w.Compose({{kIndent + OneLiner(d.findings[minor[j]], minor[j], n, width), nullptr}}));
+      tail.push_back(w.Compose(
+          {{kIndent + OneLiner(model, d.findings[minor[j]], minor[j], n, width), nullptr}}));
     }
     if (minor.size() > kMinorShown) {
       tail.push_back(w.Compose(
@@ -292,7 +287,7 @@ std::string RenderText(const ReportInput& input, const TextOptions& options) {
     const size_t end = std::min(material.size(), j + kOtherMaterialShown);
     for (size_t k = j; k < end; ++k) {
       body.push_back(w.Compose(
-          {{kIndent + OneLiner(d.findings[material[k]], material[k], n, width), nullptr}}));
+          {{kIndent + OneLiner(model, d.findings[material[k]], material[k], n, width), nullptr}}));
     }
     if (material.size() > end) {
       body.push_back(w.Compose({{fmt::format("{}… and {} more (--format json lists all)", kIndent,

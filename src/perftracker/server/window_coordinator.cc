@@ -297,6 +297,7 @@ void WindowCoordinator::OnTrainingEnded(int32_t rank, const std::string& detail)
   if (it == workers_.end()) return;
   it->second.ended_ns = RealtimeNs();
   it->second.ended_detail = detail.empty() ? "its training ended" : detail;
+  busy_recheck_.reset();  // a job that ends is silent, not hung
   cv_.notify_all();
 }
 
@@ -313,6 +314,7 @@ void WindowCoordinator::OnIteration(int32_t rank, int64_t end_ns, int64_t durati
     hang_report_window_ = 0;
     cv_.notify_all();
   }
+  if (busy_recheck_ && end_ns > busy_recheck_->trigger_ns) busy_recheck_.reset();  // progress
   Worker& worker = workers_[rank];
   if (worker.ended_ns != 0 && end_ns > worker.ended_ns) worker.ended_ns = 0;  // trains again
   auto& iterations = worker.iterations;
@@ -770,8 +772,40 @@ std::string WindowCoordinator::StacksMovedLocked() const {
   return "";
 }
 
+int64_t WindowCoordinator::BusyLimitOf(const OpenWindow& w,
+                                       const std::map<int32_t, Worker>& workers) {
+  if (w.busy_limit_ns > 0) return w.busy_limit_ns;  // a recheck keeps its trigger's limit
+  // The silence that made the trigger: since the earliest last progress (the rank that
+  // stopped first is the one whose detector fired).
+  int64_t earliest = 0;
+  for (int32_t rank : w.expected) {
+    auto it = workers.find(rank);
+    if (it == workers.end() || it->second.iterations.empty()) continue;
+    const int64_t last = it->second.iterations.back().first;
+    earliest = earliest == 0 ? last : std::min(earliest, last);
+  }
+  if (earliest == 0 || w.hang_trigger_ns <= earliest) return 0;
+  return HangAnalyzer::BusyLimitNs(w.hang_trigger_ns - earliest);
+}
+
+std::optional<WindowCoordinator::BusyRecheck> WindowCoordinator::BusyRecheckOf(
+    const OpenWindow& w, const std::map<int32_t, Worker>& workers) {
+  // A recheck schedules none (its verdict is final), and it is due when every rank's
+  // silence has reached the limit: from the latest last progress.
+  const int64_t limit = BusyLimitOf(w, workers);
+  if (limit <= 0 || w.busy_recheck) return std::nullopt;
+  int64_t latest = 0;
+  for (int32_t rank : w.expected) {
+    auto it = workers.find(rank);
+    if (it == workers.end() || it->second.iterations.empty()) continue;
+    latest = std::max(latest, it->second.iterations.back().first);
+  }
+  if (latest == 0) return std::nullopt;
+  return BusyRecheck{w.spec.id, w.hang_trigger_ns, limit, latest + limit};
+}
+
 std::optional<WindowCoordinator::HangStep> WindowCoordinator::RetractHangLocked(
-    const std::string& why) {
+    const std::string& why, bool ran_without_progress) {
   OpenWindow& w = *window_;
   const std::string line =
       fmt::format("hang trigger of window {} retracted: {}: a pause, not a hang ({})", w.spec.id,
@@ -779,6 +813,7 @@ std::optional<WindowCoordinator::HangStep> WindowCoordinator::RetractHangLocked(
   Log(line);
   if (retracted_.size() < 64) retracted_.push_back(line);
   hang_window_taken_ = false;  // a later hang is still never refused
+  if (ran_without_progress) busy_recheck_ = BusyRecheckOf(w, workers_);
   if (w.opened_for == WindowReason::kHang) {
     HangStep step{collectors_, w.spec.id, false};
     window_.reset();
@@ -821,8 +856,9 @@ std::optional<WindowCoordinator::HangStep> WindowCoordinator::ConfirmHangLocked(
       return HangStep{collectors_, w.spec.id, true};
     case Phase::kSecondSample: {
       if (!StacksInLocked() && now_ns < w.deadline_ns) return std::nullopt;
-      if (const std::string moved = StacksMovedLocked(); !moved.empty()) {
-        return RetractHangLocked(moved);
+      // A recheck's rank is known to run: its stacks moving is no progress.
+      if (const std::string moved = w.busy_recheck ? "" : StacksMovedLocked(); !moved.empty()) {
+        return RetractHangLocked(moved, /*ran_without_progress=*/true);
       }
       w.hang_phase = Phase::kConfirmed;
       Log(
@@ -843,8 +879,11 @@ void WindowCoordinator::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   // Opens a window (lock held) and tells every collector, and for a hang asks for stacks,
   // with the lock released; false when OpenLocked refuses.
-  auto open_and_announce = [&](WindowReason reason, const std::string& what, int64_t now) {
+  auto open_and_announce = [&](WindowReason reason, const std::string& what, int64_t now,
+                               int64_t busy_limit_ns = 0) {
     if (!OpenLocked(reason, what, now)) return false;
+    window_->busy_limit_ns = busy_limit_ns;
+    window_->busy_recheck = busy_limit_ns > 0;
     const WindowSpec spec = window_->spec;
     const auto collectors = collectors_;
     lock.unlock();
@@ -882,6 +921,19 @@ void WindowCoordinator::Loop() {
       const auto [reason, what] = *pending_trigger_;
       pending_trigger_.reset();
       if (open_and_announce(reason, what, now)) continue;
+    }
+    if (busy_recheck_ && !window_ && !finalizing_ && now >= busy_recheck_->due_ns) {
+      // Busy for as long as it may stand in for progress, and still no iteration: looked at
+      // as a hang (the detector fires once per silence).
+      const BusyRecheck r = *busy_recheck_;
+      busy_recheck_.reset();
+      const std::string what = fmt::format(
+          "busy recheck: no iteration progress for {} (the hang trigger of window {} was "
+          "retracted as busy), the most that busy work stands in for progress ({}x the silence "
+          "that made that trigger)",
+          FormatDuration(static_cast<double>(now - (r.due_ns - r.limit_ns))), r.window,
+          HangAnalyzer::kBusyLimitFactor);
+      if (open_and_announce(WindowReason::kHang, what, now, r.limit_ns)) continue;
     }
     if (window_ && window_->stacks_requested &&
         window_->hang_phase != OpenWindow::HangPhase::kConfirmed) {
@@ -977,7 +1029,8 @@ void WindowCoordinator::Flush(int64_t timeout_ns) {
   uint64_t id = 0;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    manual_done_ = true;  // no new manual window once the job is over
+    manual_done_ = true;    // no new manual window once the job is over
+    busy_recheck_.reset();  // nor a busy recheck
     if (window_ && window_->stacks_requested &&
         window_->hang_phase != OpenWindow::HangPhase::kConfirmed) {
       // The job ended before its hang was confirmed: it was not hung.
@@ -1119,6 +1172,7 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   const auto localize = [&]() -> Diagnosis {
     t_start = SteadyClock::now();
     Localizer localizer(options_.localizer);
+    if (w.stacks_requested) localizer.MarkHangWindow();
     for (const auto& s : summaries) localizer.Add(s);
     t_added = SteadyClock::now();
     no_iterations =
@@ -1300,8 +1354,10 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   }
   const auto t_localized = SteadyClock::now();
   std::string busy;  // the hang window found its job busy, not hung
+  std::optional<BusyRecheck> recheck;
   if (w.stacks_requested) {
     HangAnalyzer hang;
+    hang.set_busy_limit_ns(BusyLimitOf(w, workers));
     std::vector<double> means;
     for (int32_t rank : w.expected) {
       auto st = w.stacks.find(rank);
@@ -1342,6 +1398,17 @@ void WindowCoordinator::Finalize(OpenWindow w) {
           w.spec.id, busy, w.hang_trigger);
       diagnosis.notes.insert(diagnosis.notes.begin(), busy);
       Log(busy);
+      recheck = BusyRecheckOf(w, workers);
+      if (recheck) {
+        Log(fmt::format(
+            "window {}: looking again in {} unless an iteration completes: busy work stands in "
+            "for progress for at most {} ({}x the silence that made the hang trigger)",
+            w.spec.id,
+            FormatDuration(
+                static_cast<double>(std::max<int64_t>(recheck->due_ns - RealtimeNs(), 0))),
+            FormatDuration(static_cast<double>(recheck->limit_ns)),
+            HangAnalyzer::kBusyLimitFactor));
+      }
     }
   }
 
@@ -1392,6 +1459,11 @@ void WindowCoordinator::Finalize(OpenWindow w) {
   if (!busy.empty()) {
     if (retracted_.size() < 64) retracted_.push_back(busy);
     hang_window_taken_ = false;  // as RetractHangLocked: a later hang is still never refused
+    // Unless an iteration came meanwhile (OnIteration cancels a recheck it finds).
+    const bool progressed = std::any_of(workers_.begin(), workers_.end(), [&](const auto& wk) {
+      return !wk.second.iterations.empty() && wk.second.iterations.back().first > w.hang_trigger_ns;
+    });
+    if (recheck && !progressed) busy_recheck_ = recheck;
   }
   if (w.stacks_requested && busy.empty()) {
     hang_report_window_ = w.spec.id;

@@ -30,6 +30,14 @@
 // the report must come quickly. Hang triggers of ranks whose training ended are ignored.
 // If the job makes progress again after a hang report, the report is retracted: rewritten
 // with the PT-HANG finding turned into a note (it was a long pause, not a hang).
+// Busy is not progress forever. A hang retracted because a rank's main thread ran (busy in
+// the window's summary, or its stacks moved between the samples) while no rank completed an
+// iteration is looked at again once every rank's silence reaches the busy limit
+// (HangAnalyzer::BusyLimitNs: 10 x the silence that made that trigger): a hang window opens
+// as if a trigger came (the detector fires once per silence), its stacks confirm no
+// progress (their moving is no progress now: the rank is known to run), and a rank still
+// busy is reported as PT-HANG, "busy: no iteration progress". An iteration, the end of a
+// rank's training or of the job cancels the look; a recheck schedules no other.
 // The HangAnalyzer (localize/) turns the stacks and each rank's last progress (its last
 // `iteration`) into the PT-HANG finding that leads the diagnosis; each rank's innermost
 // main-thread frames are notes, and the full stacks go to window-<id>-stacks.txt.
@@ -259,6 +267,18 @@ class WindowCoordinator : public CoordinatorLink {
     std::string hang_trigger;  // "rank 3: hang — no progress for 31.0 s ..."
     int64_t second_sample_ns = 0;
     std::map<int32_t, std::string> first_stacks;
+    // A busy recheck's window (see the header comment): its busy limit, and stacks that
+    // move between the samples are no progress. 0 / false in any other window.
+    int64_t busy_limit_ns = 0;
+    bool busy_recheck = false;
+  };
+  // A hang trigger retracted while a rank ran without progress: the job is looked at again
+  // at due_ns unless progress comes first (header comment, "Busy is not progress forever").
+  struct BusyRecheck {
+    uint64_t window = 0;     // the window whose trigger was retracted
+    int64_t trigger_ns = 0;  // its trigger: progress after it cancels the recheck
+    int64_t limit_ns = 0;    // HangAnalyzer::BusyLimitNs of that trigger's silence
+    int64_t due_ns = 0;      // the latest last progress + limit_ns
   };
 
   void Loop();
@@ -286,7 +306,15 @@ class WindowCoordinator : public CoordinatorLink {
   std::string StacksMovedLocked() const;
   int64_t ConfirmDelayLocked() const;
   // Retracts the open window's hang; returns the collectors to end a dropped window on.
-  std::optional<HangStep> RetractHangLocked(const std::string& why);
+  // ran_without_progress: a rank ran (its stacks moved) but none completed an iteration: a
+  // busy recheck is scheduled.
+  std::optional<HangStep> RetractHangLocked(const std::string& why,
+                                            bool ran_without_progress = false);
+  // The busy limit for `w`'s hang trigger (0: no rank's last progress is known), and the
+  // recheck that goes with it (nullopt when the limit is 0). workers: workers_ or a copy.
+  static int64_t BusyLimitOf(const OpenWindow& w, const std::map<int32_t, Worker>& workers);
+  static std::optional<BusyRecheck> BusyRecheckOf(const OpenWindow& w,
+                                                  const std::map<int32_t, Worker>& workers);
   // Rewrites the last hang report without its PT-HANG finding (coordinator thread).
   void RetractHangReport(const std::string& why);
   void Finalize(OpenWindow window);
@@ -356,6 +384,7 @@ class WindowCoordinator : public CoordinatorLink {
   uint64_t retract_report_window_ = 0;
   std::vector<std::string> retracted_;
   std::vector<WindowReport> reports_;
+  std::optional<BusyRecheck> busy_recheck_;
 };
 
 }  // namespace perftracker

@@ -833,6 +833,147 @@ TEST_F(WindowCoordinatorTest, AMainThreadBusyInTheSameFunctionIsNotAHang) {
   EXPECT_EQ(c1_.Started().size(), 2u) << "a later hang is still taken";
 }
 
+// A main thread that makes 5000 calls of Interval.__init__ in the 1 s window starting at
+// start_ns: busy running Python (hang_analyzer.h).
+WorkerSummary BusyWindow(int32_t rank, int64_t start_ns) {
+  FunctionTable table;
+  const uint32_t main = table.Intern(EventKind::kPythonCall, "main (train.py:40)");
+  const uint32_t init =
+      table.Intern(EventKind::kPythonCall, "Interval.__init__ (profiler_util.py:538)", main);
+  WindowSummarizer summarizer(&table);
+  for (int i = 0; i < 5000; ++i) {
+    Event e;
+    e.start_ns = start_ns + i * 200'000;
+    e.end_ns = e.start_ns + 100'000;
+    e.function_id = init;
+    e.kind = EventKind::kPythonCall;
+    e.track_id = 1;
+    summarizer.OnEvent(e);
+  }
+  WorkerSummary window = summarizer.Finish();
+  window.rank = rank;
+  window.window_start_ns = start_ns;
+  window.window_end_ns = start_ns + 1'000 * kMs;
+  return window;
+}
+
+const char* const kBusyInInterval =
+    "Thread 1 (MainThread) (most recent call last):\n"
+    "  File \"/job/train.py\", line 60, in main\n"
+    "    spin()\n"
+    "  File \"/usr/lib/python3/dist-packages/torch/autograd/profiler_util.py\", line 538, "
+    "in __init__\n"
+    "    def __init__(self, start, end):\n";
+
+TEST_F(WindowCoordinatorTest, AnEndlessBusyLoopIsAHangOnceBusyNoLongerStandsInForProgress) {
+  // The detector fires once per silence: a rank that loops in Python forever is busy at
+  // that one trigger and was never reported. Now the coordinator looks again when the silence
+  // reaches 10 x the silence that made the trigger (0.5 s here: at 5 s; the first report,
+  // within the bound, must come before, on a loaded machine too), and a rank still
+  // busy is PT-HANG "busy: no iteration progress" naming it and where it loops. Its stacks
+  // moving between the recheck's samples is no progress (it is known to run).
+  Start(Options());
+  Join(0, 1);
+  coordinator_->OnIteration(0, NowNs() - 500 * kMs, 100 * kMs);
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 0.5 s");
+  AnswerBothSamples(1, {{0, kBusyInInterval}});
+  coordinator_->OnSummary(1, BusyWindow(0, c1_.Started().back().start_ns));
+  ASSERT_TRUE(WaitForReports(1));
+  ASSERT_TRUE(OneRetractedHang("a pause for work outside the training loop, not a hang"))
+      << coordinator_->last_report()->text;
+  EXPECT_TRUE(LogContains("window 1: looking again in")) << "no recheck scheduled";
+  EXPECT_TRUE(LogContains("(10x the silence that made the hang trigger)"));
+  const Diagnosis busy = coordinator_->last_report()->diagnosis;
+  for (const Finding& f : busy.findings) EXPECT_NE(f.code, "PT-HANG") << f.title;
+  // The recheck: a hang window of its own, with stacks, at the limit.
+  ASSERT_TRUE(WaitForStackRequests(3, 15'000)) << "no recheck window";
+  ASSERT_EQ(c1_.Started().size(), 2u);
+  const WindowSpec recheck = c1_.Started().back();
+  EXPECT_TRUE(LogContains("busy recheck: no iteration progress for"));
+  coordinator_->OnStacks(recheck.id, 0, true, kBusyInInterval);
+  ASSERT_TRUE(WaitForStackRequests(4)) << "no second stack sample in the recheck";
+  coordinator_->OnStacks(recheck.id, 0, true,
+                         "Thread 1 (MainThread) (most recent call last):\n"
+                         "  File \"/job/train.py\", line 61, in main\n"
+                         "    spin()\n"
+                         "  File \"/job/train.py\", line 12, in spin\n"
+                         "    x = helper(x)\n");
+  coordinator_->OnSummary(recheck.id, BusyWindow(0, recheck.start_ns));
+  ASSERT_TRUE(WaitForReports(2));
+  const Diagnosis d = coordinator_->last_report()->diagnosis;
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& hang = d.findings[0];
+  EXPECT_EQ(hang.code, "PT-HANG");
+  EXPECT_EQ(hang.workers, std::vector<int32_t>{0});
+  EXPECT_EQ(hang.resource, "the rank's own code (busy: no iteration progress)");
+  EXPECT_NE(hang.title.find("rank 0 hangs busy: no iteration progress for"), std::string::npos)
+      << hang.title;
+  EXPECT_NE(hang.title.find("Python code in train.py:61 main > train.py:12 spin, 5000 calls in "
+                            "the 1.00 s window"),
+            std::string::npos)
+      << hang.title;
+  EXPECT_EQ(coordinator_->retracted_hangs().size(), 1u);
+}
+
+TEST_F(WindowCoordinatorTest, ARankWaitingInCxxDoesNotMakeAHangWindowLeadWithIncompleteData) {
+  // Regression (e2e busy test): rank 1 waits in DDP's all-reduce, in C++; none of its calls
+  // returns in the hang window, so its summary holds no function and no iteration. The
+  // window's report led with "rank 1: profile badly incomplete"; it is the hang's doing: a
+  // note worded for a hang, and the report leads with the hang (here: its retraction, rank 0
+  // busy; and a PT-HANG when rank 0 is stuck).
+  Start(Options());
+  Join(0, 2);
+  Join(1, 2);
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
+  const std::string waiting =
+      "Thread 2 (MainThread) (most recent call last):\n"
+      "  File \"/job/train.py\", line 50, in main\n"
+      "    loss.backward()\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/_tensor.py\", line 488, in backward\n"
+      "    torch.autograd.backward(\n";
+  AnswerBothSamples(1, {{0, kBusyInInterval}, {1, waiting}});
+  const int64_t start = c1_.Started().back().start_ns;
+  WorkerSummary nothing;  // no call returned, no iteration
+  nothing.rank = 1;
+  nothing.window_start_ns = start;
+  nothing.window_end_ns = start + 1'000 * kMs;
+  coordinator_->OnSummary(1, BusyWindow(0, start));
+  coordinator_->OnSummary(1, nothing);
+  ASSERT_TRUE(WaitForReports(1));
+  const WindowReport report = *coordinator_->last_report();
+  for (const Finding& f : report.diagnosis.findings) {
+    EXPECT_NE(f.code, "PT-INCOMPLETE-DATA") << f.title;
+  }
+  EXPECT_EQ(report.text.find("badly incomplete"), std::string::npos) << report.text;
+  ASSERT_FALSE(report.diagnosis.notes.empty());
+  EXPECT_NE(report.diagnosis.notes[0].find("rank 0 made no iteration progress"), std::string::npos);
+  bool said = false;
+  for (const std::string& n : report.diagnosis.notes) {
+    said |= n.find(
+                "rank 1: no call returned in the hang window (no functions and no "
+                "iterations in its summary): its calls are still open") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << report.text;
+}
+
+TEST_F(WindowCoordinatorTest, AnIterationAfterABusyPauseCancelsTheRecheck) {
+  Start(Options());
+  Join(0, 1);
+  const int64_t last_progress = NowNs() - 500 * kMs;
+  coordinator_->OnIteration(0, last_progress, 100 * kMs);
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 0.5 s");
+  AnswerBothSamples(1, {{0, kBusyInInterval}});
+  coordinator_->OnSummary(1, BusyWindow(0, c1_.Started().back().start_ns));
+  ASSERT_TRUE(WaitForReports(1));
+  ASSERT_TRUE(LogContains("window 1: looking again in"));
+  coordinator_->OnIteration(0, NowNs(), 100 * kMs);  // the busy work ended: it trains again
+  // Past the recheck's time (5 s after the last progress), and a tick more.
+  while (NowNs() < last_progress + 5'500 * kMs) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(c1_.Started().size(), 1u) << "a recheck after the job made progress";
+}
+
 TEST_F(WindowCoordinatorTest, ARankWhoseTrainingEndedIsNeverCalledHung) {
   Start(Options());
   for (int r = 0; r < 2; ++r) Join(r, 2);
