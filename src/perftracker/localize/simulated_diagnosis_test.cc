@@ -169,5 +169,26 @@ TEST(SimulatedDiagnosis, ANicFaultThePipelineAbsorbsIsMinorAndAFirstStageOneIsNo
   }
 }
 
+// Held-out scenario rnd-s1-017 (bench/random_scenarios.py --seed 1, issue 11), its first
+// fault: rank 0, in the first of 8 pipeline stages, pauses 260 ms per step outside traced code
+// from iteration 2 on (the job's median iteration: 982 ms without it, 1231 ms with it). Its
+// peer group spans the stages, so the first stage's embedding kernel is code "only on some"
+// on rank 0: that finding (12 ms) vetoed the untraced straggler and the pause went unnamed
+// (drawn beside a slow data loader on rank 23, the same).
+TEST(SimulatedDiagnosis, AnUntracedPauseBesideItsStagesOwnCodeIsNamed) {
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 128, "tp": 4, "pp": 8,
+      "gpus_per_host": 8, "model_params_b": 30, "iterations": 8, "seed": 268502913,
+      "noise": 0.01, "microbatches": 8},
+      "faults": [{"kind": "untraced_pause", "start": 2, "magnitude": 259.6, "ranks": [0]}],
+      "expect": {"findings": [{"code": "PT-STRAGGLER-UNTRACED"}]}})");
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-UNTRACED");
+  EXPECT_EQ(f.workers, std::vector<int32_t>{0});
+  EXPECT_TRUE(f.material);
+  EXPECT_THAT(f.title, HasSubstr("untraced time before forward"));
+}
+
 }  // namespace
 }  // namespace perftracker
