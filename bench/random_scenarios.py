@@ -43,12 +43,16 @@ Excluded, because the right answer would be ambiguous or the fault invisible:
     rank fault (a launch-bound job hides a slow GPU), and two faults with the same finding
     code (nvlink + pcie are both PT-LINK-DEGRADED: one finding or two is a matter of
     wording, not of diagnosis);
-  - a late fault with fewer than 3 faulted iterations in the window.
+  - a late fault with fewer than 3 faulted iterations in the window;
+  - a degraded link (PCIe, NVLink, NIC) whose extra transfer time is under 1 % of the
+    iteration: twice perftracker's documented report bar (0.5 %), under which a performance
+    tool by contract names nothing (added after the first run of seed 1, whose 8 such draws
+    were misses of the generator's, not of the rules: see docs/accuracy.md).
 
 Materiality. Whether a fault is material is measured, not guessed (docs/scenarios.md: the
 median iteration against the same job without the fault), and a generator cannot measure
 it. So a drawn fault expects `material: "either"` (named at the top with the right culprits,
-minor or material), except a GPU throttled or slowed >= 1.5x from the start, whose cost in
+minor or material; job-wide faults too), except a GPU throttled or slowed >= 1.5x from the start, whose cost in
 this synchronous model is at least ~20 % of the iteration (compute is on every stage's
 critical path): that one must be material. Healthy jobs must have no material finding.
 """
@@ -131,6 +135,40 @@ def estimate_iteration_ms(job, launch_bound=False):
     return compute + allreduce + 1.5 + 1.8
 
 
+# A degraded link's cost is only its transfers' extra time, which can be far below what
+# perftracker reports at all (report_share, 0.5 % of the iteration: docs/findings.md); a
+# fault the tool's contract keeps silent about has no right answer, so a link fault whose
+# extra time is under twice that bar is not drawn. (Flapping is named from its link-down
+# samples, whatever its cost.)
+REPORT_BAR = 0.01
+LINK_KINDS = {"pcie_degraded", "nvlink_degraded", "nic_degraded"}
+
+
+def link_excess_ms(kind, job, m):
+    """The extra transfer time per iteration on the degraded link, from the simulator's
+    rates (NVLink 300 GB/s, NIC 45 GB/s, PCIe 24 GB/s) and bytes."""
+    scale = min(max(math.sqrt(job["model_params_b"] / 7.0), 0.5), 2.0)
+    act = 16e6 * scale
+    tp, pp, gph = job["tp"], job["pp"], job["gpus_per_host"]
+    layers = job.get("layers_per_stage", 4)
+    mbs = job.get("microbatches", 2)
+    dp = job["ranks"] // (tp * pp)
+    grad = min(max(job["model_params_b"] * 1e9 * 2 / (tp * pp) / 64, 8e6), 1e9)
+    dp_bytes = 2.0 * (dp - 1) / dp * grad if dp > 1 else 0
+    if kind == "pcie_degraded":
+        return 32e6 / 24e9 * 1e3 * (m - 1)
+    if kind == "nvlink_degraded":
+        ms = mbs * layers * 2 * 2.0 * (tp - 1) / tp * act / 300e9 * 1e3 if tp > 1 else 0
+        if stage_size(job) <= gph:
+            ms += dp_bytes / 300e9 * 1e3
+        return ms * (m - 1)
+    # NIC: the data-parallel all-reduce across hosts and the pipeline's sends.
+    ms = dp_bytes / 45e9 * 1e3 if stage_size(job) > gph else 0
+    if pp > 1:
+        ms += mbs * act / 45e9 * 1e3
+    return ms * (m - 1)
+
+
 def pick_rank(rng, job, avoid_hosts):
     """First, last or any rank, on a host not in avoid_hosts."""
     n, gph = job["ranks"], job["gpus_per_host"]
@@ -202,7 +240,10 @@ def draw_fault(rng, kind, job, avoid_hosts, onset_late):
         m = None
     if m is not None:
         fault["magnitude"] = m
+    if kind in LINK_KINDS and link_excess_ms(kind, job, m) < REPORT_BAR * iteration_ms:
+        return None
     if kind in JOB_KINDS:
+        expect["material"] = "either"
         return fault, expect, set()
     if kind in HOST_KINDS or (kind in ("gpu_throttle", "gpu_slow") and rng.random() < 0.2):
         h = pick_host(rng, job, avoid_hosts)
