@@ -25,7 +25,8 @@ bool OnHostThread(EventKind kind) {
 
 // Where untraced time sits in w's iteration: the function whose calls w's thread starts after
 // the longest idle gap beyond its peers' (the summarizer's idle gap before top-level calls);
-// with host_thread_only, among the host thread's functions. With a place, its excess caps what
+// with host_thread_only, among the host thread's functions that most of the job runs (a gap
+// before code only w runs has nothing to compare with). With a place, its excess caps what
 // the job loses (wf.lost_cap). Returns that excess, 0 without a place.
 double PlaceUntraced(const JobTable& job, const std::vector<uint32_t>& group, uint32_t w,
                      bool host_thread_only, WorkerFinding& wf) {
@@ -38,6 +39,7 @@ double PlaceUntraced(const JobTable& job, const std::vector<uint32_t>& group, ui
     const FunctionRecord& r = records[wr.first_record + k];
     if (r.idle_gap_ns <= 0 || slot[r.fid] >= 0) continue;
     if (host_thread_only && !OnHostThread(job.functions()[r.fid].kind)) continue;
+    if (host_thread_only && job.Totals(r.fid).present * 2 < job.workers().size()) continue;
     slot[r.fid] = static_cast<int32_t>(fids.size());
     fids.push_back(r.fid);
     own.push_back(r.idle_gap_ns);
@@ -84,7 +86,8 @@ void FindUntracedStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& 
   const std::vector<WorkerRecord>& workers = ctx.job->workers();
   const std::vector<std::vector<uint32_t>>& members = ctx.peers->members;
   // The time per iteration each worker's traced work findings explain. Its missing wait is
-  // untraced only beyond that, and only when they explain less than half of it: a finding on
+  // untraced only beyond that (twice that: see below), and only when they explain less than
+  // half of it: a finding on
   // code its whole pipeline stage runs (the first stage's embedding, "only on some" of a group
   // that spans the stages) explains 12 ms, not a 260 ms pause beside it (issue 11, held-out
   // scenario rnd-s1-017), while a straggler's own slow function explains its wait.
@@ -107,8 +110,10 @@ void FindUntracedStragglers(const RuleContext& ctx, std::vector<WorkerFinding>& 
     const double threshold = std::max(ctx.options->outlier_z * scale, ctx.report_ns);
     for (uint32_t w : ws) {
       const double deficit = c.median - workers[w].wait_fn_ns;
-      if (deficit <= threshold || explained[w] >= 0.5 * deficit) continue;
-      const double untraced = deficit - explained[w];
+      // A host-side delay shows twice in the missing wait (the host's sync and the device's
+      // collectives wait that much less), so the findings' excess counts twice.
+      if (deficit <= threshold || 2 * explained[w] >= 0.5 * deficit) continue;
+      const double untraced = deficit - 2 * explained[w];
       if (untraced <= threshold) continue;
       WorkerFinding wf;
       wf.code = fc::kStragglerUntraced;
