@@ -1024,12 +1024,9 @@ TEST(LiveFindingsTest, ALongerFunctionOfARankTheSchedulerServedLastIsNoComputeSt
   EXPECT_TRUE(said) << f->title;
 }
 
-// The same window, but rank 0's process used 6 ms of CPU per iteration more than its role's
-// (its code did more work): the run-queue wait that work brings is no discount, and the
-// finding stays material.
-TEST(LiveFindingsTest, ARankThatWaitsLongerForACpuBecauseItWorksMoreIsStillAStraggler) {
-  const double cpu[] = {0.498, 0.369, 0.386, 0.199, 0.188, 0.180};
-  const double main_run_queue[] = {0.453, 0.371, 0.388, 0.313, 0.275, 0.273};
+// The roles-six window with other CPU and run-queue figures, whose rank 0 stays a material
+// compute straggler.
+void ExpectRankZeroStaysAStraggler(const double* cpu, const double* main_run_queue) {
   Localizer loc;
   AddRolesSixWindow(loc, cpu, main_run_queue);
   const Diagnosis d = loc.Finish();
@@ -1038,17 +1035,21 @@ TEST(LiveFindingsTest, ARankThatWaitsLongerForACpuBecauseItWorksMoreIsStillAStra
   EXPECT_THAT(d.findings[0].workers, ElementsAre(0));
 }
 
+// The same window, but rank 0's process used 6 ms of CPU per iteration more than its role's
+// (its code did more work): the run-queue wait that work brings is no discount, and the
+// finding stays material.
+TEST(LiveFindingsTest, ARankThatWaitsLongerForACpuBecauseItWorksMoreIsStillAStraggler) {
+  const double cpu[] = {0.498, 0.369, 0.386, 0.199, 0.188, 0.180};
+  const double main_run_queue[] = {0.453, 0.371, 0.388, 0.313, 0.275, 0.273};
+  ExpectRankZeroStaysAStraggler(cpu, main_run_queue);
+}
+
 // A function that blocks (a write to slow storage, a sleep) is neither running nor runnable:
 // its worker uses no more CPU and waits no longer for one, and it stays a straggler.
 TEST(LiveFindingsTest, ARankSlowerBecauseItBlocksIsStillAStraggler) {
   const double cpu[] = {0.360, 0.369, 0.386, 0.199, 0.188, 0.180};
   const double main_run_queue[] = {0.360, 0.371, 0.388, 0.313, 0.275, 0.273};
-  Localizer loc;
-  AddRolesSixWindow(loc, cpu, main_run_queue);
-  const Diagnosis d = loc.Finish();
-  ASSERT_TRUE(d.has_material_finding());
-  EXPECT_EQ(d.findings[0].code, "PT-STRAGGLER-COMPUTE") << d.findings[0].title;
-  EXPECT_THAT(d.findings[0].workers, ElementsAre(0));
+  ExpectRankZeroStaysAStraggler(cpu, main_run_queue);
 }
 
 // A DDP language model written for this test (3 gloo ranks on 2 cores; rank 2's loss does

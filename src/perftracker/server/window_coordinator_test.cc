@@ -781,58 +781,6 @@ TEST_F(WindowCoordinatorTest, TheSameCodeOnALaterLineIsStillNoProgress) {
   EXPECT_TRUE(coordinator_->retracted_hangs().empty());
 }
 
-TEST_F(WindowCoordinatorTest, AMainThreadBusyInTheSameFunctionIsNotAHang) {
-  // The first H200 run: torch.profiler's post-processing called Interval.__init__ for 30+ s;
-  // both samples showed the same frames (a confirmed hang), but the window's summary shows
-  // the main thread making thousands of calls: the report has no PT-HANG, the hang is
-  // retracted with the frames it ran in, and a later hang is still taken.
-  Start(Options());
-  Join(0, 1);
-  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
-  const std::string busy =
-      "Thread 1 (MainThread) (most recent call last):\n"
-      "  File \"/job/train.py\", line 60, in main\n"
-      "    print(len(prof.events()))\n"
-      "  File \"/usr/lib/python3/dist-packages/torch/autograd/profiler_util.py\", line 538, "
-      "in __init__\n"
-      "    def __init__(self, start, end):\n";
-  AnswerBothSamples(1, {{0, busy}});
-  // The window's calls: 5000 Interval.__init__ in 1 s under the main thread's root frame.
-  FunctionTable table;
-  const uint32_t main = table.Intern(EventKind::kPythonCall, "main (train.py:40)");
-  const uint32_t init =
-      table.Intern(EventKind::kPythonCall, "Interval.__init__ (profiler_util.py:538)", main);
-  WindowSummarizer summarizer(&table);
-  const int64_t start = c1_.Started().back().start_ns;
-  for (int i = 0; i < 5000; ++i) {
-    Event e;
-    e.start_ns = start + i * 200'000;
-    e.end_ns = e.start_ns + 100'000;
-    e.function_id = init;
-    e.kind = EventKind::kPythonCall;
-    e.track_id = 1;
-    summarizer.OnEvent(e);
-  }
-  WorkerSummary window = summarizer.Finish();
-  window.rank = 0;
-  window.window_start_ns = start;
-  window.window_end_ns = start + 1'000 * kMs;
-  coordinator_->OnSummary(1, window);
-  ASSERT_TRUE(WaitForReports(1));
-  const Diagnosis d = coordinator_->last_report()->diagnosis;
-  for (const Finding& f : d.findings) EXPECT_NE(f.code, "PT-HANG") << f.title;
-  ASSERT_FALSE(d.notes.empty());
-  EXPECT_NE(d.notes[0].find("rank 0 made no iteration progress"), std::string::npos) << d.notes[0];
-  EXPECT_NE(d.notes[0].find("busy running Python code, not waiting in a collective (5000 "
-                            "calls in the 1.00 s window): train.py:60 main > "
-                            "profiler_util.py:538 __init__"),
-            std::string::npos)
-      << d.notes[0];
-  ASSERT_TRUE(OneRetractedHang("a pause for work outside the training loop, not a hang"));
-  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 40 s");
-  EXPECT_EQ(c1_.Started().size(), 2u) << "a later hang is still taken";
-}
-
 // A main thread that makes 5000 calls of Interval.__init__ in the 1 s window starting at
 // start_ns: busy running Python (hang_analyzer.h).
 WorkerSummary BusyWindow(int32_t rank, int64_t start_ns) {
@@ -855,6 +803,40 @@ WorkerSummary BusyWindow(int32_t rank, int64_t start_ns) {
   window.window_start_ns = start_ns;
   window.window_end_ns = start_ns + 1'000 * kMs;
   return window;
+}
+
+TEST_F(WindowCoordinatorTest, AMainThreadBusyInTheSameFunctionIsNotAHang) {
+  // The first H200 run: torch.profiler's post-processing called Interval.__init__ for 30+ s;
+  // both samples showed the same frames (a confirmed hang), but the window's summary shows
+  // the main thread making thousands of calls: the report has no PT-HANG, the hang is
+  // retracted with the frames it ran in, and a later hang is still taken.
+  Start(Options());
+  Join(0, 1);
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 31 s");
+  const std::string busy =
+      "Thread 1 (MainThread) (most recent call last):\n"
+      "  File \"/job/train.py\", line 60, in main\n"
+      "    print(len(prof.events()))\n"
+      "  File \"/usr/lib/python3/dist-packages/torch/autograd/profiler_util.py\", line 538, "
+      "in __init__\n"
+      "    def __init__(self, start, end):\n";
+  AnswerBothSamples(1, {{0, busy}});
+  // The window's calls: 5000 Interval.__init__ in 1 s under the main thread's root frame.
+  const WorkerSummary window = BusyWindow(0, c1_.Started().back().start_ns);
+  coordinator_->OnSummary(1, window);
+  ASSERT_TRUE(WaitForReports(1));
+  const Diagnosis d = coordinator_->last_report()->diagnosis;
+  for (const Finding& f : d.findings) EXPECT_NE(f.code, "PT-HANG") << f.title;
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_NE(d.notes[0].find("rank 0 made no iteration progress"), std::string::npos) << d.notes[0];
+  EXPECT_NE(d.notes[0].find("busy running Python code, not waiting in a collective (5000 "
+                            "calls in the 1.00 s window): train.py:60 main > "
+                            "profiler_util.py:538 __init__"),
+            std::string::npos)
+      << d.notes[0];
+  ASSERT_TRUE(OneRetractedHang("a pause for work outside the training loop, not a hang"));
+  coordinator_->OnTrigger(0, WindowReason::kHang, "no progress for 40 s");
+  EXPECT_EQ(c1_.Started().size(), 2u) << "a later hang is still taken";
 }
 
 const char* const kBusyInInterval =
