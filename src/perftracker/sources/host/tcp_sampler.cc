@@ -21,6 +21,14 @@
 // tbf: 8 of 127 busy samples above 100 Mbit/s, up to 1.24 Gbit/s, most of them app-limited;
 // the samples' mean 80.8 Mbit/s, their bytes over their wire time 19.5 Mbit/s).
 //
+// A sample the kernel marks app-limited (tcpi_delivery_rate_app_limited: the sender had too
+// little queued to fill the path) is only a lower bound of the path's rate: the wire time
+// takes it at the connection's best sample so far when that is higher. On loopback every
+// sample of a gloo rank is app-limited (1,280 of 1,280 in `ss -ti` over 8 s), and a few low
+// ones once made a healthy rank's rate 1.33 Gbit/s against its peers' 130 (a material
+// PT-NET-SLOW-LINK on real-healthy-3); behind a token bucket the sender keeps a queue, its
+// samples are not app-limited and keep their rate.
+//
 // The copies are closed at once; reading TCP_INFO changes nothing in the socket, so the
 // job's traffic is untouched. The one side effect: while a copy is open (a few
 // microseconds) a socket the job closes stays open until the copy is closed, so its FIN
@@ -37,6 +45,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
@@ -73,6 +82,7 @@ uint64_t SocketInode(const char* target) {
 struct TcpReading {
   uint64_t bytes_acked = 0;
   uint64_t delivery_rate = 0;  // bytes per second
+  bool app_limited = false;    // the rate sample is a lower bound
 };
 
 // TCP_INFO of an established IPv4/IPv6 TCP socket; false for anything else.
@@ -92,12 +102,17 @@ bool ReadTcpInfo(int fd, TcpReading* out) {
   if (info.tcpi_state != 1 /* TCP_ESTABLISHED */) return false;
   out->bytes_acked = info.tcpi_bytes_acked;
   out->delivery_rate = info.tcpi_delivery_rate;
+  out->app_limited = info.tcpi_delivery_rate_app_limited != 0;
   return true;
 }
 
 }  // namespace
 
 TcpSampler::TcpSampler(std::string proc_root) : proc_root_(std::move(proc_root)) {}
+
+uint64_t TcpSampler::TcpRateForWireTime(uint64_t sample, bool app_limited, uint64_t best) {
+  return app_limited ? std::max(sample, best) : sample;
+}
 
 TcpSampler::~TcpSampler() {
   for (auto& [pid, state] : pids_) {
@@ -131,6 +146,7 @@ void TcpSampler::Sample(int64_t now_ns, const std::vector<int32_t>& pids,
       if (!state.denied) continue;  // gone: a later call starts over
       state.pidfd = -1;             // denied: remembered, never asked again
       state.acked.clear();
+      state.best_rate.clear();
     }
     next.emplace(pid, std::move(state));
   }
@@ -171,6 +187,7 @@ bool TcpSampler::SamplePid(int64_t now_ns, int32_t pid, PidState* state,
     return false;
   }
   std::map<uint64_t, uint64_t> acked;
+  std::map<uint64_t, uint64_t> best_rate;
   uint64_t delivered = 0, busiest = 0, busiest_rate = 0;
   double wire_seconds = 0;  // what the busy connections delivered, each at its rate
   int sockets = 0;
@@ -207,16 +224,20 @@ bool TcpSampler::SamplePid(int64_t now_ns, int32_t pid, PidState* state,
     ::close(copy);
     if (!tcp) continue;
     acked[inode] = r.bytes_acked;
+    auto best_it = state->best_rate.find(inode);
+    const uint64_t best = best_it == state->best_rate.end() ? 0 : best_it->second;
+    best_rate[inode] = std::max(best, r.delivery_rate);
+    const uint64_t rate = TcpRateForWireTime(r.delivery_rate, r.app_limited, best);
     auto prev = state->acked.find(inode);
     if (prev == state->acked.end() || r.bytes_acked < prev->second) continue;
     const uint64_t d = r.bytes_acked - prev->second;
     delivered += d;
-    if (d >= kBusyBytes && r.delivery_rate > 0) {
-      wire_seconds += static_cast<double>(d) / static_cast<double>(r.delivery_rate);
+    if (d >= kBusyBytes && rate > 0) {
+      wire_seconds += static_cast<double>(d) / static_cast<double>(rate);
     }
     if (d > busiest) {
       busiest = d;
-      busiest_rate = r.delivery_rate;
+      busiest_rate = rate;
     }
   }
   ::closedir(dir);
@@ -240,6 +261,7 @@ bool TcpSampler::SamplePid(int64_t now_ns, int32_t pid, PidState* state,
   }
   state->time_ns = now_ns;
   state->acked = std::move(acked);
+  state->best_rate = std::move(best_rate);
   return true;
 }
 

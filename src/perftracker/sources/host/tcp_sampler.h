@@ -57,12 +57,22 @@ class TcpSampler : public MetricSampler {
 
   const TcpSamplerStats& stats() const { return stats_; }
 
+  // The rate at which a busy connection's bytes count in the wire time: its rate sample, or,
+  // when the kernel marked the sample app-limited (the sender had too little to send to fill
+  // the path: a lower bound of the path's rate, draft-cheng-iccrg-delivery-rate-estimation),
+  // the connection's best sample so far when that is higher (as BBR's max filter takes
+  // app-limited samples only when they raise it).
+  static uint64_t TcpRateForWireTime(uint64_t sample, bool app_limited, uint64_t best);
+
  private:
   struct PidState {
     int pidfd = -1;
     bool denied = false;
     int64_t time_ns = 0;
     std::map<uint64_t, uint64_t> acked;  // socket inode -> tcpi_bytes_acked at time_ns
+    // socket inode -> the highest delivery rate sampled on it (bytes per second): what an
+    // app-limited sample, a lower bound, is lifted to (TcpRateForWireTime).
+    std::map<uint64_t, uint64_t> best_rate;
   };
 
   bool SamplePid(int64_t now_ns, int32_t pid, PidState* state, std::vector<PidSample>* out);

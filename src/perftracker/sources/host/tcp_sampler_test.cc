@@ -115,6 +115,22 @@ TEST(TcpSamplerTest, DeliveredBytesAndRateOfTheBusiestConnection) {
   EXPECT_EQ(sampler.stats().unreadable_pids, 0u);
 }
 
+// An app-limited rate sample is a lower bound of the path's rate: it counts at the
+// connection's best sample so far when that is higher; a sample that is not app-limited (a
+// sender with a queue, as behind a token bucket) keeps its own rate, however low.
+TEST(TcpSamplerTest, AnAppLimitedRateSampleIsALowerBound) {
+  constexpr uint64_t kGbit = 1'000'000'000 / 8;
+  // The loopback case: a healthy rank's occasional low sample, app-limited.
+  EXPECT_EQ(TcpSampler::TcpRateForWireTime(1 * kGbit, true, 130 * kGbit), 130 * kGbit);
+  // Higher than the best so far: itself.
+  EXPECT_EQ(TcpSampler::TcpRateForWireTime(140 * kGbit, true, 130 * kGbit), 140 * kGbit);
+  // The first sample of a connection: itself.
+  EXPECT_EQ(TcpSampler::TcpRateForWireTime(3 * kGbit, true, 0), 3 * kGbit);
+  // Behind a 25 Mbit/s bucket: not app-limited, kept although a burst once reached 1.24 Gbit/s.
+  EXPECT_EQ(TcpSampler::TcpRateForWireTime(25'000'000 / 8, false, 1'240'000'000 / 8),
+            25'000'000u / 8);
+}
+
 TEST(TcpSamplerTest, ReceiverOnlyAndProcessesWithoutTcpGiveNoRate) {
   SendingChild child;
   TcpSampler sampler;
