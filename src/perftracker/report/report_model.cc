@@ -167,10 +167,18 @@ std::string ReportModel::Sentence(const Finding& finding) const {
     std::unordered_set<int32_t> unique(finding.workers.begin(), finding.workers.end());
     const bool plural = unique.size() > 1;
     const std::string who = RanksLabel(finding.workers, num_workers_, kMaxRanksInVerdict);
-    // "rank 2 is the straggler: rank 2 spends ..." reads "... : it spends ...".
+    // "rank 2 is the straggler: rank 2 spends ..." reads "... : it spends ...". A title that
+    // already says it ("rank 1 hangs in ...") is the sentence: not "rank 1 hangs: it hangs".
+    const std::string_view phrase = CulpritPhrase(finding.category, plural);
     std::string rest = title;
-    if (rest.rfind(who + " ", 0) == 0) rest = (plural ? "they" : "it") + rest.substr(who.size());
-    sentence = fmt::format("{} {}: {}", who, CulpritPhrase(finding.category, plural), rest);
+    if (title.rfind(fmt::format("{} {} ", who, phrase), 0) == 0) {
+      sentence = title;
+    } else {
+      if (rest.rfind(who + " ", 0) == 0) {
+        rest = (plural ? "they" : "it") + rest.substr(who.size());
+      }
+      sentence = fmt::format("{} {}: {}", who, phrase, rest);
+    }
   }
   // The pipeline absorbed the culprits' excess: the title says what the job loses, and
   // lost_share is the culprits' own excess, which the job does not pay.

@@ -304,6 +304,23 @@ TEST(TextReportTest, VerdictDoesNotRepeatWhatTheTitleSays) {
                       "7.2x its peers (+54.4 ms, 28% of the iteration)");
 }
 
+// A title that already says what the culprit does is the verdict: "rank 1 hangs in ...",
+// not "rank 1 hangs: it hangs in ..." (the busy-hang title, 2026-11-27).
+TEST(TextReportTest, VerdictDoesNotSayTheCulpritPhraseTwice) {
+  Diagnosis d = StragglerDiagnosis();
+  d.findings[0].category = FindingCategory::kHang;
+  d.findings[0].title =
+      "rank 2 hangs busy: no iteration progress for 5.00 min while its main thread runs Python "
+      "code in job.py:90 spin_forever";
+  const auto lines = Lines(RenderText({&d, nullptr, ""}, {.color = false, .width = 200}));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0].rfind("perftracker: rank 2 hangs busy: no iteration progress for 5.00 min "
+                           "while its main thread runs Python code in job.py:90 spin_forever",
+                           0),
+            0u)
+      << lines[0];
+}
+
 TEST(TextReportTest, StaysWithinNarrowWidths) {
   const Diagnosis d = StragglerDiagnosis();
   const auto workers = MakeWorkers(4, 2);
