@@ -6,10 +6,10 @@
 // stays up (summary/step_onset.h); a finding whose named function (else the first function
 // on the path below it that carries its excess) has such a step on its worker, whose excess
 // from the step on exceeds its window average, and whose time before the step is within
-// kBeforeShare of that excess of the peers' median (the excess is concentrated after the
-// step: the fault began there) is judged, worded and ranked by its excess from the onset on.
-// A finding without a step keeps its window average, and so does a function whose record
-// had nested collectives / syncs taken out (its step's time still holds them).
+// kBeforeShare of that excess of the peers' median and below the material bar (the excess is
+// concentrated after the step: the fault began there) is judged, worded and ranked by its excess
+// from the onset on. A finding without a step keeps its window average, and so does a function
+// whose record had nested collectives / syncs taken out (its step's time still holds them).
 #pragma once
 
 #include <vector>
