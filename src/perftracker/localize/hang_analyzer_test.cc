@@ -471,13 +471,19 @@ TEST(HangAnalyzerTest, BusyRankWhileOthersWaitInACollectiveIsAPauseNotAHang) {
   EXPECT_THAT(busy, HasSubstr("; rank 0 waits in all_reduce"));
 }
 
+// The window of kStuckInForward's rank: it sleeps in Block2.forward, its open frames are all
+// it recorded.
+WorkerSummary StuckInForwardWindow() {
+  return WindowOf(
+      2 * kSec,
+      {{{"<module> (train.py:1)", "main (train.py:100)", "Block2.forward (train.py:30)"}, 1}});
+}
+
 TEST(HangAnalyzerTest, AStuckRankIsAHangEvenBesideABusyOne) {
   // Rank 3 sleeps in its own code (its open frames are all it recorded): a hang, whatever
   // rank 1 does.
   const WorkerSummary busy_window = WindowOf(2 * kSec, {{kProfilerPath, 9'000}});
-  const WorkerSummary stuck_window = WindowOf(
-      2 * kSec,
-      {{{"<module> (train.py:1)", "main (train.py:100)", "Block2.forward (train.py:30)"}, 1}});
+  const WorkerSummary stuck_window = StuckInForwardWindow();
   HangAnalyzer h;
   h.AddRank(1, kBusyInProfilerPostProcessing, kNow - 6 * kSec, &busy_window);
   h.AddRank(3, kStuckInForward, kNow - 6 * kSec, &stuck_window);
@@ -555,9 +561,7 @@ TEST(HangAnalyzerTest, BusyPastTheBoundIsAHangNamingTheRankAndWhereItLoops) {
 TEST(HangAnalyzerTest, AStuckRankLeadsABusyOnePastTheBound) {
   // Rank 3 sleeps (it runs nothing): it is what the others wait for, whatever rank 1 does.
   const WorkerSummary busy_window = WindowOf(2 * kSec, {{kProfilerPath, 9'000}});
-  const WorkerSummary stuck_window = WindowOf(
-      2 * kSec,
-      {{{"<module> (train.py:1)", "main (train.py:100)", "Block2.forward (train.py:30)"}, 1}});
+  const WorkerSummary stuck_window = StuckInForwardWindow();
   HangAnalyzer h;
   h.set_busy_limit_ns(30 * kSec);
   h.AddRank(1, kBusyInProfilerPostProcessing, kNow - 40 * kSec, &busy_window);

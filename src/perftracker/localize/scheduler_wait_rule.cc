@@ -44,13 +44,8 @@ void DiscountSchedulerWait(const RuleContext& ctx, std::vector<WorkerFinding>& w
     return f.category == FindingCategory::kCompute && !f.dropped && !f.run_queue_only &&
            f.named.fid != kNone && f.contention_wait_ns < 0;
   };
-  // (group, function) -> its culprits, ascending.
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> culprits;
-  for (const auto& f : worker_findings) {
-    if (is_work(f)) culprits[{f.named.group, f.named.fid}].push_back(f.named.worker);
-  }
+  const auto culprits = CulpritsByGroupAndFunction(worker_findings, is_work);
   if (culprits.empty()) return;
-  for (auto& [key, ws] : culprits) std::sort(ws.begin(), ws.end());
   // One worker's extra wait for a CPU is taken off its findings once: largest cost first.
   std::vector<size_t> order;
   for (size_t i = 0; i < worker_findings.size(); ++i) {
@@ -92,10 +87,7 @@ void DiscountSchedulerWait(const RuleContext& ctx, std::vector<WorkerFinding>& w
     // What its extra work costs at its peers' pace (each CPU second and the run-queue wait
     // that comes with it) is work, whatever the run queue says: never discounted.
     const double work = std::min(lost, extra_cpu * (1 + rq_per_cpu));
-    double scale = 1;
-    if (f.onset_iteration > 0 && f.onset_of > f.onset_iteration) {
-      scale = static_cast<double>(f.onset_of) / (f.onset_of - f.onset_iteration);
-    }
+    const double scale = f.onset_scale();
     wait = std::min(wait * scale, lost - work);
     if (!(wait > 0)) continue;
     used += wait / scale;

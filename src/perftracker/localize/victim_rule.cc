@@ -145,12 +145,7 @@ void CapWorkFindingsThatWaitForTheirOwnCollectives(const RuleContext& ctx,
     values = detached[g];
     detached_median[g] = static_cast<float>(MedianInPlace(values));
   };
-  // (group, function) -> its culprits, ascending.
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> culprits;
-  for (const auto& f : worker_findings) {
-    if (is_work(f)) culprits[{f.named.group, f.named.fid}].push_back(f.named.worker);
-  }
-  for (auto& [key, ws] : culprits) std::sort(ws.begin(), ws.end());
+  const auto culprits = CulpritsByGroupAndFunction(worker_findings, is_work);
   for (auto& f : worker_findings) {
     if (!is_work(f)) continue;
     const uint32_t g = f.named.group;
@@ -174,12 +169,9 @@ void CapWorkFindingsThatWaitForTheirOwnCollectives(const RuleContext& ctx,
       if (outside >= 0) values.push_back(static_cast<float>(outside));
     }
     if (values.size() < 2) continue;
-    double extra = std::max(0.0, own - MedianInPlace(values));
     // A fault that began inside the window (JudgeLateOnsets) made the worker's extra time
     // from its onset on: the window's mean spreads it over every iteration.
-    if (f.onset_iteration > 0 && f.onset_of > f.onset_iteration) {
-      extra *= static_cast<double>(f.onset_of) / (f.onset_of - f.onset_iteration);
-    }
+    const double extra = std::max(0.0, own - MedianInPlace(values)) * f.onset_scale();
     f.lost_cap = std::min(f.lost_cap, extra);
   }
 }

@@ -2,10 +2,13 @@
 // before findings merge across workers and are worded.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "perftracker/localize/anomaly.h"
@@ -80,10 +83,32 @@ struct WorkerFinding {
     for (const Anomaly& p : parts) sum += p.excess();
     return sum;
   }
+  // A fault that began inside the window (JudgeLateOnsets) made its extra time from its
+  // onset on: what a per-iteration mean over the window is multiplied by to give its level
+  // from then on (1 without an onset).
+  double onset_scale() const {
+    return onset_iteration > 0 && onset_of > onset_iteration
+               ? static_cast<double>(onset_of) / (onset_of - onset_iteration)
+               : 1.0;
+  }
   bool wait_type() const {
     return category == FindingCategory::kCommunication ||
            category == FindingCategory::kSynchronization;
   }
 };
+
+// The culprits of each (peer group, named function) among the findings `is_culprit` accepts,
+// in ascending worker order: whose peers a rule compares a culprit with are the group's other
+// workers, not culprits of the same function.
+template <typename Pred>
+std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> CulpritsByGroupAndFunction(
+    const std::vector<WorkerFinding>& worker_findings, Pred is_culprit) {
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> culprits;
+  for (const auto& f : worker_findings) {
+    if (is_culprit(f)) culprits[{f.named.group, f.named.fid}].push_back(f.named.worker);
+  }
+  for (auto& [key, ws] : culprits) std::sort(ws.begin(), ws.end());
+  return culprits;
+}
 
 }  // namespace perftracker::localize

@@ -170,10 +170,10 @@ std::string ReportModel::Sentence(const Finding& finding) const {
     // "rank 2 is the straggler: rank 2 spends ..." reads "... : it spends ...". A title that
     // already says it ("rank 1 hangs in ...") is the sentence: not "rank 1 hangs: it hangs".
     const std::string_view phrase = CulpritPhrase(finding.category, plural);
-    std::string rest = title;
     if (title.rfind(fmt::format("{} {} ", who, phrase), 0) == 0) {
       sentence = title;
     } else {
+      std::string rest = title;
       if (rest.rfind(who + " ", 0) == 0) {
         rest = (plural ? "they" : "it") + rest.substr(who.size());
       }
