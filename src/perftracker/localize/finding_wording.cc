@@ -137,9 +137,9 @@ std::vector<RenderedFinding> FindingWording::Render(
                              "whole iteration",
                              FormatDuration(excess))
         : f.lost_ns_per_iteration < excess && top.scheduler_wait_ns > 0
-            ? fmt::format("+{} here, +{} beyond its extra wait for a CPU, {} of the iteration",
+            ? fmt::format("+{} here, +{} beyond its extra wait for a CPU, {} {}",
                           FormatDuration(excess), FormatDuration(f.lost_ns_per_iteration),
-                          FormatShare(f.lost_share))
+                          FormatShare(f.lost_share), ctx_.of())
         : f.lost_ns_per_iteration < excess
             ? fmt::format("+{} here, +{} total wait, {} {}", FormatDuration(excess),
                           FormatDuration(f.lost_ns_per_iteration), FormatShare(f.lost_share),
@@ -387,13 +387,14 @@ std::vector<RenderedFinding> FindingWording::Render(
     if (top.scheduler_wait_ns > 0) {
       f.evidence.push_back(
           {"waiting for a CPU",
-           fmt::format(
-               "{}/iter in the run queue on {}'s training thread (peers' median {}), "
-               "with {}/iter of CPU time (peers' median {}): {}/iter of its extra time "
-               "is the scheduler serving it later, not more work",
-               FormatDuration(top.scheduler_rq_ns), job.WorkerName(w),
-               FormatDuration(top.scheduler_peer_rq_ns), FormatDuration(top.scheduler_cpu_ns),
-               FormatDuration(top.scheduler_peer_cpu_ns), FormatDuration(top.scheduler_wait_ns))});
+           fmt::format("{}{} in the run queue on {}'s training thread (peers' median {}), "
+                       "with {}{} of CPU time (peers' median {}): {}{} of its extra time "
+                       "is the scheduler serving it later, not more work",
+                       FormatDuration(top.scheduler_rq_ns), ctx_.per(), job.WorkerName(w),
+                       FormatDuration(top.scheduler_peer_rq_ns),
+                       FormatDuration(top.scheduler_cpu_ns), ctx_.per(),
+                       FormatDuration(top.scheduler_peer_cpu_ns),
+                       FormatDuration(top.scheduler_wait_ns), ctx_.per())});
     }
     if (f.category == FindingCategory::kCommunication) {
       f.evidence.push_back({"compute anomalies on other workers",
