@@ -232,6 +232,62 @@ class ProfilerTestBase(ProfilerJob):
         self.assertEqual(paths.get("<module>>record>main>work"), 1, paths)
         self.assertGreaterEqual(out["counts"]["threads"], 4)
 
+    def test_windows_while_c_threads_make_thread_states_without_the_gil(self):
+        # A C thread calling into Python (torch's autograd and gloo threads; here ctypes
+        # callbacks on pthreads) makes its thread state without the GIL, and CPython 3.11
+        # lists it before initializing it: a window that started then crashed the job
+        # (SIGSEGV, within a second here before the fix; once in CI, where the agent's own
+        # GIL worker made its state as the first window opened). Windows open and close
+        # while such threads come and go; each records the main thread's calls.
+        out = self.run_job("""
+            import ctypes, gc, time
+            gc.disable()  # no GC pass on a C thread (it would claim a ring)
+            libc = ctypes.CDLL(None)  # its calls release the GIL
+            # A builtin, not a Python function: the C threads run no Python frame, but each
+            # call makes a thread state (PyGILState_Ensure) and frees it.
+            native_body = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(id)
+            stop = False
+            made = [0]
+            def churn():
+                t = ctypes.c_ulong()
+                while not stop:
+                    if libc.pthread_create(ctypes.byref(t), None, native_body, None) == 0:
+                        libc.pthread_join(t, None)
+                        made[0] += 1
+            sys.setswitchinterval(1e-5)  # the main thread hands over the GIL often
+            churners = [threading.Thread(target=churn) for _ in range(4)]
+            for t in churners:
+                t.start()
+            def leaf():
+                return 1
+            def main():
+                leaf()
+            windows, wrong = 0, []
+            deadline = time.monotonic() + 20
+            # Before the fix 8 of 10 jobs crashed within their first 5,000 windows (< 1 s):
+            # six times as many, bounded in time on a loaded machine.
+            while (windows < 30000 or made[0] < 5000) and time.monotonic() < deadline:
+                _agent.profile_start(60, HOOK)
+                main()
+                counts = _agent.profile_stop()
+                windows += 1
+                if counts["dropped"] != 0 or counts["hook"] != HOOK:
+                    wrong.append(counts)
+            stop = True
+            for t in churners:
+                t.join()
+            got = _agent.read_shm(_agent.shm_path())
+            funcs = {f[0]: f for f in got["functions"]}
+            leaves = [e for e in got["events"] if e[4] == "python" and
+                      short(funcs[e[3]][3]) == "leaf" and short(funcs[funcs[e[3]][1]][3]) == "main"]
+            report(counts=counts, windows=windows, made=made[0], wrong=wrong[:3],
+                   leaves=len(leaves))
+        """)
+        self.assertEqual(out["wrong"], [])
+        self.assertEqual(out["leaves"], out["windows"], "main > leaf once per window")
+        self.assertGreaterEqual(out["windows"], 1)
+        self.assertGreaterEqual(out["made"], 1, "no C thread ran")
+
     def test_getitem_and_hidden_wrappers_and_a_window_opened_mid_call(self):
         out = self.run_job("""
             class Dataset:

@@ -2,6 +2,7 @@
 
 #include <frameobject.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -737,12 +738,80 @@ inline uint64_t OsThread([[maybe_unused]] PyThreadState* tstate) {
 #endif
 }
 
+// ---------------------------------------------------------------- the interpreter's threads
+//
+// The interpreter's thread list is read with the GIL only: CPython's own readers also take
+// its thread-list lock (HEAD_LOCK), which only its internal headers reach. Two things change
+// the list under a reader that holds the GIL:
+//  - A thread that makes its thread state without the GIL inserts it at the head: a C++
+//    thread calling into Python (PyGILState_Ensure: torch's autograd and gloo threads, ctypes
+//    callbacks) and the agent's own GIL worker when it starts. CPython 3.11 makes the new
+//    state the head *before* it initializes it (new_threadstate: head = tstate, then
+//    init_threadstate), so for a moment its cframe and next are NULL: PyThreadState_GetFrame
+//    on it dereferenced NULL (a SIGSEGV of a window's start, first seen in CI when the GIL
+//    worker started as the first window opened), and a walk that ends at its NULL next
+//    misses every older thread (Stop would free the state of a thread it did not unhook).
+//    3.10, 3.12 and 3.13 initialize a state before they list it.
+//  - A call that can run Python code lets other threads run, end and free their states:
+//    allocating a frame object can start a GC pass (callbacks, finalizers), and
+//    _PyEval_SetProfile runs the audit hooks.
+// So a walk reads the list and calls nothing (ThreadSnapshot); it waits for a state that
+// is still being initialized (its creator holds the thread-list lock and needs neither the
+// GIL nor anything else we hold: nanoseconds, a reschedule at worst) and walks again; and
+// ForEachThread checks, before each call, that the state it is about to pass is still
+// listed (the same address and id: ids are never reused).
+struct ThreadRef {
+  PyThreadState* tstate;
+  uint64_t id;
+};
+
+// Whether `t` is initialized: false only for a state CPython 3.11 is still initializing.
+inline bool ThreadStateReady([[maybe_unused]] PyThreadState* t) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+  return __atomic_load_n(&t->_initialized, __ATOMIC_ACQUIRE) != 0;
+#else
+  return true;
+#endif
+}
+
+// Every thread state of `interp`, newest first. GIL held; calls no Python.
+std::vector<ThreadRef> ThreadSnapshot(PyInterpreterState* interp) {
+  std::vector<ThreadRef> out;
+  for (;;) {
+    out.clear();
+    bool ready = true;
+    // PyInterpreterState_ThreadHead and PyThreadState_Next are calls into the interpreter:
+    // each pass reads the list afresh.
+    for (PyThreadState* t = PyInterpreterState_ThreadHead(interp); t != nullptr;
+         t = PyThreadState_Next(t)) {
+      if (!ThreadStateReady(t)) {
+        ready = false;
+        break;
+      }
+      out.push_back(ThreadRef{t, t->id});
+    }
+    if (ready) return out;
+    sched_yield();
+  }
+}
+
+bool StillListed(PyInterpreterState* interp, const ThreadRef& ref) {
+  for (const ThreadRef& r : ThreadSnapshot(interp)) {
+    if (r.tstate == ref.tstate && r.id == ref.id) return true;
+  }
+  return false;
+}
+
+// Calls f(tstate) for every thread state of the calling thread's interpreter; f may run
+// Python code (see above). GIL held.
 template <typename F>
 void ForEachThread(F&& f) {
   PyInterpreterState* interp = PyThreadState_Get()->interp;
-  for (PyThreadState* t = PyInterpreterState_ThreadHead(interp); t != nullptr;
-       t = PyThreadState_Next(t)) {
-    f(t);
+  const std::vector<ThreadRef> threads = ThreadSnapshot(interp);
+  for (size_t i = 0; i < threads.size(); ++i) {
+    // The first is listed: nothing ran since the snapshot.
+    if (i != 0 && !StillListed(interp, threads[i])) continue;  // it ended meanwhile
+    f(threads[i].tstate);
   }
 }
 
