@@ -140,6 +140,10 @@ std::vector<RenderedFinding> FindingWording::Render(
             ? fmt::format("+{} here, +{} beyond its extra wait for a CPU, {} {}",
                           FormatDuration(excess), FormatDuration(f.lost_ns_per_iteration),
                           FormatShare(f.lost_share), ctx_.of())
+        : f.lost_ns_per_iteration < excess && top.saturated_cost_ns > 0
+            ? fmt::format("+{} here, +{} of its host's shared CPU time, {} {}",
+                          FormatDuration(excess), FormatDuration(f.lost_ns_per_iteration),
+                          FormatShare(f.lost_share), ctx_.of())
         : f.lost_ns_per_iteration < excess
             ? fmt::format("+{} here, +{} total wait, {} {}", FormatDuration(excess),
                           FormatDuration(f.lost_ns_per_iteration), FormatShare(f.lost_share),
@@ -383,6 +387,22 @@ std::vector<RenderedFinding> FindingWording::Render(
                "{}{} on {} (peers' median {}): {}", FormatDuration(wr.wait_fn_ns), ctx_.per(),
                job.WorkerName(w), FormatDuration(group_wait),
                wr.wait_fn_ns < group_wait ? "the others wait for it" : "no shorter than theirs")});
+    }
+    if (top.saturated_cost_ns > 0) {
+      const std::string& host = job.hosts()[wr.host];
+      f.evidence.push_back(
+          {"extra work on a saturated host",
+           fmt::format("{}'s process used {}{} of CPU time (peers' median {}); {} {} workers "
+                       "wait {:.1f}x as long for a CPU as they run and use {}{} of CPU time "
+                       "together, so the extra {}{} of CPU takes time the others would have "
+                       "had: ~{}{} of the iteration, although no one waits for it",
+                       job.WorkerName(w), FormatDuration(top.saturated_cpu_ns), ctx_.per(),
+                       FormatDuration(top.saturated_peer_cpu_ns),
+                       host.empty() ? std::string("the host's") : host + "'s",
+                       top.saturated_host_workers, top.saturated_run_queue_per_cpu,
+                       FormatDuration(top.saturated_host_cpu_ns), ctx_.per(),
+                       FormatDuration(top.saturated_extra_cpu_ns), ctx_.per(),
+                       FormatDuration(top.saturated_cost_ns), ctx_.per())});
     }
     if (top.scheduler_wait_ns > 0) {
       f.evidence.push_back(

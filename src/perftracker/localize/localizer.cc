@@ -21,7 +21,9 @@
 //     (gc_straggler_rule.h), CPU contention (cpu_contention_rule.h); a fault that began
 //     inside the window is judged from its onset on (late_onset_rule.h); a work finding
 //     whose worker waited longer in its own collectives on another thread costs at most its
-//     extra time outside waits (victim_rule.h); a work finding's share that is run-queue
+//     extra time outside waits (victim_rule.h); on a host whose CPUs are saturated, extra
+//     CPU time costs the job its share of the host's CPU rate even when no one waits for
+//     it (saturated_host_rule.h); a work finding's share that is run-queue
 //     wait its extra work does not explain is the scheduler's, not its code's
 //     (scheduler_wait_rule.h); one worker's findings of one cause in one layer merge
 //     (layer_merge.h).
@@ -61,6 +63,7 @@
 #include "perftracker/localize/pipeline_slack.h"
 #include "perftracker/localize/robust_stats.h"
 #include "perftracker/localize/rule_context.h"
+#include "perftracker/localize/saturated_host_rule.h"
 #include "perftracker/localize/scheduler_wait_rule.h"
 #include "perftracker/localize/untraced_straggler_rule.h"
 #include "perftracker/localize/victim_rule.h"
@@ -138,6 +141,7 @@ Diagnosis Localizer::Impl::Finish() {
   MarkCpuContention(ctx, worker_findings);
   JudgeLateOnsets(ctx, worker_findings);
   CapWorkFindingsThatWaitForTheirOwnCollectives(ctx, worker_findings);
+  CountExtraWorkOnSaturatedHosts(ctx, worker_findings);
   DiscountSchedulerWait(ctx, worker_findings);
   MergeLayerParts(ctx, worker_findings);
   const FindingWording wording(ctx);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "perftracker/localize/robust_stats.h"
+#include "perftracker/localize/saturated_host_rule.h"
 
 namespace perftracker::localize {
 namespace {
@@ -203,10 +204,35 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
   std::vector<float> group_median;
   std::vector<uint32_t> anomaly_of;
   std::vector<size_t> order;  // the group's anomalies, by worker
+  // Host load, for the workers that did more CPU work than their peers on a saturated host.
+  std::vector<HostLoad> hosts;
+  bool any_saturated = false;
+  for (const WorkerRecord& wr : workers) any_saturated = any_saturated || wr.cpu_util >= 0;
+  if (any_saturated) {
+    hosts = LoadPerHost(job);
+    any_saturated =
+        std::any_of(hosts.begin(), hosts.end(), [](const HostLoad& h) { return h.saturated; });
+  }
+  std::vector<uint32_t> cpu_outliers;
   for (uint32_t g = 0; g < members.size(); ++g) {
     const auto& ws = members[g];
     const size_t n = ws.size();
     if (n < kMinPeers) continue;
+    cpu_outliers.clear();
+    if (any_saturated) cpu_outliers = CpuOutliersOnSaturatedHosts(ctx, hosts, ws);
+    auto worker_of = [&](uint32_t idx) {
+      return *(
+          std::upper_bound(ws.begin(), ws.end(), idx,
+                           [&](uint32_t v, uint32_t w) { return v < workers[w].first_record; }) -
+          1);
+    };
+    // Compared with its peers without itself too: a tiny group's worker, and one whose extra
+    // CPU time on a saturated host says it did more work (CpuOutliersOnSaturatedHosts).
+    auto leave_one_out = [&](uint32_t idx) {
+      return n <= kSmallGroup ||
+             (!cpu_outliers.empty() &&
+              std::binary_search(cpu_outliers.begin(), cpu_outliers.end(), worker_of(idx)));
+    };
     if (counts.empty()) {
       counts.assign(job.functions().size(), 0);
       offsets.assign(job.functions().size(), 0);
@@ -249,12 +275,10 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
       auto emit = [&](uint32_t idx, float median, float scale, bool minority) {
         const FunctionRecord& r = records[idx];
         // The worker owning record idx: records are contiguous per worker, in order.
-        auto it = std::upper_bound(ws.begin(), ws.end(), idx, [&](uint32_t v, uint32_t w) {
-          return v < workers[w].first_record;
-        });
-        if (EnclosesIterations(r, workers[*(it - 1)])) return;
+        const uint32_t owner = worker_of(idx);
+        if (EnclosesIterations(r, workers[owner])) return;
         Anomaly a;
-        a.worker = *(it - 1);
+        a.worker = owner;
         a.fid = fid;
         a.group = g;
         a.peers = static_cast<uint32_t>(n);
@@ -288,7 +312,7 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
         for (uint32_t e = begin; e < end; ++e) {
           if (times[e] > threshold) {
             emit(entries[e], static_cast<float>(c.median), static_cast<float>(scale), false);
-          } else if (n <= kSmallGroup && times[e] > floor) {
+          } else if (times[e] > floor && leave_one_out(entries[e])) {
             // In a tiny group compare the candidate with its peers only (leave one out).
             values.clear();
             for (uint32_t o = begin; o < end; ++o) {

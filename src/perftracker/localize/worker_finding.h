@@ -57,6 +57,18 @@ struct WorkerFinding {
   float scheduler_peer_cpu_ns = 0;
   float scheduler_rq_ns = 0;
   float scheduler_peer_rq_ns = 0;
+  // CountExtraWorkOnSaturatedHosts: what the extra CPU time of the named function's culprits
+  // on this worker's saturated host costs the job per iteration (0 = the rule did not lift
+  // the cap), that extra CPU time, the host's workers' CPU time per iteration summed, their
+  // median run-queue wait per CPU second, and how many workers share the host; the worker's
+  // own CPU time per iteration and its peers' median.
+  float saturated_cost_ns = 0;
+  float saturated_cpu_ns = 0;
+  float saturated_peer_cpu_ns = 0;
+  float saturated_extra_cpu_ns = 0;
+  float saturated_host_cpu_ns = 0;
+  float saturated_run_queue_per_cpu = 0;
+  uint32_t saturated_host_workers = 0;
   // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).
   float gc_peer_ns = -1;
   // PT-STRAGGLER-UNTRACED: the function before which the worker's thread idles longest
