@@ -33,9 +33,14 @@ LaunchCounts CountLaunches(const JobTable& job, const WorkerRecord& wr) {
   LaunchCounts c;
   for (uint32_t k = 0; k < wr.num_records; ++k) {
     const FunctionRecord& r = job.records()[wr.first_record + k];
-    const EventKind kind = job.functions()[r.fid].kind;
-    if (kind == EventKind::kKernelLaunch) c.launches += r.calls;
-    if (kind == EventKind::kGpuKernel) c.kernels += r.calls;
+    const FunctionInfo& info = job.functions()[r.fid];
+    if (info.kind == EventKind::kKernelLaunch) c.launches += r.calls;
+    // A collective's kernel (NCCL's, RCCL's) runs on the device too: a tensor-parallel job
+    // launches one or two per layer beside its compute kernels.
+    if (info.kind == EventKind::kGpuKernel ||
+        (info.kind == EventKind::kCollective && info.on_device)) {
+      c.kernels += r.calls;
+    }
   }
   c.launches *= wr.iterations;
   c.kernels *= wr.iterations;

@@ -86,6 +86,20 @@ TEST(SimulatedDiagnosis, ATraceWithoutHostEventsIsNeverHostBound) {
   EXPECT_EQ(FindCode(device_only, "PT-HOST-BOUND"), nullptr);
 }
 
+TEST(SimulatedDiagnosis, ATensorParallelJobsCollectiveKernelsRanOnItsGpus) {
+  // tp8 pp2: each layer's all-reduces are NCCL kernels, launched like compute kernels, about
+  // half of the launches. They ran: no "launches ran no kernel here" note (as for a graph
+  // being captured), and the host-bound check judges the job (252 launches, 120 compute
+  // kernels per rank were called "not run" when only compute kernels counted).
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 64, "tp": 8, "pp": 2,
+      "gpus_per_host": 8, "model_params_b": 13, "iterations": 6, "seed": 101},
+      "expect": {"healthy": true}})");
+  for (const std::string& note : d.notes) {
+    EXPECT_THAT(note, ::testing::Not(HasSubstr("did not run them here"))) << note;
+    EXPECT_THAT(note, ::testing::Not(HasSubstr("ran no kernel here"))) << note;
+  }
+}
+
 TEST(SimulatedDiagnosis, PipelineBubblesAreNotHostBound) {
   // pp8 (dp2), 2 microbatches: every stage's GPU idles most of the step waiting for its recv; the
   // host runs no work meanwhile.
