@@ -544,6 +544,41 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   wr.comm_run_queue = host_metric(Metric::kCommThreadRunQueueFraction);
   wr.comm_timeslices = host_metric(Metric::kCommThreadTimeslicesPerSec);
   wr.cpu_util = host_metric(Metric::kCpuUtilization);
+  // The process groups of its collectives (WorkerGroups): a group of one, or one that lists
+  // no rank, tells nothing about who works with whom. Each distinct list is kept once.
+  if (worker.rank >= 0) {
+    const CollectiveGroups& cg = worker.collective_groups;
+    const size_t first = worker_groups_.size();
+    for (const CollectiveGroupCalls& call : cg.calls) {
+      if (call.group >= cg.groups.size() || call.function >= worker.functions.size()) continue;
+      const FunctionSummary& f = worker.functions[call.function];
+      if (f.kind != EventKind::kCollective ||
+          PointToPointOf(f.name, f.event_flags) != PointToPoint::kNone) {
+        continue;
+      }
+      const std::vector<int32_t>& ranks = cg.groups[call.group].ranks;
+      if (ranks.empty() || std::max<size_t>(cg.groups[call.group].size, ranks.size()) < 2) {
+        continue;
+      }
+      uint64_t h = 1469598103934665603ull;
+      for (int32_t r : ranks) h = (h ^ static_cast<uint32_t>(r)) * 1099511628211ull;
+      auto& ids = group_index_[h];
+      uint32_t id = kNone;
+      for (uint32_t c : ids) {
+        if (groups_[c] == ranks) id = c;
+      }
+      if (id == kNone) {
+        id = static_cast<uint32_t>(groups_.size());
+        groups_.push_back(ranks);
+        ids.push_back(id);
+      }
+      worker_groups_.push_back(id);
+    }
+    const auto from = worker_groups_.begin() + static_cast<std::ptrdiff_t>(first);
+    std::sort(from, worker_groups_.end());
+    worker_groups_.erase(std::unique(from, worker_groups_.end()), worker_groups_.end());
+  }
+  worker_groups_begin_.push_back(static_cast<uint32_t>(worker_groups_.size()));
   prev_fids_.swap(fids_);
   workers_.push_back(wr);
 }
@@ -561,6 +596,7 @@ void JobTable::EndIngest() {
   std::vector<uint8_t>().swap(enclosing_);
   std::vector<FunctionRecord>().swap(straddling_);
   std::vector<uint32_t>().swap(metric_roots_);
+  std::unordered_map<uint64_t, std::vector<uint32_t>>().swap(group_index_);
   std::vector<double>().swap(p50s_);
   // What was just freed lies in the heap between the records, FunctionInfos and names, in
   // pieces each smaller than totals_ (one block of 24 bytes a path), which therefore takes

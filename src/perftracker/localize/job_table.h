@@ -200,6 +200,16 @@ class JobTable {
   const std::vector<WorkerProblem>& problems() const { return problems_; }
   // The onset of `fid` on worker `w`, or null.
   const OnsetRecord* OnsetOf(uint32_t w, uint32_t fid) const;
+  // The process groups worker `w` ran collectives in (not point to point: a pipeline's sends
+  // cross its stages), as ids into CollectiveGroupRanks(): sorted, unique. Empty when the
+  // sources know no groups (summary/collective_groups.h) or the worker has no rank.
+  std::span<const uint32_t> WorkerGroups(uint32_t w) const {
+    return {worker_groups_.data() + worker_groups_begin_[w],
+            worker_groups_begin_[w + 1] - worker_groups_begin_[w]};
+  }
+  // The global ranks a group lists (maybe only its first members: CollectiveGroup), each
+  // distinct list once job-wide.
+  const std::vector<int32_t>& CollectiveGroupRanks(uint32_t id) const { return groups_[id]; }
   // Sources of workers without a rank (the first kMaxNotesPerKind; empty strings after).
   const std::vector<std::string>& unranked_sources() const { return unranked_sources_; }
 
@@ -291,6 +301,10 @@ class JobTable {
 
   // Workers.
   std::vector<WorkerRecord> workers_;
+  std::vector<uint32_t> worker_groups_;           // WorkerGroups(), all workers'
+  std::vector<uint32_t> worker_groups_begin_{0};  // per worker; one more at the end
+  std::vector<std::vector<int32_t>> groups_;      // CollectiveGroupRanks()
+  std::unordered_map<uint64_t, std::vector<uint32_t>> group_index_;  // hash -> ids
   RecordStore records_;
   std::vector<OnsetRecord> onsets_;  // sorted by record
   std::vector<std::string> hosts_;

@@ -57,6 +57,8 @@ struct WorkerSpec {
   std::vector<FnSpec> fns;
   SummaryStats stats;
   std::string host;
+  // The process group each collective (by key) ran in, as the global ranks of its members.
+  std::map<std::string, std::vector<int32_t>> groups;
 
   FnSpec& fn(const std::string& key) {
     for (auto& f : fns) {
@@ -129,6 +131,18 @@ WorkerSummary Build(const WorkerSpec& spec) {
     index[f.key] = static_cast<uint32_t>(w.functions.size());
     w.functions.push_back(std::move(s));
   }
+  for (const auto& [key, ranks] : spec.groups) {
+    const uint32_t fn = index.at(key);
+    const auto g = static_cast<uint32_t>(w.collective_groups.groups.size());
+    w.collective_groups.groups.push_back(
+        CollectiveGroup{key, ranks, static_cast<uint32_t>(ranks.size()), "nccl"});
+    const FunctionSummary& f = w.functions[fn];
+    w.collective_groups.calls.push_back({fn, g, f.count, f.total_ns, f.bytes});
+  }
+  std::sort(w.collective_groups.calls.begin(), w.collective_groups.calls.end(),
+            [](const CollectiveGroupCalls& a, const CollectiveGroupCalls& b) {
+              return std::pair(a.function, a.group) < std::pair(b.function, b.group);
+            });
   return w;
 }
 
@@ -396,6 +410,29 @@ TEST(PeerGroups, IdenticalAndNearIdenticalSignaturesShareAGroup) {
   size_t sym = 0;
   EXPECT_DOUBLE_EQ(PeerGroups::Jaccard(base, plus_one, &sym), 10.0 / 11);
   EXPECT_EQ(sym, 1u);
+}
+
+TEST(PeerGroups, RolesSplitNearIdenticalSignaturesButNotExtraCodeWithinARole) {
+  // Three pipeline stages of four ranks (roles 0-2): the first runs the layers plus the
+  // embedding, one function apart from the middle stages; one rank of the first stage runs
+  // code of its own besides.
+  PeerGroups g;
+  std::vector<uint32_t> layers = {1, 2, 3, 4, 5, 6};
+  std::vector<uint32_t> first = layers, extra = layers;
+  first.push_back(7);
+  extra.insert(extra.end(), {7, 8, 9, 10});
+  uint32_t mid1 = 0, mid2 = 0, emb = 0, odd = 0;
+  for (int i = 0; i < 4; ++i) mid1 = g.AddSignature(layers, {0}, 1);
+  for (int i = 0; i < 4; ++i) mid2 = g.AddSignature(layers, {0}, 2);
+  for (int i = 0; i < 3; ++i) emb = g.AddSignature(first, {0}, 0);
+  odd = g.AddSignature(extra, {0}, 0);
+  const auto by_functions = g.Cluster(0.8);
+  EXPECT_EQ(by_functions[emb], by_functions[mid1]);  // one function apart: merged
+  const auto within = g.ClusterWithinRoles(0.8);
+  EXPECT_EQ(within[mid1], within[mid2]);  // the same code in two roles: one group
+  EXPECT_NE(within[emb], within[mid1]);
+  EXPECT_EQ(within[odd], within[emb]);  // extra code on a minority of its role
+  EXPECT_EQ(within[mid1], 0u);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -960,6 +997,103 @@ TEST(Localizer, ExtraCodeOnTwoOfEightRanksNamesBoth) {
   EXPECT_THAT(f.title, HasSubstr("only ranks 2, 5 run extra_eval"));
   EXPECT_EQ(f.victims.size(), 6u);
   for (const auto& n : d.notes) EXPECT_THAT(n, ::testing::Not(HasSubstr("peer groups")));
+}
+
+// A pipeline of three stages of four ranks (ranks 4s..4s+3 form stage s): every stage runs
+// the layers and all-reduces its gradients in a data-parallel group of its own ranks; the
+// first stage also embeds (10 ms). Sends and receives cross the stages (in one pipeline
+// group per data-parallel index).
+std::vector<WorkerSpec> ThreeStages(bool declare_groups) {
+  const std::string step = DpJob::kStep;
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 12; ++r) {
+    const int stage = r / 4;
+    WorkerSpec w;
+    w.rank = r;
+    w.has_device = true;
+    w.fn(step) = {step, 99, 1};
+    const std::string layers = DpJob::Key("annotation:layers");
+    w.fn(layers) = {layers, 60 * (1 + 0.01 * Noise(r, "l")), 1};
+    w.fn(layers + " > torch_op:aten::mm") = {layers + " > torch_op:aten::mm", 55, 8};
+    double work = w.fn(layers).ms;
+    if (stage == 0) {
+      const std::string emb = DpJob::Key("annotation:embedding");
+      w.fn(emb) = {emb, 10, 1};  // one function more: near-identical signatures
+      work += 10;
+    }
+    const std::string p2p =
+        DpJob::Key(stage == 0 ? "collective:nccl:send" : "collective:nccl:recv");
+    w.fn(p2p) = {p2p, 2, 1};
+    const std::string ar = DpJob::Key("collective:nccl:all_reduce");
+    w.fn(ar) = {ar, 99 - 2 - work, 1};
+    w.compute_ms = work;
+    w.communication_ms = w.wait_ms = 99 - work;
+    if (declare_groups) {
+      w.groups[ar] = {4 * stage, 4 * stage + 1, 4 * stage + 2, 4 * stage + 3};
+      w.groups[p2p] = {r % 4, r % 4 + 4, r % 4 + 8};
+    }
+    specs.push_back(w);
+  }
+  return specs;
+}
+
+TEST(Localizer, PipelineStagesThatTheProcessGroupsSeparateAreNotPeers) {
+  // Without the groups the first stage's embedding is code "only on some" of one group of 12.
+  const Diagnosis by_functions = Diagnose(ThreeStages(false));
+  ASSERT_NE(FindCode(by_functions, "PT-FUNCTION-ONLY-ON-SOME"), nullptr) << Describe(by_functions);
+  const Diagnosis d = Diagnose(ThreeStages(true));
+  SCOPED_TRACE(Describe(d));
+  EXPECT_EQ(FindCode(d, "PT-FUNCTION-ONLY-ON-SOME"), nullptr);
+  EXPECT_THAT(Material(d), IsEmpty());
+  EXPECT_THAT(
+      d.notes,
+      Contains(HasSubstr("2 peer groups by the functions they run and the process groups")));
+}
+
+TEST(Localizer, ExtraCodeInAStageIsStillTheFinding) {
+  // Rank 1 of the first stage runs an extra block (70 ms) in the same groups as its stage:
+  // compared with its stage, never a group of its own.
+  std::vector<WorkerSpec> specs = ThreeStages(true);
+  const std::string extra = DpJob::Key("annotation:extra_eval");
+  specs[1].fn(extra) = {extra, 70, 1};
+  specs[1].fn(extra + " > torch_op:aten::mm") = {extra + " > torch_op:aten::mm", 40, 6};
+  specs[1].fn(extra + " > torch_op:aten::add") = {extra + " > torch_op:aten::add", 20, 6};
+  specs[1].fn(extra + " > torch_op:aten::relu") = {extra + " > torch_op:aten::relu", 8, 6};
+  for (auto& w : specs) {
+    w.iteration_ms = 170;
+    w.fn(DpJob::kStep).ms = 169;
+    const std::string ar = DpJob::Key("collective:nccl:all_reduce");
+    if (w.rank != 1) w.fn(ar).ms += 70;
+    w.communication_ms = w.wait_ms = w.fn(ar).ms;
+  }
+  specs[1].compute_ms += 70;
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  auto material = Material(d);
+  ASSERT_FALSE(material.empty());
+  EXPECT_EQ(material[0]->code, "PT-FUNCTION-ONLY-ON-SOME");
+  EXPECT_THAT(material[0]->workers, ElementsAre(1));
+  EXPECT_EQ(material[0]->function, "extra_eval");
+}
+
+TEST(Localizer, AStageTooSmallToCompareKeepsItsPeers) {
+  // Stages of two ranks: a group of its own would leave each worker of the first stage
+  // one peer; the functions' grouping is kept (the embedding is "only on some" again).
+  std::vector<WorkerSpec> specs;
+  for (WorkerSpec& w : ThreeStages(true)) {
+    if (w.rank % 4 >= 2) continue;
+    w.rank = w.rank / 4 * 2 + w.rank % 4;
+    for (auto& [key, ranks] : w.groups) {
+      if (key.find("all_reduce") != std::string::npos)
+        ranks = {w.rank / 2 * 2, w.rank / 2 * 2 + 1};
+      else
+        ranks = {w.rank % 2, w.rank % 2 + 2, w.rank % 2 + 4};
+    }
+    specs.push_back(w);
+  }
+  const Diagnosis d = Diagnose(specs);
+  SCOPED_TRACE(Describe(d));
+  for (const auto& n : d.notes) EXPECT_THAT(n, Not(HasSubstr("process groups")));
 }
 
 TEST(Localizer, RolesThatRunMoreCodeAndOtherCollectivesStayApart) {

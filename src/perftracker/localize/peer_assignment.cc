@@ -4,14 +4,86 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "perftracker/localize/peer_groups.h"
 #include "perftracker/localize/robust_stats.h"
 #include "perftracker/localize/rule_context.h"
 
 namespace perftracker::localize {
+
+namespace {
+
+// Members of each group from the group of each signature.
+PeerAssignment Assign(const std::vector<uint32_t>& signature_group,
+                      const std::vector<uint32_t>& worker_signature) {
+  uint32_t num_groups = 0;
+  for (uint32_t g : signature_group) num_groups = std::max(num_groups, g + 1);
+  PeerAssignment out;
+  out.members.resize(num_groups);
+  out.worker_group.resize(worker_signature.size());
+  for (uint32_t w = 0; w < worker_signature.size(); ++w) {
+    out.worker_group[w] = signature_group[worker_signature[w]];
+    out.members[out.worker_group[w]].push_back(w);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint32_t> RolesOfWorkers(const JobTable& job) {
+  const std::vector<WorkerRecord>& workers = job.workers();
+  // Union-find over global ranks: the workers' and every member their groups list (whether
+  // its worker is in the window or not: a sample of a job's workers, as the digest path
+  // compares, is linked as the whole job is).
+  std::unordered_map<int32_t, uint32_t> node_of;
+  std::vector<uint32_t> parent;
+  auto node = [&](int32_t rank) {
+    auto [it, inserted] = node_of.try_emplace(rank, static_cast<uint32_t>(parent.size()));
+    if (inserted) parent.push_back(it->second);
+    return it->second;
+  };
+  auto find = [&](uint32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  auto unite = [&](uint32_t a, uint32_t b) {
+    a = find(a), b = find(b);
+    if (a != b) parent[std::max(a, b)] = std::min(a, b);
+  };
+  std::vector<uint8_t> linked;  // per group id: its members united already
+  std::unordered_set<int32_t> seen;
+  for (uint32_t w = 0; w < workers.size(); ++w) {
+    const std::span<const uint32_t> groups = job.WorkerGroups(w);
+    // Every worker must say: one without groups (another source, no collective) could be in
+    // any role.
+    if (workers[w].rank < 0 || groups.empty()) return {};
+    if (!seen.insert(workers[w].rank).second) return {};  // two workers with one rank
+    const uint32_t self = node(workers[w].rank);
+    for (uint32_t g : groups) {
+      const std::vector<int32_t>& ranks = job.CollectiveGroupRanks(g);
+      // Its own rank joins the group's first (a list cut short may not hold it).
+      unite(self, node(ranks.front()));
+      if (g >= linked.size()) linked.resize(g + 1, 0);
+      if (linked[g]) continue;
+      linked[g] = 1;
+      const uint32_t first = node(ranks.front());
+      for (size_t i = 1; i < ranks.size(); ++i) unite(first, node(ranks[i]));
+    }
+  }
+  std::unordered_map<uint32_t, uint32_t> role_of_root;
+  std::vector<uint32_t> roles(workers.size());
+  for (uint32_t w = 0; w < workers.size(); ++w) {
+    const uint32_t root = find(node_of.at(workers[w].rank));
+    roles[w] =
+        role_of_root.try_emplace(root, static_cast<uint32_t>(role_of_root.size())).first->second;
+  }
+  if (role_of_root.size() < 2) return {};
+  return roles;
+}
 
 PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& options,
                                 double iteration_ns, std::vector<std::string>& notes) {
@@ -33,9 +105,12 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
         collective_ids.try_emplace(job.Name(fid), static_cast<uint32_t>(collective_ids.size()))
             .first->second;
   }
-  PeerGroups peer_groups;
+  // Roles from the process groups (RolesOfWorkers); empty when the sources do not say.
+  const std::vector<uint32_t> roles = RolesOfWorkers(job);
+  PeerGroups peer_groups, role_groups;
   std::vector<uint32_t> signature, collectives;
-  std::vector<uint32_t> worker_signature(workers.size());
+  std::vector<uint32_t> worker_signature(workers.size()), worker_role_signature;
+  if (!roles.empty()) worker_role_signature.resize(workers.size());
   for (uint32_t w = 0; w < workers.size(); ++w) {
     const WorkerRecord& wr = workers[w];
     signature.clear();
@@ -54,17 +129,29 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
     }
     collectives.erase(std::unique(collectives.begin(), collectives.end()), collectives.end());
     worker_signature[w] = peer_groups.AddSignature(signature, collectives);
+    if (!roles.empty()) {
+      worker_role_signature[w] = role_groups.AddSignature(signature, collectives, roles[w]);
+    }
   }
-  const std::vector<uint32_t> signature_group = peer_groups.Cluster(options.peer_jaccard);
-  uint32_t num_groups = 0;
-  for (uint32_t g : signature_group) num_groups = std::max(num_groups, g + 1);
-  PeerAssignment out;
-  out.members.resize(num_groups);
-  out.worker_group.resize(workers.size());
-  for (uint32_t w = 0; w < workers.size(); ++w) {
-    out.worker_group[w] = signature_group[worker_signature[w]];
-    out.members[out.worker_group[w]].push_back(w);
+  PeerAssignment out = Assign(peer_groups.Cluster(options.peer_jaccard), worker_signature);
+  bool by_roles = false;
+  if (!roles.empty()) {
+    PeerAssignment within =
+        Assign(role_groups.ClusterWithinRoles(options.peer_jaccard), worker_role_signature);
+    // Never fewer peers than the functions alone give: a group too small to compare its
+    // workers (a stage of two ranks) is taken only where the functions form it too.
+    bool keeps_peers = true;
+    for (const auto& m : within.members) {
+      if (m.size() >= kMinPeers) continue;
+      const auto& other = out.members[out.worker_group[m.front()]];
+      keeps_peers &= other == m;
+    }
+    if (keeps_peers) {
+      out = std::move(within);
+      by_roles = true;
+    }
   }
+  const auto num_groups = static_cast<uint32_t>(out.members.size());
   if (num_groups > 1) {
     std::vector<size_t> sizes;
     for (const auto& m : out.members) sizes.push_back(m.size());
@@ -75,9 +162,9 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
     }
     if (sizes.size() > 8) list += ", ...";
     notes.push_back(fmt::format(
-        "workers form {} peer groups by the functions they run (sizes {}); each worker is "
+        "workers form {} peer groups by the functions they run{} (sizes {}); each worker is "
         "compared only with its own group",
-        num_groups, list));
+        num_groups, by_roles ? " and the process groups of their collectives" : "", list));
     size_t small = 0;
     for (const auto& m : out.members) small += m.size() < kMinPeers ? m.size() : 0;
     if (small > 0) {

@@ -9,6 +9,19 @@
 // signatures together, merges near-identical ones, and merges a minority that runs its
 // group's code plus code of its own in the same collectives (that code is then compared as
 // "only on some": the finding, never a group of its own).
+//
+// Roles from the process groups (issue 11). Where the sources name the process group of every
+// worker's collectives (JobTable::WorkerGroups), workers linked through a group in which they ran
+// a collective (point-to-point sends and receives left out: a pipeline's cross its stages) are
+// one role candidate (RolesOfWorkers: the connected components); a pipeline stage's tensor- and
+// data-parallel groups hold only its own ranks, a job-wide all-reduce links every worker (then
+// nothing changes). The signatures are clustered within each role and clusters of different
+// roles joined when they run the same code (PeerGroups::ClusterWithinRoles), so the first and
+// last stages stop being "extra code" of the middle stages' group, and a stage's straggler
+// with code of its own is compared with its stage (by functions alone, beside stages that
+// send where it receives, it could found a group of one). That grouping is used when every
+// group it forms has at least kMinPeers workers or is formed by the functions alone too:
+// roles never take a worker's peers away (a stage of two ranks stays with the others).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +49,11 @@ struct PeerAssignment {
 // collective + sync time, whichever thread waited; -1 without iteration times. In lockstep
 // training this is the time before its collectives, its own.
 double OutsideWaitNs(const WorkerRecord& w);
+
+// Per worker, its role: the connected component of the process groups its collectives ran
+// in (not point to point), numbered from 0 in worker order. Empty when a worker has no rank
+// or no known group, two workers share a rank, or all workers are one component.
+std::vector<uint32_t> RolesOfWorkers(const JobTable& job);
 
 // Groups the workers of `job`; notes about the groups go to `notes`.
 PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& options,

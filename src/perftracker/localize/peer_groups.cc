@@ -32,10 +32,11 @@ uint64_t HashIds(const std::vector<uint32_t>& ids, const std::vector<uint32_t>& 
 }  // namespace
 
 uint32_t PeerGroups::AddSignature(const std::vector<uint32_t>& sorted_ids,
-                                  const std::vector<uint32_t>& sorted_collectives) {
-  auto& bucket = by_hash_[HashIds(sorted_ids, sorted_collectives)];
+                                  const std::vector<uint32_t>& sorted_collectives, uint32_t role) {
+  auto& bucket = by_hash_[HashIds(sorted_ids, sorted_collectives) ^ (uint64_t{role} << 17)];
   for (uint32_t id : bucket) {
-    if (signatures_[id] == sorted_ids && collectives_[id] == sorted_collectives) {
+    if (signatures_[id] == sorted_ids && collectives_[id] == sorted_collectives &&
+        roles_[id] == role) {
       ++counts_[id];
       return id;
     }
@@ -43,6 +44,7 @@ uint32_t PeerGroups::AddSignature(const std::vector<uint32_t>& sorted_ids,
   const auto id = static_cast<uint32_t>(signatures_.size());
   signatures_.push_back(sorted_ids);
   collectives_.push_back(sorted_collectives);
+  roles_.push_back(role);
   counts_.push_back(1);
   bucket.push_back(id);
   return id;
@@ -81,30 +83,36 @@ bool PeerGroups::Covers(const std::vector<uint32_t>& a, const std::vector<uint32
   return static_cast<double>(common) >= min_share * static_cast<double>(b.size());
 }
 
-std::vector<uint32_t> PeerGroups::Cluster(double min_jaccard) const {
+std::vector<uint32_t> PeerGroups::Order() const {
   std::vector<uint32_t> order(signatures_.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(),
                    [&](uint32_t x, uint32_t y) { return counts_[x] > counts_[y]; });
-  std::vector<uint32_t> group(signatures_.size(), 0);
-  std::vector<uint32_t> representatives;  // signature id founding each cluster
-  std::vector<uint64_t> cluster_workers;  // workers placed in each cluster so far
+  return order;
+}
+
+void PeerGroups::Greedy(const std::vector<uint32_t>& order, double min_jaccard,
+                        std::vector<uint32_t>& group,
+                        std::vector<uint32_t>& representatives) const {
+  const size_t first_cluster = representatives.size();
+  std::vector<uint64_t> cluster_workers;  // workers placed in each of its clusters so far
   for (uint32_t sig : order) {
     const auto& s = signatures_[sig];
     bool placed = false;
-    const size_t limit = std::min(representatives.size(), kMaxClusterComparisons);
+    const size_t limit = std::min(cluster_workers.size(), kMaxClusterComparisons);
     for (size_t c = 0; c < limit && !placed; ++c) {
-      const auto& r = signatures_[representatives[c]];
+      const uint32_t rep = representatives[first_cluster + c];
+      const auto& r = signatures_[rep];
       size_t sym_diff = 0;
       const double jac = Jaccard(s, r, &sym_diff);
       const bool near_identical =
           jac >= min_jaccard || (sym_diff <= 1 && std::min(s.size(), r.size()) >= 2);
       // Extra code on a minority of an otherwise alike group (see the header).
       const bool extra_code_on_minority = r.size() >= 2 && counts_[sig] < cluster_workers[c] &&
-                                          collectives_[sig] == collectives_[representatives[c]] &&
+                                          collectives_[sig] == collectives_[rep] &&
                                           Covers(s, r, min_jaccard);
       if (near_identical || extra_code_on_minority) {
-        group[sig] = static_cast<uint32_t>(c);
+        group[sig] = static_cast<uint32_t>(first_cluster + c);
         cluster_workers[c] += counts_[sig];
         placed = true;
       }
@@ -115,6 +123,52 @@ std::vector<uint32_t> PeerGroups::Cluster(double min_jaccard) const {
       cluster_workers.push_back(counts_[sig]);
     }
   }
+}
+
+std::vector<uint32_t> PeerGroups::Cluster(double min_jaccard) const {
+  std::vector<uint32_t> group(signatures_.size(), 0);
+  std::vector<uint32_t> representatives;  // signature id founding each cluster
+  Greedy(Order(), min_jaccard, group, representatives);
+  return group;
+}
+
+std::vector<uint32_t> PeerGroups::ClusterWithinRoles(double min_jaccard) const {
+  const std::vector<uint32_t> order = Order();
+  // Each role's signatures, most common first, clustered on their own.
+  std::unordered_map<uint32_t, std::vector<uint32_t>> by_role;
+  std::vector<uint32_t> roles_in_order;
+  for (uint32_t sig : order) {
+    auto [it, inserted] = by_role.try_emplace(roles_[sig]);
+    if (inserted) roles_in_order.push_back(roles_[sig]);
+    it->second.push_back(sig);
+  }
+  std::vector<uint32_t> local(signatures_.size(), 0);
+  std::vector<uint32_t> representatives;  // founding signature of each role's clusters
+  for (uint32_t role : roles_in_order) Greedy(by_role[role], min_jaccard, local, representatives);
+  // Clusters of different roles whose founders run the same code in the same collectives are
+  // one group (the middle stages of a pipeline). Numbered by their most common founder.
+  std::vector<uint32_t> cluster_order(representatives.size());
+  std::iota(cluster_order.begin(), cluster_order.end(), 0u);
+  std::stable_sort(cluster_order.begin(), cluster_order.end(), [&](uint32_t x, uint32_t y) {
+    return counts_[representatives[x]] > counts_[representatives[y]];
+  });
+  std::vector<uint32_t> final_of(representatives.size(), 0);
+  std::vector<uint32_t> founders;  // representative of each final group
+  for (uint32_t c : cluster_order) {
+    const uint32_t rep = representatives[c];
+    uint32_t found = static_cast<uint32_t>(founders.size());
+    for (uint32_t g = 0; g < founders.size(); ++g) {
+      if (signatures_[founders[g]] == signatures_[rep] &&
+          collectives_[founders[g]] == collectives_[rep]) {
+        found = g;
+        break;
+      }
+    }
+    if (found == founders.size()) founders.push_back(rep);
+    final_of[c] = found;
+  }
+  std::vector<uint32_t> group(signatures_.size(), 0);
+  for (uint32_t sig = 0; sig < signatures_.size(); ++sig) group[sig] = final_of[local[sig]];
   return group;
 }
 

@@ -32,6 +32,16 @@
 // plus the head and the loss on fewer ranks, but it receives where they send; data-parallel
 // replicas, stragglers or not, run the same collectives. Roles that run disjoint code never
 // merge, whatever their sizes.
+//
+// Roles the collectives declare (issue 11). Signatures alone cannot tell a pipeline's first
+// stage (the layers plus the embedding) from the middle stages plus extra code on a minority:
+// both differ by a function. The process groups of the collectives can: the ranks of one stage
+// all-reduce their gradients together, in groups that hold no rank of another stage, and a
+// straggler runs the same collectives in the same groups as its peers. So a caller that knows
+// the groups gives each signature a `role` (its workers' connected component of collective
+// groups: peer_assignment.h), and ClusterWithinRoles() clusters each role's signatures on its
+// own, with the rules above, then joins clusters of different roles only when their founding
+// signatures are identical (the middle stages of a pipeline run the same code: one group).
 #pragma once
 
 #include <cstddef>
@@ -46,8 +56,9 @@ class PeerGroups {
   // Interns a signature: `sorted_ids` (the functions that matter) and `sorted_collectives`
   // (the collectives it takes part in, by name id) must be sorted and unique. Returns the
   // signature id; each call counts one more worker for it.
+  // `role`: see ClusterWithinRoles(); Cluster() ignores it.
   uint32_t AddSignature(const std::vector<uint32_t>& sorted_ids,
-                        const std::vector<uint32_t>& sorted_collectives = {});
+                        const std::vector<uint32_t>& sorted_collectives = {}, uint32_t role = 0);
 
   size_t num_signatures() const { return signatures_.size(); }
   const std::vector<uint32_t>& signature(uint32_t id) const { return signatures_[id]; }
@@ -56,6 +67,9 @@ class PeerGroups {
   // Assigns every signature to a cluster (peer group). Returns the group id of each
   // signature id; group 0 is the one founded by the most common signature.
   std::vector<uint32_t> Cluster(double min_jaccard) const;
+  // Cluster() within each role, then clusters of different roles with identical founders
+  // joined (see the header). Group 0 is the one founded by the most common signature.
+  std::vector<uint32_t> ClusterWithinRoles(double min_jaccard) const;
 
   // Jaccard similarity |a n b| / |a u b| of two sorted id lists (1 for two empty lists),
   // and the size of their symmetric difference through `sym_diff`.
@@ -66,8 +80,16 @@ class PeerGroups {
                      double min_share);
 
  private:
+  // Signature ids, most workers first (ties: in order of addition).
+  std::vector<uint32_t> Order() const;
+  // The greedy pass of Cluster() over `order`: sets group[sig] for each of them to a cluster
+  // index, appending founders to `representatives` (its clusters start at its size on entry).
+  void Greedy(const std::vector<uint32_t>& order, double min_jaccard, std::vector<uint32_t>& group,
+              std::vector<uint32_t>& representatives) const;
+
   std::vector<std::vector<uint32_t>> signatures_;
   std::vector<std::vector<uint32_t>> collectives_;
+  std::vector<uint32_t> roles_;
   std::vector<uint32_t> counts_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> by_hash_;
 };
