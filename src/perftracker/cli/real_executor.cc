@@ -18,6 +18,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -50,6 +52,30 @@ std::string ReadFile(const fs::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// When a live window report's window opened (seconds since the epoch; -1 when its
+// "live window N (reason) from YYYY-MM-DD HH:MM:SS.mmm UTC ..." note is missing or unreadable).
+double WindowStart(const fs::path& report) {
+  const auto j = nlohmann::json::parse(ReadFile(report), nullptr, false);
+  if (j.is_discarded() || !j.contains("notes") || !j["notes"].is_array()) return -1;
+  for (const auto& n : j["notes"]) {
+    if (!n.is_string()) continue;
+    const std::string note = n.get<std::string>();
+    if (note.rfind("live window ", 0) != 0) continue;
+    const size_t at = note.find(" from ");
+    if (at == std::string::npos) return -1;
+    tm t{};
+    int millis = 0;
+    if (std::sscanf(note.c_str() + at + 6, "%d-%d-%d %d:%d:%d.%d", &t.tm_year, &t.tm_mon,
+                    &t.tm_mday, &t.tm_hour, &t.tm_min, &t.tm_sec, &millis) != 7) {
+      return -1;
+    }
+    t.tm_year -= 1900;
+    t.tm_mon -= 1;
+    return static_cast<double>(timegm(&t)) + millis / 1000.0;
+  }
+  return -1;
 }
 
 // Starts argv in a new process group (with `new_session`, a new session: another scheduler
@@ -305,10 +331,13 @@ StatusOr<ScenarioRun> RunRealScenario(const Scenario& s, const RealOptions& o) {
         if (stat(f.c_str(), &st) != 0) continue;
         const double mtime =
             static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
-        // A hang is reported as soon as every rank's stacks are in (no full window).
+        // A hang is reported as soon as every rank's stacks are in (no full window), in a
+        // window that opened once the rank stopped: a slowdown window a loaded machine opened
+        // before the hang began, diagnosed while it began, cannot show it.
         const bool hang = fault != nullptr && fault->kind == FaultKind::kHang;
         if (!s.healthy && mtime < onset + (hang ? 0 : kWindowSeconds)) continue;
         if (Now() - mtime < 0.3) continue;  // let the writer finish
+        if (hang && WindowStart(f) < onset) continue;
         if (judged.empty() || mtime < judged_time) {
           judged = f;
           judged_time = mtime;
