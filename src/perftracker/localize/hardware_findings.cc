@@ -28,6 +28,9 @@ constexpr double kMinRelativeEffect = 0.1;
 // A compute straggler finding "explains" a slow device when it carries this share of the
 // device's excess: then one function, not the GPU, is slow.
 constexpr double kFunctionExplains = 0.5;
+// ... unless the rest of the device's compute is slower by at least this share of the
+// function's own relative excess (a slow device: every kernel alike).
+constexpr double kRestSlowerAlike = 0.5;
 // A link whose burst rate is below this share of the job's median is degraded.
 constexpr double kDegradedRateShare = 0.5;
 // A link below this share of the median is degraded too when it is a clear outlier of the
@@ -521,17 +524,39 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
         continue;
       }
       // One function explains it: that straggler finding stands. So does code only this
-      // worker (and a minority of its group) runs: extra work, not a slower device.
+      // worker (and a minority of its group) runs: extra work, not a slower device. A kernel
+      // (with the same layer's other kernels) explains it when it carries kFunctionExplains
+      // of the device's excess, unless the device is slow as a whole: every call of the
+      // kernel slower (its median call by a similar ratio as its time: one slow layer of a
+      // trace without host annotations, whose layers share kernel names, slows one call in
+      // L and leaves the median) *and* the rest of the device's work slower by a similar
+      // ratio (a slow device slows every kernel, a slow function only its own; without host
+      // annotations the backward GEMM holds two thirds of any device's time, so of a slow
+      // device's excess too). A host function (an annotated block) has no device time to
+      // compare: it explains by what it costs the job.
       bool explained = false;
       for (size_t i = 0; i < findings.size(); ++i) {
         const Finding& f = *findings[i];
         const bool work =
             f.code == fc::kStragglerCompute ||
             (f.code == fc::kFunctionOnlyOnSome && f.category == FindingCategory::kCompute);
-        if (!drop[i] && work && Contains(f.workers, r.rank) &&
-            f.lost_ns_per_iteration >= kFunctionExplains * e) {
-          explained = true;
+        if (drop[i] || !work || !Contains(f.workers, r.rank)) continue;
+        const Context::FunctionTime t = ctx.function_times && i < ctx.function_times->size()
+                                            ? (*ctx.function_times)[i]
+                                            : Context::FunctionTime{};
+        if (t.on_device && t.peer_ns > 0 && t.ns > t.peer_ns && t.excess_ns > 0) {
+          const double own_ratio = t.ns / t.peer_ns - 1;
+          // The peers' time in the slow kernels, the named one's parts at its ratio.
+          const double slow_peers = t.excess_ns / own_ratio;
+          const double rest_peers = c.median - slow_peers;
+          const double rest_ratio =
+              rest_peers > 0 ? std::max(0.0, e - t.excess_ns) / rest_peers : 0;
+          const bool every_call = t.p50_ratio - 1 >= kRestSlowerAlike * own_ratio;
+          const bool device_slow = every_call && rest_ratio >= kRestSlowerAlike * own_ratio;
+          explained |= t.excess_ns >= kFunctionExplains * e && !device_slow;
+          continue;
         }
+        explained |= f.lost_ns_per_iteration >= kFunctionExplains * e;
       }
       if (!explained) slow.push_back(w);
     }

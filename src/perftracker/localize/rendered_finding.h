@@ -19,6 +19,17 @@ struct RenderedFinding {
   // where it knows the calls (a link's transfers, FunctionSummary::slack_after_ns); the
   // pipeline-slack rule judges its cost to the job with it.
   float absorbed_share = 0;
+  // The named function's time per iteration on its worst culprit and its peers' median, in
+  // ns (-1: none named), and whether it runs on a device (a kernel): hardware evidence tells
+  // a slow function from a slow device with them (HardwareFindings::Context).
+  float function_ns = -1;
+  float function_peer_ns = -1;
+  // Its excess before any cap: the named function's and its merged parts' (the same layer's
+  // other kernels, WorkerFinding::excess()).
+  float function_excess_ns = -1;
+  // Its median call's duration over its peers' median call's (0: unknown).
+  float function_p50_ratio = 0;
+  bool function_on_device = false;
 };
 
 }  // namespace perftracker::localize

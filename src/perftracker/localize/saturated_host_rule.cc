@@ -54,6 +54,10 @@ double ExtraCpuBar(const RuleContext& ctx, const RobustCenter& peers) {
        ctx.options->outlier_z * RobustScale(peers, kScaleRelativeFloor, kScaleAbsoluteFloorNs)});
 }
 
+// Groups of up to this many workers with host metrics compare a worker's CPU time with the
+// others' without it.
+constexpr size_t kLeaveOneOutCpuPeers = 8;
+
 }  // namespace
 
 std::vector<uint32_t> CpuOutliersOnSaturatedHosts(const RuleContext& ctx,
@@ -61,19 +65,35 @@ std::vector<uint32_t> CpuOutliersOnSaturatedHosts(const RuleContext& ctx,
                                                   const std::vector<uint32_t>& group) {
   std::vector<uint32_t> out;
   const std::vector<WorkerRecord>& workers = ctx.job->workers();
+  std::vector<float> all;
+  bool any_saturated = false;
+  for (uint32_t w : group) {
+    const double c = CpuPerIteration(workers[w]);
+    if (c >= 0) all.push_back(static_cast<float>(c));
+    any_saturated =
+        any_saturated || (workers[w].host < hosts.size() && hosts[workers[w].host].saturated);
+  }
+  if (!any_saturated || all.size() < kMinPeers) return out;
+  // A small group's worker is compared with the others without itself (one outlier among
+  // four moves the median); a larger group's median and MAD hold against one outlier, and are
+  // computed once (a group of 100,000 workers is compared in O(n log n)).
+  const bool leave_one_out = all.size() <= kLeaveOneOutCpuPeers;
+  RobustCenter center;
+  if (!leave_one_out) center = MedianAndMadInPlace(all);
   std::vector<float> others;
   for (uint32_t w : group) {
     const WorkerRecord& wr = workers[w];
     if (wr.host >= hosts.size() || !hosts[wr.host].saturated) continue;
     const double own = CpuPerIteration(wr);
     if (own < 0) continue;
-    others.clear();
-    for (uint32_t o : group) {
-      const double c = o == w ? -1 : CpuPerIteration(workers[o]);
-      if (c >= 0) others.push_back(static_cast<float>(c));
+    if (leave_one_out) {
+      others.clear();
+      for (uint32_t o : group) {
+        const double c = o == w ? -1 : CpuPerIteration(workers[o]);
+        if (c >= 0) others.push_back(static_cast<float>(c));
+      }
+      center = MedianAndMadInPlace(others);
     }
-    if (others.size() + 1 < kMinPeers) continue;
-    const RobustCenter center = MedianAndMadInPlace(others);
     if (own - center.median > ExtraCpuBar(ctx, center)) out.push_back(w);
   }
   return out;

@@ -222,5 +222,36 @@ TEST(SimulatedDiagnosis, AGcStragglerIsNamedOnce) {
   EXPECT_EQ(about_26, 1);
 }
 
+// Device-only traces (no host annotations): the backward GEMM holds two thirds of every
+// device's time, so of a slow device's excess too. The device is slow when the rest of its
+// kernels are slower by a similar ratio (rnd-s1-034, drawn by bench/random_scenarios.py: a
+// 1.58x GPU on rank 17 was three PT-STRAGGLER-COMPUTE findings, dgrad, fprop and the head
+// kernel); one slow layer slows only its own kernels.
+TEST(SimulatedDiagnosis, ASlowGpuInADeviceOnlyTraceIsTheGpuNotItsLargestKernel) {
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 32, "tp": 1, "pp": 2,
+      "gpus_per_host": 8, "model_params_b": 70, "iterations": 8, "seed": 799666719,
+      "noise": 0.1, "microbatches": 4, "layers_per_stage": 2, "host_trace": false},
+      "faults": [{"kind": "gpu_slow", "magnitude": 1.58, "ranks": [17]}],
+      "expect": {"findings": [{"code": "PT-GPU-SLOW", "workers": [17]}]}})");
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, "PT-GPU-SLOW");
+  EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{17});
+  EXPECT_EQ(FindCode(d, "PT-STRAGGLER-COMPUTE"), nullptr);
+}
+
+TEST(SimulatedDiagnosis, ASlowLayerInADeviceOnlyTraceIsAComputeStragglerNotASlowGpu) {
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 16, "tp": 1, "pp": 1,
+      "gpus_per_host": 8, "model_params_b": 13, "iterations": 8, "seed": 11,
+      "noise": 0.05, "host_trace": false},
+      "faults": [{"kind": "slow_compute", "magnitude": 2.0, "ranks": [5]}],
+      "expect": {"findings": [{"code": "PT-STRAGGLER-COMPUTE", "workers": [5]}]}})");
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{5});
+  EXPECT_EQ(FindCode(d, "PT-GPU-SLOW"), nullptr);
+}
+
 }  // namespace
 }  // namespace perftracker
