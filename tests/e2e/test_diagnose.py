@@ -672,6 +672,23 @@ class RealGpuTraceGoldenTest(ReportChecks):
                               notes[0])
                 self.assertIn("graph being captured", notes[0])
 
+    def test_a_trace_of_cuda_initialization_says_so(self):
+        """HTA critical_path/alexnet (A100): one 43.4 s window with no ProfilerStep, in which
+        the GPU computes 10.7 ms. 29.9 s of it is one cudaDeviceGetStreamPriorityRange call
+        (the first CUDA call of the process: it creates the context), 6.5 s cudaFree and
+        1.9 s cudaMalloc (first allocations), 10.8 s the first cudnn convolution: the trace
+        holds the job's start, not a step of its training. "Host / launch-bound" said nothing
+        about that; the finding names the one-off calls and says to profile after warm-up."""
+        r, report = self.diagnose(
+            "external/hta/tests/data/critical_path/alexnet/"
+            "benchmark_result_2869224_1695835535_trace.json.gz")
+        top = self.top_finding(report, r)
+        dump = json.dumps(top, indent=1)
+        self.assertEqual(top["code"], "PT-HOST-BOUND", dump)
+        self.assertIn("CUDA initialization", top["title"], dump)
+        self.assertIn("cudaDeviceGetStreamPriorityRange", top["title"], dump)
+        self.assertIn("warm-up", json.dumps(top["evidence"]), dump)
+
     def test_gpu_bound_inference_has_no_material_finding(self):
         """TraceLens h100/Qwen1.5-0.5B-Chat: one 47.2 ms ProfilerStep in which the GPU is busy
         43.3 ms (92 %): the GPU sets the pace, nothing else costs a material share. (Its two

@@ -47,6 +47,26 @@ LaunchCounts CountLaunches(const JobTable& job, const WorkerRecord& wr) {
   return c;
 }
 
+// A CUDA / HIP runtime call (not a launch, not a synchronization) whose median call takes
+// this long is a one-off: the first CUDA call creating the context (seconds), loading a
+// module, a first large allocation. In steady state the runtime's calls take microseconds.
+constexpr double kOneOffCallNs = 100e6;
+// The window is called the job's initialization when such calls take this share of the
+// host-bound idle time.
+constexpr double kOneOffShare = 0.5;
+
+// Per iteration, a device worker's time in one-off runtime calls (kOneOffCallNs).
+double OneOffRuntimeNs(const JobTable& job, const WorkerRecord& wr) {
+  double sum = 0;
+  for (uint32_t k = 0; k < wr.num_records; ++k) {
+    const FunctionRecord& r = job.records()[wr.first_record + k];
+    if (job.functions()[r.fid].kind == EventKind::kRuntimeCall && r.p50_ns >= kOneOffCallNs) {
+      sum += r.time_ns;
+    }
+  }
+  return sum;
+}
+
 }  // namespace
 
 void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
@@ -104,12 +124,49 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
     }
     std::sort(f.workers.begin(), f.workers.end());
   }
-  f.title = fmt::format(
-      "the GPU is idle {} of each iteration while the host works ({}/iter, {}): "
-      "the job is host / launch-bound",
-      FormatShare(share), FormatDuration(lost),
-      device_workers < num_workers ? fmt::format("{} workers with a device", device_workers)
-                                   : std::string("all workers"));
+  const std::string who = device_workers < num_workers
+                              ? fmt::format("{} workers with a device", device_workers)
+                              : std::string("all workers");
+  // A window that holds the job's CUDA initialization (a trace of its first iteration, or of
+  // a script without iterations): the host is in one-off runtime calls, which no steady
+  // state repeats. Said as such, with what to profile instead.
+  values.clear();
+  for (const auto& wr : workers) {
+    if (wr.has_device && wr.mean_iteration_ns > 0) values.push_back(OneOffRuntimeNs(job, wr));
+  }
+  const double one_off = MedianInPlace(values);
+  if (one_off >= kOneOffShare * lost) {
+    std::string calls;
+    int listed = 0;
+    for (uint32_t fid : TopFunctions(
+             job, [](const FunctionInfo& fn) { return fn.kind == EventKind::kRuntimeCall; }, false,
+             3)) {
+      const double per_worker = job.Totals(fid).sum_time_ns / static_cast<double>(device_workers);
+      if (per_worker < kOneOffCallNs) continue;
+      calls +=
+          fmt::format("{}{} {}", listed++ ? ", " : "", job.Name(fid), FormatDuration(per_worker));
+    }
+    f.title = fmt::format(
+        "the GPU is idle {} of each iteration while the host is in one-off CUDA runtime calls "
+        "({}{}; {}): the window holds the job's CUDA initialization, not its steady state",
+        FormatShare(share), calls, ctx.per_word(), who);
+    f.evidence.push_back(
+        {"one-off runtime calls",
+         fmt::format("{}{} (median of {} workers with a device): runtime calls (not launches "
+                     "or synchronizations) whose median call takes {} or more, as the first "
+                     "CUDA call creating the context does",
+                     FormatDuration(one_off), ctx.per(), device_workers,
+                     FormatDuration(kOneOffCallNs))});
+    f.evidence.push_back(
+        {"what to do",
+         "profile iterations after warm-up (torch.profiler.schedule(wait=..., warmup=...)) to "
+         "see the job's steady state"});
+  } else {
+    f.title = fmt::format(
+        "the GPU is idle {} of each iteration while the host works ({}/iter, {}): "
+        "the job is host / launch-bound",
+        FormatShare(share), FormatDuration(lost), who);
+  }
   f.evidence.push_back({"device idle, host busy",
                         fmt::format("{} ({} of the iteration, median of {} workers with a "
                                     "device; host events that are not waits)",
