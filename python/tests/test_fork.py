@@ -13,6 +13,11 @@ The second test forks while the agent's control thread allocates (a flood of col
 messages): under gcc 12's AddressSanitizer, whose allocator has no fork handlers, a child
 forked while that thread was inside malloc hung on the allocator's lock. The agent's threads
 now stand still around a fork (ForkGate, docs/live-mode.md).
+
+The third test forks while the agent starts (and stops) again and again: each start makes
+the GIL worker's Python thread state. The agent made it under a mutex that fork()'s prepare
+handler took, and CPython 3.13 holds its thread-list lock (HEAD_LOCK) from before fork()
+runs that handler: the parent hung in os.fork (agent_python3.13, in CI).
 """
 
 import json
@@ -108,6 +113,61 @@ ALLOC_FORK_JOB = """
                     sys.exit(3)
                 time.sleep(0.001)
         print(json.dumps({"forks": n_forks, "stats": _agent.stats()}), flush=True)
+
+    main()
+"""
+
+
+# A thread forks in a loop (each child exits at once) while the main thread starts and stops
+# the agent n_starts times: each start makes the GIL worker's thread state while the forks go
+# on. Glibc runs fork()'s prepare handlers last-registered first, so `spin` handlers registered
+# after the agent's (sched_yield each: no state, only time) run after CPython took its locks
+# for the fork and before the agent's handlers: they widen the moment a lock-order inversion
+# needs from microseconds to a millisecond. A start that does not end within stall_s seconds
+# means the job deadlocked: faulthandler's watchdog (a C thread: it needs no GIL) prints every
+# thread's stack and exits 1. A child still there after 30 s is hung: the job exits 3.
+START_FORK_JOB = """
+    import ctypes, faulthandler, os, sys, threading, time, warnings
+    from perftracker import _agent
+
+    warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork() with threads
+
+    def forker(stop, forks):
+        while not stop.is_set():
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            give_up = time.time() + 30
+            while os.waitpid(pid, os.WNOHANG)[0] == 0:
+                if time.time() > give_up:
+                    print("child %d hung after %d forks" % (pid, forks[0]), flush=True)
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    os._exit(3)
+                time.sleep(0.0002)
+            forks[0] += 1
+
+    def main():
+        n_starts, stall_s, spin = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+        shm = sys.argv[4]
+        stop, forks = threading.Event(), [0]
+        thread = threading.Thread(target=forker, args=(stop, forks))
+        thread.start()
+        for i in range(n_starts):
+            faulthandler.dump_traceback_later(stall_s, exit=True)
+            _agent.activate(socket="", shm_path=shm, rank=0, local_rank=0, world_size=1,
+                            host="forktest", options="")
+            _agent.stop()
+            if i == 0 and spin > 0:  # the agent registered its fork handlers: now ours
+                libc = ctypes.CDLL(None)
+                if hasattr(libc, "__register_atfork"):  # glibc (pthread_atfork is not exported)
+                    yield_fn = ctypes.cast(libc.sched_yield, ctypes.c_void_p)
+                    for _ in range(spin):
+                        libc.__register_atfork(yield_fn, None, None, None)
+        faulthandler.cancel_dump_traceback_later()
+        stop.set()
+        thread.join()
+        print("starts %d forks %d" % (n_starts, forks[0]), flush=True)
 
     main()
 """
@@ -228,6 +288,32 @@ class ForkTest(unittest.TestCase):
         self.assertGreater(report["stats"]["unknown_messages"], 200, report)
         flooder.join(timeout=10)
         collector.kill()
+
+    def test_forking_while_the_agent_starts_never_hangs_the_job(self):
+        # Before the fix, on CPython 3.13, most runs hung within a few starts (counts in
+        # docs/live-mode.md, "perftracker's own faults"); 3.10-3.12 never had the inversion.
+        path = os.path.join(self.dir, "job.py")
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(START_FORK_JOB))
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("LOCAL_RANK", "WORLD_SIZE", "PERFTRACKER_AGENT_OPTIONS", "RANK")}
+        env.update(PYTHONPATH=BUILD_PYTHON)
+        shm = "/dev/shm/perftracker-%s-job" % self.run_id
+        self.proc = subprocess.Popen([sys.executable, path, "150", "60", "1000", shm], env=env,
+                                     cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        try:
+            out, err = self.proc.communicate(timeout=240)  # the job's own watchdog: 60 s
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            out, err = self.proc.communicate()
+            self.fail("the job did not end within 240 s\n%s%s" % (out, err))
+        self.assertNotIn("Timeout", err, "the job hung (a start of the agent did not end within "
+                         "60 s while a thread forked):\n%s%s" % (out, err))
+        self.assertNotIn("hung", out, "a forked child hung\n%s" % err)
+        self.assertEqual(self.proc.returncode, 0, out + err)
+        self.assertRegex(out, r"^starts 150 forks \d+")
+        self.assertGreaterEqual(int(out.split()[3]), 150, out)  # forks went on during the starts
 
 
 if __name__ == "__main__":

@@ -3,31 +3,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <pthread.h>
-
 #include <chrono>
 
 #include "perftracker/agent/fork_gate.h"
 
 namespace perftracker {
-namespace {
-
-// CPython up to 3.11 (gh-112275): a child forked while another thread holds the
-// interpreter's thread-list lock (HEAD_LOCK) waits on that lock forever in
-// PyOS_AfterFork_Child, which takes it before it re-creates it. A thread without a
-// PyThreadState takes the lock WITHOUT the GIL when it creates one (PyGILState_Ensure does),
-// so it can hold it while the GIL's holder forks: a DataLoader forking its workers right
-// after init_process_group started the agent hung in a worker on a loaded machine. The worker
-// creates its thread state once, under this mutex, which fork() takes first (pthread_atfork):
-// a fork waits the few microseconds the creation takes, which needs no GIL.
-std::mutex& ThreadStateCreationMutex() {
-  static std::mutex* mu = new std::mutex();  // leaked: fork handlers outlive static destructors
-  return *mu;
-}
-void LockBeforeFork() { ThreadStateCreationMutex().lock(); }
-void UnlockAfterFork() { ThreadStateCreationMutex().unlock(); }
-
-}  // namespace
 
 GilWorker::~GilWorker() {
   // Stop() must have been called (joining here could deadlock on the GIL); a still
@@ -35,11 +15,12 @@ GilWorker::~GilWorker() {
 }
 
 void GilWorker::Start() {
-  static const bool fork_handlers_registered =
-      pthread_atfork(&LockBeforeFork, &UnlockAfterFork, &UnlockAfterFork) == 0;
-  (void)fork_handlers_registered;
   interp_ = PyInterpreterState_Get();  // Start() runs with the GIL held
   thread_ = std::thread([this] { Run(); });
+  // Keeps the GIL while the worker makes its thread state (microseconds; it needs no GIL), so
+  // that no fork made from Python can happen meanwhile: see Run().
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return has_thread_state_; });
 }
 
 std::shared_ptr<GilWorker::Task> GilWorker::Submit(std::function<void()> fn) {
@@ -75,11 +56,24 @@ void GilWorker::Run() {
   // This thread's PyThreadState, kept until the thread ends: PyThreadState_New marks it as
   // the thread's own (PyGILState_Release never deletes it), so each task below only takes and
   // releases the GIL and never touches the thread list without it.
-  PyThreadState* tstate = nullptr;
+  //
+  // Making it takes the interpreter's thread-list lock (HEAD_LOCK) without the GIL, and a
+  // fork must never happen while this thread holds that lock: CPython 3.10-3.12 take it in
+  // the child (PyOS_AfterFork_Child) before re-creating it, so the child would wait forever
+  // for a lock its parent's thread held (gh-112275; a DataLoader worker hung). Start() keeps
+  // the GIL until the state is made, and every fork whose child runs PyOS_AfterFork_Child is
+  // made by the GIL's holder (os.fork, subprocess's preexec_fn), so none can happen
+  // meanwhile. No lock of ours is held here: the agent's fix before this one made the state
+  // under a mutex that fork()'s prepare handler (pthread_atfork) took, and CPython 3.13's
+  // PyOS_BeforeFork takes HEAD_LOCK *before* fork() runs those handlers (3.10-3.12 take only
+  // the import lock there), so the job's forking thread waited for our mutex while this
+  // thread, holding it, waited for HEAD_LOCK: the job hung in os.fork (agent_python3.13).
+  PyThreadState* tstate = PyThreadState_New(static_cast<PyInterpreterState*>(interp_));
   {
-    std::lock_guard<std::mutex> fork_guard(ThreadStateCreationMutex());
-    tstate = PyThreadState_New(static_cast<PyInterpreterState*>(interp_));
+    std::lock_guard<std::mutex> lock(mu_);
+    has_thread_state_ = true;
   }
+  cv_.notify_all();
   // Busy for ForkGate only while it handles a task without the GIL (queue, std::function):
   // never while it waits for a task or for the GIL (a forking thread holds the GIL). With
   // the GIL held it cannot race a fork made from Python.

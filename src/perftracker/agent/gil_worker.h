@@ -6,8 +6,9 @@
 // Lifetime: Start() after the interpreter is up; Stop() joins the thread and must be called
 // WITHOUT the GIL held (the worker may be waiting for it), before the interpreter finalizes
 // (the agent does it from atexit). Tasks still queued at Stop() are dropped.
-// Fork safety: the worker creates its Python thread state once, in a way no fork can
-// interrupt (see gil_worker.cc), and keeps it until Stop(). It handles a task without the
+// Fork safety: the worker creates its Python thread state once, while Start()'s caller keeps
+// the GIL so that no fork from Python can interrupt it (see gil_worker.cc), and keeps it
+// until Stop(). It handles a task without the
 // GIL only inside a ForkGate busy stretch (fork_gate.h).
 #pragma once
 
@@ -47,6 +48,7 @@ class GilWorker {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
   bool stop_ = false;
+  bool has_thread_state_ = false;  // the worker made its PyThreadState (Start() waits for it)
   std::thread thread_;
   void* interp_ = nullptr;  // the PyInterpreterState of Start()'s caller
 };
