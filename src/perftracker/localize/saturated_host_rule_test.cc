@@ -78,6 +78,13 @@ std::string Evidence(const Finding& f, std::string_view label) {
   return "";
 }
 
+// The diagnosis of four ranks' measured values.
+Diagnosis Diagnose(const Rank (&m)[4], bool with_load = true) {
+  Localizer loc;
+  for (int32_t r = 0; r < 4; ++r) loc.Add(Worker(r, m[r], with_load));
+  return loc.Finish();
+}
+
 // Every rank's iteration 71-72 ms, its threads 34-52 ms/iter in the run queue: no rank waits
 // for rank 2, whose block2 is 19.1 ms against 9.5-13.2 and whose process used 23.1 ms/iter of
 // CPU against 15.5-17.1. Rank 2's block2 was no outlier among the four (z 2.6) and cost
@@ -88,9 +95,7 @@ const Rank kBlock2HiddenBySchedulingNoise[] = {{2.8, 10.8, 4.7, 1.6, 1.3, 72.3, 
                                                {2.4, 9.5, 4.9, 2.5, 1.9, 72.1, 16.1, 47.8}};
 
 TEST(SaturatedHostRule, ExtraWorkHiddenBySchedulingNoiseIsNamedWithWhatItTakesFromTheOthers) {
-  Localizer loc;
-  for (int32_t r = 0; r < 4; ++r) loc.Add(Worker(r, kBlock2HiddenBySchedulingNoise[r]));
-  const Diagnosis d = loc.Finish();
+  const Diagnosis d = Diagnose(kBlock2HiddenBySchedulingNoise);
   const Finding* f = Top(d);
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->code, "PT-STRAGGLER-COMPUTE") << f->title;
@@ -107,9 +112,7 @@ TEST(SaturatedHostRule, ExtraWorkHiddenBySchedulingNoiseIsNamedWithWhatItTakesFr
 // The same job without host-load figures: nothing says rank 2 did more work, and its block2
 // stays within its peers' scheduling noise (no invented finding).
 TEST(SaturatedHostRule, WithoutHostLoadTheNoiseIsNotAFinding) {
-  Localizer loc;
-  for (int32_t r = 0; r < 4; ++r) loc.Add(Worker(r, kBlock2HiddenBySchedulingNoise[r], false));
-  const Diagnosis d = loc.Finish();
+  const Diagnosis d = Diagnose(kBlock2HiddenBySchedulingNoise, /*with_load=*/false);
   for (const Finding& f : d.findings) {
     EXPECT_FALSE(f.function == "block2" && f.material) << f.title;
   }
@@ -123,9 +126,7 @@ TEST(SaturatedHostRule, AnOutlierWhoseCostNoOneWaitsForCostsItsShareOfTheHostsCp
                     {5.7, 6.0, 7.9, 1.9, 1.4, 70.1, 16.9, 47.5},
                     {6.5, 31.8, 4.8, 9.1, 1.2, 69.7, 24.8, 59.4},
                     {3.8, 6.5, 7.8, 2.0, 1.8, 70.5, 14.4, 41.2}};
-  Localizer loc;
-  for (int32_t r = 0; r < 4; ++r) loc.Add(Worker(r, m[r]));
-  const Diagnosis d = loc.Finish();
+  const Diagnosis d = Diagnose(m);
   const Finding* f = Top(d);
   ASSERT_NE(f, nullptr);
   EXPECT_THAT(f->workers, ElementsAre(2)) << f->title;
@@ -142,9 +143,7 @@ TEST(SaturatedHostRule, OnAHostWithIdleCpusExtraCpuIsNotCounted) {
                     {5.7, 6.0, 7.9, 1.9, 1.4, 70.1, 41.0, 4.1},
                     {6.5, 31.8, 4.8, 9.1, 1.2, 69.7, 52.0, 5.2},
                     {3.8, 6.5, 7.8, 2.0, 1.8, 70.5, 40.5, 4.0}};
-  Localizer loc;
-  for (int32_t r = 0; r < 4; ++r) loc.Add(Worker(r, m[r]));
-  const Diagnosis d = loc.Finish();
+  const Diagnosis d = Diagnose(m);
   for (const Finding& f : d.findings) {
     EXPECT_THAT(f.title, ::testing::Not(HasSubstr("shared CPU time"))) << f.title;
     EXPECT_FALSE(f.function == "block2" && f.material) << f.title;
@@ -158,9 +157,7 @@ TEST(SaturatedHostRule, CpuTimesWithinTheirSpreadLiftNothing) {
                     {2.7, 13.2, 4.8, 1.6, 1.0, 71.5, 17.1, 51.7},
                     {2.9, 11.9, 4.4, 2.1, 2.0, 71.3, 16.4, 45.8},
                     {2.4, 9.5, 4.9, 2.5, 1.9, 72.1, 16.1, 47.8}};
-  Localizer loc;
-  for (int32_t r = 0; r < 4; ++r) loc.Add(Worker(r, m[r]));
-  const Diagnosis d = loc.Finish();
+  const Diagnosis d = Diagnose(m);
   for (const Finding& f : d.findings) {
     EXPECT_FALSE(f.material) << f.title;
     EXPECT_THAT(f.title, ::testing::Not(HasSubstr("shared CPU time"))) << f.title;
