@@ -143,6 +143,9 @@ void CountExtraWorkOnSaturatedHosts(const RuleContext& ctx,
     peer_cpu[key] = center.median;
     auto& per_host = extra_by_host[key];
     for (uint32_t w : same) {
+      // A culprit's extra CPU time counts for the function of its costliest finding only.
+      const WorkerFinding& own = worker_findings[claimed.at(w)];
+      if (own.named.fid != key.second || own.named.group != g) continue;
       const double c = CpuPerIteration(workers[w]);
       if (c < 0 || c - center.median <= bar) continue;
       per_host[workers[w].host] += c - center.median;
