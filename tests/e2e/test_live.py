@@ -37,6 +37,7 @@ Options common to the fault tests, and why:
 
 import argparse
 import ctypes
+import datetime
 import glob
 import json
 import os
@@ -195,6 +196,24 @@ def wait_pid(pid, timeout):
             return os.waitstatus_to_exitcode(status)
         time.sleep(0.05)
     return None
+
+
+def window_share_after(report, since):
+    """The share of a live window report's window that lies after `since` (seconds since the
+    epoch), from its "live window N (reason) from YYYY-MM-DD HH:MM:SS.mmm UTC for X s" note; 1
+    when the note is missing."""
+    for note in report.get("notes", []):
+        m = re.match(r"live window \d+ \(\w+\) from (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) UTC "
+                     r"for ([\d.]+) (ms|s)\b", note)
+        if not m:
+            continue
+        start = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+        length = float(m.group(2)) / (1000.0 if m.group(3) == "ms" else 1.0)
+        if length <= 0:
+            return 1.0
+        return max(0.0, min(1.0, (start + length - max(start, since)) / length))
+    return 1.0
 
 
 def start_busy_loops(cpu, count):
@@ -868,6 +887,7 @@ class LiveFaultTest(LiveChecks):
         # windows after may catch the job finishing).
         opened = run.stderr().count(" opens in ")
         earlier_reports = set(run.report_paths())
+        busy_since = time.time()
         busy = start_busy_loops(cpus[-1], busy_count)
 
         def sample():
@@ -937,8 +957,14 @@ class LiveFaultTest(LiveChecks):
         # rates measured here over a 4 s window.
         peers = statistics.median(per_turn[r] for r in ranks if r != rank)
         extra = delay[rank] - peers * turns[rank]
+        # A window that was open when the busy processes started holds unstarved time too,
+        # which the test's measurement (from their start on) does not: in a CI run the
+        # window's own data showed rank 2's training thread waiting for a CPU as long as its
+        # peers' (91 against 85-93 ms/iter) while the test measured 8.3 ms per turn against
+        # 3.2. Asserted only when the busy processes ran for most of the window.
+        covered = window_share_after(report, busy_since)
         starved = (per_turn[rank] >= 1.5 * peers and extra >= 0.1 and
-                   min(turns.values()) * 4.0 >= 150)
+                   min(turns.values()) * 4.0 >= 150 and covered >= 0.75)
         if starved:
             self.assertTrue(found, "rank 2 was starved (run-queue wait per turn "
                             f"{per_turn[rank] * 1e3:.1f} ms vs peers' {peers * 1e3:.1f} ms) "
@@ -946,7 +972,8 @@ class LiveFaultTest(LiveChecks):
         elif not found:
             log("cpu_contention: NOT ASSERTED: the scenario did not starve rank 2 more than "
                 f"its peers measurably (run-queue wait per turn {per_turn[rank] * 1e3:.1f} ms "
-                f"vs {peers * 1e3:.1f} ms, at least {min(turns.values()):.1f} turns per s); "
+                f"vs {peers * 1e3:.1f} ms, at least {min(turns.values()):.1f} turns per s, "
+                f"{covered:.0%} of the window after the busy processes started); "
                 "top findings " +
                 json.dumps([(f["code"], f["workers"], f["function"], f["material"])
                             for f in report["findings"][:3]]))
