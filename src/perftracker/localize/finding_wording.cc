@@ -461,11 +461,8 @@ std::vector<RenderedFinding> FindingWording::Render(
     r.culprits = std::move(culprits);
     r.extra_victims = std::move(extra);
     if (a.fid != kNone && !a.only_on_some) {
-      r.function_ns = a.value;
-      r.function_peer_ns = a.median;
-      r.function_excess_ns = static_cast<float>(excess);
-      r.function_p50_ratio = a.peer_p50 > 0 ? a.p50 / a.peer_p50 : 0;
-      r.function_on_device = functions[a.fid].on_device;
+      r.function_time = {a.value, a.median, static_cast<float>(excess),
+                         a.peer_p50 > 0 ? a.p50 / a.peer_p50 : 0, functions[a.fid].on_device};
     }
     out.push_back(std::move(r));
   }

@@ -541,9 +541,9 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
             f.code == fc::kStragglerCompute ||
             (f.code == fc::kFunctionOnlyOnSome && f.category == FindingCategory::kCompute);
         if (drop[i] || !work || !Contains(f.workers, r.rank)) continue;
-        const Context::FunctionTime t = ctx.function_times && i < ctx.function_times->size()
-                                            ? (*ctx.function_times)[i]
-                                            : Context::FunctionTime{};
+        const localize::NamedFunctionTime t = ctx.function_times && i < ctx.function_times->size()
+                                                  ? (*ctx.function_times)[i]
+                                                  : localize::NamedFunctionTime{};
         if (t.on_device && t.peer_ns > 0 && t.ns > t.peer_ns && t.excess_ns > 0) {
           const double own_ratio = t.ns / t.peer_ns - 1;
           // The peers' time in the slow kernels, the named one's parts at its ratio.

@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "perftracker/localize/diagnosis.h"
+#include "perftracker/localize/rendered_finding.h"
 #include "perftracker/localize/sketch_median.h"
 #include "perftracker/summary/worker_summary.h"
 
@@ -77,17 +78,8 @@ class HardwareFindings {
     double material_ns = 0;
     double report_ns = 0;
     const std::vector<uint32_t>* worker_group = nullptr;  // peer group of each worker
-    // Per finding given to Apply (same order; may be null): its named function's time per
-    // iteration on its worst culprit and its peers' median, in ns (-1 when it names none),
-    // its excess with its merged parts, and whether that function is a device kernel.
-    struct FunctionTime {
-      float ns = -1;
-      float peer_ns = -1;
-      float excess_ns = -1;  // with the same layer's other kernels (merged parts)
-      float p50_ratio = 0;   // its median call over its peers' (0: unknown)
-      bool on_device = false;
-    };
-    const std::vector<FunctionTime>* function_times = nullptr;
+    // Per finding given to Apply (same order; may be null): its named function's times.
+    const std::vector<localize::NamedFunctionTime>* function_times = nullptr;
   };
   struct Added {
     Finding finding;

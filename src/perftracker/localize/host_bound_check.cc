@@ -23,10 +23,20 @@ constexpr double kMinLaunchesRun = 0.5;
 // ... judged from this many launches in the window on.
 constexpr double kMinLaunches = 50;
 
-// Kernel launches and kernels that ran, in the window.
+// A CUDA / HIP runtime call (not a launch, not a synchronization) whose median call takes
+// this long is a one-off: the first CUDA call creating the context (seconds), loading a
+// module, a first large allocation. In steady state the runtime's calls take microseconds.
+constexpr double kOneOffCallNs = 100e6;
+// The window is called the job's initialization when such calls take this share of the
+// host-bound idle time.
+constexpr double kOneOffShare = 0.5;
+
+// Kernel launches and kernels that ran, in the window, and the time per iteration in
+// one-off runtime calls (kOneOffCallNs): one scan of a device worker's records.
 struct LaunchCounts {
   double launches = 0;
   double kernels = 0;
+  double one_off_ns = 0;
 };
 
 LaunchCounts CountLaunches(const JobTable& job, const WorkerRecord& wr) {
@@ -41,30 +51,12 @@ LaunchCounts CountLaunches(const JobTable& job, const WorkerRecord& wr) {
         (info.kind == EventKind::kCollective && info.on_device)) {
       c.kernels += r.calls;
     }
+    if (info.kind == EventKind::kRuntimeCall && r.p50_ns >= kOneOffCallNs)
+      c.one_off_ns += r.time_ns;
   }
   c.launches *= wr.iterations;
   c.kernels *= wr.iterations;
   return c;
-}
-
-// A CUDA / HIP runtime call (not a launch, not a synchronization) whose median call takes
-// this long is a one-off: the first CUDA call creating the context (seconds), loading a
-// module, a first large allocation. In steady state the runtime's calls take microseconds.
-constexpr double kOneOffCallNs = 100e6;
-// The window is called the job's initialization when such calls take this share of the
-// host-bound idle time.
-constexpr double kOneOffShare = 0.5;
-
-// Per iteration, a device worker's time in one-off runtime calls (kOneOffCallNs).
-double OneOffRuntimeNs(const JobTable& job, const WorkerRecord& wr) {
-  double sum = 0;
-  for (uint32_t k = 0; k < wr.num_records; ++k) {
-    const FunctionRecord& r = job.records()[wr.first_record + k];
-    if (job.functions()[r.fid].kind == EventKind::kRuntimeCall && r.p50_ns >= kOneOffCallNs) {
-      sum += r.time_ns;
-    }
-  }
-  return sum;
 }
 
 }  // namespace
@@ -77,6 +69,7 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
   std::vector<float> values;
   std::vector<float> idle_ns;
   std::vector<float> data_idle_ns;
+  std::vector<float> one_off_ns;  // every device worker's (LaunchCounts::one_off_ns)
   size_t not_run = 0;
   // The device idle time that host work explains: the host's own events (not its waits:
   // a stage blocked in a pipeline recv or a sync idles the GPU without being host-bound)
@@ -85,6 +78,7 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
   for (const auto& wr : workers) {
     if (!wr.has_device || wr.mean_iteration_ns <= 0) continue;
     const LaunchCounts launched = CountLaunches(job, wr);
+    one_off_ns.push_back(static_cast<float>(launched.one_off_ns));
     if (launched.launches >= kMinLaunches &&
         launched.kernels < kMinLaunchesRun * launched.launches) {
       if (++not_run <= kMaxNotesPerKind) {
@@ -130,11 +124,7 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
   // A window that holds the job's CUDA initialization (a trace of its first iteration, or of
   // a script without iterations): the host is in one-off runtime calls, which no steady
   // state repeats. Said as such, with what to profile instead.
-  values.clear();
-  for (const auto& wr : workers) {
-    if (wr.has_device && wr.mean_iteration_ns > 0) values.push_back(OneOffRuntimeNs(job, wr));
-  }
-  const double one_off = MedianInPlace(values);
+  const double one_off = MedianInPlace(one_off_ns);
   if (one_off >= kOneOffShare * lost) {
     std::string calls;
     int listed = 0;

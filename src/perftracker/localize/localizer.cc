@@ -172,11 +172,10 @@ void Localizer::Impl::ApplyHardwareFindings(const localize::RuleContext& ctx,
   hw.report_ns = ctx.report_ns;
   hw.worker_group = &ctx.peers->worker_group;
   std::vector<Finding*> view;
-  std::vector<HardwareFindings::Context::FunctionTime> times;
+  std::vector<localize::NamedFunctionTime> times;
   for (auto& r : candidates) {
     view.push_back(&r.finding);
-    times.push_back({r.function_ns, r.function_peer_ns, r.function_excess_ns, r.function_p50_ratio,
-                     r.function_on_device});
+    times.push_back(r.function_time);
   }
   hw.function_times = &times;
   std::vector<bool> drop(view.size(), false);

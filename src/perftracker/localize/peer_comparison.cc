@@ -205,21 +205,12 @@ std::vector<Anomaly> ComparePeers(const RuleContext& ctx) {
   std::vector<uint32_t> anomaly_of;
   std::vector<size_t> order;  // the group's anomalies, by worker
   // Host load, for the workers that did more CPU work than their peers on a saturated host.
-  std::vector<HostLoad> hosts;
-  bool any_saturated = false;
-  for (const WorkerRecord& wr : workers) any_saturated = any_saturated || wr.cpu_util >= 0;
-  if (any_saturated) {
-    hosts = LoadPerHost(job);
-    any_saturated =
-        std::any_of(hosts.begin(), hosts.end(), [](const HostLoad& h) { return h.saturated; });
-  }
-  std::vector<uint32_t> cpu_outliers;
+  const std::vector<HostLoad> hosts = LoadPerHost(job);
   for (uint32_t g = 0; g < members.size(); ++g) {
     const auto& ws = members[g];
     const size_t n = ws.size();
     if (n < kMinPeers) continue;
-    cpu_outliers.clear();
-    if (any_saturated) cpu_outliers = CpuOutliersOnSaturatedHosts(ctx, hosts, ws);
+    const std::vector<uint32_t> cpu_outliers = CpuOutliersOnSaturatedHosts(ctx, hosts, ws);
     auto worker_of = [&](uint32_t idx) {
       return *(
           std::upper_bound(ws.begin(), ws.end(), idx,

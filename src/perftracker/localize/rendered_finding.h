@@ -9,6 +9,20 @@
 
 namespace perftracker::localize {
 
+// A finding's named function as hardware evidence needs it to tell a slow function from a
+// slow device (HardwareFindings::Context::function_times): its time per iteration on its
+// worst culprit and its peers' median, in ns (-1: none named); its excess before any cap,
+// the named function's and its merged parts' (the same layer's other kernels,
+// WorkerFinding::excess()); its median call's duration over its peers' (0: unknown); and
+// whether it runs on a device (a kernel).
+struct NamedFunctionTime {
+  float ns = -1;
+  float peer_ns = -1;
+  float excess_ns = -1;
+  float p50_ratio = 0;
+  bool on_device = false;
+};
+
 struct RenderedFinding {
   Finding finding;
   bool wants_victims = false;
@@ -19,17 +33,7 @@ struct RenderedFinding {
   // where it knows the calls (a link's transfers, FunctionSummary::slack_after_ns); the
   // pipeline-slack rule judges its cost to the job with it.
   float absorbed_share = 0;
-  // The named function's time per iteration on its worst culprit and its peers' median, in
-  // ns (-1: none named), and whether it runs on a device (a kernel): hardware evidence tells
-  // a slow function from a slow device with them (HardwareFindings::Context).
-  float function_ns = -1;
-  float function_peer_ns = -1;
-  // Its excess before any cap: the named function's and its merged parts' (the same layer's
-  // other kernels, WorkerFinding::excess()).
-  float function_excess_ns = -1;
-  // Its median call's duration over its peers' median call's (0: unknown).
-  float function_p50_ratio = 0;
-  bool function_on_device = false;
+  NamedFunctionTime function_time;
 };
 
 }  // namespace perftracker::localize

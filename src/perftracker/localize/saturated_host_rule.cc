@@ -34,8 +34,7 @@ std::vector<HostLoad> LoadPerHost(const JobTable& job) {
   }
   for (size_t i = 0; i < hosts.size(); ++i) {
     HostLoad& h = hosts[i];
-    h.known = !missing[i] && h.workers > 0 && !per_cpu[i].empty() && h.cpu_ns > 0;
-    if (!h.known) continue;
+    if (missing[i] || h.workers == 0 || per_cpu[i].empty() || !(h.cpu_ns > 0)) continue;
     h.run_queue_per_cpu = MedianInPlace(per_cpu[i]);
     h.saturated = h.run_queue_per_cpu >= kSaturatedRunQueuePerCpu;
   }
@@ -156,7 +155,7 @@ void CountExtraWorkOnSaturatedHosts(const RuleContext& ctx,
     const double excess = f.excess();
     if (!(f.lost_cap < excess)) continue;
     const WorkerRecord& wr = workers[w];
-    if (wr.host >= hosts.size() || !hosts[wr.host].known || !hosts[wr.host].saturated) continue;
+    if (wr.host >= hosts.size() || !hosts[wr.host].saturated) continue;
     const auto key_it = extra_by_host.find({f.named.group, f.named.fid});
     if (key_it == extra_by_host.end()) continue;
     const auto host_it = key_it->second.find(wr.host);

@@ -38,9 +38,10 @@ double CpuPerIteration(const WorkerRecord& w);
 
 // Per host (JobTable::hosts() index): how busy its CPUs were.
 struct HostLoad {
-  bool known = false;      // every worker of the host has host metrics
-  bool saturated = false;  // median run-queue wait per CPU second >= kSaturatedRunQueuePerCpu
-  double cpu_ns = 0;       // the workers' CPU time per iteration, summed
+  // Every worker of the host has host metrics, and their median run-queue wait per CPU
+  // second is at least kSaturatedRunQueuePerCpu.
+  bool saturated = false;
+  double cpu_ns = 0;  // the workers' CPU time per iteration, summed
   double run_queue_per_cpu = 0;
   uint32_t workers = 0;
 };
