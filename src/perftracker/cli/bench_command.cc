@@ -207,7 +207,7 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* options) {
       ->default_val("/usr/bin/python3");
   acc->add_option("--keep-dir", options->keep_dir,
                   "Keep each real run's reports and logs, and each simulated one's text report "
-                  "(<name>.txt), under this directory");
+                  "(<name>.txt, and <name>.json with every number), under this directory");
   acc->add_option("--timeout", options->timeout_seconds,
                   "Seconds a real scenario may run before it fails")
       ->check(CLI::Range(10.0, 3600.0))

@@ -33,7 +33,8 @@ struct ScenarioRun {
   double median_iteration_ns = 0;  // sim: the diagnosed window's median iteration time
 };
 
-// With `report_dir`, the diagnosis's text report is written to <report_dir>/<name>.txt.
+// With `report_dir`, the diagnosis's text report is written to <report_dir>/<name>.txt and its JSON
+// report to <report_dir>/<name>.json.
 StatusOr<ScenarioRun> RunSimScenario(const Scenario& scenario, int threads,
                                      const std::string& report_dir = "");
 

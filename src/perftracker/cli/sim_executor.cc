@@ -25,14 +25,18 @@ StatusOr<ScenarioRun> RunSimScenario(const Scenario& scenario, int threads,
   if (!report_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(report_dir, ec);
-    const std::string path = fmt::format("{}/{}.txt", report_dir, scenario.name);
-    std::ofstream out(path);
     ReportInput input;
     input.diagnosis = &d;
     input.workers = &pipeline.workers();
     input.title = scenario.name;
-    out << RenderText(input);
-    if (!out) return Status::Internal(fmt::format("{}: cannot write the report", path));
+    // The text a person reads, and the JSON with every number (per-worker records, notes).
+    for (const bool json : {false, true}) {
+      const std::string path =
+          fmt::format("{}/{}.{}", report_dir, scenario.name, json ? "json" : "txt");
+      std::ofstream out(path);
+      out << (json ? RenderJson(input) : RenderText(input));
+      if (!out) return Status::Internal(fmt::format("{}: cannot write the report", path));
+    }
   }
   ScenarioRun run;
   for (const Finding& f : d.findings) {
