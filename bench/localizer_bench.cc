@@ -14,6 +14,10 @@
 // parent's key, the kind and the name), as the summarizer and the wire decoder hand summaries
 // to the localizer; by default every function carries its key explicitly (198 bytes on
 // average), which the localizer checks against its parent's key per worker and function.
+// --saturated-hosts gives every worker host metrics of a saturated host (its threads wait for
+// a CPU 1.5x as long as they run) and the straggler 50 % more CPU time per iteration than its
+// peers: the saturated-host rule (localize/saturated_host_rule.h) and the leave-one-out CPU
+// comparison of peer_comparison run on every host.
 // Exit status: 0 = found and within targets, 1 = straggler not found, 2 = bad usage,
 // 3 = found but over the targets (--max-seconds, --max-rss-mb).
 #include <fmt/format.h>
@@ -168,11 +172,18 @@ Template MakeTemplate(size_t num_functions) {
 }
 
 // Fills `w` (a copy of the template, reused across workers) with worker `rank`'s numbers.
-void FillWorker(const Template& t, int32_t rank, bool straggler, Rng& rng, WorkerSummary& w,
-                std::vector<double>& inclusive) {
+void FillWorker(const Template& t, int32_t rank, bool straggler, bool saturated, Rng& rng,
+                WorkerSummary& w, std::vector<double>& inclusive) {
   const size_t n = t.summary.functions.size();
   w.rank = rank;
   w.host = fmt::format("node{}", rank / 8);
+  if (saturated) {
+    // CPU seconds per second and run-queue wait per second, as the live sampler reports them.
+    const double cpu = 0.6 * (1 + kNoise * rng.Normal()) * (straggler ? 1.5 : 1.0);
+    w.worker_metrics = {
+        {perftracker::Metric::kCpuUtilization, cpu, 0},
+        {perftracker::Metric::kRunQueueDelayFraction, 0.9 * (1 + kNoise * rng.Normal()), 0}};
+  }
   inclusive.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     double self = t.leaf_ns[i] * (1 + kNoise * rng.Normal());
@@ -211,6 +222,7 @@ int main(int argc, char** argv) {
   double max_rss_mb = 4096;
   bool rotate = false;
   bool implicit_keys = false;
+  bool saturated = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -232,10 +244,12 @@ int main(int argc, char** argv) {
       rotate = true;
     } else if (a == "--implicit-keys") {
       implicit_keys = true;
+    } else if (a == "--saturated-hosts") {
+      saturated = true;
     } else {
       fmt::print(stderr,
                  "usage: localizer_bench [--workers N] [--functions F] [--max-seconds S] "
-                 "[--max-rss-mb M] [--rotate-keys | --implicit-keys]\n");
+                 "[--max-rss-mb M] [--rotate-keys | --implicit-keys] [--saturated-hosts]\n");
       return 2;
     }
   }
@@ -270,7 +284,7 @@ int main(int argc, char** argv) {
   const auto wall_start = Clock::now();
   for (long r = 0; r < workers; ++r) {
     const bool slow = r == straggler;
-    FillWorker(t, static_cast<int32_t>(r), slow, rng, w, inclusive);
+    FillWorker(t, static_cast<int32_t>(r), slow, saturated, rng, w, inclusive);
     if (rotate) {
       const size_t n = w.functions.size();
       const size_t k = static_cast<size_t>(r) % n;
@@ -307,13 +321,14 @@ int main(int argc, char** argv) {
   }
   size_t material = 0;
   for (const auto& f : d.findings) material += f.material ? 1 : 0;
-  fmt::print("workers={} functions={} avg_key_bytes={:.0f} iterations={}{}\n", workers,
+  fmt::print("workers={} functions={} avg_key_bytes={:.0f} iterations={}{}{}\n", workers,
              t.summary.functions.size(),
              static_cast<double>(key_bytes) / static_cast<double>(t.summary.functions.size()),
              kIterations,
              rotate          ? " rotate-keys"
              : implicit_keys ? " implicit-keys"
-                             : "");
+                             : "",
+             saturated ? " saturated-hosts" : "");
   fmt::print(
       "add_s={:.3f} finish_s={:.3f} localize_s={:.3f} (add+finish) wall_s={:.3f} "
       "(incl. generating summaries)\n",
