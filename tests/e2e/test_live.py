@@ -780,7 +780,14 @@ class LiveFaultTest(LiveChecks):
         self.assertTrue(set(top["victims"]) <= {0, 1, 3}, json.dumps(top, indent=1))
         comm = {w["rank"]: w["breakdown"]["communication"] for w in report["workers"]}
         self.assertTrue(all(c > 0 for c in comm.values()), comm)
-        self.assertEqual(min(comm, key=comm.get), 2, comm)
+        if "of its host's shared CPU time" in top["title"]:
+            # A saturated host (beside two busy loops: every rank waits for a CPU longer than
+            # it runs): rank 2's extra work takes CPU time from the others and no one waits
+            # for it in the all-reduce (localize/saturated_host_rule.h), so rank 2 need not
+            # wait least (seen: 0.43 of the iteration against 0.30-0.40).
+            log(f"slow_compute: saturated host, communication share per rank {comm}")
+        else:
+            self.assertEqual(min(comm, key=comm.get), 2, comm)
         log(f"slow_compute: victims {top['victims']}, communication share per rank "
             + ", ".join(f"{r} {c:.2f}" for r, c in sorted(comm.items())))
         if not top["victims"]:
@@ -791,6 +798,26 @@ class LiveFaultTest(LiveChecks):
             log("KNOWN GAP slow_compute: no victims listed (their extra all-reduce wait is "
                 "below half the culprit's excess)")
         self.check_final_text(run, "rank 2", "Block2.forward")
+        # Block2 repeats its work: rank 2's process uses more CPU, the time is computing.
+        self.assertEqual(top["resource"], "CPU", json.dumps(top, indent=1))
+
+    def test_a_function_that_sleeps_is_named_blocked_not_computing(self):
+        # Rank 1 calls save_checkpoint(), a 50 ms sleep (a blocking write to slow storage),
+        # in every step from step 40 on; the others wait for it in the all-reduce. Its
+        # process uses no more CPU and its thread waits no longer for a CPU: the finding
+        # names the function, and says the thread is blocked there, not computing
+        # (localize/off_cpu_rule.h).
+        run = self.run_fault("sleeping_function",
+                             ["--fault", "pause", "--fault-rank", "1", "--pause-every", "1",
+                              "--pause-seconds", "0.05"], steps=160)
+        report = run.final_report()
+        self.check_schema(report, run)
+        top = self.top_finding(report, run)
+        self.assertEqual(top["workers"], [1], json.dumps(top, indent=1))
+        self.assertIn("save_checkpoint", top["function"], json.dumps(top, indent=1))
+        self.assertEqual(top["resource"], "off-CPU (blocked)", json.dumps(top, indent=1))
+        self.assertIn("not computing", top["title"])
+        self.assertTrue(top["material"], json.dumps(top, indent=1))
 
     def test_slow_data_names_rank_and_data_loading(self):
         run = self.run_fault("slow_data", ["--fault", "slow_data", "--fault-rank", "1",

@@ -416,6 +416,19 @@ std::vector<RenderedFinding> FindingWording::Render(
                        FormatDuration(top.scheduler_peer_cpu_ns),
                        FormatDuration(top.scheduler_wait_ns), ctx_.per())});
     }
+    if (top.off_cpu) {
+      f.evidence.insert(
+          f.evidence.begin() + std::min<std::ptrdiff_t>(1, std::ssize(f.evidence)),
+          {"off-CPU",
+           fmt::format("{}'s process used {}{} of CPU time (peers' median {}) and its training "
+                       "thread waited {}{} for a CPU (peers' median {}): its extra time in {} was "
+                       "spent blocked, not computing: a sleep, I/O, a lock or a wait for "
+                       "another thread or process",
+                       job.WorkerName(w), FormatDuration(top.off_cpu_cpu_ns), ctx_.per(),
+                       FormatDuration(top.off_cpu_peer_cpu_ns), FormatDuration(top.off_cpu_rq_ns),
+                       ctx_.per(), FormatDuration(top.off_cpu_peer_rq_ns), job.Name(a.fid))});
+      f.title += "; it is blocked there (a sleep, I/O, a lock or another thread), not computing";
+    }
     if (f.category == FindingCategory::kCommunication) {
       f.evidence.push_back({"compute anomalies on other workers",
                             "none: the time is lost "

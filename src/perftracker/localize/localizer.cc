@@ -25,8 +25,9 @@
 //     CPU time costs the job its share of the host's CPU rate even when no one waits for
 //     it (saturated_host_rule.h); a work finding's share that is run-queue
 //     wait its extra work does not explain is the scheduler's, not its code's
-//     (scheduler_wait_rule.h); one worker's findings of one cause in one layer merge
-//     (layer_merge.h).
+//     (scheduler_wait_rule.h); host code whose extra time used no extra CPU or run-queue
+//     wait is off-CPU time, a sleep, I/O or a lock (off_cpu_rule.h); one worker's findings
+//     of one cause in one layer merge (layer_merge.h).
 //  7. Wording (finding_wording.h): findings naming the same function with the same code
 //     merge across workers and are worded.
 //  8. Expectation checks on the job median: host-bound (host_bound_check.h), then a table
@@ -58,6 +59,7 @@
 #include "perftracker/localize/job_table.h"
 #include "perftracker/localize/late_onset_rule.h"
 #include "perftracker/localize/layer_merge.h"
+#include "perftracker/localize/off_cpu_rule.h"
 #include "perftracker/localize/peer_assignment.h"
 #include "perftracker/localize/peer_comparison.h"
 #include "perftracker/localize/pipeline_slack.h"
@@ -143,6 +145,7 @@ Diagnosis Localizer::Impl::Finish() {
   CapWorkFindingsThatWaitForTheirOwnCollectives(ctx, worker_findings);
   CountExtraWorkOnSaturatedHosts(ctx, worker_findings);
   DiscountSchedulerWait(ctx, worker_findings);
+  MarkOffCpuTime(ctx, worker_findings);
   MergeLayerParts(ctx, worker_findings);
   const FindingWording wording(ctx);
   std::vector<RenderedFinding> candidates = wording.Render(worker_findings);

@@ -69,6 +69,14 @@ struct WorkerFinding {
   float saturated_host_cpu_ns = 0;
   float saturated_run_queue_per_cpu = 0;
   uint32_t saturated_host_workers = 0;
+  // MarkOffCpuTime: most of the excess was spent neither running nor runnable (a sleep, I/O,
+  // a lock); its process's CPU time and its thread's run-queue wait per iteration, and its
+  // peers' medians, in ns.
+  bool off_cpu = false;
+  float off_cpu_cpu_ns = 0;
+  float off_cpu_peer_cpu_ns = 0;
+  float off_cpu_rq_ns = 0;
+  float off_cpu_peer_rq_ns = 0;
   // Re-labelled PT-STRAGGLER-GC: the group's median GC time per iteration (-1 = not).
   float gc_peer_ns = -1;
   // PT-STRAGGLER-UNTRACED: the function before which the worker's thread idles longest
