@@ -10,6 +10,7 @@
 #include "perftracker/core/point_to_point.h"
 #include "perftracker/core/units.h"
 #include "perftracker/localize/finding_catalogue.h"
+#include "perftracker/localize/host_bound_check.h"
 #include "perftracker/localize/robust_stats.h"
 #include "perftracker/summary/iteration_breakdown.h"
 
@@ -53,9 +54,9 @@ constexpr double kConsistentShare = 1.5;
 // communication time (the slow rate is what the time went to).
 constexpr double kSlowLinkShare = 0.2;
 constexpr double kSlowLinkExplains = 0.5;
-// Kernels with a median call below this are tiny (launch overhead dominates).
-constexpr double kTinyKernelNs = 20e3;
-constexpr double kTinyKernelJobShare = 0.5;
+// Tiny kernels: host_bound_check.h.
+using localize::kTinyKernelJobShare;
+using localize::kTinyKernelNs;
 
 double Median(std::vector<float> v) { return v.empty() ? 0 : MedianInPlace(v); }
 
@@ -818,6 +819,29 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
                                    fmt::format("{} of kernel calls have a median duration under {} "
                                                "(median of workers)",
                                                FormatShare(share), FormatDuration(kTinyKernelNs))});
+      }
+    }
+    // A launch-bound job's compute stragglers on host code whose workers are mostly its
+    // launch-bound workers (every worker when it names none: host_bound_check.h), or include
+    // them all (the first stage and the next one, whose forward follows it closely), are that
+    // launching, seen by the peer comparison: a pipeline's first stage launches its forward
+    // while the later stages wait in their receives, its last stage the backward, and when
+    // every stage runs the same tiny kernels they are all "peers", so the first stage "runs
+    // forward for real, against its peers' 0 ns" though the forward's calls take as long on
+    // every stage. The launch-bound finding explains them; its time stays the idle GPU's.
+    for (size_t i = 0; i < findings.size(); ++i) {
+      if (drop[i] || findings[i]->code != fc::kLaunchBound) continue;
+      const std::vector<int32_t>& bound = findings[i]->workers;
+      for (size_t j = 0; j < findings.size(); ++j) {
+        const Finding& f = *findings[j];
+        if (j == i || drop[j] || f.code != fc::kStragglerCompute || f.resource == "GPU") continue;
+        size_t inside = 0;
+        for (int32_t r : f.workers) inside += bound.empty() || Contains(bound, r) ? 1 : 0;
+        bool covers = !bound.empty();
+        for (int32_t r : bound) covers &= Contains(f.workers, r);
+        if (f.workers.empty() || (2 * inside < f.workers.size() && !covers)) continue;
+        drop[j] = true;
+        findings[i]->evidence.push_back({"explains", fmt::format("{}: {}", f.code, f.title)});
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "perftracker/core/rank_list.h"
 #include "perftracker/core/units.h"
 #include "perftracker/localize/expectation_checks.h"
 #include "perftracker/localize/finding_catalogue.h"
@@ -37,6 +38,10 @@ struct LaunchCounts {
   double launches = 0;
   double kernels = 0;
   double one_off_ns = 0;
+  // Compute kernel calls (not collectives), and those whose median call is under
+  // kTinyKernelNs, per iteration.
+  double compute_kernels = 0;
+  double tiny_kernels = 0;
 };
 
 LaunchCounts CountLaunches(const JobTable& job, const WorkerRecord& wr) {
@@ -53,10 +58,85 @@ LaunchCounts CountLaunches(const JobTable& job, const WorkerRecord& wr) {
     }
     if (info.kind == EventKind::kRuntimeCall && r.p50_ns >= kOneOffCallNs)
       c.one_off_ns += r.time_ns;
+    if (info.kind == EventKind::kGpuKernel) {
+      c.compute_kernels += r.calls;
+      if (r.p50_ns < kTinyKernelNs) c.tiny_kernels += r.calls;
+    }
   }
   c.launches *= wr.iterations;
   c.kernels *= wr.iterations;
   return c;
+}
+
+// The launch-bound check under kHostBoundShare (host_bound_check.h): `judged` are the device
+// workers, `shares` and `idle_ns` their device-idle-while-the-host-works share and time.
+void CheckLaunchBound(const RuleContext& ctx, const std::vector<uint32_t>& judged,
+                      const std::vector<float>& shares, const std::vector<float>& idle_ns,
+                      double tiny_share, double launches, std::vector<RenderedFinding>& out) {
+  if (tiny_share < kTinyKernelJobShare || launches < kMinLaunches) return;
+  const JobTable& job = *ctx.job;
+  const double floor = ctx.options->material_share;
+  // The job median first: when it reaches the floor, the finding is the job's, as the
+  // host-bound one; else the workers that reach it on their own (a pipeline's first stage).
+  std::vector<float> sorted = shares;
+  const bool job_wide = MedianInPlace(sorted) >= floor;
+  std::vector<int32_t> ranks;
+  std::vector<float> bound_shares, bound_idle;
+  for (size_t i = 0; i < judged.size(); ++i) {
+    if (!job_wide && shares[i] < floor) continue;
+    ranks.push_back(job.workers()[judged[i]].rank);
+    bound_shares.push_back(shares[i]);
+    bound_idle.push_back(idle_ns[i]);
+  }
+  const size_t bound = ranks.size();
+  if (bound < kMinPeers) return;
+  const double share = MedianInPlace(bound_shares);
+  const double lost = MedianInPlace(bound_idle);
+  Finding f = JobFinding(ctx, fc::kLaunchBound, FindingCategory::kHostOverhead, "CPU", lost, kNone);
+  f.material = true;
+  const size_t num_workers = job.workers().size();
+  std::string who = "all workers";
+  if (bound < num_workers) {
+    std::sort(ranks.begin(), ranks.end());
+    who = bound == judged.size() && judged.size() < num_workers
+              ? fmt::format("{} workers with a device", bound)
+              : fmt::format("ranks {}", FormatRanks(ranks, 40, ","));
+    for (size_t i = 0; i < bound && i < kMaxListedWorkers; ++i) f.workers.push_back(ranks[i]);
+  }
+  f.title = fmt::format(
+      "{} of the kernel calls are tiny (median call under {}) and the GPU is idle {} of each "
+      "iteration while the host launches them ({}/iter, {}): the job is launch-bound",
+      FormatShare(tiny_share), FormatDuration(kTinyKernelNs), FormatShare(share),
+      FormatDuration(lost), who);
+  f.evidence.push_back(
+      {"tiny kernels",
+       fmt::format("{} of kernel calls have a median duration under {} (median "
+                   "of workers), {:.0f} kernel launches per iteration",
+                   FormatShare(tiny_share), FormatDuration(kTinyKernelNs), launches)});
+  f.evidence.push_back(
+      {"device idle, host busy",
+       fmt::format("{} ({} of the iteration, median of the {} of {} workers with a device "
+                   "whose GPU idles at least {} while the host works; host events that are not "
+                   "waits)",
+                   FormatDuration(lost), FormatShare(share), bound, judged.size(),
+                   FormatShare(floor))});
+  if (bound < judged.size()) {
+    f.evidence.push_back({"the others",
+                          "their GPUs idle less while their host works: they wait for these "
+                          "workers (a pipeline's later stages wait in their receives)"});
+  }
+  for (uint32_t fid : TopFunctions(
+           job, [](const FunctionInfo& fn) { return IsHostWorkKind(fn.kind); }, true, 3)) {
+    const FunctionTotals& fn = job.Totals(fid);
+    f.evidence.push_back(
+        {"host function on the critical path",
+         fmt::format("{}: {}/iter (mean of workers)", job.Name(fid),
+                     FormatDuration(fn.sum_critical_ns / static_cast<double>(num_workers)))});
+  }
+  f.evidence.push_back({"median iteration (job)", FormatDuration(ctx.iteration_ns)});
+  RenderedFinding r;
+  r.finding = std::move(f);
+  out.push_back(std::move(r));
 }
 
 }  // namespace
@@ -71,6 +151,9 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
   std::vector<float> data_idle_ns;
   std::vector<float> one_off_ns;  // every device worker's (LaunchCounts::one_off_ns)
   size_t not_run = 0;
+  std::vector<uint32_t> judged;    // the workers behind `values`, same order
+  std::vector<float> tiny_shares;  // per judged worker with compute kernels
+  std::vector<float> launches;     // per judged worker, per iteration
   // The device idle time that host work explains: the host's own events (not its waits:
   // a stage blocked in a pipeline recv or a sync idles the GPU without being host-bound)
   // keeping the launching thread busy while the device ran nothing. A trace without host
@@ -100,14 +183,28 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
     values.push_back(idle / wr.mean_iteration_ns);
     idle_ns.push_back(idle);
     data_idle_ns.push_back(data_idle);
+    judged.push_back(static_cast<uint32_t>(&wr - workers.data()));
+    if (launched.compute_kernels > 0) {
+      tiny_shares.push_back(static_cast<float>(launched.tiny_kernels / launched.compute_kernels));
+    }
+    launches.push_back(static_cast<float>(launched.launches / wr.iterations));
   }
   if (not_run > kMaxNotesPerKind) {
     notes.push_back(fmt::format("... and {} more workers whose launches ran no kernel here",
                                 not_run - kMaxNotesPerKind));
   }
   const size_t device_workers = values.size();
+  if (device_workers == 0) return;
+  {
+    // The launch-bound check reads the workers' shares in `judged` order: a copy to sort.
+    std::vector<float> shares = values;
+    if (MedianInPlace(shares) < kHostBoundShare) {
+      CheckLaunchBound(ctx, judged, values, idle_ns, MedianInPlace(tiny_shares),
+                       MedianInPlace(launches), out);
+      return;
+    }
+  }
   const double share = MedianInPlace(values);
-  if (device_workers == 0 || share < kHostBoundShare) return;
   const double lost = MedianInPlace(idle_ns);
   Finding f = JobFinding(ctx, fc::kHostBound, FindingCategory::kHostOverhead, "CPU", lost, kNone);
   f.material = true;

@@ -86,6 +86,47 @@ TEST(SimulatedDiagnosis, ATraceWithoutHostEventsIsNeverHostBound) {
   EXPECT_EQ(FindCode(device_only, "PT-HOST-BOUND"), nullptr);
 }
 
+TEST(SimulatedDiagnosis, ALaunchBoundJobWhoseCollectivesTakeMostOfTheIterationIsLaunchBound) {
+  // tp8, 4-way data parallelism of a 175 B model: the gradient all-reduce takes most of the
+  // iteration, and the GPUs idle about 10 % of it while the hosts launch tiny kernels (30 us
+  // of host time for each 6 us kernel). Under the 30 % that makes a job host-bound, but the
+  // idle GPU is launch overhead, material like any other 5 %: PT-LAUNCH-BOUND, for the whole
+  // job (it was "no material finding", data loading first).
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 32, "tp": 8, "pp": 1,
+      "gpus_per_host": 8, "model_params_b": 175, "iterations": 6, "seed": 12, "noise": 0.06},
+      "faults": [{"kind": "launch_bound"}],
+      "expect": {"findings": [{"code": "PT-LAUNCH-BOUND"}]}})");
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-LAUNCH-BOUND");
+  EXPECT_TRUE(f.material);
+  EXPECT_TRUE(f.workers.empty());  // all workers
+  EXPECT_GT(f.lost_share, 0.05);
+  EXPECT_LT(f.lost_share, 0.3);
+  EXPECT_THAT(f.title, HasSubstr("while the host launches them"));
+}
+
+TEST(SimulatedDiagnosis, ALaunchBoundPipelineIsLaunchBoundOnItsFirstStageNotAStraggler) {
+  // pp8 (tp2, dp2), every stage launching the same tiny kernels: only the first stage's GPUs
+  // wait for their host (27 % of the iteration); the later stages wait in their receives for
+  // it, so the median worker idles no time for its host. The first stage is named
+  // launch-bound; the peer comparison's "ranks 0-3 run forward for real, their peers 0 ns"
+  // (all stages are peers: the same code) is that launching, not a straggler.
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 32, "tp": 2, "pp": 8,
+      "gpus_per_host": 8, "model_params_b": 70, "iterations": 4, "seed": 11, "noise": 0.03,
+      "microbatches": 8},
+      "faults": [{"kind": "launch_bound"}],
+      "expect": {"findings": [{"code": "PT-LAUNCH-BOUND"}]}})");
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-LAUNCH-BOUND");
+  EXPECT_TRUE(f.material);
+  EXPECT_EQ(f.workers, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(FindCode(d, "PT-STRAGGLER-COMPUTE"), nullptr);
+}
+
 TEST(SimulatedDiagnosis, ATensorParallelJobsCollectiveKernelsRanOnItsGpus) {
   // tp8 pp2: each layer's all-reduces are NCCL kernels, launched like compute kernels, about
   // half of the launches. They ran: no "launches ran no kernel here" note (as for a graph
