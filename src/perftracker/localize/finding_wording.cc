@@ -474,8 +474,17 @@ std::vector<RenderedFinding> FindingWording::Render(
     r.culprits = std::move(culprits);
     r.extra_victims = std::move(extra);
     if (a.fid != kNone && !a.only_on_some) {
-      r.function_time = {a.value, a.median, static_cast<float>(excess),
-                         a.peer_p50 > 0 ? a.p50 / a.peer_p50 : 0, functions[a.fid].on_device};
+      const bool stepped = top.onset_iteration > 0 && top.onset_function == a.fid;
+      const float p50 = stepped && top.onset_p50 > 0 ? top.onset_p50 : a.p50;
+      r.function_time = {a.value,
+                         a.median,
+                         static_cast<float>(excess),
+                         a.peer_p50 > 0 ? p50 / a.peer_p50 : 0,
+                         functions[a.fid].on_device,
+                         static_cast<float>(1 / top.onset_scale())};
+    } else if (a.fid != kNone) {
+      // Code only a minority runs: its time on the worst culprit (no peers to compare).
+      r.function_time = {a.value, -1, -1, 0, functions[a.fid].on_device};
     }
     out.push_back(std::move(r));
   }

@@ -26,6 +26,8 @@ constexpr double kThrottleReasonFloor = 2;
 // Robust outlier margin for device compute, and the relative effect also required.
 constexpr double kOutlierZ = 3.5;
 constexpr double kMinRelativeEffect = 0.1;
+// A device's compute is compared with at least this many workers (HardwareFindings::Apply).
+constexpr size_t kMinReference = 3;
 // A compute straggler finding "explains" a slow device when it carries this share of the
 // device's excess: then one function, not the GPU, is slow.
 constexpr double kFunctionExplains = 0.5;
@@ -495,32 +497,74 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
     }
     const double median_clock = Median(clocks);
     const double median_reasons = Median(reasons);
-    std::map<uint32_t, std::vector<float>> groups;
-    for (uint32_t w = 0; w < n; ++w) {
-      const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
-      if (records_[w].compute_ns > 0) groups[g].push_back(records_[w].compute_ns);
-    }
-    std::map<uint32_t, RobustCenter> centers;
-    for (auto& [g, v] : groups) centers[g] = MedianAndMadInPlace(v);
-    std::vector<uint32_t> throttled, slow;
-    std::vector<float> excess(n, 0);
+    // Clock evidence per worker: an SM clock well below its maximum and the job's median, or
+    // throttle reasons set where the job's median has none.
+    std::vector<bool> clocked(n, false);
     for (uint32_t w = 0; w < n; ++w) {
       const Record& r = records_[w];
-      const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
-      if (r.compute_ns <= 0 || groups[g].size() < 3) continue;
-      const RobustCenter& c = centers[g];
-      const double scale = RobustScale(c, 0.01, 1000);
-      const double e = r.compute_ns - c.median;
-      if (e < std::max({kOutlierZ * scale, kMinRelativeEffect * c.median, ctx.report_ns})) {
-        continue;
-      }
-      excess[w] = static_cast<float>(e);
       const bool low_clock = r.clock > 0 && r.clock_max > 0 &&
                              r.clock < kThrottledClockShare * r.clock_max &&
                              r.clock < kThrottledClockShare * median_clock;
       const bool reasons_set =
           r.throttle >= kThrottleReasonFloor && median_reasons < kThrottleReasonFloor;
-      if (low_clock || reasons_set) {
+      clocked[w] = low_clock || reasons_set;
+    }
+    // What is compared: a worker's device compute less the code only a minority of its group
+    // runs (the compute PT-FUNCTION-ONLY-ON-SOME findings it is in, at their time per
+    // iteration: a first or last pipeline stage's embedding or head in a group that spans the
+    // stages is that finding, not a slower device); with whom: the workers of its peer group
+    // without clock evidence (throttled devices are no reference: when half a group is
+    // throttled its median is theirs), all of them when fewer than kMinReference are left.
+    std::vector<float> common(n, 0);
+    for (uint32_t w = 0; w < n; ++w) common[w] = records_[w].compute_ns;
+    for (size_t i = 0; i < findings.size(); ++i) {
+      const Finding& f = *findings[i];
+      if (drop[i] || f.code != fc::kFunctionOnlyOnSome || f.category != FindingCategory::kCompute ||
+          !ctx.function_times || i >= ctx.function_times->size() ||
+          !(*ctx.function_times)[i].on_device) {
+        continue;
+      }
+      const float extra = std::max(0.0f, (*ctx.function_times)[i].ns);
+      for (int32_t rank : f.workers) {
+        const auto it = by_rank.find(rank);
+        if (it == by_rank.end()) continue;
+        float& c = common[it->second];
+        if (c > 0) c = std::max(c - extra, 0.5f * c);
+      }
+    }
+    std::map<uint32_t, std::vector<float>> healthy, all;
+    for (uint32_t w = 0; w < n; ++w) {
+      if (common[w] <= 0) continue;
+      const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
+      all[g].push_back(common[w]);
+      if (!clocked[w]) healthy[g].push_back(common[w]);
+    }
+    std::map<uint32_t, RobustCenter> centers;
+    auto center_of = [&](uint32_t w) -> const RobustCenter* {
+      const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
+      auto it = centers.find(g);
+      if (it != centers.end()) return &it->second;
+      std::vector<float>& v = healthy[g].size() >= kMinReference ? healthy[g] : all[g];
+      if (v.size() < kMinReference) return nullptr;
+      return &centers.emplace(g, MedianAndMadInPlace(v)).first->second;
+    };
+    std::vector<uint32_t> throttled, slow;
+    std::vector<float> excess(n, 0);
+    std::vector<float> reference_median(n, 0);
+    for (uint32_t w = 0; w < n; ++w) {
+      const Record& r = records_[w];
+      if (r.compute_ns <= 0 || common[w] <= 0) continue;
+      const RobustCenter* center = center_of(w);
+      if (center == nullptr) continue;
+      const RobustCenter& c = *center;
+      reference_median[w] = static_cast<float>(c.median + (r.compute_ns - common[w]));
+      const double scale = RobustScale(c, 0.01, 1000);
+      const double e = common[w] - c.median;
+      if (e < std::max({kOutlierZ * scale, kMinRelativeEffect * c.median, ctx.report_ns})) {
+        continue;
+      }
+      excess[w] = static_cast<float>(e);
+      if (clocked[w]) {
         throttled.push_back(w);
         continue;
       }
@@ -545,16 +589,24 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
         const localize::NamedFunctionTime t = ctx.function_times && i < ctx.function_times->size()
                                                   ? (*ctx.function_times)[i]
                                                   : localize::NamedFunctionTime{};
+        // Extra code on the device is out of the comparison already (above).
+        if (f.code == fc::kFunctionOnlyOnSome && t.on_device) continue;
         if (t.on_device && t.peer_ns > 0 && t.ns > t.peer_ns && t.excess_ns > 0) {
           const double own_ratio = t.ns / t.peer_ns - 1;
+          // Its excess over the window (from a late onset on, it is the onset's level).
+          const double window_excess = t.excess_ns * t.onset_share;
           // The peers' time in the slow kernels, the named one's parts at its ratio.
-          const double slow_peers = t.excess_ns / own_ratio;
+          const double slow_peers = window_excess / own_ratio;
           const double rest_peers = c.median - slow_peers;
           const double rest_ratio =
-              rest_peers > 0 ? std::max(0.0, e - t.excess_ns) / rest_peers : 0;
-          const bool every_call = t.p50_ratio - 1 >= kRestSlowerAlike * own_ratio;
+              rest_peers > 0 ? std::max(0.0, e - window_excess) / rest_peers : 0;
+          // From a late onset on, its calls are compared from the onset on (p50_ratio): the
+          // window's median call of a device slow from iteration 8 of 12 is a healthy one.
+          // The ratio to compare it with is then the onset's, the window's over the share.
+          const double onset_ratio = own_ratio / t.onset_share;
+          const bool every_call = t.p50_ratio - 1 >= kRestSlowerAlike * onset_ratio;
           const bool device_slow = every_call && rest_ratio >= kRestSlowerAlike * own_ratio;
-          explained |= t.excess_ns >= kFunctionExplains * e && !device_slow;
+          explained |= window_excess >= kFunctionExplains * e && !device_slow;
           continue;
         }
         explained |= f.lost_ns_per_iteration >= kFunctionExplains * e;
@@ -575,26 +627,25 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       f.lost_ns_per_iteration = excess[w];
       f.lost_share = ctx.iteration_ns > 0 ? excess[w] / ctx.iteration_ns : 0;
       f.workers = ranks_of(culprits);
-      const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
       const std::string who = WhoIsAtFault(culprits.size(), r.rank);
       if (clock_evidence) {
         f.title = fmt::format(
             "{}: the GPU is throttled ({}), device compute {}/iter vs {} on its peers (+{})", who,
             r.clock > 0 ? fmt::format("SM clock {:.0f} of {:.0f} MHz", r.clock, r.clock_max)
                         : "throttle reasons set",
-            FormatDuration(r.compute_ns), FormatDuration(centers[g].median),
+            FormatDuration(r.compute_ns), FormatDuration(reference_median[w]),
             FormatDuration(excess[w]));
       } else {
         f.title = fmt::format(
             "{}: the GPU is slow: every kernel runs longer, device compute {}/iter vs {} on its "
             "peers (+{}), with no clock or throttle evidence",
-            who, FormatDuration(r.compute_ns), FormatDuration(centers[g].median),
+            who, FormatDuration(r.compute_ns), FormatDuration(reference_median[w]),
             FormatDuration(excess[w]));
       }
       f.evidence.push_back(
           {"device compute per iteration",
            fmt::format("{} on rank {}, peers' median {}", FormatDuration(r.compute_ns), r.rank,
-                       FormatDuration(centers[g].median))});
+                       FormatDuration(reference_median[w]))});
       if (r.clock > 0) {
         f.evidence.push_back(
             {"SM clock",

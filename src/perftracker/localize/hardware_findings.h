@@ -9,12 +9,18 @@
 //
 // Rules (thresholds in hardware_findings.cc):
 //  - Slow device: a worker's device compute per iteration exceeds its peer group's median
-//    by a robust outlier margin. With clock evidence (SM clock well below its maximum and
-//    the job's median clock, or throttle reasons set where the job's median has none) it
-//    is PT-GPU-THROTTLED; without it, and unless one function explains most of the excess
-//    (then the peer comparison's PT-STRAGGLER-COMPUTE stands, or its PT-FUNCTION-ONLY-ON-SOME:
-//    extra code, not a slower device), PT-GPU-SLOW. Compute straggler findings on those
-//    workers are absorbed (their function becomes evidence).
+//    by a robust outlier margin. Compared: the device compute less the device code only a
+//    minority of the group runs (a first or last pipeline stage's embedding or head: that
+//    PT-FUNCTION-ONLY-ON-SOME finding, not a slower device); with: the group's workers
+//    without clock evidence (a throttled half of a group is no reference). With clock
+//    evidence (SM clock well below its maximum and the job's median clock, or throttle
+//    reasons set where the job's median has none) it is PT-GPU-THROTTLED; without it, and
+//    unless one function explains most of the excess (then the peer comparison's
+//    PT-STRAGGLER-COMPUTE stands, or its PT-FUNCTION-ONLY-ON-SOME on the host: extra code,
+//    not a slower device), PT-GPU-SLOW. A kernel that stepped up inside the window
+//    (late_onset_rule.h) is compared per call from its onset on: a device slow from
+//    iteration 8 of 12 leaves the window's median call a healthy one. Compute straggler
+//    findings on those workers are absorbed (their function becomes evidence).
 //  - Degraded link: a transfer over a healthy link runs at the link's rate; on a degraded
 //    link it runs continuously at a low rate (flat), and the workers on healthy links burst
 //    and then wait for it. The "burst rate" E[x^2] / E[x] of the throughput samples during

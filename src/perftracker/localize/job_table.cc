@@ -426,6 +426,9 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
         o.iterations = static_cast<uint32_t>(its);
         o.after_ns = static_cast<float>(static_cast<double>(f.onset_ns) /
                                         static_cast<double>(its - f.onset_iteration));
+        const double q = static_cast<double>(its - f.onset_iteration) / static_cast<double>(its);
+        o.after_p50_ns =
+            f.durations.count() > 0 ? static_cast<float>(f.durations.Quantile(1 - 0.5 * q)) : 0;
         onsets_.push_back(o);
       }
       records_.push_back(r);

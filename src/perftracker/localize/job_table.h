@@ -107,6 +107,10 @@ struct OnsetRecord {
   uint32_t iteration = 0;   // first iteration of the higher level
   uint32_t iterations = 0;  // the worker's iterations
   float after_ns = 0;       // time per iteration from the onset on
+  // The median call from the onset on, when the step slowed every call: the window's calls'
+  // quantile 1 - q/2, q the share of iterations from the onset on (their calls are then the
+  // slowest q of the window's). 0: no durations.
+  float after_p50_ns = 0;
   // False when collectives / syncs nested in it were taken out of its record's time: the
   // onset's time still holds them, the two are not comparable.
   bool comparable = true;

@@ -47,6 +47,7 @@ void JudgeLateOnsets(const RuleContext& ctx, std::vector<WorkerFinding>& worker_
     wf.onset_function = stepped->fid;
     wf.onset_value = onset->after_ns;
     wf.onset_median = stepped->median;
+    wf.onset_p50 = onset->after_p50_ns;
     wf.onset_excess = static_cast<float>(wf.named.excess() - stepped->excess() + after);
   }
 }

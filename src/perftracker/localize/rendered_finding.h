@@ -21,6 +21,10 @@ struct NamedFunctionTime {
   float excess_ns = -1;
   float p50_ratio = 0;
   bool on_device = false;
+  // A late onset (JudgeLateOnsets): excess_ns is from the onset on, and p50_ratio compares
+  // the median call from the onset on when the named function is the one that stepped; the
+  // share of the window's iterations from the onset on turns excess_ns into a window mean.
+  float onset_share = 1;
 };
 
 struct RenderedFinding {

@@ -294,5 +294,37 @@ TEST(SimulatedDiagnosis, ASlowLayerInADeviceOnlyTraceIsAComputeStragglerNotASlow
   EXPECT_EQ(FindCode(d, "PT-GPU-SLOW"), nullptr);
 }
 
+// A GPU slow from iteration 8 of 12 in a device-only trace: the window's median call of each
+// kernel is a healthy one (5 of 12 iterations are slow), so the calls are compared from the
+// onset on (held-out scenario rnd-s1-044: host 0's GPUs 2.73x from iteration 8 were two
+// PT-STRAGGLER-COMPUTE findings, dgrad and fprop, whose median calls were 1.08x and 1.04x).
+TEST(SimulatedDiagnosis, AGpuSlowFromALateOnsetInADeviceOnlyTraceIsTheGpu) {
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 16, "tp": 1, "pp": 1,
+      "gpus_per_host": 8, "model_params_b": 13, "iterations": 12, "seed": 21, "noise": 0.03,
+      "host_trace": false},
+      "faults": [{"kind": "gpu_slow", "magnitude": 2.0, "ranks": [3], "start": 7}],
+      "expect": {"findings": [{"code": "PT-GPU-SLOW", "workers": [3]}]}})");
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, "PT-GPU-SLOW");
+  EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{3});
+  EXPECT_EQ(FindCode(d, "PT-STRAGGLER-COMPUTE"), nullptr);
+}
+
+// ... while one layer slow from the same onset slows one call in four from there on: a
+// compute straggler still.
+TEST(SimulatedDiagnosis, ASlowLayerFromALateOnsetInADeviceOnlyTraceIsAComputeStraggler) {
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 16, "tp": 1, "pp": 1,
+      "gpus_per_host": 8, "model_params_b": 13, "iterations": 12, "seed": 21, "noise": 0.03,
+      "host_trace": false},
+      "faults": [{"kind": "slow_compute", "magnitude": 3.0, "ranks": [3], "start": 6}],
+      "expect": {"findings": [{"code": "PT-STRAGGLER-COMPUTE", "workers": [3]}]}})");
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{3});
+  EXPECT_EQ(FindCode(d, "PT-GPU-SLOW"), nullptr);
+}
+
 }  // namespace
 }  // namespace perftracker

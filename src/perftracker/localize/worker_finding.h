@@ -97,6 +97,9 @@ struct WorkerFinding {
   float onset_value = 0;
   float onset_median = 0;
   float onset_excess = 0;
+  // The stepped function's median call from the onset on (OnsetRecord::after_p50_ns; 0:
+  // unknown).
+  float onset_p50 = 0;
   // The excess of the named function (from its onset on, when it has one) and of its parts.
   double excess() const {
     double sum = onset_iteration > 0 ? onset_excess : named.excess();
