@@ -40,6 +40,15 @@ constexpr double kDegradedRateShare = 0.5;
 // others' rates (robust z >= kOutlierZ): a PCIe link at x8, an NVLink or a NIC with a lane
 // down runs at 1/1.5-1/2 of its peers, flat.
 constexpr double kMildlyDegradedShare = 0.8;
+// A host whose ranks are at least this share of the workers using a host-wide link is compared
+// with the other hosts' links, not with the job's median (which its own ranks would set).
+constexpr double kLargeHostShare = 0.25;
+// A link's samples saw its transfers when their throughput over the functions' time (mean x
+// time) accounts for at least this share of the bytes the functions moved on the wire. In a
+// collective that waits for a flapping NIC on another host, NVLink's samples are background
+// with a burst here and there (74 MB/s mean in 146 ms per iteration): a burst rate from a few
+// samples, no onset of its own.
+constexpr double kSampledBytesShare = 0.5;
 // The spread of link rates is at least this share of the median (sampling jitter).
 constexpr double kRateScaleFloor = 0.02;
 // A function carries traffic over a link when the link's mean throughput during it is at
@@ -270,6 +279,7 @@ void HardwareFindings::Add(const WorkerSummary& worker, std::span<const double> 
           acc = link == 0 ? &g.nic : &g.nvlink;
         }
         acc->t += part.t;
+        acc->TakeOnset(t, f.onset_iteration, static_cast<double>(f.onset_ns));
         acc->slack += part.slack;
         acc->bytes += part.bytes * (once ? 1 : 2);
         acc->s += part.t * m.mean;
@@ -289,6 +299,20 @@ void HardwareFindings::Add(const WorkerSummary& worker, std::span<const double> 
   records_.push_back(r);
 }
 
+// Before its onset a link that degraded inside the window ran like its peers' (at the median
+// burst rate R), after it at a lower rate r. The burst rate E[x^2] / E[x] of time-weighted
+// samples is the byte-weighted mean of the rates (each sample's time x rate is bytes), and a
+// worker moves about the same bytes in every iteration: with k of n iterations before the
+// onset, burst = (k R + (n - k) r) / n, so r = (n burst - k R) / (n - k). Returns r, or -1
+// without a step onset or when the window's rate is not below R.
+double HardwareFindings::RateAfterOnset(const Pool& p, double burst, double median) {
+  if (p.onset == 0 || p.onset >= p.iterations || burst >= median) return -1;
+  const double k = p.onset;
+  const double n = p.iterations;
+  const double r = (n * burst - k * median) / (n - k);
+  return r > 0 ? r : -1;
+}
+
 HardwareFindings::Pool HardwareFindings::ToPool(const Acc& a, double iters) {
   Pool p;
   if (a.t <= 0) return p;
@@ -297,6 +321,16 @@ HardwareFindings::Pool HardwareFindings::ToPool(const Acc& a, double iters) {
   p.mean_sq = static_cast<float>(a.s2 / a.t);
   p.bytes = static_cast<float>(a.bytes / iters);
   p.slack_ns = static_cast<float>(a.slack / iters);
+  p.iterations = static_cast<uint32_t>(iters);
+  if (a.onset > 0 && a.onset < p.iterations) {
+    const double k = a.onset;
+    const double after = a.onset_t / (iters - k);
+    const double before = (a.largest_t - a.onset_t) / k;
+    if (after > before) {
+      p.onset = a.onset;
+      p.step_ns = static_cast<float>(after - before);
+    }
+  }
   return p;
 }
 
@@ -677,34 +711,84 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
                        FindingCategory category, std::initializer_list<std::string_view> absorbs,
                        bool skip_flapping, bool host_link) {
     std::vector<float> rates;
+    std::vector<uint32_t> host_users(hosts_.size(), 0);
     for (const Record& r : records_) {
-      if ((r.*pool).time_ns > 0) rates.push_back((r.*pool).BurstRate());
+      if ((r.*pool).time_ns <= 0) continue;
+      rates.push_back((r.*pool).BurstRate());
+      ++host_users[r.host];
     }
     if (rates.size() < 3) return;
+    const size_t users = rates.size();
     const RobustCenter center = MedianAndMadInPlace(rates);
-    const auto median_rate = static_cast<float>(center.median);
-    const double rate_scale = RobustScale(center, kRateScaleFloor, 0);
+    // The rate each worker's link is compared with: the job's median. A host-wide link (NIC,
+    // NVLink) of a host that holds at least kLargeHostShare of the workers using the link is
+    // compared with the other hosts' links instead: with two hosts, one degraded, the job's
+    // median falls between the two and the spread of rates spans both (16 ranks, NVLink at
+    // 136 against 290 GB/s: median 209, no outlier).
+    std::vector<RobustCenter> host_center(hosts_.size(), center);
+    if (host_link) {
+      for (uint32_t h = 0; h < hosts_.size(); ++h) {
+        if (hosts_[h].empty() || host_users[h] < kLargeHostShare * static_cast<double>(users) ||
+            users - host_users[h] < 3) {
+          continue;
+        }
+        std::vector<float> others;
+        for (const Record& r : records_) {
+          if ((r.*pool).time_ns > 0 && r.host != h) others.push_back((r.*pool).BurstRate());
+        }
+        host_center[h] = MedianAndMadInPlace(others);
+      }
+    }
     std::vector<uint32_t> culprits;
-    std::vector<float> lost;
+    std::vector<float> lost, reference;
+    std::vector<uint32_t> onsets;  // per culprit: the late onset its loss counts from (0: none)
     for (uint32_t w = 0; w < n; ++w) {
       const Pool& p = records_[w].*pool;
       if (p.time_ns <= 0 ||
           (skip_flapping && records_[w].link_up >= 0 && records_[w].link_up < kLinkUpFloor)) {
         continue;
       }
+      const RobustCenter& c = host_center[records_[w].host];
+      const double median_rate = c.median;
+      const double rate_scale = RobustScale(c, kRateScaleFloor, 0);
       const double rate = p.BurstRate();
-      const bool clear_outlier =
-          rate < kMildlyDegradedShare * median_rate && median_rate - rate >= kOutlierZ * rate_scale;
-      if (rate >= kDegradedRateShare * median_rate && !clear_outlier) continue;
       if (rate <= 0 || p.bytes / rate * 1e9 > kConsistentShare * p.time_ns) continue;
+      const bool significant = median_rate - rate >= kOutlierZ * rate_scale;
+      // A link that degraded inside the window is judged by its rate from the onset on
+      // (RateAfterOnset), and costs, per iteration from the onset on, at most the step its
+      // largest transfer function took there; when its samples saw the bytes move
+      // (kSampledBytesShare): a pool of waits with a burst or two in its samples says nothing
+      // of when its link changed, and its step is the wait for another fault.
+      const bool sampled = p.mean * p.time_ns / 1e9 >= kSampledBytesShare * p.bytes;
+      const double after = significant && sampled ? RateAfterOnset(p, rate, median_rate) : -1;
+      const double judged = after > 0 ? after : rate;
+      const bool clear_outlier = judged < kMildlyDegradedShare * median_rate && significant;
+      if (judged >= kDegradedRateShare * median_rate && !clear_outlier) continue;
       // How much longer its bytes take at its rate than at the median rate.
-      const double l = p.bytes / rate * 1e9 - p.bytes / median_rate * 1e9;
+      double l = p.bytes / judged * 1e9 - p.bytes / median_rate * 1e9;
+      if (after > 0) {
+        l = std::max(std::min<double>(l, p.step_ns),
+                     p.bytes / rate * 1e9 - p.bytes / median_rate * 1e9);
+      }
       if (l < ctx.report_ns) continue;
       culprits.push_back(w);
       lost.push_back(static_cast<float>(l));
+      reference.push_back(static_cast<float>(median_rate));
+      onsets.push_back(after > 0 ? p.onset : 0);
+    }
+    std::vector<float> reference_of(n, 0);
+    std::vector<uint32_t> onset_of(n, 0);
+    for (size_t i = 0; i < culprits.size(); ++i) {
+      reference_of[culprits[i]] = reference[i];
+      onset_of[culprits[i]] = onsets[i];
     }
     if (host_link) WholeHosts(pool, culprits, lost);
     if (culprits.empty()) return;
+    const auto worst =
+        static_cast<size_t>(std::max_element(lost.begin(), lost.end()) - lost.begin());
+    const uint32_t ww = culprits[worst];
+    const float median_rate = reference_of[ww];
+    const uint32_t onset = onset_of[ww];
     Added a;
     a.finding = LinkFinding(ctx, link, culprits, lost, median_rate, pool);
     Finding& f = a.finding;
@@ -717,12 +801,27 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       who += fmt::format("{}{}", i > 0 ? ", " : "", f.workers[i]);
     }
     if (f.workers.size() > 8) who += fmt::format(", ... ({} in all)", f.workers.size());
+    const Pool& wp = records_[ww].*pool;
+    const std::string from =
+        onset > 0 ? fmt::format(" from iteration {} of {} on", onset + 1, wp.iterations) : "";
     f.title = fmt::format(
-        "{} {} on a degraded {} link: transfers run flat at {} while the others' links reach {} "
+        "{} {} on a degraded {} link{}: transfers run flat at {} while the others' links reach {} "
         "(+{} per iteration)",
-        culprits.size() == 1 ? "rank" : "ranks", who, link,
-        FormatByteRate((records_[culprits[0]].*pool).BurstRate()), FormatByteRate(median_rate),
-        FormatDuration(f.lost_ns_per_iteration));
+        culprits.size() == 1 ? "rank" : "ranks", who, link, from,
+        FormatByteRate(onset > 0 ? RateAfterOnset(wp, wp.BurstRate(), median_rate)
+                                 : wp.BurstRate()),
+        FormatByteRate(median_rate), FormatDuration(f.lost_ns_per_iteration));
+    if (onset > 0) {
+      f.evidence.insert(
+          f.evidence.end() - 1,
+          Evidence{"late onset",
+                   fmt::format("its transfers take {} more per iteration from iteration {} of {} "
+                               "on (rank {}); before it the link ran like the others', its "
+                               "window rate {} then means {} from the onset on",
+                               FormatDuration(wp.step_ns), onset + 1, wp.iterations,
+                               records_[ww].rank, FormatByteRate(wp.BurstRate()),
+                               FormatByteRate(RateAfterOnset(wp, wp.BurstRate(), median_rate)))});
+    }
     absorb(absorbs, culprits, code == fc::kNicDegraded, f);
     name_hosts(f, culprits);
     material(f);

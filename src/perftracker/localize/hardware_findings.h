@@ -34,6 +34,12 @@
 //    PT-LINK-DEGRADED. The burst rate must also be consistent with the bytes moved (bytes / rate at
 //    most kConsistentShare x D): a worker that mostly waited inside its collectives has only
 //    background samples there, and a low rate that could not have moved its bytes is no evidence.
+//    A host-wide link (NIC, NVLink) of a host holding at least kLargeHostShare of the workers
+//    that use the link is compared with the other hosts' links, not with a median its own ranks
+//    set. A link that degrades inside the window (its largest transfer function that steps up,
+//    FunctionSummary::onset_iteration, does so at iteration k of n) is judged by its rate from
+//    the onset on (RateAfterOnset: the burst rate is the byte-weighted mean of the rates) and
+//    costs per iteration from the onset on, at most the step its transfer function took there.
 //  - Slow network link (TCP, per process: TcpSampler): a worker's delivery rate (the bytes
 //    it delivered over the time they took at the kernel's rate samples: a byte-weighted
 //    harmonic mean, which the few samples of a burst at line rate cannot inflate as they
@@ -116,17 +122,37 @@ class HardwareFindings {
     // Of time_ns, the time a wait in the next pipeline receive followed (before any send):
     // FunctionSummary::slack_after_ns.
     float slack_ns = 0;
+    // Where the time of its largest transfer function that steps up inside the window does
+    // (FunctionSummary::onset_iteration; 0: none does) and the worker's iterations.
+    uint32_t onset = 0;
+    uint32_t iterations = 0;
+    // That function's time per iteration from the onset on minus before it (0: no onset).
+    float step_ns = 0;
     float BurstRate() const { return mean > 0 ? mean_sq / mean : 0; }
   };
   // A pool's sums while a worker's calls are added (time-weighted).
   struct Acc {
     double t = 0, s = 0, s2 = 0, bytes = 0, slack = 0;
+    // Of its transfer functions whose time steps up inside the window, the largest: its time,
+    // its onset (FunctionSummary::onset_iteration) and its time from there on (onset_ns).
+    // A function that mostly waits for its peers rarely shows the step; one that moves its own
+    // bytes does.
+    double largest_t = 0;
+    uint32_t onset = 0;
+    double onset_t = 0;
     void Add(const Acc& o) {
       t += o.t;
       s += o.s;
       s2 += o.s2;
       bytes += o.bytes;
       slack += o.slack;
+      TakeOnset(o.largest_t, o.onset, o.onset_t);
+    }
+    void TakeOnset(double function_t, uint32_t function_onset, double function_onset_t) {
+      if (function_onset == 0 || function_t <= largest_t) return;
+      largest_t = function_t;
+      onset = function_onset;
+      onset_t = function_onset_t;
     }
   };
   // A worker's traffic in one process group, until the job's hosts are known.
@@ -151,6 +177,7 @@ class HardwareFindings {
     bool sockets = false;
   };
   static Pool ToPool(const Acc& a, double iters);
+  static double RateAfterOnset(const Pool& p, double burst, double median);
   static bool SocketsOnly(const CollectiveGroup& group);
   struct Record {
     int32_t rank = -1;

@@ -346,6 +346,96 @@ TEST(HardwareFindingsTest, ADegradedNicLosesTheTimeOfWhatItTransmits) {
   EXPECT_FALSE(f->material);
 }
 
+const Finding* FindCode(const Diagnosis& d, std::string_view code) {
+  for (const auto& x : d.findings) {
+    if (x.code == code) return &x;
+  }
+  return nullptr;
+}
+
+// Two hosts of 4 ranks; host node1's NIC runs at half its rate (20 GB/s, flat) for the whole
+// window. Each rank's all-reduce moves 100 MB (200 MB on the wire) per iteration in its 20 ms:
+// node0's in 5 ms bursts at 40 GB/s, node1's in 10 ms at 20 GB/s. Against the job's median
+// (30 GB/s, between the two hosts, with a spread of 10 GB/s) neither host stood out: no
+// finding. Each host is half the job: compared with the other host's links, node1's run at
+// half their rate and lose 200 MB / 20 GB/s - 200 MB / 40 GB/s = 5 ms per iteration.
+TEST(HardwareFindingsTest, AHostThatIsHalfTheJobIsComparedWithTheOtherHost) {
+  auto ws = Job(8, 4);
+  for (WorkerSummary& w : ws) {
+    const bool degraded = w.host == "node1";
+    for (FunctionSummary& f : w.functions) {
+      if (f.name == "nccl:all_reduce") Nic(f, 20, 100, 10, degraded ? 10 : 17.32);
+    }
+  }
+  const Diagnosis d = Localize(ws);
+  const Finding* f = FindCode(d, finding_codes::kNicDegraded);
+  ASSERT_NE(f, nullptr) << "no PT-NIC-DEGRADED";
+  EXPECT_EQ(f->workers, (std::vector<int32_t>{4, 5, 6, 7}));
+  EXPECT_THAT(f->title, HasSubstr("node1 (all 4 ranks)"));
+  EXPECT_THAT(f->title, HasSubstr("others' links reach 40.0 GB/s"));
+  EXPECT_NEAR(f->lost_ns_per_iteration, 5e6, 0.1e6);
+}
+
+// Host node2's NIC (16 ranks, 4 per host) drops to a quarter of its rate (10 GB/s) from
+// iteration 7 of 10 on. Every rank's all-reduce moves 200 MB on the wire per iteration: in
+// 5 ms bursts at 40 GB/s, and on node2 from the onset on in 20 ms; every all-reduce takes
+// 10 ms per iteration before the onset and 25 ms after it (the healthy ranks wait for node2's).
+// node2's samples over the window: burst rate 28 GB/s (the byte-weighted mean of 6 iterations
+// at 40 and 4 at 10), which judged on the window cost 200 MB / 28 GB/s - 200 MB / 40 GB/s =
+// 2.1 ms per iteration, minor. From the onset on its link runs at 10 GB/s and costs 15 ms of
+// every iteration (the step its all-reduce took there), material.
+TEST(HardwareFindingsTest, ALinkThatDegradesInsideTheWindowCostsFromItsOnset) {
+  auto ws = Job(16, 4);
+  for (WorkerSummary& w : ws) {
+    const bool degraded = w.host == "node2";
+    for (FunctionSummary& f : w.functions) {
+      if (f.name != "nccl:all_reduce") continue;
+      // 160 ms in the window: s = 2000 GB/s x ms either way; s2 = 56000 (node2) or 80000.
+      Nic(f, 16, 100, 12.5, degraded ? 13.92 : 18.54);
+      f.onset_iteration = 6;
+      f.onset_ns = 100'000'000;  // 4 iterations of 25 ms
+    }
+  }
+  const Diagnosis d = Localize(ws);
+  const Finding* f = FindCode(d, finding_codes::kNicDegraded);
+  ASSERT_NE(f, nullptr) << "no PT-NIC-DEGRADED";
+  EXPECT_EQ(f->workers, (std::vector<int32_t>{8, 9, 10, 11}));
+  EXPECT_THAT(f->title, HasSubstr("from iteration 7 of 10 on"));
+  EXPECT_THAT(f->title, HasSubstr("run flat at 10.0 GB/s"));
+  EXPECT_NEAR(f->lost_ns_per_iteration, 15e6, 0.3e6);
+  EXPECT_TRUE(f->material);
+}
+
+// The NVLink pool of a collective that waits for another host's fault (a flapping NIC from
+// iteration 4 of 10 on: every all-reduce takes 20 ms more per iteration from there). Each
+// all-reduce moves 250 MB on the wire per iteration in its 146 ms. On most hosts NVLink's
+// samples saw those bytes (a mean of 1.71 GB/s over the 146 ms, bursts at 267 GB/s); on host
+// node2 they are background with a burst here and there: 74 MB/s mean (11 MB of the 250 MB),
+// bursts at 96.5 GB/s. Deconvolved from the all-reduce's onset, those bursts said 23 GB/s from
+// iteration 4 on and the 20 ms step made a material PT-LINK-DEGRADED (9.8 ms per iteration);
+// samples that did not see the bytes move say nothing of when the link changed: judged on the
+// window, minor.
+TEST(HardwareFindingsTest, ALateOnsetNeedsSamplesThatSawTheBytes) {
+  auto ws = Job(16, 4);
+  for (WorkerSummary& w : ws) {
+    const bool background = w.host == "node2";
+    for (FunctionSummary& f : w.functions) {
+      if (f.name != "nccl:all_reduce") continue;
+      Nic(f, 146, 125, 0, 0);
+      f.metrics = {{Metric::kNvlinkBytesPerSec, (background ? 0.074 : 1.71) * 1e9,
+                    (background ? 2.671 : 21.31) * 1e9}};
+      f.onset_iteration = 3;
+      f.onset_ns = 7 * 152'000'000LL;  // 132 ms per iteration before, 152 ms after
+    }
+  }
+  const Diagnosis d = Localize(ws);
+  for (const auto& f : d.findings) {
+    if (f.code != finding_codes::kLinkDegraded) continue;
+    EXPECT_FALSE(f.material) << f.title;
+    EXPECT_THAT(f.title, ::testing::Not(HasSubstr("from iteration"))) << f.title;
+  }
+}
+
 // 16 ranks, 4 per host: group 0 "tp" the 4 ranks of the rank's host (NVLink), group 1 "dp"
 // the ranks at the same place on every host (the NIC).
 std::vector<CollectiveGroup> TensorAndDataParallelGroups(int32_t rank) {
