@@ -68,6 +68,25 @@ LaunchCounts CountLaunches(const JobTable& job, const WorkerRecord& wr) {
   return c;
 }
 
+// The evidence both host-bound findings end with (the host functions on the critical path,
+// the job's median iteration), then the finding into `out`.
+void AddHostFunctionsAndEmit(const RuleContext& ctx, Finding f, std::vector<RenderedFinding>& out) {
+  const JobTable& job = *ctx.job;
+  const size_t num_workers = job.workers().size();
+  for (uint32_t fid : TopFunctions(
+           job, [](const FunctionInfo& fn) { return IsHostWorkKind(fn.kind); }, true, 3)) {
+    const FunctionTotals& fn = job.Totals(fid);
+    f.evidence.push_back(
+        {"host function on the critical path",
+         fmt::format("{}: {}/iter (mean of workers)", job.Name(fid),
+                     FormatDuration(fn.sum_critical_ns / static_cast<double>(num_workers)))});
+  }
+  f.evidence.push_back({"median iteration (job)", FormatDuration(ctx.iteration_ns)});
+  RenderedFinding r;
+  r.finding = std::move(f);
+  out.push_back(std::move(r));
+}
+
 // The launch-bound check under kHostBoundShare (host_bound_check.h): `judged` are the device
 // workers, `shares` and `idle_ns` their device-idle-while-the-host-works share and time.
 void CheckLaunchBound(const RuleContext& ctx, const std::vector<uint32_t>& judged,
@@ -125,18 +144,7 @@ void CheckLaunchBound(const RuleContext& ctx, const std::vector<uint32_t>& judge
                           "their GPUs idle less while their host works: they wait for these "
                           "workers (a pipeline's later stages wait in their receives)"});
   }
-  for (uint32_t fid : TopFunctions(
-           job, [](const FunctionInfo& fn) { return IsHostWorkKind(fn.kind); }, true, 3)) {
-    const FunctionTotals& fn = job.Totals(fid);
-    f.evidence.push_back(
-        {"host function on the critical path",
-         fmt::format("{}: {}/iter (mean of workers)", job.Name(fid),
-                     FormatDuration(fn.sum_critical_ns / static_cast<double>(num_workers)))});
-  }
-  f.evidence.push_back({"median iteration (job)", FormatDuration(ctx.iteration_ns)});
-  RenderedFinding r;
-  r.finding = std::move(f);
-  out.push_back(std::move(r));
+  AddHostFunctionsAndEmit(ctx, std::move(f), out);
 }
 
 }  // namespace
@@ -267,18 +275,7 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
         {"device idle while data loads (not counted here)", FormatDuration(data_idle)});
   }
   f.evidence.push_back({"threshold", FormatShare(kHostBoundShare)});
-  for (uint32_t fid : TopFunctions(
-           job, [](const FunctionInfo& fn) { return IsHostWorkKind(fn.kind); }, true, 3)) {
-    const FunctionTotals& fn = job.Totals(fid);
-    f.evidence.push_back(
-        {"host function on the critical path",
-         fmt::format("{}: {}/iter (mean of workers)", job.Name(fid),
-                     FormatDuration(fn.sum_critical_ns / static_cast<double>(num_workers)))});
-  }
-  f.evidence.push_back({"median iteration (job)", FormatDuration(ctx.iteration_ns)});
-  RenderedFinding r;
-  r.finding = std::move(f);
-  out.push_back(std::move(r));
+  AddHostFunctionsAndEmit(ctx, std::move(f), out);
 }
 
 }  // namespace perftracker::localize

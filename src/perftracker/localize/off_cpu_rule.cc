@@ -5,19 +5,10 @@
 #include <cstdint>
 
 #include "perftracker/localize/robust_stats.h"
+#include "perftracker/localize/scheduler_wait_rule.h"
 
 namespace perftracker::localize {
 namespace {
-
-// A worker's per-iteration CPU time and its training thread's run-queue wait (its process's
-// when the thread's was not sampled), in ns; false without host metrics or iteration time.
-bool CpuAndRunQueue(const WorkerRecord& w, double& cpu_ns, double& run_queue_ns) {
-  const float rq = w.main_run_queue >= 0 ? w.main_run_queue : w.run_queue;
-  if (w.cpu_util < 0 || rq < 0 || !(w.mean_iteration_ns > 0)) return false;
-  cpu_ns = static_cast<double>(w.cpu_util) * w.mean_iteration_ns;
-  run_queue_ns = static_cast<double>(rq) * w.mean_iteration_ns;
-  return true;
-}
 
 // At least this share of the excess must be what the others wait for it.
 constexpr double kWaitedForShareOfExcess = 0.5;

@@ -11,16 +11,6 @@
 namespace perftracker::localize {
 namespace {
 
-// A worker's per-iteration CPU time and its training thread's run-queue wait, in ns; false
-// when its host metrics were not sampled (offline traces, old summaries) or it has no
-// iteration time.
-bool CpuAndRunQueue(const WorkerRecord& w, double& cpu_ns, double& run_queue_ns) {
-  if (w.cpu_util < 0 || w.main_run_queue < 0 || !(w.mean_iteration_ns > 0)) return false;
-  cpu_ns = static_cast<double>(w.cpu_util) * w.mean_iteration_ns;
-  run_queue_ns = static_cast<double>(w.main_run_queue) * w.mean_iteration_ns;
-  return true;
-}
-
 // The value below which `share` of `values` lie (linear between order statistics); sorts.
 double QuantileInPlace(std::vector<float>& values, double share) {
   std::sort(values.begin(), values.end());
@@ -36,6 +26,13 @@ double QuantileInPlace(std::vector<float>& values, double share) {
 constexpr double kPeerRunQueueQuantile = 0.75;
 
 }  // namespace
+
+bool CpuAndRunQueue(const WorkerRecord& w, double& cpu_ns, double& run_queue_ns) {
+  if (w.cpu_util < 0 || w.main_run_queue < 0 || !(w.mean_iteration_ns > 0)) return false;
+  cpu_ns = static_cast<double>(w.cpu_util) * w.mean_iteration_ns;
+  run_queue_ns = static_cast<double>(w.main_run_queue) * w.mean_iteration_ns;
+  return true;
+}
 
 void DiscountSchedulerWait(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings) {
   const PeerAssignment& peers = *ctx.peers;

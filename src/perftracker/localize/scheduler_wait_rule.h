@@ -36,6 +36,11 @@
 
 namespace perftracker::localize {
 
+// A worker's per-iteration CPU time and its training thread's run-queue wait, in ns; false
+// when its host metrics were not sampled (offline traces, old summaries) or it has no
+// iteration time. (Also read by off_cpu_rule.h.)
+bool CpuAndRunQueue(const WorkerRecord& w, double& cpu_ns, double& run_queue_ns);
+
 void DiscountSchedulerWait(const RuleContext& ctx, std::vector<WorkerFinding>& worker_findings);
 
 }  // namespace perftracker::localize
