@@ -740,8 +740,11 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       }
     }
     std::vector<uint32_t> culprits;
-    std::vector<float> lost, reference;
-    std::vector<uint32_t> onsets;  // per culprit: the late onset its loss counts from (0: none)
+    std::vector<float> lost;
+    // Per worker: the rate its link was compared with, and for a late onset the onset its
+    // loss counts from and its rate from then on (0: none).
+    std::vector<float> reference_of(n, 0), after_of(n, 0);
+    std::vector<uint32_t> onset_of(n, 0);
     for (uint32_t w = 0; w < n; ++w) {
       const Pool& p = records_[w].*pool;
       if (p.time_ns <= 0 ||
@@ -773,14 +776,11 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       if (l < ctx.report_ns) continue;
       culprits.push_back(w);
       lost.push_back(static_cast<float>(l));
-      reference.push_back(static_cast<float>(median_rate));
-      onsets.push_back(after > 0 ? p.onset : 0);
-    }
-    std::vector<float> reference_of(n, 0);
-    std::vector<uint32_t> onset_of(n, 0);
-    for (size_t i = 0; i < culprits.size(); ++i) {
-      reference_of[culprits[i]] = reference[i];
-      onset_of[culprits[i]] = onsets[i];
+      reference_of[w] = static_cast<float>(median_rate);
+      if (after > 0) {
+        onset_of[w] = p.onset;
+        after_of[w] = static_cast<float>(after);
+      }
     }
     if (host_link) WholeHosts(pool, culprits, lost);
     if (culprits.empty()) return;
@@ -789,6 +789,7 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
     const uint32_t ww = culprits[worst];
     const float median_rate = reference_of[ww];
     const uint32_t onset = onset_of[ww];
+    const double rate_after = after_of[ww];
     Added a;
     a.finding = LinkFinding(ctx, link, culprits, lost, median_rate, pool);
     Finding& f = a.finding;
@@ -808,19 +809,18 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
         "{} {} on a degraded {} link{}: transfers run flat at {} while the others' links reach {} "
         "(+{} per iteration)",
         culprits.size() == 1 ? "rank" : "ranks", who, link, from,
-        FormatByteRate(onset > 0 ? RateAfterOnset(wp, wp.BurstRate(), median_rate)
-                                 : wp.BurstRate()),
-        FormatByteRate(median_rate), FormatDuration(f.lost_ns_per_iteration));
+        FormatByteRate(onset > 0 ? rate_after : wp.BurstRate()), FormatByteRate(median_rate),
+        FormatDuration(f.lost_ns_per_iteration));
     if (onset > 0) {
       f.evidence.insert(
           f.evidence.end() - 1,
-          Evidence{"late onset",
-                   fmt::format("its transfers take {} more per iteration from iteration {} of {} "
-                               "on (rank {}); before it the link ran like the others', its "
-                               "window rate {} then means {} from the onset on",
-                               FormatDuration(wp.step_ns), onset + 1, wp.iterations,
-                               records_[ww].rank, FormatByteRate(wp.BurstRate()),
-                               FormatByteRate(RateAfterOnset(wp, wp.BurstRate(), median_rate)))});
+          Evidence{
+              "late onset",
+              fmt::format("its transfers take {} more per iteration from iteration {} of {} "
+                          "on (rank {}); before it the link ran like the others', its "
+                          "window rate {} then means {} from the onset on",
+                          FormatDuration(wp.step_ns), onset + 1, wp.iterations, records_[ww].rank,
+                          FormatByteRate(wp.BurstRate()), FormatByteRate(rate_after))});
     }
     absorb(absorbs, culprits, code == fc::kNicDegraded, f);
     name_hosts(f, culprits);

@@ -203,16 +203,14 @@ void CheckHostBound(const RuleContext& ctx, std::vector<RenderedFinding>& out,
   }
   const size_t device_workers = values.size();
   if (device_workers == 0) return;
-  {
-    // The launch-bound check reads the workers' shares in `judged` order: a copy to sort.
-    std::vector<float> shares = values;
-    if (MedianInPlace(shares) < kHostBoundShare) {
-      CheckLaunchBound(ctx, judged, values, idle_ns, MedianInPlace(tiny_shares),
-                       MedianInPlace(launches), out);
-      return;
-    }
+  // The launch-bound check reads the workers' shares in `judged` order: the median of a copy.
+  std::vector<float> shares = values;
+  const double share = MedianInPlace(shares);
+  if (share < kHostBoundShare) {
+    CheckLaunchBound(ctx, judged, values, idle_ns, MedianInPlace(tiny_shares),
+                     MedianInPlace(launches), out);
+    return;
   }
-  const double share = MedianInPlace(values);
   const double lost = MedianInPlace(idle_ns);
   Finding f = JobFinding(ctx, fc::kHostBound, FindingCategory::kHostOverhead, "CPU", lost, kNone);
   f.material = true;
