@@ -39,6 +39,8 @@ void CallPathCache::Clear() {
 
 CallPathInterner::CallPathInterner(AgentShm* shm) : shm_(shm) {
   const uint32_t capacity = shm_->header()->function_capacity;
+  capacity_ = capacity;
+  module_body_.reset(new std::atomic<uint8_t>[capacity]());
   code_path_limit_ = capacity - capacity / 16;
 }
 
@@ -63,7 +65,11 @@ uint32_t CallPathInterner::Intern(uint32_t parent, const void* key, EventKind ki
     ++dropped_paths_;
     return kDropped;
   }
-  const uint32_t id = Publish(parent, kind, name_fn(key));
+  const std::string name = name_fn(key);
+  constexpr std::string_view kModuleBody = "<module> (";
+  const bool module_body = name.compare(0, kModuleBody.size(), kModuleBody) == 0;
+  if (next_id_ < capacity_) module_body_[next_id_].store(module_body, std::memory_order_relaxed);
+  const uint32_t id = Publish(parent, kind, name);
   if (id != kDropped) by_key_.emplace(pk, id);
   return id;
 }

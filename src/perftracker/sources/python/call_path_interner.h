@@ -27,9 +27,14 @@
 // its call stack, not its time.
 // Hidden keys (perftracker's own wrapper functions) resolve to kHidden: the caller makes the
 // frame transparent, so wrappers never appear in any path (ShadowStack).
+// Module bodies ("<module> (file.py:1)") are marked as they are published (IsModuleBody):
+// one that runs under a hidden frame (importlib's, which the agent hides) is an import, and
+// ShadowStack records it as one call with nothing beneath it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -93,6 +98,12 @@ class CallPathInterner {
   uint32_t InternName(uint32_t parent, EventKind kind, std::string_view name);
   // Marks `key` as perftracker's own: Intern(any parent, key) returns kHidden from now on.
   void Hide(const void* key);
+  // True when `id` is a published path whose function is a module body (its name starts
+  // with "<module> ("). Lock-free: the mark is stored before the id is published, and a
+  // thread only sees an id through Intern (the mutex) or its own cache of Intern's answers.
+  bool IsModuleBody(uint32_t id) const {
+    return id < capacity_ && module_body_[id].load(std::memory_order_relaxed) != 0;
+  }
 
   uint32_t size();
   // Paths that could not be published because the function table was full.
@@ -118,6 +129,8 @@ class CallPathInterner {
   std::unordered_map<std::string, uint32_t> by_name_;  // "kind|parent|name"
   std::unordered_set<const void*> hidden_;
   uint32_t next_id_ = 0;
+  uint32_t capacity_ = 0;
+  std::unique_ptr<std::atomic<uint8_t>[]> module_body_;  // one per id, capacity_ of them
   uint32_t code_path_limit_ = 0;  // ids at or above it are kept for named functions
   uint64_t dropped_paths_ = 0;
 };

@@ -12,6 +12,15 @@
 // them on the stack keeps the stack a mirror of the interpreter's frame chain, which the
 // frame-evaluation hook checks on every call (PythonProfiler).
 //
+// Imports are one call each. A module body that starts under a hidden frame is an import
+// (the agent hides importlib's frames: `<module>` runs under `_call_with_frames_removed`);
+// it is recorded as one call of that `<module>` under the importing frame, and every frame
+// above it is transparent (the import's time is the module's). Without this, importing a
+// large library inside a window (torch 2.x's first optimizer step imports torch._dynamo
+// and sympy: thousands of functions run at import time) spent the function table on paths
+// no diagnosis reads, and the job's own functions that came later lost their call paths.
+// The main script's `<module>` runs under runpy or the interpreter, never a hidden frame.
+//
 // Bounded: at most kMaxDepth frames; a push beyond that is not recorded (counted in
 // too_deep()). Frames are matched by identity (the interpreter frame's address plus its code
 // object) so that returns of frames that were never pushed are ignored and missed returns
@@ -38,6 +47,7 @@ class ShadowStack {
     int64_t start_ns;
     uint32_t id;        // path id (kDropped when unpublishable); a hidden frame: its parent's id
     bool hidden;        // transparent: never emitted
+    bool collapsed;     // an import: the frames above it are hidden
     uint32_t child_id;  // memo: id of the last child pushed on this frame
     const void* child_key;  // memo: that child's key (nullptr: none yet)
   };
@@ -60,6 +70,10 @@ class ShadowStack {
     if (depth_ != 0) {
       Frame& top = frames_[depth_ - 1];
       parent = top.id;
+      if (top.collapsed) [[unlikely]] {  // inside an import: transparent, nothing interned
+        frames_[depth_++] = Frame{frame, key, now_ns, parent, true, true, 0, nullptr};
+        return PushResult::kHidden;
+      }
       if (top.child_key == key) {
         id = top.child_id;
       } else {
@@ -71,7 +85,9 @@ class ShadowStack {
       id = Resolve(parent, key);
     }
     const bool hidden = id == CallPathInterner::kHidden;
-    frames_[depth_++] = Frame{frame, key, now_ns, hidden ? parent : id, hidden, 0, nullptr};
+    const bool import =
+        !hidden && depth_ != 0 && frames_[depth_ - 1].hidden && interner_->IsModuleBody(id);
+    frames_[depth_++] = Frame{frame, key, now_ns, hidden ? parent : id, hidden, import, 0, nullptr};
     return hidden ? PushResult::kHidden : PushResult::kRecorded;
   }
 

@@ -177,6 +177,62 @@ TEST_F(ShadowStackTest, HiddenFunctionsAreTransparent) {
   EXPECT_EQ(stack->Push(&f2, &wrapper, 0), Push::kHidden);
 }
 
+// An import inside a window: importlib's frames are hidden, so the imported module's body
+// starts under a hidden frame. It is one call under the importer; what runs inside it (the
+// module's own functions, nested imports) is transparent and takes no function-table slot.
+// Before, every function a large library runs at import time took a slot (torch 2.11's
+// first optimizer step imports torch._dynamo and sympy): the table filled, and the job's
+// own calls after the import lost their call paths.
+TEST_F(ShadowStackTest, AnImportIsOneCallUnderTheImporter) {
+  FakeCode find_and_load{"_find_and_load"}, module_a{"<module> (a.py:1)"},
+      module_b{"<module> (b.py:1)"}, helper{"helper"};
+  interner_->Hide(&find_and_load);
+  auto stack = NewStack();  // 16 slots: 15 for code paths
+  std::vector<const void*> closed;
+  auto emit = [&](const ShadowStack::Frame& f) { closed.push_back(f.frame); };
+  int f_main, f_train, f_load, f_a, f_load2, f_b, f_after;
+  std::vector<int> f_helpers(40);
+  stack->Push(&f_main, &kMain, 0);
+  stack->Push(&f_train, &kTrain, 1);
+  ASSERT_EQ(stack->Push(&f_load, &find_and_load, 2), Push::kHidden);
+  ASSERT_EQ(stack->Push(&f_a, &module_a, 3), Push::kRecorded);
+  EXPECT_EQ(KeyOf(stack->top_id()), "python:main > python:train_step > python:<module> (a.py:1)");
+  const uint32_t import_id = stack->top_id();
+  const uint32_t published = shm_->functions_published();
+  // 40 distinct functions at import time, and a nested import: all transparent.
+  for (int i = 0; i < 40; ++i) {
+    FakeCode* code = new FakeCode{"fn"};  // distinct keys, as distinct code objects are
+    EXPECT_EQ(stack->Push(&f_helpers[i], code, 4), Push::kHidden);
+    EXPECT_EQ(stack->top_id(), import_id);
+    EXPECT_TRUE(stack->Pop(&f_helpers[i], emit));
+    delete code;
+  }
+  EXPECT_EQ(stack->Push(&f_load2, &find_and_load, 5), Push::kHidden);
+  EXPECT_EQ(stack->Push(&f_b, &module_b, 6), Push::kHidden);
+  EXPECT_EQ(stack->Push(&f_helpers[0], &helper, 7), Push::kHidden);
+  EXPECT_EQ(shm_->functions_published(), published);
+  EXPECT_EQ(interner_->dropped_paths(), 0u);
+  // The import returns: one call, the module's; then the job's own calls have their paths.
+  EXPECT_TRUE(stack->Pop(&f_a, emit));
+  EXPECT_THAT(closed, ::testing::ElementsAre(&f_a));
+  EXPECT_TRUE(stack->Pop(&f_load, emit));
+  ASSERT_EQ(stack->Push(&f_after, &kForward, 8), Push::kRecorded);
+  EXPECT_EQ(KeyOf(stack->top_id()), "python:main > python:train_step > python:forward");
+}
+
+// A module body that is not imported (the main script, run by the interpreter or runpy;
+// exec() of a script from a visible frame) is an ordinary frame: its callees are recorded.
+TEST_F(ShadowStackTest, AModuleBodyNotUnderAHiddenFrameIsNotAnImport) {
+  FakeCode main_module{"<module> (train.py:1)"};
+  auto stack = NewStack();
+  int f1, f2, f3;
+  ASSERT_EQ(stack->Push(&f1, &kMain, 0), Push::kRecorded);
+  ASSERT_EQ(stack->Push(&f2, &main_module, 1), Push::kRecorded);
+  ASSERT_EQ(stack->Push(&f3, &kTrain, 2), Push::kRecorded);
+  EXPECT_EQ(KeyOf(stack->top_id()),
+            "python:main > python:<module> (train.py:1) > python:train_step");
+}
+
 TEST_F(ShadowStackTest, FullFunctionTableDropsPathsAndTheirChildren) {
   auto stack = NewStack();  // 16 function slots: 15 for code paths, 1 for named functions
   std::vector<int> frames(40);
