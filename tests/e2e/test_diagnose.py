@@ -23,6 +23,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,9 @@ SCENARIOS = {
                             "--fault-rank", "2,5"],
     # Two roles: ranks 0-2 train one model, ranks 3-5 another.
     "two_models": ["--world-size", "6", "--roles", "two_models"],
+    # The job's own torch.profiler.tensorboard_trace_handler files: no rank in them (issue 11).
+    "tensorboard_slow_compute_rank2": ["--world-size", "3", "--fault", "slow_compute",
+                                       "--fault-rank", "2", "--tensorboard"],
 }
 
 CONFIG = argparse.Namespace(perftracker=None, cache_dir=None, torch_python="/usr/bin/python3",
@@ -347,17 +351,76 @@ class TracedJobTest(ReportChecks):
             self.assertEqual([w["rank"] for w in r.json()["workers"]], [3])
             self.assertFalse([n for n in r.json()["notes"] if "names no rank" in n])
 
-    def test_several_files_without_rank_are_refused_each_with_how_to_name_it(self):
+    def test_several_files_without_rank_are_numbered_by_name_and_the_report_says_so(self):
+        # Files that name no rank, with no other file that does: one job's workers, numbered
+        # in the natural order of their names (b2 before b10), each mapped back to its file.
         with tempfile.TemporaryDirectory() as tmp:
-            for name in ("a.json", "b.json"):
+            for name in ("b10.json", "b2.json"):
                 shutil.copy(os.path.join(traces("healthy"), "rank0.json"),
                             os.path.join(tmp, name))
-            r = perftracker("diagnose", tmp)
-            self.assertEqual(r.rc, 2, r.describe())
-            lines = [l for l in r.stderr_lines() if "cannot tell which rank" in l]
-            self.assertEqual(len(lines), 2, r.describe())
-            for line in lines:
-                self.assertIn("rename it", line)
+            r = perftracker("diagnose", "--format", "json", tmp)
+            self.assertEqual(r.rc, 0, r.describe())
+            report = r.json()
+            self.assertEqual(report["num_workers"], 2)
+            sources = {w["rank"]: os.path.basename(w["source"]) for w in report["workers"]}
+            self.assertEqual(sources, {0: "b2.json", 1: "b10.json"})
+            said = [n for n in report["notes"] if n.startswith("ranks numbered by file")]
+            self.assertEqual(len(said), 1, report["notes"])
+            self.assertIn("rank 0 = b2.json, rank 1 = b10.json", said[0])
+            self.assertEqual(report["notes"][0], said[0], "the mapping comes first")
+
+    def test_two_cycles_of_one_tensorboard_worker_keep_the_first(self):
+        # tensorboard_trace_handler writes one file per profiling cycle: two files of one
+        # process are not two workers.
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(traces("healthy"), "rank0.json")
+            for name in ("node1_41.1700000000100.pt.trace.json",
+                         "node1_41.1700000000200.pt.trace.json",
+                         "node1_42.1700000000150.pt.trace.json"):
+                shutil.copy(src, os.path.join(tmp, name))
+            r = perftracker("diagnose", "--format", "json", tmp)
+            self.assertEqual(r.rc, 1, r.describe())
+            report = r.json()
+            self.assertEqual(report["num_workers"], 2)
+            lines = [l for l in r.stderr_lines() if "skipped" in l]
+            self.assertEqual(len(lines), 1, r.describe())
+            self.assertIn("node1_41.1700000000200.pt.trace.json: another trace of worker "
+                          "node1_41, already read from", lines[0])
+            said = [n for n in report["notes"] if n.startswith("ranks numbered by file")]
+            self.assertIn("rank 0 = node1_41, rank 1 = node1_42", said[0])
+
+
+class TensorboardTraceTest(ReportChecks):
+    """A job's own torch.profiler.tensorboard_trace_handler traces: files named
+    <host>_<pid>.<ms>.pt.trace.json, with no rank in them (torch 1.13 CPU: bare lists)."""
+
+    def test_slow_rank_is_named_by_its_file(self):
+        directory = traces("tensorboard_slow_compute_rank2")
+        files = sorted(f for f in os.listdir(directory) if f.endswith(".pt.trace.json"))
+        self.assertEqual(len(files), 3, files)
+        with open(os.path.join(directory, "pids.txt")) as f:
+            pid_of_rank = {int(a): int(b) for a, b in (line.split() for line in f)}
+        slow_worker = f"{socket.gethostname()}_{pid_of_rank[2]}"
+        r, report = diagnose_json(directory)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.check_schema(report)
+        self.assertEqual(report["num_workers"], 3)
+        self.assertEqual(report["skipped_inputs"], [])
+        top = self.top_finding(report, r)
+        self.assertEqual(top["category"], "compute", json.dumps(top, indent=1))
+        self.assertEqual(top["function"], "block2", json.dumps(top, indent=1))
+        self.assertEqual(len(top["workers"]), 1, json.dumps(top, indent=1))
+        culprit = top["workers"][0]
+        source = {w["rank"]: os.path.basename(w["source"]) for w in report["workers"]}
+        self.assertTrue(source[culprit].startswith(slow_worker + "."),
+                        f"culprit rank {culprit} is {source[culprit]}, not {slow_worker}")
+        said = [n for n in report["notes"] if n.startswith("ranks numbered by file")]
+        self.assertEqual(len(said), 1, report["notes"])
+        self.assertIn(f"rank {culprit} = {slow_worker}", said[0])
+        # The text report shows the mapping too.
+        r = perftracker("diagnose", directory)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.assertIn(f"rank {culprit} = {slow_worker}", " ".join(r.stdout.split()))
 
 
 class BadInputTest(unittest.TestCase):

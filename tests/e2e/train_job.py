@@ -8,7 +8,8 @@ DistributedDataParallel (or, with --sync allreduce, an explicit gradient all_red
 record_function("sync_gradients")), a real torch.utils.data.DataLoader over a Dataset, and
 torch.profiler with a schedule (wait 2, warmup 1, active 15 steps). Each rank exports
 OUTDIR/rank{R}.json (or .json.gz), with how busy the machine was over the recorded steps
-(perftracker.host_load: its threads' CPU time and run-queue wait).
+(perftracker.host_load: its threads' CPU time and run-queue wait); with --tensorboard, what
+torch.profiler.tensorboard_trace_handler writes instead (no rank, no load).
 
 Faults (injected on the --fault-rank ranks only, one rank or a comma-separated list):
   slow_compute      block2's forward work repeated --slow-repeats times inside
@@ -183,6 +184,12 @@ def run_rank(rank, args):
     path = os.path.join(args.outdir, f"rank{rank}{suffix}")
 
     load = ProcessLoad()
+    if args.tensorboard:
+        # What a user's own job writes: <host>_<pid>.<ms>.pt.trace.json, no rank anywhere
+        # (torch 1.13 without Kineto: a bare list of events), nothing of perftracker's. Which
+        # process was which rank, for the tests only, outside the trace files.
+        with open(os.path.join(args.outdir, "pids.txt"), "a") as f:
+            f.write(f"{rank} {os.getpid()}\n")
 
     def on_trace_ready(prof):
         tmp = os.path.join(args.outdir, f".rank{rank}.tmp.json")
@@ -198,6 +205,8 @@ def run_rank(rank, args):
             os.replace(tmp, path)
 
     sched = schedule(wait=args.wait, warmup=args.warmup, active=args.active, repeat=1)
+    if args.tensorboard:
+        on_trace_ready = torch.profiler.tensorboard_trace_handler(args.outdir)
     with profile(activities=[ProfilerActivity.CPU], schedule=sched,
                  on_trace_ready=on_trace_ready) as prof:
         for x, y in loader:
@@ -240,6 +249,10 @@ def main(argv=None):
                         "explicit all_reduce in record_function('sync_gradients')")
     p.add_argument("--pin", action="store_true", help="pin rank R to CPU R mod #CPUs")
     p.add_argument("--gzip", action="store_true", help="write rank{R}.json.gz")
+    p.add_argument("--tensorboard", action="store_true",
+                   help="write the traces with torch.profiler.tensorboard_trace_handler "
+                        "(<host>_<pid>.<ms>.pt.trace.json, no rank in them) and each rank's "
+                        "pid in OUTDIR/pids.txt")
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--slow-repeats", type=int, default=4,

@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include "perftracker/core/memory_trim.h"
+#include "perftracker/sources/kineto/trace_file_name.h"
 
 namespace perftracker {
 namespace {
@@ -36,7 +37,8 @@ struct ImportResult {
   std::string error;
   WorkerSummary summary;
   std::unique_ptr<RankTrace> trace;
-  std::string note;  // for the diagnosis (a rank read by default)
+  std::string note;           // for the diagnosis (a rank read by default)
+  bool rank_missing = false;  // the trace names no rank: NumberUnrankedFiles() gives it one
 };
 
 // Import → summarize of one file, with its own FunctionTable; `keep_events` also records the
@@ -62,6 +64,7 @@ ImportResult ImportOne(const std::string& path, const KinetoImportOptions& impor
   }
   result.summary = summarizer.Finish();
   result.summary.rank = info->rank;
+  result.rank_missing = info->rank_missing;
   if (info->rank_assumed) {
     result.note = fmt::format(
         "{}: the trace names no rank (no distributedInfo.rank, no rank number in its name): "
@@ -110,6 +113,88 @@ ImportResult ImportOne(const std::string& path, const KinetoImportOptions& impor
   return result;
 }
 
+constexpr size_t kMaxFilesInRankNote = 32;
+
+// Files whose traces name no rank (KinetoTraceInfo::rank_missing). Alone (no other file says
+// its rank) they are one job's workers, numbered 0..n-1 in the natural order of their names
+// (trace_file_name.h: tensorboard_trace_handler's "<host>_<pid>.<time>.pt.trace.json" sorts
+// by host, then process id, then time), and the note maps each rank back to its file. Two
+// files of one handler worker (its profiling cycles: same worker name, other times) would be
+// one process twice: the later ones are refused. Beside files that do name their rank, the
+// unranked ones cannot be numbered without colliding: each is refused. Returns the note.
+std::string NumberUnrankedFiles(const std::vector<std::string>& paths,
+                                std::vector<ImportResult>& results) {
+  std::vector<size_t> unranked;
+  size_t ranked = 0;
+  size_t first_ranked = paths.size();
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok) continue;
+    if (results[i].rank_missing) {
+      unranked.push_back(i);
+    } else if (++ranked == 1) {
+      first_ranked = i;
+    }
+  }
+  if (unranked.empty()) return {};
+  auto refuse = [&](size_t i, std::string error) {
+    results[i].ok = false;
+    results[i].error = std::move(error);
+  };
+  if (ranked > 0) {
+    for (size_t i : unranked) {
+      refuse(i, fmt::format("{}: cannot tell which rank wrote this trace (no distributedInfo.rank, "
+                            "no rank number in its name) while {} other trace file{} (e.g. "
+                            "{}): rename it to include its rank (e.g. trace_rank3.json), or "
+                            "diagnose the files without a rank apart",
+                            paths[i], ranked, ranked == 1 ? " does" : "s do", paths[first_ranked]));
+    }
+    return {};
+  }
+  std::vector<TraceFileName> names(paths.size());
+  for (size_t i : unranked) names[i] = ParseTraceFileName(paths[i]);
+  std::stable_sort(unranked.begin(), unranked.end(), [&](size_t a, size_t b) {
+    if (names[a].base != names[b].base) return NaturalLess(names[a].base, names[b].base);
+    return NaturalLess(paths[a], paths[b]);
+  });
+  std::map<std::string, size_t> worker_file;  // handler worker name -> its first file
+  std::vector<size_t> numbered;
+  for (size_t i : unranked) {
+    if (!names[i].worker.empty()) {
+      auto [it, inserted] = worker_file.emplace(names[i].worker, i);
+      if (!inserted) {
+        refuse(i, fmt::format("{}: another trace of worker {}, already read from {}: "
+                              "tensorboard_trace_handler writes one file per profiling cycle; "
+                              "diagnose one cycle's files at a time",
+                              paths[i], names[i].worker, paths[it->second]));
+        continue;
+      }
+    }
+    const auto rank = static_cast<int32_t>(numbered.size());
+    results[i].summary.rank = rank;
+    if (results[i].trace) results[i].trace->rank = rank;
+    numbered.push_back(i);
+  }
+  if (numbered.size() == 1) {
+    return fmt::format(
+        "{}: the trace names no rank (no distributedInfo.rank, no rank number in "
+        "its name): read as rank 0",
+        paths[numbered[0]]);
+  }
+  std::string note = "ranks numbered by file (no trace names its rank): ";
+  for (size_t k = 0; k < numbered.size() && k < kMaxFilesInRankNote; ++k) {
+    note += fmt::format("{}rank {} = {}", k == 0 ? "" : ", ", k, names[numbered[k]].Label());
+  }
+  if (numbered.size() > kMaxFilesInRankNote) {
+    note += fmt::format(" and {} more (each worker's source in the JSON report)",
+                        numbered.size() - kMaxFilesInRankNote);
+  }
+  note +=
+      "; in the natural order of the file names (tensorboard_trace_handler's "
+      "<host>_<pid>.<time>.pt.trace.json: by host, then process id), which need not be the "
+      "job's own ranks";
+  return note;
+}
+
 }  // namespace
 
 DiagnosisPipeline::DiagnosisPipeline(PipelineOptions options)
@@ -121,10 +206,12 @@ void DiagnosisPipeline::AddTraceFiles(const std::vector<std::string>& paths) {
   std::vector<ImportResult> results(paths.size());
   std::atomic<size_t> done{0};
   std::mutex progress_mu;
+  KinetoImportOptions import_options = options_.kineto;
+  import_options.allow_missing_rank = true;  // numbered below, once every file is read
   ParallelFor(paths.size(), ThreadCount(options_.threads, paths.size()), [&](size_t i) {
     SummarizerOptions summarizer = options_.summarizer;
     summarizer.median_durations |= !options_.keep_durations;
-    results[i] = ImportOne(paths[i], options_.kineto, summarizer, options_.keep_events);
+    results[i] = ImportOne(paths[i], import_options, summarizer, options_.keep_events);
     const size_t n = ++done;
     if (options_.progress) {
       std::lock_guard<std::mutex> lock(progress_mu);
@@ -135,6 +222,8 @@ void DiagnosisPipeline::AddTraceFiles(const std::vector<std::string>& paths) {
   // accumulators) goes back to the system before the localizer allocates its tables, so that
   // the two phases' memory does not add up in the peak (xdit_sd_3.5: 42.0 -> 38.9 MiB).
   ReturnFreedMemoryToSystem();
+  std::string rank_note = NumberUnrankedFiles(paths, results);
+  if (!rank_note.empty()) rank_notes_.push_back(std::move(rank_note));
   // Keep the good ones; a rank claimed twice keeps its first file.
   for (size_t i = 0; i < paths.size(); ++i) {
     ImportResult& r = results[i];
@@ -202,6 +291,9 @@ Diagnosis DiagnosisPipeline::Diagnose() {
     }
     if (reduced) ReturnFreedMemoryToSystem();
   }
+  // First, so that the report shows how its ranks map to the files before anything else.
+  for (std::string& note : rank_notes_) localizer_.AddNote(std::move(note));
+  rank_notes_.clear();
   for (const WorkerSummary& w : workers_) {
     localizer_.Add(w);  // copies what it needs (localize/job_table.h): keeps no reference
   }

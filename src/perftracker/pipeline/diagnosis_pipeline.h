@@ -7,7 +7,11 @@
 //                    its own FunctionTable and an offline summarizer (a file holds every
 //                    event in its place, whatever its order); a file that cannot be read,
 //                    holds no usable event or repeats a rank already read is skipped with
-//                    its reason, and the diagnosis gets a note "skipped <reason>";
+//                    its reason, and the diagnosis gets a note "skipped <reason>"; files
+//                    whose traces name no rank (tensorboard_trace_handler's, torch 1.13
+//                    CPU-only or a job without a process group) are numbered 0..n-1 by name
+//                    when no other file names its rank, with a note that maps each rank to
+//                    its file (NumberUnrankedFiles in the .cc); beside ranked files, refused;
 //   AddSimulation()  every rank of a ClusterSimulator, in rank order whatever the threads;
 //   AddSummary()     a summary made elsewhere (a synthetic worker, a collector's).
 // Diagnose() then runs the Localizer over the workers in the order they came, then the
@@ -88,6 +92,7 @@ class DiagnosisPipeline {
   std::vector<std::unique_ptr<RankTrace>> traces_;
   std::vector<SkippedInput> skipped_;
   std::vector<std::string> notes_;
+  std::vector<std::string> rank_notes_;         // how files without a rank were numbered
   std::map<int32_t, std::string> rank_source_;  // the trace file each rank was read from
 };
 

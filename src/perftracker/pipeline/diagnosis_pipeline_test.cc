@@ -67,6 +67,100 @@ TEST(DiagnosisPipeline, AFileThatCannotBeReadOrRepeatsARankIsSkippedWithANote) {
   EXPECT_EQ(skipped_notes, 2);
 }
 
+// The straggler example's files under the names torch.profiler.tensorboard_trace_handler
+// gives them ("<host>_<pid>.<ms>.pt.trace.json"): torch 1.13's bare lists, no rank anywhere.
+// Rank r of the job is process 990 + 5 * r: pid order is rank order, and 990 < 1000 sorts
+// before 1000 only as numbers.
+class TensorboardFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / fmt::format("perftracker_{}_tensorboard", ::getpid());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Add(int rank, const std::string& name) {
+    const fs::path to = dir_ / name;
+    fs::copy_file(StragglerFiles()[static_cast<size_t>(rank)], to);
+    return to.string();
+  }
+  std::string AddRank(int rank) {
+    return Add(rank,
+               fmt::format("node7_{}.1795788448{}.pt.trace.json.gz", 990 + 5 * rank, 100 + rank));
+  }
+  fs::path dir_;
+};
+
+TEST_F(TensorboardFiles, FilesWithoutARankAreNumberedByHostThenPidAndMappedBackToTheirFiles) {
+  std::vector<std::string> files;
+  for (int r : {3, 1, 0, 2}) files.push_back(AddRank(r));  // any order in
+  PipelineOptions options;
+  options.keep_events = true;
+  DiagnosisPipeline pipeline(options);
+  pipeline.AddTraceFiles(files);
+  ASSERT_TRUE(pipeline.skipped().empty()) << pipeline.skipped()[0].error;
+  ASSERT_EQ(pipeline.workers().size(), 4u);
+  const std::vector<std::unique_ptr<RankTrace>> traces = pipeline.TakeTraces();
+  for (size_t i = 0; i < 4; ++i) {
+    const int32_t rank = pipeline.workers()[i].rank;
+    EXPECT_EQ(pipeline.workers()[i].source, files[i]);
+    EXPECT_NE(files[i].find(fmt::format("node7_{}.", 990 + 5 * rank)), std::string::npos)
+        << files[i] << " read as rank " << rank;
+    EXPECT_EQ(traces[i]->rank, rank);
+  }
+  const Diagnosis d = pipeline.Diagnose();
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_EQ(d.notes[0].rfind("ranks numbered by file (no trace names its rank): rank 0 = "
+                             "node7_990, rank 1 = node7_995, rank 2 = node7_1000, rank 3 = "
+                             "node7_1005; in the natural order of the file names",
+                             0),
+            0u)
+      << d.notes[0];
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_TRUE(d.findings[0].material);
+  EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{2});  // node7_1000
+}
+
+TEST_F(TensorboardFiles, ASecondCycleOfOneWorkerIsRefusedNotReadAsAnotherWorker) {
+  std::vector<std::string> files;
+  for (int r = 0; r < 4; ++r) files.push_back(AddRank(r));
+  files.push_back(Add(1, "node7_995.1795788449999.pt.trace.json.gz"));
+  DiagnosisPipeline pipeline;
+  pipeline.AddTraceFiles(files);
+  EXPECT_EQ(pipeline.workers().size(), 4u);
+  ASSERT_EQ(pipeline.skipped().size(), 1u);
+  EXPECT_EQ(pipeline.skipped()[0].error,
+            files[4] + ": another trace of worker node7_995, already read from " + files[1] +
+                ": tensorboard_trace_handler writes one file per profiling cycle; diagnose one "
+                "cycle's files at a time");
+}
+
+TEST_F(TensorboardFiles, FilesWithoutARankBesideRankedOnesAreRefusedEachWithOneLine) {
+  const std::string unranked = AddRank(0);
+  const std::string ranked = Add(1, "trace_rank1.json.gz");
+  DiagnosisPipeline pipeline;
+  pipeline.AddTraceFiles({unranked, ranked});
+  ASSERT_EQ(pipeline.workers().size(), 1u);
+  EXPECT_EQ(pipeline.workers()[0].rank, 1);
+  ASSERT_EQ(pipeline.skipped().size(), 1u);
+  EXPECT_EQ(pipeline.skipped()[0].error,
+            unranked +
+                ": cannot tell which rank wrote this trace (no distributedInfo.rank, no "
+                "rank number in its name) while 1 other trace file does (e.g. " +
+                ranked +
+                "): rename it to include its rank (e.g. trace_rank3.json), or diagnose the "
+                "files without a rank apart");
+}
+
+TEST_F(TensorboardFiles, OneFileWithoutARankIsRankZero) {
+  DiagnosisPipeline pipeline;
+  pipeline.AddTraceFiles({AddRank(2)});
+  ASSERT_EQ(pipeline.workers().size(), 1u);
+  EXPECT_EQ(pipeline.workers()[0].rank, 0);
+  const Diagnosis d = pipeline.Diagnose();
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_NE(d.notes[0].find("names no rank"), std::string::npos) << d.notes[0];
+}
+
 TEST(DiagnosisPipeline, AFileOfOnlyBadDataSaysWhatWasWrongWithIt) {
   // Every event's time is out of range (issue 13): the file is skipped, and its one line says
   // how many events were malformed and why, not that the profiler recorded nothing.

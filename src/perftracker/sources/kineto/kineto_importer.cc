@@ -73,6 +73,15 @@
 // kDeviceStream track (device = args.device or pid, stream = args.stream or tid); the others
 // on a kHostThread track per (pid, tid). B / E pairs are matched per host track with a stack.
 // Functions are interned with FunctionTable::kNoParent: nesting is rebuilt by the summarizer.
+//
+// Rank: KinetoImportOptions::rank, else distributedInfo.rank, else a rank number in the file's
+// base name (RankFromFileName), else default_rank (said to be assumed). torch writes
+// distributedInfo only with Kineto and an initialized process group: Debian's torch 1.13
+// (no Kineto) writes bare lists without it, and torch 2.x writes none for a process without a
+// process group; tensorboard_trace_handler's file names ("<host>_<pid>.<time>.pt.trace.json",
+// trace_file_name.h) hold no rank either. With allow_missing_rank such a trace imports with
+// rank -1 and KinetoTraceInfo::rank_missing, for the caller to number (the diagnosis
+// pipeline numbers such files by name); without it, the import fails with one line.
 #include "perftracker/sources/kineto/kineto_importer.h"
 
 #include <fcntl.h>
@@ -1190,6 +1199,9 @@ StatusOr<KinetoTraceInfo> KinetoImporter::Impl::Finish() {
   } else if (options_.default_rank) {
     info.rank = *options_.default_rank;
     info.rank_assumed = true;
+  } else if (options_.allow_missing_rank) {
+    info.rank = -1;
+    info.rank_missing = true;
   } else {
     return Fail(StatusCode::kInvalidArgument,
                 "cannot tell which rank wrote this trace: it has no distributedInfo.rank and no "

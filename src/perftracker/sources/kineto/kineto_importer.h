@@ -22,6 +22,10 @@ struct KinetoImportOptions {
   // The rank when neither distributedInfo nor the file name says it (`diagnose` of a single
   // file: 0); without it such a trace is an error. KinetoTraceInfo::rank_assumed says so.
   std::optional<int32_t> default_rank;
+  // When no rank is found (and no default_rank): on, Finish() succeeds with rank -1 and
+  // KinetoTraceInfo::rank_missing (the caller numbers such files: several
+  // tensorboard_trace_handler files of one job, pipeline/diagnosis_pipeline.h); off, it fails.
+  bool allow_missing_rank = false;
   // kAuto: microseconds (the Chrome trace format), unless the document says
   // "displayTimeUnit": "ns" before its first event and its timestamps are integers.
   TraceTimeUnit time_unit = TraceTimeUnit::kAuto;
@@ -30,6 +34,7 @@ struct KinetoImportOptions {
 struct KinetoTraceInfo {
   int32_t rank = -1;
   bool rank_assumed = false;  // from KinetoImportOptions::default_rank
+  bool rank_missing = false;  // no rank anywhere (rank -1): KinetoImportOptions::allow_missing_rank
   int32_t world_size = -1;
   std::string backend;      // "nccl", "gloo", ...
   uint64_t bytes_read = 0;  // uncompressed JSON bytes

@@ -664,6 +664,19 @@ TEST(KinetoImporterTest, RankResolutionOrder) {
   ASSERT_TRUE(r->status.ok()) << r->status.message();
   EXPECT_EQ(r->info.rank, 3);
   EXPECT_FALSE(r->info.rank_assumed);
+  // Allowed to have none (the pipeline numbers tensorboard_trace_handler's files): rank -1,
+  // said to be missing; a rank found anywhere still wins.
+  KinetoImportOptions allow;
+  allow.allow_missing_rank = true;
+  r = ImportText(without, 5, "/a/vm_2568.1795788448589.pt.trace.json", allow);
+  ASSERT_TRUE(r->status.ok()) << r->status.message();
+  EXPECT_EQ(r->info.rank, -1);
+  EXPECT_TRUE(r->info.rank_missing);
+  EXPECT_FALSE(r->info.rank_assumed);
+  r = ImportText(with_dist, 5, "/a/vm_2568.1795788448589.pt.trace.json", allow);
+  ASSERT_TRUE(r->status.ok()) << r->status.message();
+  EXPECT_FALSE(r->info.rank_missing);
+  EXPECT_GE(r->info.rank, 0);
 }
 
 // Every bad input gives exactly one line naming the file and the problem.
