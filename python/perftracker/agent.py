@@ -391,6 +391,14 @@ def _gpu_probe():
             return (0, "")
     except Exception:
         return (0, "")
+    # torch 2.x keeps a process-wide flag, set by torch.profiler's start_trace and cleared by
+    # stop_trace. _profiler_enabled() below reads the *calling thread's* profiler state, and
+    # this probe runs on the agent's thread, where it says False while the training thread
+    # records (seen on an H200 with torch 2.11: a window opened during the job's own
+    # torch.profiler session and CUPTI's subscribe was refused instead of skipped).
+    autograd_profiler = getattr(getattr(torch, "autograd", None), "profiler", None)
+    if getattr(autograd_profiler, "_is_profiler_enabled", False) is True:
+        return (2, "torch.profiler is recording in this process (CUPTI has one client)")
     if "profiler_enabled" not in _state:
         _state["profiler_enabled"] = _find_profiler_enabled(torch)
     profiler_enabled = _state["profiler_enabled"]

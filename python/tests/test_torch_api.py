@@ -592,6 +592,23 @@ class TorchApiTest(unittest.TestCase):
         self.assertEqual(len(lines), 1, lines)
         self.assertIn("CUPTI probe: torch 9.9.0 has no _profiler_enabled", lines[0])
 
+    def test_the_cupti_probe_sees_torch_profiler_recording_on_another_thread(self):
+        # torch 2.x: _profiler_enabled() is the calling thread's state (False on the agent's
+        # thread); torch.autograd.profiler._is_profiler_enabled is the process's.
+        profiler = types.SimpleNamespace(_is_profiler_enabled=True)
+        torch = types.SimpleNamespace(
+            __version__="9.9.0", cuda=types.SimpleNamespace(is_initialized=lambda: True),
+            _C=types.SimpleNamespace(_autograd=types.SimpleNamespace(
+                _profiler_enabled=lambda: False)),
+            autograd=types.SimpleNamespace(profiler=profiler))
+        with mock.patch.dict(sys.modules, {"torch": torch}), \
+                mock.patch.dict(agent._state, {"cupti": ""}):
+            code, reason = agent._gpu_probe()
+            self.assertEqual(code, 2)
+            self.assertIn("torch.profiler is recording", reason)
+            profiler._is_profiler_enabled = False  # stopped: traced again
+            self.assertEqual(agent._gpu_probe(), (1, ""))
+
 
     # ------------------------------------------------------------------ torch.profiler
 

@@ -620,10 +620,14 @@ class HealthyJobTest(LiveChecks):
         # A 10 s window: a few iterations even when a busy machine stretches them to ~1 s (a
         # 4 s window held none on rank 0 with two busy loops and other builds, load 25); the
         # job's 250 steps (~25 s idle) outlast it.
+        # Width 512: the model's compute dwarfs its in-process data loading on any host. At
+        # width 256 a fast host made the loading a true finding (an H200 machine's 16 cores,
+        # torch 2.11: 577 us of a 3.97 ms iteration, PT-DATA-CRITICAL at 15 %); DataLoader
+        # workers instead starve for CPU on 2 busy cores (12 % waiting for them here).
         cls.job = LiveRun("healthy", ["--trigger-at-seconds", "3", "--window-seconds", "10",
                                       "--max-windows", "1", "--material-share", "0.10",
                                       "--window-iterations", "20", "--slowdown-ratio",
-                                      "0.15"], [], steps=250, env=env)
+                                      "0.15"], ["--width", "512"], steps=250, env=env)
         cls.addClassCleanup(cls.job.cleanup)
         cls.job.start()
         try:
