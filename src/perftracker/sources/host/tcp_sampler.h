@@ -23,10 +23,11 @@
 namespace perftracker {
 
 struct TcpSamplerStats {
-  uint64_t samples = 0;          // Sample() calls
-  uint64_t vanished_pids = 0;    // asked for a pid that was gone
-  uint64_t unreadable_pids = 0;  // pids whose sockets could not be read (permission)
-  uint64_t truncated = 0;        // samples that stopped at kMaxSockets sockets of one pid
+  uint64_t samples = 0;             // Sample() calls
+  uint64_t vanished_pids = 0;       // asked for a pid that was gone
+  uint64_t unreadable_pids = 0;     // pids whose sockets could not be read (permission)
+  uint64_t truncated = 0;           // samples that stopped at kMaxSockets sockets of one pid
+  uint64_t host_local_skipped = 0;  // connection readings left out: both ends on this host
   std::string first_problem;
 };
 
@@ -38,7 +39,9 @@ class TcpSampler : public MetricSampler {
   // A connection counts as busy in an interval when it delivered at least this much.
   static constexpr uint64_t kBusyBytes = 64 * 1024;
 
-  explicit TcpSampler(std::string proc_root = "/proc");
+  // host_local: also sample connections whose two ends are on this host (tests use
+  // loopback connections); perftracker leaves them out (tcp_sampler.cc).
+  explicit TcpSampler(std::string proc_root = "/proc", bool host_local = false);
   ~TcpSampler();
   TcpSampler(const TcpSampler&) = delete;
   TcpSampler& operator=(const TcpSampler&) = delete;
@@ -79,6 +82,7 @@ class TcpSampler : public MetricSampler {
   void Problem(const std::string& what);
 
   std::string proc_root_;
+  bool host_local_;
   std::map<int32_t, PidState> pids_;
   TcpSamplerStats stats_;
 };
