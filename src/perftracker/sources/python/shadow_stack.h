@@ -46,13 +46,15 @@ class ShadowStack {
     const void* key;    // the function (PyCodeObject*)
     int64_t start_ns;
     uint32_t id;        // path id (kDropped when unpublishable); a hidden frame: its parent's id
-    bool hidden;        // transparent: never emitted
-    bool collapsed;     // an import: the frames above it are hidden
+    uint8_t flags;      // kHiddenFrame | kImportFrame
     uint32_t child_id;  // memo: id of the last child pushed on this frame
     const void* child_key;  // memo: that child's key (nullptr: none yet)
   };
 
   enum class PushResult : uint8_t { kRecorded, kHidden, kTooDeep };
+  static constexpr uint8_t kHiddenFrame = 1;  // transparent: never emitted
+  static constexpr uint8_t kImportFrame =
+      2;  // an import, or inside one: the frames above are hidden
 
   ShadowStack(CallPathInterner* interner, EventKind kind, CallPathInterner::NameFn name_fn)
       : interner_(interner), kind_(kind), name_fn_(name_fn), frames_(new Frame[kMaxDepth]) {}
@@ -67,12 +69,17 @@ class ShadowStack {
     }
     uint32_t id;
     uint32_t parent = CallPathInterner::kNoParent;
+    bool under_hidden = false;
     if (depth_ != 0) {
       Frame& top = frames_[depth_ - 1];
       parent = top.id;
-      if (top.collapsed) [[unlikely]] {  // inside an import: transparent, nothing interned
-        frames_[depth_++] = Frame{frame, key, now_ns, parent, true, true, 0, nullptr};
-        return PushResult::kHidden;
+      if (top.flags != 0) [[unlikely]] {
+        if ((top.flags & kImportFrame) != 0) {  // inside an import: transparent, not interned
+          frames_[depth_++] =
+              Frame{frame, key, now_ns, parent, kHiddenFrame | kImportFrame, 0, nullptr};
+          return PushResult::kHidden;
+        }
+        under_hidden = true;
       }
       if (top.child_key == key) {
         id = top.child_id;
@@ -85,9 +92,11 @@ class ShadowStack {
       id = Resolve(parent, key);
     }
     const bool hidden = id == CallPathInterner::kHidden;
-    const bool import =
-        !hidden && depth_ != 0 && frames_[depth_ - 1].hidden && interner_->IsModuleBody(id);
-    frames_[depth_++] = Frame{frame, key, now_ns, hidden ? parent : id, hidden, import, 0, nullptr};
+    uint8_t flags = hidden ? kHiddenFrame : 0;
+    if (under_hidden && !hidden && interner_->IsModuleBody(id)) [[unlikely]] {
+      flags = kImportFrame;
+    }
+    frames_[depth_++] = Frame{frame, key, now_ns, hidden ? parent : id, flags, 0, nullptr};
     return hidden ? PushResult::kHidden : PushResult::kRecorded;
   }
 
@@ -98,7 +107,7 @@ class ShadowStack {
   bool Pop(const void* frame, Emit&& emit) {
     if (depth_ != 0 && frames_[depth_ - 1].frame == frame) [[likely]] {
       --depth_;
-      if (!frames_[depth_].hidden) emit(frames_[depth_]);
+      if ((frames_[depth_].flags & kHiddenFrame) == 0) emit(frames_[depth_]);
       return true;
     }
     for (size_t i = depth_; i-- > 0;) {
@@ -122,7 +131,7 @@ class ShadowStack {
   void PopTo(size_t depth, Emit&& emit) {
     while (depth_ > depth) {
       --depth_;
-      if (!frames_[depth_].hidden) emit(frames_[depth_]);
+      if ((frames_[depth_].flags & kHiddenFrame) == 0) emit(frames_[depth_]);
     }
   }
 
