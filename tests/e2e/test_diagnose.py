@@ -60,6 +60,11 @@ SCENARIOS = {
     # The job's own torch.profiler.tensorboard_trace_handler files: no rank in them (issue 11).
     "tensorboard_slow_compute_rank2": ["--world-size", "3", "--fault", "slow_compute",
                                        "--fault-rank", "2", "--tensorboard"],
+    # The same with torch ops only (no record_function, no DDP: nothing user-level around the
+    # forward's ops), the extra block2 work on rank 1 (issue 11 §2).
+    "tensorboard_ops_only_rank1": ["--world-size", "3", "--sync", "allreduce", "--fault",
+                                   "slow_compute", "--fault-rank", "1", "--tensorboard",
+                                   "--no-annotations"],
 }
 
 CONFIG = argparse.Namespace(perftracker=None, cache_dir=None, torch_python="/usr/bin/python3",
@@ -421,6 +426,35 @@ class TensorboardTraceTest(ReportChecks):
         r = perftracker("diagnose", directory)
         self.assertEqual(r.rc, 0, r.describe())
         self.assertIn(f"rank {culprit} = {slow_worker}", " ".join(r.stdout.split()))
+
+
+class OpsOnlyTraceTest(ReportChecks):
+    """A trace of torch ops alone (torch.profiler without with_stack, nothing annotated): every
+    op is a root by its key; one slow call chain must still be one finding (issue 11 §2)."""
+
+    def test_a_slow_op_chain_is_one_finding_named_by_its_outermost_op(self):
+        directory = traces("tensorboard_ops_only_rank1")
+        with open(os.path.join(directory, "pids.txt")) as f:
+            pid_of_rank = {int(a): int(b) for a, b in (line.split() for line in f)}
+        slow_worker = f"{socket.gethostname()}_{pid_of_rank[1]}"
+        r, report = diagnose_json(directory)
+        self.assertEqual(r.rc, 0, r.describe())
+        self.check_schema(report)
+        source = {w["rank"]: os.path.basename(w["source"]) for w in report["workers"]}
+        culprit = [rank for rank, s in source.items() if s.startswith(slow_worker + ".")]
+        self.assertEqual(len(culprit), 1, source)
+        on_culprit = [f for f in report["findings"] if f["workers"] == culprit]
+        names = [f["function"] for f in on_culprit]
+        top = self.top_finding(report, r)
+        self.assertEqual(top["workers"], culprit, json.dumps(top, indent=1))
+        # block2 repeated: aten::linear (> aten::addmm) and aten::relu (> aten::clamp_min).
+        self.assertIn(top["function"], ("aten::linear", "aten::relu"), names)
+        linear = [f for f in on_culprit if f["function"] == "aten::linear"]
+        self.assertEqual(len(linear), 1, names)
+        self.assertIn("aten::addmm", json.dumps(linear[0]["evidence"]),
+                      "the ops the excess went into are the finding's evidence")
+        for inner in ("aten::addmm", "aten::clamp_min"):
+            self.assertNotIn(inner, names, "a nested op came out as a sibling finding")
 
 
 class BadInputTest(unittest.TestCase):

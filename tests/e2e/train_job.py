@@ -36,6 +36,7 @@ Needs Debian's python3-torch (CPU): run it with /usr/bin/python3.
 """
 
 import argparse
+import contextlib
 import gzip
 import os
 import shutil
@@ -48,11 +49,22 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
-from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule
+from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
+from torch.profiler import record_function as _record_function
 
 # perftracker's Python package, from this source tree: the machine's load goes into each trace.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from perftracker.host_load import ProcessLoad, add_to_trace  # noqa: E402
+
+# --no-annotations: no record_function at all (set per rank process in run_rank).
+ANNOTATE = True
+
+
+def record_function(name):
+    """torch.profiler.record_function, or nothing with --no-annotations: a trace of torch ops
+    alone, as torch.profiler without with_stack writes for a job that names nothing."""
+    return _record_function(name) if ANNOTATE else contextlib.nullcontext()
+
 
 FAULTS = ("none", "slow_compute", "slow_data", "extra_annotation", "extra_function")
 
@@ -144,6 +156,8 @@ def free_port():
 
 
 def run_rank(rank, args):
+    global ANNOTATE
+    ANNOTATE = not args.no_annotations
     torch.set_num_threads(1)  # several ranks share few cores, as on a real node
     if args.pin and hasattr(os, "sched_setaffinity"):
         cpus = sorted(os.sched_getaffinity(0))
@@ -249,6 +263,8 @@ def main(argv=None):
                         "explicit all_reduce in record_function('sync_gradients')")
     p.add_argument("--pin", action="store_true", help="pin rank R to CPU R mod #CPUs")
     p.add_argument("--gzip", action="store_true", help="write rank{R}.json.gz")
+    p.add_argument("--no-annotations", action="store_true",
+                   help="no record_function anywhere: the trace holds torch ops only")
     p.add_argument("--tensorboard", action="store_true",
                    help="write the traces with torch.profiler.tensorboard_trace_handler "
                         "(<host>_<pid>.<ms>.pt.trace.json, no rank in them) and each rank's "

@@ -379,6 +379,19 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   listings_.resize(functions_.size());
   for (size_t i = 0; i < n; ++i) listings_[fids_[i]] = {w + 1, static_cast<uint32_t>(i), kNone};
   if (functions_.size() > first_new_fid) ResolveNewFunctions(worker, fids_, first_new_fid);
+  // Enclosing ops (FunctionSummary::enclosing_op): a link holds only where every worker that
+  // lists the function gives the same op.
+  enclosing_ops_.resize(functions_.size(), kEnclosingUnseen);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t e = worker.functions[i].enclosing_op;
+    const uint32_t op = e < n && fids_[e] != fids_[i] ? fids_[e] : kNone;
+    uint32_t& kept = enclosing_ops_[fids_[i]];
+    if (kept == kEnclosingUnseen) {
+      kept = op;
+    } else if (kept != op) {
+      kept = kNone;
+    }
+  }
 
   wr.first_record = static_cast<uint32_t>(records_.size());
   if (records_.size() + n >= UINT32_MAX) {
@@ -597,6 +610,12 @@ void JobTable::EndIngest() {
   std::vector<Listing>().swap(listings_);
   std::vector<uint32_t>().swap(fids_);
   std::vector<uint8_t>().swap(enclosing_);
+  enclosing_links_.clear();
+  for (uint32_t fid = 0; fid < enclosing_ops_.size(); ++fid) {
+    if (enclosing_ops_[fid] < functions_.size())
+      enclosing_links_.emplace_back(fid, enclosing_ops_[fid]);
+  }
+  std::vector<uint32_t>().swap(enclosing_ops_);
   std::vector<FunctionRecord>().swap(straddling_);
   std::vector<uint32_t>().swap(metric_roots_);
   std::unordered_map<uint64_t, std::vector<uint32_t>>().swap(group_index_);
@@ -707,6 +726,12 @@ std::string JobTable::WorkersPhrase(const std::vector<uint32_t>& ws) const {
   }
   if (ws.size() > shown) out += fmt::format(" and {} more", ws.size() - shown);
   return out;
+}
+
+uint32_t JobTable::EnclosingOp(uint32_t fid) const {
+  auto it = std::lower_bound(enclosing_links_.begin(), enclosing_links_.end(),
+                             std::pair<uint32_t, uint32_t>{fid, 0});
+  return it != enclosing_links_.end() && it->first == fid ? it->second : kNone;
 }
 
 bool JobTable::IsAncestor(uint32_t ancestor, uint32_t fid) const {

@@ -222,6 +222,16 @@ class JobTable {
   // "rank 3" or "ranks 1, 4, 6, 7 and 2 more".
   std::string WorkersPhrase(const std::vector<uint32_t>& ws) const;
   bool IsAncestor(uint32_t ancestor, uint32_t fid) const;
+  // The op that encloses fid's calls although fid's key skips it (an op in an op), where
+  // every worker that lists fid gives the same one as FunctionSummary::enclosing_op (the op
+  // that enclosed most of its calls there), or kNone. After EndIngest().
+  uint32_t EnclosingOp(uint32_t fid) const;
+  // The caller the call-path collapse follows: fid's enclosing op where it has one (the
+  // ops between fid and its key's parent), else its parent.
+  uint32_t CollapseParent(uint32_t fid) const {
+    const uint32_t op = EnclosingOp(fid);
+    return op != kNone ? op : functions_[fid].parent;
+  }
   // The names along fid's call path, outermost first: "backward > layer2 > dgrad".
   std::string PathName(uint32_t fid) const;
   // The function's leaf name, for display.
@@ -294,7 +304,13 @@ class JobTable {
   };
   std::vector<Listing> listings_;
   std::vector<uint32_t> fids_;  // scratch
-  std::vector<double> p50s_;    // LastP50s()
+  // During the ingest, by fid: the enclosing op every worker that listed it gave
+  // (kEnclosingUnseen: none listed it yet; kNone: one gave none, or another one). EndIngest()
+  // keeps only the (fid, op) pairs, sorted, in enclosing_links_.
+  static constexpr uint32_t kEnclosingUnseen = kNone - 1;
+  std::vector<uint32_t> enclosing_ops_;
+  std::vector<std::pair<uint32_t, uint32_t>> enclosing_links_;
+  std::vector<double> p50s_;  // LastP50s()
   // Scratch of Add(): the worker's root functions that carry host metrics, in list order.
   std::vector<uint32_t> metric_roots_;
   // Scratch of Add(), by the worker's record: 1 when the function encloses its iterations.

@@ -46,6 +46,9 @@ struct FnSpec {
   // Its time per iteration steps up at this iteration (0: never) to onset_ms.
   int onset_iteration = 0;
   double onset_ms = 0;
+  // The key of the op that encloses every call though the key skips it
+  // (FunctionSummary::enclosing_op); it must be listed before.
+  std::string enclosing = {};
 };
 
 struct WorkerSpec {
@@ -120,6 +123,7 @@ WorkerSummary Build(const WorkerSpec& spec) {
     s.critical_ns = static_cast<int64_t>(f.critical_ms * kMs * n);
     s.bytes = static_cast<uint64_t>(f.bytes * n);
     s.event_flags = f.event_flags;
+    if (!f.enclosing.empty()) s.enclosing_op = index.at(f.enclosing);
     s.onset_iteration = static_cast<uint32_t>(f.onset_iteration);
     s.onset_ns = static_cast<int64_t>(f.onset_ms * kMs * (n - f.onset_iteration));
     if (s.count > 0) {
@@ -860,6 +864,59 @@ TEST(Localizer, AnomalousOperatorUnderANormalBlockIsNamedWithItsCaller) {
   ASSERT_EQ(material.size(), 1u);
   EXPECT_EQ(material[0]->function, "aten::softmax");
   EXPECT_TRUE(HasEvidence(*material[0], "called from"));
+}
+
+// Three ranks of a CNN traced without with_stack (no user-level frame: every op a root by its
+// key), shaped after /work/r8/other's cnn_job.py: rank 2's convolutions take 5 ms more per
+// iteration, all of it inside aten::conv2d > aten::convolution > aten::_convolution >
+// aten::mkldnn_convolution. One finding, named after the outermost op (the call the user's
+// code made), the ops it went into as evidence; not one sibling finding per op of the chain.
+std::vector<WorkerSpec> ConvChain(bool with_links) {
+  const char* chain[] = {"torch_op:aten::conv2d", "torch_op:aten::convolution",
+                         "torch_op:aten::_convolution", "torch_op:aten::mkldnn_convolution"};
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 3; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.iteration_ms = 20;
+    const double extra = r == 2 ? 5.0 : 0.0;
+    for (int k = 0; k < 4; ++k) {
+      FnSpec& f = w.fn(chain[k]);
+      f.ms = 6.0 - 0.1 * k + extra;
+      f.calls = 2;
+      if (with_links && k > 0) f.enclosing = chain[k - 1];
+    }
+    w.fn("torch_op:aten::relu") = {"torch_op:aten::relu", 1.0, 2};
+    w.fn("torch_op:aten::addmm") = {"torch_op:aten::addmm", 2.0, 1};
+    w.fn("collective:gloo:all_reduce") = {"collective:gloo:all_reduce", 10.0 - extra, 1};
+    specs.push_back(w);
+  }
+  return specs;
+}
+
+TEST(Localizer, ANestedOpChainWithoutUserFramesIsOneFindingNamedByItsOutermostOp) {
+  const Diagnosis d = Diagnose(ConvChain(/*with_links=*/true));
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.function, "aten::conv2d");
+  EXPECT_THAT(f.workers, ElementsAre(2));
+  EXPECT_TRUE(HasEvidence(f, "time goes into: aten::mkldnn_convolution"));
+  for (const Finding& other : d.findings) {
+    EXPECT_EQ(other.function.find("convolution"), std::string::npos)
+        << "a sibling finding for an op of the chain: " << other.title;
+  }
+}
+
+TEST(Localizer, OpsWithoutAnEnclosingOpStaySeparate) {
+  // The same numbers without the links (a summary that does not say the ops nest): the
+  // collapse cannot know, and the ops are separate findings, as before.
+  const Diagnosis d = Diagnose(ConvChain(/*with_links=*/false));
+  SCOPED_TRACE(Describe(d));
+  int chain_findings = 0;
+  for (const Finding& f : d.findings)
+    chain_findings += f.function.find("conv") != std::string::npos;
+  EXPECT_EQ(chain_findings, 4);
 }
 
 TEST(Localizer, HealthyJobWithNoiseHasNoMaterialFinding) {

@@ -67,6 +67,12 @@
 // the host launch with the same correlation id had; the correlation map is a direct-mapped
 // array (slot = id mod size; CUDA correlation ids are sequential, so this evicts the
 // oldest) — an unknown or evicted launch gives a root key.
+// The ops a key skips are not forgotten: a path whose host calls ran directly inside one
+// same op (most of them) keeps that op's path beside its key (FunctionSummary::enclosing_op,
+// "Enclosing ops" below). Without user-level frames (torch.profiler without with_stack) all ops are
+// roots by their keys, and that link is all that says aten::mkldnn_convolution runs inside
+// aten::_convolution inside aten::convolution inside aten::conv2d: the localizer's call-path
+// collapse follows it, so that one slow chain is one finding.
 //
 // Iterations only. A function's figures (count, total, self, critical, idle gap, bytes, its
 // grid bins and so its metric levels) count the part of its calls inside the span of the
@@ -467,6 +473,14 @@ struct FunctionAcc {
   uint32_t detail = kNone;            // index of its FunctionDetail, kNone while count <= 1
   uint8_t flags = 0;                  // the kinds of copy seen (kSummaryEventFlags)
   bool first_binned = false;          // the first call's time goes into the grid bins
+  // The ops that enclosed its host calls (see "Enclosing ops"): a Misra-Gries summary with
+  // two counters (op kNone: at the top or under a user-level frame) over `enclosing_calls`
+  // votes.
+  uint32_t enclosing_op = kNone;
+  uint32_t enclosing_votes = 0;
+  uint32_t other_op = kNone;
+  uint32_t other_votes = 0;
+  uint32_t enclosing_calls = 0;
 };
 
 // A vector that grows in fixed chunks: no element is ever moved and growth never holds the
@@ -1115,6 +1129,45 @@ class WindowSummarizer::Impl {
     if (ev.correlation != 0) RememberLaunch(ev.correlation, parent);
   }
 
+  // Enclosing ops: a host call that is not user-level, directly inside an open call that is
+  // not user-level either (an op in an op), has that call as its enclosing op; a call at the
+  // top, under an iteration frame or a user-level frame has none. A path keeps the enclosing
+  // op of more than half of its calls (FunctionSummary::enclosing_op), not of all: calls of
+  // equal span (torch 1.13 writes µs: "evaluate_function: ReluBackward0" and the
+  // "ReluBackward0" in it often start and end in the same µs) nest in the fixed tie order of
+  // OfflineBefore, by name, which inverts them. The votes are a Misra-Gries summary of two
+  // counters: a counter above half of the votes is a true majority, and a choice held by more
+  // than 5/6 of the calls always ends above half (two choices: exact counts).
+  void NoteEnclosingOp(uint32_t fn, const Frame* top, bool user_level) {
+    uint32_t enclosing = kNone;
+    if (!user_level && top != nullptr && top->function != kNone &&
+        top->identity_parent != top->function) {
+      enclosing = top->function;
+    }
+    FunctionAcc& acc = functions_acc_[fn];
+    if (acc.enclosing_calls == UINT32_MAX) return;
+    ++acc.enclosing_calls;
+    if (acc.enclosing_votes > 0 && acc.enclosing_op == enclosing) {
+      ++acc.enclosing_votes;
+    } else if (acc.other_votes > 0 && acc.other_op == enclosing) {
+      ++acc.other_votes;
+    } else if (acc.enclosing_votes == 0) {
+      acc.enclosing_op = enclosing;
+      acc.enclosing_votes = 1;
+    } else if (acc.other_votes == 0) {
+      acc.other_op = enclosing;
+      acc.other_votes = 1;
+    } else {
+      --acc.enclosing_votes;
+      --acc.other_votes;
+    }
+  }
+  static uint32_t EnclosingOpOf(const FunctionAcc& acc) {
+    if (acc.enclosing_votes * uint64_t{2} > acc.enclosing_calls) return acc.enclosing_op;
+    if (acc.other_votes * uint64_t{2} > acc.enclosing_calls) return acc.other_op;
+    return kNone;
+  }
+
   void Process(TrackState& t, const Event& ev) {
     t.processed_any = true;
     t.last_start = ev.start_ns;
@@ -1153,6 +1206,8 @@ class WindowSummarizer::Impl {
       if (launch != kNone) parent = launch;
     }
     const uint32_t fn = Resolve(ev, parent);
+    const bool user_level = IsUserLevel(source_->Get(ev.function_id).kind) || IsUserLevel(ev.kind);
+    if (!on_device) NoteEnclosingOp(fn, top, user_level);
     frame.busy = !on_device || IsDeviceActivity(ev.kind);
     const bool toplevel = frame.busy && t.busy_frames == 0;
     if (toplevel) {
@@ -1167,8 +1222,7 @@ class WindowSummarizer::Impl {
     if (!on_device && ev.correlation != 0) RememberLaunch(ev.correlation, parent);
 
     frame.function = fn;
-    frame.identity_parent =
-        IsUserLevel(source_->Get(ev.function_id).kind) || IsUserLevel(ev.kind) ? fn : parent;
+    frame.identity_parent = user_level ? fn : parent;
     t.stack.push_back(frame);
     ++t.call_frames;
     if (frame.busy) ++t.busy_frames;
@@ -1538,6 +1592,7 @@ WorkerSummary WindowSummarizer::Impl::Finish() {
     fs.name = leaf_name;
     fs.kind = e.kind;
     fs.parent = e.parent == CallPathTable::kNone ? FunctionSummary::kNoParent : e.parent;
+    if (const uint32_t op = EnclosingOpOf(acc); op < paths_.size()) fs.enclosing_op = op;
     fs.count = acc.count;
     fs.total_ns = acc.total_ns;
     fs.self_ns = acc.self_ns;

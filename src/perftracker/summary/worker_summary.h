@@ -69,6 +69,14 @@ struct FunctionSummary {
   // the first iteration of the higher level in WorkerSummary::iterations (0 = no such step)
   // and its time in the iterations from there on. From the time grid: exact to a grid bin.
   uint32_t onset_iteration = 0;
+  // The call path whose calls enclose most calls of this one (more than half) on its track
+  // although the key skips them (index in WorkerSummary::functions; kNoParent: none):
+  // a torch op nested in another op, which the key places under the nearest user-level frame
+  // only. In a trace with no user-level frames (torch.profiler without with_stack) every op
+  // is a root by its key; this is what still says that aten::convolution runs inside
+  // aten::conv2d (the localizer's call-path collapse follows it). Beside onset_iteration: the
+  // padding before onset_ns holds it.
+  uint32_t enclosing_op = kNoParent;
   int64_t onset_ns = 0;
   // Collectives only: how much of total_ns was followed by a wait in the next point-to-point
   // receive, before any send (summary/receive_slack.h): time whose excess the pipeline
