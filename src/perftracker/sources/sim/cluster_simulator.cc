@@ -13,6 +13,13 @@ namespace {
 constexpr uint32_t kHostTrack = 1;
 constexpr uint32_t kComputeStream = 2;
 constexpr uint32_t kCommStream = 3;
+// Pipeline sends run on a stream of their own, as torch runs point-to-point operations on the
+// stream of their own communicator: a send is asynchronous (compute goes on while the
+// activation is in flight), so on the collectives' stream it would overlap the collective
+// launched next, and a consumer nests overlapping events of one stream (the data-parallel
+// all-reduce of a rank whose last backward send was still in flight became a call inside the
+// send, under `backward`: a function "only on some" of its stage).
+constexpr uint32_t kSendStream = 4;
 
 // Nominal hardware (an H100-class node): SM clock, link rates in bytes/s.
 constexpr double kClockMaxMhz = 1980;
@@ -64,7 +71,7 @@ struct RankState {
   std::mt19937_64 rng;
   double host = 0;   // host thread cursor
   double dev = 0;    // compute stream cursor
-  double comm = 0;   // comm stream cursor (sends)
+  double comm = 0;   // send stream cursor
   double speed = 1;  // persistent per-rank speed factor
   uint32_t correlation = 1;
   std::vector<Event> events;
@@ -259,7 +266,7 @@ class ClusterSimulator::Impl {
     }
   }
 
-  // Pipeline point-to-point: `to` receives what `from` sent at `sent` (from's comm stream).
+  // Pipeline point-to-point: `to` receives what `from` sent at `sent` (from's send stream).
   double Send(int32_t from, double bytes) {
     RankState& r = ranks_[static_cast<size_t>(from)];
     auto [corr, ready] = Launch(r);
@@ -269,7 +276,7 @@ class ClusterSimulator::Impl {
     const double end = TransferEnd(h, start, bytes, rate);
     r.xfers.push_back({static_cast<int64_t>(start), static_cast<int64_t>(end),
                        static_cast<float>(rate), Link::kNic});
-    Push(r, fn_.send, EventKind::kCollective, kCommStream, start, end, static_cast<uint64_t>(bytes),
+    Push(r, fn_.send, EventKind::kCollective, kSendStream, start, end, static_cast<uint64_t>(bytes),
          corr);
     r.comm = end;
     return end;
@@ -510,6 +517,7 @@ void ClusterSimulator::Impl::Emit(int32_t rank, EventSink& sink) const {
   if (job_.host_trace) sink.OnTrack({kHostTrack, TrackKind::kHostThread, -1, "thread main"});
   sink.OnTrack({kComputeStream, TrackKind::kDeviceStream, local, "stream 7"});
   sink.OnTrack({kCommStream, TrackKind::kDeviceStream, local, "stream 13"});
+  if (job_.pp > 1) sink.OnTrack({kSendStream, TrackKind::kDeviceStream, local, "stream 17"});
   std::vector<Event> events = r.events;
   if (!job_.host_trace) {
     // A device-only trace: host events dropped; the iteration markers become the GPU-side

@@ -185,5 +185,39 @@ TEST(ClusterSimulatorTest, DeviceOnlyTraceHasNoHostEventsAndStillIterations) {
   EXPECT_EQ(summarizer.Finish().iterations.size(), 5u);
 }
 
+// Calls on one device stream run one after another, as CUDA runs them, so a consumer nests
+// none in another. A pipeline's sends are asynchronous: on the collectives' stream a send
+// still in flight overlapped the collective launched next (host 5's slow NVLink held its
+// ranks' last backward send past the data-parallel all-reduce, which the summary then nested
+// in the send, under `backward`: a function "only on some" of the stage).
+TEST(ClusterSimulatorTest, CallsOnOneStreamDoNotOverlap) {
+  auto s = ParseScenario(
+      R"({"name": "t", "job": {"ranks": 64, "tp": 8, "pp": 2, "gpus_per_host": 8,
+      "model_params_b": 13, "iterations": 4, "seed": 3},
+      "faults": [{"kind": "nvlink_degraded", "hosts": [5], "magnitude": 8}],
+      "expect": {"findings": [{"code": "PT-LINK-DEGRADED", "hosts": [5]}]}})",
+      "t.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ClusterSimulator sim(*s);
+  sim.Run();
+  for (int32_t rank = 0; rank < sim.num_ranks(); ++rank) {
+    Capture c;
+    sim.Emit(rank, c);
+    std::map<uint32_t, const Event*> last;  // per device track, the call that ends last
+    for (const Event& e : c.events) {
+      if (!(e.flags & kEventFlagOnDevice) || e.kind == EventKind::kIteration) continue;
+      const Event*& prev = last[e.track_id];
+      if (prev != nullptr) {
+        EXPECT_GE(e.start_ns, prev->end_ns)
+            << "rank " << rank << ", track " << e.track_id << ": "
+            << sim.functions().Get(e.function_id).name << " starts inside "
+            << sim.functions().Get(prev->function_id).name;
+        if (e.end_ns <= prev->end_ns) continue;
+      }
+      prev = &e;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace perftracker
