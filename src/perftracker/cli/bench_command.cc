@@ -1,15 +1,15 @@
 // `perftracker bench accuracy`: runs each fault scenario (scenarios/*.json, docs/scenarios.md)
 // with the simulated executor (a generated cluster, summarized and localized in-process) and /
 // or the real one (a torch job under `perftracker run`), and judges its diagnosis against
-// the scenario's ground truth:
-//  - a healthy scenario passes when no finding is material (a false alarm fails it);
-//  - a fault scenario passes when each of its k expected findings matches (code or category,
-//    materiality, workers) one of the top k findings, each finding matching at most one
-//    expectation; a material finding nobody expected is reported, not failed;
-//  - any finding listed as absent (e.g. a hang in a job that only pauses) fails it.
-// It prints a line per scenario (text) or a JSON object with one row per scenario, and the
-// totals: top-1 accuracy on fault scenarios, healthy scenarios with a material finding, and
-// the median time from a real fault's onset to its diagnosis.
+// the scenario's ground truth (accuracy_judge.h), two ways:
+//  - as the scenario states it (the raw score; the exit status follows it);
+//  - by what each expected fault costs the job, measured on the simulated scenarios by
+//    simulating them again without it: a fault under the report's materiality bar is not
+//    expected at the top (the cost-judged score).
+// It prints a line per scenario (text: each fault's cost at the end) or a JSON object with
+// one row per scenario, and the totals: top-1 accuracy on fault scenarios, raw and judged by
+// cost, healthy scenarios with a material finding, and the median time from a real fault's
+// onset to its diagnosis.
 #include "perftracker/cli/bench_command.h"
 
 #include <unistd.h>
@@ -23,6 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "perftracker/cli/accuracy_judge.h"
 #include "perftracker/cli/scenario_executor.h"
 
 #ifndef PERFTRACKER_SOURCE_DIR_DEFAULT
@@ -37,98 +38,26 @@ namespace fs = std::filesystem;
 struct Outcome {
   const Scenario* scenario = nullptr;
   ScenarioRun run;
-  bool pass = false;
-  std::string detail;                   // why it failed
-  std::vector<std::string> unexpected;  // material findings nobody expected
+  Judgement raw;     // as the scenario states it (the exit status follows it)
+  Judgement judged;  // by what each expected fault costs (accuracy_judge.h)
 };
 
-bool Matches(const ExpectedFinding& e, const DiagnosedFinding& f) {
-  if (e.material == ExpectedMateriality::kMaterial && !f.material) return false;
-  if (e.material == ExpectedMateriality::kMinor && f.material) return false;
-  if (!e.code.empty() && e.code != f.code) return false;
-  if (!e.category.empty() && e.category != f.category) return false;
-  if (!e.workers.empty()) {
-    std::vector<int32_t> w = f.workers;
-    std::sort(w.begin(), w.end());
-    if (w != e.workers) return false;
-  }
-  return true;
-}
-
-std::string Describe(const DiagnosedFinding& f) {
-  std::string ranks;
-  for (size_t i = 0; i < f.workers.size() && i < 6; ++i) {
-    ranks += fmt::format("{}{}", i ? "," : "", f.workers[i]);
-  }
-  if (f.workers.size() > 6) ranks += fmt::format(",..({})", f.workers.size());
-  return fmt::format("{}{}{}", f.code, ranks.empty() ? "" : fmt::format("[{}]", ranks),
-                     f.material ? "" : " (minor)");
-}
-
-std::string DescribeExpected(const ExpectedFinding& e) {
-  std::string what = e.code.empty() ? e.category : e.code;
-  if (e.material == ExpectedMateriality::kMinor) what += " (minor)";
-  if (e.workers.empty()) return what;
-  std::string ranks;
-  for (size_t i = 0; i < e.workers.size() && i < 6; ++i) {
-    ranks += fmt::format("{}{}", i ? "," : "", e.workers[i]);
-  }
-  if (e.workers.size() > 6) ranks += fmt::format(",..({})", e.workers.size());
-  return fmt::format("{}[{}]", what, ranks);
-}
-
-// The findings that must not be there (material ones only), e.g. a hang in a job that
-// only pauses. Any of them fails the scenario.
-void JudgeAbsent(Outcome& o) {
-  for (const auto& e : o.scenario->absent) {
-    for (const auto& f : o.run.findings) {
-      if (!Matches(e, f)) continue;
-      o.pass = false;
-      o.detail += fmt::format("{}{} must not be diagnosed, got {}", o.detail.empty() ? "" : "; ",
-                              DescribeExpected(e), Describe(f));
-      break;
+// "nvlink_degraded +0.00 ms (0.0%) < 4.86 ms": each fault's measured cost against the bar.
+std::string DescribeCosts(const Scenario& s, const std::vector<FaultCost>& costs) {
+  std::string out;
+  for (size_t i = 0; i < costs.size() && i < s.faults.size(); ++i) {
+    const FaultCost& c = costs[i];
+    out += i ? ", " : "";
+    out += FaultKindName(s.faults[i].kind);
+    if (!c.measured) {
+      out += " not measured";
+      continue;
     }
+    out += fmt::format(" {:+.2f} ms ({:.1f}%) {} {:.2f} ms", c.cost_ns / 1e6,
+                       c.iteration_ns > 0 ? 100 * c.cost_ns / c.iteration_ns : 0.0,
+                       c.material() ? ">=" : "<", c.bar_ns / 1e6);
   }
-}
-
-void JudgeExpected(Outcome& o) {
-  const Scenario& s = *o.scenario;
-  const std::vector<DiagnosedFinding>& findings = o.run.findings;
-  std::vector<bool> used(findings.size(), false);
-  if (s.healthy) {
-    for (const DiagnosedFinding& f : findings) {
-      if (f.material) o.unexpected.push_back(Describe(f));
-    }
-    o.pass = o.unexpected.empty();
-    if (!o.pass) o.detail = "material findings on a healthy job";
-    return;
-  }
-  const size_t k = s.expected.size();
-  o.pass = true;
-  for (const auto& e : s.expected) {
-    bool found = false;
-    for (size_t i = 0; i < findings.size() && i < k && !found; ++i) {
-      if (!used[i] && Matches(e, findings[i])) used[i] = found = true;
-    }
-    if (!found) {
-      o.pass = false;
-      o.detail += fmt::format("{}expected {} in the top {}, got {}", o.detail.empty() ? "" : "; ",
-                              DescribeExpected(e), k,
-                              findings.empty() ? std::string("no finding") : Describe(findings[0]));
-    }
-  }
-  for (size_t i = 0; i < findings.size(); ++i) {
-    if (!used[i] && findings[i].material) {
-      bool expected = false;
-      for (const auto& e : s.expected) expected |= Matches(e, findings[i]);
-      if (!expected) o.unexpected.push_back(Describe(findings[i]));
-    }
-  }
-}
-
-void Judge(Outcome& o) {
-  JudgeExpected(o);
-  JudgeAbsent(o);
+  return out;
 }
 
 StatusOr<std::vector<std::string>> ExpandScenarioPaths(const std::vector<std::string>& paths) {
@@ -246,8 +175,9 @@ int RunBenchAccuracy(const BenchOptions& options) {
 
   const bool text = options.format == "text";
   if (text) {
-    fmt::print("{:<34} {:<5} {:<5} {:>11} {:>8}  {}\n", "scenario", "exec", "pass", "onset->diag",
-               "run s", "unexpected findings / why it failed");
+    fmt::print("{:<34} {:<5} {:<5} {:<6} {:>11} {:>8}  {}\n", "scenario", "exec", "pass", "judged",
+               "onset->diag", "run s",
+               "unexpected findings / why it failed | each fault's cost per iteration vs the bar");
     std::fflush(stdout);
   }
   std::vector<Outcome> outcomes;
@@ -259,24 +189,35 @@ int RunBenchAccuracy(const BenchOptions& options) {
         is_real ? RunRealScenario(s, real) : RunSimScenario(s, options.jobs, options.keep_dir);
     if (!run.ok()) {
       o.run.note = run.status().message();
-      o.pass = false;
-      o.detail = run.status().message();
+      o.raw.detail = o.judged.detail = run.status().message();
     } else {
       o.run = std::move(*run);
       if (o.run.skipped) {
-        o.pass = true;
+        o.raw.pass = o.judged.pass = true;
       } else {
-        Judge(o);
+        o.raw = JudgeRaw(s, o.run.findings);
+        o.judged = JudgeByCost(s, o.run.findings, o.run.fault_costs);
       }
     }
     if (text) {
       std::string why;
-      for (const auto& u : o.unexpected) why += (why.empty() ? "" : " ") + u;
-      if (!o.detail.empty()) why = o.detail + (why.empty() ? "" : " | unexpected: " + why);
+      for (const auto& u : o.raw.unexpected) why += (why.empty() ? "" : " ") + u;
+      if (!o.raw.detail.empty()) why = o.raw.detail + (why.empty() ? "" : " | unexpected: " + why);
+      if (o.judged.pass != o.raw.pass && !o.judged.detail.empty()) {
+        why += (why.empty() ? "" : " | ") + ("judged: " + o.judged.detail);
+      }
       if (o.run.skipped) why = "skipped: " + o.run.note;
+      if (!o.run.fault_costs.empty()) {
+        why += (why.empty() ? "" : " | ") + DescribeCosts(s, o.run.fault_costs);
+      }
+      const auto verdict = [&](const Judgement& j) {
+        if (o.run.skipped) return "skip";
+        if (j.healthy_like) return j.pass ? (j.material_sub_bar ? "PASS-m" : "PASS-h") : "FAIL-h";
+        return j.pass ? "PASS" : "FAIL";
+      };
       fmt::print(
-          "{:<34} {:<5} {:<5} {:>11} {:>8.1f}  {}\n", s.name, is_real ? "real" : "sim",
-          o.run.skipped ? "skip" : (o.pass ? "PASS" : "FAIL"),
+          "{:<34} {:<5} {:<5} {:<6} {:>11} {:>8.1f}  {}\n", s.name, is_real ? "real" : "sim",
+          verdict(o.raw), verdict(o.judged),
           o.run.diagnosis_seconds >= 0 ? fmt::format("{:.1f} s", o.run.diagnosis_seconds) : "-",
           o.run.run_seconds, why.empty() ? "-" : why);
       std::fflush(stdout);
@@ -284,22 +225,31 @@ int RunBenchAccuracy(const BenchOptions& options) {
     outcomes.push_back(std::move(o));
   }
   size_t faults = 0, fault_pass = 0, healthy = 0, healthy_false = 0, skipped = 0, failed = 0;
+  // Judged by cost: fault scenarios that pass, and those whose every fault costs under the bar
+  // (judged as healthy) and of them the ones with a material finding.
+  size_t judged_pass = 0, healthy_like = 0, healthy_like_false = 0, material_sub_bar = 0;
   std::vector<double> diag;
   for (const auto& o : outcomes) {
     if (o.run.skipped) {
       ++skipped;
       continue;
     }
-    if (!o.pass) ++failed;
+    if (!o.raw.pass) ++failed;
     if (o.scenario->healthy) {
       ++healthy;
-      healthy_false += o.pass ? 0 : 1;
+      healthy_false += o.raw.pass ? 0 : 1;
     } else {
       ++faults;
-      fault_pass += o.pass ? 1 : 0;
+      fault_pass += o.raw.pass ? 1 : 0;
+      judged_pass += o.judged.pass ? 1 : 0;
+      healthy_like += o.judged.healthy_like ? 1 : 0;
+      healthy_like_false += o.judged.healthy_like && !o.judged.pass ? 1 : 0;
+      material_sub_bar += o.judged.material_sub_bar ? 1 : 0;
       if (o.run.diagnosis_seconds >= 0) diag.push_back(o.run.diagnosis_seconds);
     }
   }
+  const double judged_accuracy =
+      faults ? static_cast<double>(judged_pass) / static_cast<double>(faults) : 1;
   const double accuracy =
       faults ? static_cast<double>(fault_pass) / static_cast<double>(faults) : 1;
   const double median_diag = Median(diag);
@@ -307,9 +257,13 @@ int RunBenchAccuracy(const BenchOptions& options) {
     fmt::print(
         "\n{} scenarios ({} skipped): top-1 accuracy {}/{} = {:.1f}% on fault scenarios; "
         "{} of {} healthy scenarios with a material finding; median onset->diagnosis {} "
-        "({} real fault scenarios timed)\n",
+        "({} real fault scenarios timed)\n"
+        "judged by each fault's cost: {}/{} = {:.1f}% on fault scenarios; {} whose every "
+        "fault costs under the materiality bar judged as healthy: {} with a material finding "
+        "nobody expected, {} naming an injected fault as material\n",
         outcomes.size(), skipped, fault_pass, faults, 100 * accuracy, healthy_false, healthy,
-        median_diag >= 0 ? fmt::format("{:.1f} s", median_diag) : "-", diag.size());
+        median_diag >= 0 ? fmt::format("{:.1f} s", median_diag) : "-", diag.size(), judged_pass,
+        faults, 100 * judged_accuracy, healthy_like, healthy_like_false, material_sub_bar);
   } else {
     nlohmann::json j;
     j["scenarios"] = nlohmann::json::array();
@@ -319,9 +273,24 @@ int RunBenchAccuracy(const BenchOptions& options) {
       row["path"] = o.scenario->path;
       row["executor"] = o.scenario->executor == ScenarioExecutor::kReal ? "real" : "sim";
       row["healthy"] = o.scenario->healthy;
-      row["result"] = o.run.skipped ? "skip" : (o.pass ? "pass" : "fail");
-      row["detail"] = o.run.skipped ? o.run.note : o.detail;
-      row["unexpected"] = o.unexpected;
+      row["result"] = o.run.skipped ? "skip" : (o.raw.pass ? "pass" : "fail");
+      row["detail"] = o.run.skipped ? o.run.note : o.raw.detail;
+      row["unexpected"] = o.raw.unexpected;
+      row["judged_result"] = o.run.skipped ? "skip" : (o.judged.pass ? "pass" : "fail");
+      row["judged_detail"] = o.judged.detail;
+      row["judged_as_healthy"] = o.judged.healthy_like;
+      row["judged_material_on_a_fault_under_the_bar"] = o.judged.material_sub_bar;
+      nlohmann::json costs = nlohmann::json::array();
+      for (size_t i = 0; i < o.run.fault_costs.size(); ++i) {
+        const FaultCost& c = o.run.fault_costs[i];
+        costs.push_back({{"kind", FaultKindName(o.scenario->faults[i].kind)},
+                         {"measured", c.measured},
+                         {"cost_ms", c.cost_ns / 1e6},
+                         {"p50_cost_ms", c.p50_cost_ns / 1e6},
+                         {"bar_ms", c.bar_ns / 1e6},
+                         {"material", c.material()}});
+      }
+      row["fault_costs"] = costs;
       row["run_seconds"] = o.run.run_seconds;
       row["diagnosis_seconds"] =
           o.run.diagnosis_seconds >= 0 ? nlohmann::json(o.run.diagnosis_seconds) : nlohmann::json();
@@ -343,6 +312,11 @@ int RunBenchAccuracy(const BenchOptions& options) {
                    {"fault_scenarios", faults},
                    {"fault_passed", fault_pass},
                    {"top1_accuracy", accuracy},
+                   {"judged_fault_passed", judged_pass},
+                   {"judged_top1_accuracy", judged_accuracy},
+                   {"judged_as_healthy", healthy_like},
+                   {"judged_as_healthy_with_material_finding", healthy_like_false},
+                   {"judged_as_healthy_naming_a_fault_as_material", material_sub_bar},
                    {"healthy_scenarios", healthy},
                    {"healthy_with_material_finding", healthy_false},
                    {"median_diagnosis_seconds",

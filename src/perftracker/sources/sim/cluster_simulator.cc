@@ -629,6 +629,18 @@ uint64_t ClusterSimulator::total_events() const {
   for (const auto& r : impl_->ranks_) n += r.events.size();
   return n;
 }
+std::vector<double> ClusterSimulator::IterationNs() const {
+  std::vector<double> sum(static_cast<size_t>(std::max(impl_->job_.iterations, 0)), 0.0);
+  for (const auto& r : impl_->ranks_) {
+    size_t k = 0;
+    for (const Event& e : r.events) {
+      if (e.kind != EventKind::kIteration || k >= sum.size()) continue;
+      sum[k++] += static_cast<double>(e.duration_ns());
+    }
+  }
+  for (double& s : sum) s /= std::max<double>(1, static_cast<double>(impl_->ranks_.size()));
+  return sum;
+}
 void ClusterSimulator::Emit(int32_t rank, EventSink& sink) const { impl_->Emit(rank, sink); }
 
 }  // namespace perftracker

@@ -55,6 +55,10 @@ class ClusterSimulator {
   int64_t fault_onset_ns() const;
   // Events emitted for all ranks.
   uint64_t total_events() const;
+  // The job's iteration times in order (ns): iteration k's is the mean over the ranks of
+  // their k-th iteration (ProfilerStep). After Run(). What a fault costs is the difference
+  // from the same scenario without it (`bench accuracy`'s counterfactual runs).
+  std::vector<double> IterationNs() const;
 
   // Replays one rank's tracks, events and metric samples into `sink`. Safe to call
   // concurrently for different ranks after Run().
