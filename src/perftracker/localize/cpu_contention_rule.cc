@@ -224,6 +224,22 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& worke
         wf.lost_cap = std::max(0.0, group_wait - static_cast<double>(workers[w].wait_fn_ns));
         wf.contention_lateness = true;
       }
+      // Its functions relabelled above are the same starvation, each seen in one function:
+      // one cause, one finding. Findings of their own beside it ranked the same cause two or
+      // three times, above another fault (rnd-s1-060: rank 1's run-queue finding, then its
+      // DataLoader.__next__ +3.90 ms, above a degraded NVLink host's +2.63 ms). They become
+      // its evidence where it costs at least as much as each of them.
+      const double cost = std::min(wf.named.excess(), wf.lost_cap);
+      for (WorkerFinding& fn : worker_findings) {
+        if (fn.dropped || fn.run_queue_only || fn.code != fc::kCpuContention ||
+            fn.named.worker != w || std::min(fn.excess(), fn.lost_cap) > cost) {
+          continue;
+        }
+        wf.contention_functions.push_back(fn.named);
+        fn.dropped = true;
+      }
+      std::sort(wf.contention_functions.begin(), wf.contention_functions.end(),
+                [](const Anomaly& a, const Anomaly& b) { return a.excess() > b.excess(); });
       worker_findings.push_back(std::move(wf));
     }
   }

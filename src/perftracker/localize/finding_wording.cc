@@ -175,9 +175,22 @@ std::vector<RenderedFinding> FindingWording::Render(
                                           "runnable but not running, times the median iteration",
                                           FormatDuration(a.excess()), who)});
       }
-      f.evidence.push_back({"traced functions",
-                            "none is longer than its peers': the delay is "
-                            "spread over the whole step"});
+      if (top.contention_functions.empty()) {
+        f.evidence.push_back({"traced functions",
+                              "none is longer than its peers': the delay is "
+                              "spread over the whole step"});
+      } else {
+        std::string longer;
+        for (size_t k = 0; k < top.contention_functions.size() && k < 3; ++k) {
+          const Anomaly& fa = top.contention_functions[k];
+          longer += fmt::format("{}{} +{}{}", k ? ", " : "", job.Name(fa.fid),
+                                FormatDuration(fa.excess()), ctx_.per());
+        }
+        if (top.contention_functions.size() > 3) {
+          longer += fmt::format(" and {} more", top.contention_functions.size() - 3);
+        }
+        f.evidence.push_back({"traced functions longer than its peers' (the same wait)", longer});
+      }
     } else if (a.fid == kNone) {
       // PT-STRAGGLER-UNTRACED.
       const WorkerRecord& wr = workers[w];

@@ -49,6 +49,9 @@ struct WorkerFinding {
   bool run_queue_only = false;
   // ... whose cost is capped by how much less it waits than its group (lost_cap).
   bool contention_lateness = false;
+  // ... and the worker's functions relabelled PT-CPU-CONTENTION that it took in (the same
+  // starvation seen in one function each; dropped as findings of their own), largest first.
+  std::vector<Anomaly> contention_functions;
   // DiscountSchedulerWait: the run-queue wait per iteration its extra work does not explain,
   // taken off what it costs (0 = none), and the figures it came from: its CPU time and its
   // training thread's run-queue wait per iteration, and its peers' medians, in ns.
