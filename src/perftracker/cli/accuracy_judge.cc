@@ -184,7 +184,7 @@ Judgement JudgeByCost(const Scenario& s, const std::vector<DiagnosedFinding>& fi
       }
     }
     j.pass = true;
-    if (!used[0]) {
+    if (findings.empty() || !used[0]) {
       j.pass = false;
       std::string which;
       for (const auto& e : kept) which += (which.empty() ? "" : " or ") + DescribeExpected(e);

@@ -43,6 +43,18 @@ const char kPcieExpected[] =
 const char kThrottle[] = R"({"kind": "gpu_throttle", "ranks": [12], "magnitude": 2})";
 const char kThrottleExpected[] = R"({"code": "PT-GPU-THROTTLED", "workers": [12]})";
 
+// A report with no finding at all, where a fault costs over the bar: a failure that says so
+// (the judge read the top finding's slot of an empty list).
+TEST(AccuracyJudgeTest, NoFindingWhereAFaultCostsOverTheBarFails) {
+  const Scenario s = Make(kThrottle, kThrottleExpected);
+  const Judgement judged = JudgeByCost(s, {}, {Cost(40)});
+  EXPECT_FALSE(judged.pass);
+  EXPECT_FALSE(judged.healthy_like);
+  EXPECT_NE(judged.detail.find("expected PT-GPU-THROTTLED[12] first, got no finding"),
+            std::string::npos)
+      << judged.detail;
+}
+
 TEST(AccuracyJudgeTest, AFaultThatCostsNothingIsJudgedAsAHealthyJob) {
   const Scenario s = Make(kPcie, kPcieExpected);
   // The report names nothing material; its top finding is something else, minor.
