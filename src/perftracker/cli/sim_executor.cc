@@ -7,26 +7,17 @@
 #include <fstream>
 
 #include "perftracker/cli/scenario_executor.h"
+#include "perftracker/compare/run_profile.h"
 #include "perftracker/pipeline/diagnosis_pipeline.h"
 #include "perftracker/report/report.h"
 
 namespace perftracker {
-namespace {
-
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-}  // namespace
 
 std::vector<FaultCost> MeasureFaultCosts(const Scenario& scenario,
                                          const std::vector<double>& iteration_ns,
                                          double material_share) {
   std::vector<FaultCost> costs(scenario.faults.size());
-  const double median = MedianOf(iteration_ns);
+  const double median = compare::Median(iteration_ns);
   for (FaultCost& c : costs) {
     c.iteration_ns = median;
     c.bar_ns = material_share * median;
@@ -52,7 +43,7 @@ std::vector<FaultCost> MeasureFaultCosts(const Scenario& scenario,
     for (size_t k = 0; k < with.size(); ++k) sum += with[k] - wo[k];
     c.measured = true;
     c.cost_ns = sum / static_cast<double>(with.size());
-    c.p50_cost_ns = MedianOf(with) - MedianOf(wo);
+    c.p50_cost_ns = compare::Median(with) - compare::Median(wo);
   }
   return costs;
 }

@@ -62,16 +62,6 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
   std::sort(anomalies.begin(), anomalies.end(), [](const Anomaly& a, const Anomaly& b) {
     return a.worker != b.worker ? a.worker < b.worker : a.excess() > b.excess();
   });
-  // Ancestry along the collapse's callers (JobTable::CollapseParent: an op's enclosing op,
-  // else its key's parent), so that a chain of nested ops is one path.
-  auto is_ancestor = [&job](uint32_t ancestor, uint32_t fid) {
-    int depth = 0;
-    for (uint32_t a = job.CollapseParent(fid); a != kNone && depth < kMaxDepth;
-         a = job.CollapseParent(a), ++depth) {
-      if (a == ancestor) return true;
-    }
-    return false;
-  };
   std::vector<bool> consumed;
   for (size_t begin = 0; begin < anomalies.size();) {
     size_t end = begin;
@@ -130,7 +120,7 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
         for (size_t i = 0; i < s.size(); ++i) {
           if (consumed[i] || static_cast<int>(i) == anchor) continue;
           if (nearest_ancestor(i) != anchor) continue;
-          if (!at_anchor && !is_ancestor(cur.fid, s[i].fid)) continue;
+          if (!at_anchor && !job.IsAncestor(cur.fid, s[i].fid)) continue;
           const bool child = job.CollapseParent(s[i].fid) == cur.fid;
           if (s[i].excess() < kExplainsMost * cur.excess() &&
               !(child && CarriesExcessOf(s[i], cur))) {
@@ -223,7 +213,7 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
         if (path[p] >= 0) consumed[static_cast<size_t>(path[p])] = true;
       }
       for (size_t i = 0; i < s.size(); ++i) {
-        if (consumed[i] || !is_ancestor(wf.named.fid, s[i].fid)) continue;
+        if (consumed[i] || !job.IsAncestor(wf.named.fid, s[i].fid)) continue;
         consumed[i] = true;
         const bool on_path = std::find(path.begin(), path.end(), static_cast<int>(i)) != path.end();
         if (!on_path) wf.children.push_back(s[i]);

@@ -736,8 +736,8 @@ uint32_t JobTable::EnclosingOp(uint32_t fid) const {
 
 bool JobTable::IsAncestor(uint32_t ancestor, uint32_t fid) const {
   int depth = 0;
-  for (uint32_t a = functions_[fid].parent; a != kNone && depth < kMaxDepth;
-       a = functions_[a].parent, ++depth) {
+  for (uint32_t a = CollapseParent(fid); a != kNone && depth < kMaxDepth;
+       a = CollapseParent(a), ++depth) {
     if (a == ancestor) return true;
   }
   return false;

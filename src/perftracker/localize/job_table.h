@@ -221,6 +221,9 @@ class JobTable {
   std::string WorkerName(uint32_t w) const;
   // "rank 3" or "ranks 1, 4, 6, 7 and 2 more".
   std::string WorkersPhrase(const std::vector<uint32_t>& ws) const;
+  // Whether `ancestor` is among fid's callers as the call-path collapse follows them
+  // (CollapseParent: an op's enclosing op, else its key's parent), so that a chain of nested
+  // ops is one path. After EndIngest().
   bool IsAncestor(uint32_t ancestor, uint32_t fid) const;
   // The op that encloses fid's calls although fid's key skips it (an op in an op), where
   // every worker that lists fid gives the same one as FunctionSummary::enclosing_op (the op
