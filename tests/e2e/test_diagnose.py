@@ -156,6 +156,14 @@ def perftracker(*args, timeout=120):
     return Result(list(args), proc, took)
 
 
+def handler_worker_of_rank(directory, rank):
+    """tensorboard_trace_handler's worker name ("<host>_<pid>") of `rank` in a traces
+    directory whose job wrote pids.txt ("rank pid" lines)."""
+    with open(os.path.join(directory, "pids.txt")) as f:
+        pid_of_rank = {int(a): int(b) for a, b in (line.split() for line in f)}
+    return f"{socket.gethostname()}_{pid_of_rank[rank]}"
+
+
 def diagnose_json(*paths):
     r = perftracker("diagnose", "--format", "json", *paths)
     return r, r.json()
@@ -403,9 +411,7 @@ class TensorboardTraceTest(ReportChecks):
         directory = traces("tensorboard_slow_compute_rank2")
         files = sorted(f for f in os.listdir(directory) if f.endswith(".pt.trace.json"))
         self.assertEqual(len(files), 3, files)
-        with open(os.path.join(directory, "pids.txt")) as f:
-            pid_of_rank = {int(a): int(b) for a, b in (line.split() for line in f)}
-        slow_worker = f"{socket.gethostname()}_{pid_of_rank[2]}"
+        slow_worker = handler_worker_of_rank(directory, 2)
         r, report = diagnose_json(directory)
         self.assertEqual(r.rc, 0, r.describe())
         self.check_schema(report)
@@ -434,9 +440,7 @@ class OpsOnlyTraceTest(ReportChecks):
 
     def test_a_slow_op_chain_is_one_finding_named_by_its_outermost_op(self):
         directory = traces("tensorboard_ops_only_rank1")
-        with open(os.path.join(directory, "pids.txt")) as f:
-            pid_of_rank = {int(a): int(b) for a, b in (line.split() for line in f)}
-        slow_worker = f"{socket.gethostname()}_{pid_of_rank[1]}"
+        slow_worker = handler_worker_of_rank(directory, 1)
         r, report = diagnose_json(directory)
         self.assertEqual(r.rc, 0, r.describe())
         self.check_schema(report)

@@ -53,8 +53,8 @@ class ShadowStack {
 
   enum class PushResult : uint8_t { kRecorded, kHidden, kTooDeep };
   static constexpr uint8_t kHiddenFrame = 1;  // transparent: never emitted
-  static constexpr uint8_t kImportFrame =
-      2;  // an import, or inside one: the frames above are hidden
+  // An import, or a frame inside one: the frames above it are hidden.
+  static constexpr uint8_t kImportFrame = 2;
 
   ShadowStack(CallPathInterner* interner, EventKind kind, CallPathInterner::NameFn name_fn)
       : interner_(interner), kind_(kind), name_fn_(name_fn), frames_(new Frame[kMaxDepth]) {}

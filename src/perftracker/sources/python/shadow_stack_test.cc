@@ -200,12 +200,11 @@ TEST_F(ShadowStackTest, AnImportIsOneCallUnderTheImporter) {
   const uint32_t import_id = stack->top_id();
   const uint32_t published = shm_->functions_published();
   // 40 distinct functions at import time, and a nested import: all transparent.
+  std::vector<FakeCode> codes(40, FakeCode{"fn"});  // distinct keys, as code objects are
   for (int i = 0; i < 40; ++i) {
-    FakeCode* code = new FakeCode{"fn"};  // distinct keys, as distinct code objects are
-    EXPECT_EQ(stack->Push(&f_helpers[i], code, 4), Push::kHidden);
+    EXPECT_EQ(stack->Push(&f_helpers[i], &codes[i], 4), Push::kHidden);
     EXPECT_EQ(stack->top_id(), import_id);
     EXPECT_TRUE(stack->Pop(&f_helpers[i], emit));
-    delete code;
   }
   EXPECT_EQ(stack->Push(&f_load2, &find_and_load, 5), Push::kHidden);
   EXPECT_EQ(stack->Push(&f_b, &module_b, 6), Push::kHidden);
