@@ -7,7 +7,7 @@ by running it under `perftracker run`, which loads the agent into every rank:
   perftracker run --report-dir /tmp/reports -- \\
       /usr/bin/python3 tests/e2e/live_job.py --fault slow_compute --fault-rank 2
 
-N ranks (default 4) on this host, gloo over an env:// rendezvous on a free localhost port,
+N ranks (default 4) on this host, gloo over an env:// rendezvous on a store this launcher hosts,
 DistributedDataParallel over a model of three blocks (classes Block1, Block2, Block3, each
 an nn.Module whose forward is a Python method, so that the agent's call paths name
 `Block2.forward`), a real torch.utils.data.DataLoader over a Dataset, SGD, one torch
@@ -86,7 +86,6 @@ import gc
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -405,10 +404,18 @@ def run_rank(rank, args):
         progress.close()
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def host_rendezvous_store(world_size):
+    """The job's rendezvous store, hosted by this launcher as torchrun's agent hosts it:
+    bound to a port the kernel picks and held from then on. Ranks reach it through
+    MASTER_ADDR / MASTER_PORT with TORCHELASTIC_USE_AGENT_STORE=True, so rank 0 connects
+    to it instead of binding the port itself. (A port found free by binding a socket and
+    closing it can be taken by any other process's connection before rank 0 binds it: a
+    busy CI machine running other jobs beside this one saw 'Address already in use'.)
+    The caller keeps the returned store alive until the ranks are done."""
+    store = dist.TCPStore("127.0.0.1", 0, world_size, True, wait_for_workers=False)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port),
+                      TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
+    return store
 
 
 def env_worker(args):
@@ -614,12 +621,12 @@ def main(argv=None):
         return 0
     start = time.monotonic()
     if args.launcher == "spawn":
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(free_port())
+        store = host_rendezvous_store(args.world_size)  # held until the ranks are done
         mp.spawn(run_rank, args=(args,), nprocs=args.world_size, join=True)
         rc = 0
     elif args.launcher == "env":
-        args.port = free_port()
+        store = host_rendezvous_store(args.world_size)
+        args.port = store.port
         rc = launch_env(args, argv)
     elif args.launcher == "netns":
         rc = launch_netns(args, argv)

@@ -2,7 +2,7 @@
 """A real, small, multi-process PyTorch training job that writes one profiler trace per rank.
 
 It is what perftracker's end-to-end tests diagnose: N processes (default 4) on this host,
-gloo over an env:// rendezvous on a free localhost port, a model of three Linear blocks
+gloo over an env:// rendezvous on a store this launcher hosts, a model of three Linear blocks
 (each forward inside a named torch.profiler.record_function: "block1".."block3"),
 DistributedDataParallel (or, with --sync allreduce, an explicit gradient all_reduce inside
 record_function("sync_gradients")), a real torch.utils.data.DataLoader over a Dataset, and
@@ -40,7 +40,6 @@ import contextlib
 import gzip
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -149,10 +148,16 @@ def compute_metrics(x, weight, repeats):
         return float(acc.sum())
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def host_rendezvous_store(world_size):
+    """The ranks' rendezvous store, hosted by this launcher as torchrun's agent hosts it:
+    bound to a port the kernel picks and held from then on; with
+    TORCHELASTIC_USE_AGENT_STORE=True rank 0 connects to it instead of binding the port
+    itself. (A port found free by binding a socket and closing it can be taken by another
+    process's connection before rank 0 binds it: 'Address already in use' on a busy
+    machine.) The caller keeps the store alive until the ranks are done."""
+    store = dist.TCPStore("127.0.0.1", 0, world_size, True, wait_for_workers=False)
+    os.environ.update(TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
+    return store
 
 
 def run_rank(rank, args):
@@ -293,7 +298,8 @@ def main(argv=None):
     if not all(0 <= r < args.world_size for r in args.fault_ranks):
         p.error(f"--fault-rank {args.fault_rank} is not in [0, {args.world_size})")
     os.makedirs(args.outdir, exist_ok=True)
-    args.port = free_port()
+    store = host_rendezvous_store(args.world_size)
+    args.port = store.port
     start = time.monotonic()
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(args.background_load)]
