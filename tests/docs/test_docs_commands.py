@@ -41,7 +41,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -105,12 +104,6 @@ def console_script(body):
     return "\n".join(commands), codes
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Sandbox:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="perftracker-docs-")
@@ -133,11 +126,14 @@ class Sandbox:
 
     def server(self):
         """A real server with a collector of job my-job; returns (grpc, http) addresses."""
-        grpc, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        # Port 0: the server binds ports the kernel picks and says which (a port found free
+        # beforehand can be taken by another process before the server binds it).
         log = os.path.join(self.dir, "server.log")
-        self.start([CONFIG.perftracker, "server", "--listen", grpc, "--http-listen", http,
-                    "--report-dir", "perftracker-server"], log)
-        wait_for(lambda: "listening:" in read(log), 30, "the server to listen", log)
+        self.start([CONFIG.perftracker, "server", "--listen", "127.0.0.1:0", "--http-listen",
+                    "127.0.0.1:0", "--report-dir", "perftracker-server"], log)
+        listening = r"listening: grpc=(127\.0\.0\.1:\d+) http=http://(127\.0\.0\.1:\d+)"
+        wait_for(lambda: re.search(listening, read(log)), 30, "the server to listen", log)
+        grpc, http = re.search(listening, read(log)).groups()
         clog = os.path.join(self.dir, "collector.log")
         self.start([CONFIG.perftracker, "collector", "--server", grpc, "--token-file",
                     "perftracker-server/server.token", "--job-id", "my-job", "--socket",
