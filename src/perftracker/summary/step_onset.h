@@ -8,7 +8,9 @@
 // iteration from k on is above every iteration before it, the two levels differ by at least
 // kMinStepSigmas standard deviations of the iterations about their own level and by
 // kMinStepShare of the higher level, and at least kMinBefore iterations precede it and
-// kMinAfter follow (a baseline and a level, not one slow iteration). Of the qualifying
+// kMinAfter follow (a baseline and a level: not one slow iteration, nor the two that one
+// burst of load makes when a rank loses its core for a few ms in each of two iterations in
+// a row; a preempted CPU op on a busy host steps from 2 to 6 ms like that). Of the qualifying
 // steps, the one with the largest step x sqrt(k (n - k) / n) (the two-sample statistic) wins.
 // Independent noise almost never passes: it needs a gap of several standard deviations
 // between the two groups of iterations.
@@ -27,7 +29,7 @@ struct StepOnset {
 };
 
 inline constexpr uint32_t kMinBefore = 3;
-inline constexpr uint32_t kMinAfter = 2;
+inline constexpr uint32_t kMinAfter = 3;
 inline constexpr double kMinStepSigmas = 4;
 inline constexpr double kMinStepShare = 0.1;
 

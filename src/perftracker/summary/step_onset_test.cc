@@ -29,8 +29,18 @@ TEST(StepOnset, NoStepInNoiseASingleSlowIterationOrASlowStart) {
   // Noise whose last iterations happen to be the largest: no gap of several sigmas.
   EXPECT_EQ(
       FindStepOnset(std::vector<double>{10, 9.8, 10.1, 9.9, 10.0, 10.2, 10.3, 10.4}).iteration, 0u);
-  // One slow iteration at the end is not a level.
+  // One slow iteration at the end is not a level, nor two (a burst of load on a busy host:
+  // a CPU op preempted in the last two iterations of 15).
   EXPECT_EQ(FindStepOnset(std::vector<double>{1, 1, 1, 1, 1, 1, 1, 9}).iteration, 0u);
+  EXPECT_EQ(FindStepOnset(std::vector<double>{2.0, 2.1, 2.0, 2.2, 2.0, 2.1, 2.0, 2.0, 2.1, 2.0, 2.2,
+                                              2.0, 2.1, 6.1, 6.3})
+                .iteration,
+            0u);
+  // Three are.
+  EXPECT_EQ(FindStepOnset(std::vector<double>{2.0, 2.1, 2.0, 2.2, 2.0, 2.1, 2.0, 2.0, 2.1, 2.0, 2.2,
+                                              2.0, 6.0, 6.1, 6.3})
+                .iteration,
+            12u);
   // Slow first iterations (warm-up) are a step down, never an onset.
   EXPECT_EQ(FindStepOnset(std::vector<double>{9, 9, 9, 1, 1, 1, 1, 1}).iteration, 0u);
   // A steady fault over the whole window has no onset.
