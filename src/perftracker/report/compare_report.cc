@@ -35,7 +35,11 @@ constexpr size_t kTextWorkers = 16;      // ranks listed in the text report
 constexpr size_t kHtmlWorkers = 1024;    // ranks listed in the HTML per-rank table
 constexpr size_t kFunctionColumns = 40;  // display width of a function name in text
 
-std::string Signed(double ns) { return (ns >= 0 ? "+" : "") + FormatDuration(ns); }
+std::string Signed(double ns) {
+  std::string s = FormatDuration(ns);
+  if (ns >= 0) s.insert(s.begin(), '+');
+  return s;
+}
 
 // "block2 is slower on all 2 workers: +12.3 ms per iteration (8.1 ms -> 20.4 ms)".
 std::string ChangeSentence(const Comparison& c, const FunctionChange& f) {
