@@ -277,7 +277,6 @@ class WebTest(unittest.TestCase):
         self.assertIsNotNone(m, metrics)
         exposed = float(m.group(1))
 
-        prom_port = free_port()
         prom_dir = tempfile.mkdtemp(prefix="prometheus-", dir=ARGS.work_dir)
         config = os.path.join(prom_dir, "prometheus.yml")
         with open(config, "w") as out:
@@ -300,10 +299,7 @@ scrape_configs:
     static_configs:
       - targets: ['127.0.0.1:%d']
 """ % (TOKEN, f.port, f.port))
-        prom = subprocess.Popen(
-            ["prometheus", "--config.file=" + config, "--storage.tsdb.path=" + prom_dir + "/data",
-             "--web.listen-address=127.0.0.1:%d" % prom_port, "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        prom, prom_port = start_prometheus(config, prom_dir + "/data")
         try:
             def query(q):
                 url = "http://127.0.0.1:%d/api/v1/query?%s" % (
@@ -345,6 +341,27 @@ scrape_configs:
             except subprocess.TimeoutExpired:
                 prom.kill()
             shutil.rmtree(prom_dir, ignore_errors=True)
+
+
+def start_prometheus(config, data_dir):
+    """Prometheus on a port found free. A port found by binding and closing a socket can be
+    taken by another process before Prometheus binds it (Prometheus cannot be asked for port 0
+    and say which it got): then it exits at once with 'address already in use', and it is
+    started again on another port. Returns (process, port)."""
+    for _ in range(3):
+        port = free_port()
+        prom = subprocess.Popen(
+            ["prometheus", "--config.file=" + config, "--storage.tsdb.path=" + data_dir,
+             "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            prom.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return prom, port  # listening (or failing later, which the test reports)
+        err = prom.stderr.read()
+        if "address already in use" not in err:
+            raise AssertionError("prometheus exited: " + err)
+    raise AssertionError("prometheus found no free port in 3 tries: " + err)
 
 
 def main():
