@@ -11,8 +11,10 @@
 #include "perftracker/core/units.h"
 #include "perftracker/localize/finding_catalogue.h"
 #include "perftracker/localize/host_bound_check.h"
+#include "perftracker/localize/late_onset_rule.h"
 #include "perftracker/localize/robust_stats.h"
 #include "perftracker/summary/iteration_breakdown.h"
+#include "perftracker/summary/step_onset.h"
 
 namespace perftracker {
 namespace {
@@ -120,6 +122,19 @@ void HardwareFindings::Add(const WorkerSummary& worker, std::span<const double> 
     // Device compute: on a worker without a device track the iterations' compute is the
     // host's, and there is no GPU to call slow.
     r.compute_ns = worker.has_device ? static_cast<float>(mean.compute_ns) : 0.0f;
+    if (worker.has_device) {
+      std::vector<double> per_iteration;
+      per_iteration.reserve(worker.iterations.size());
+      for (const IterationSummary& it : worker.iterations) {
+        per_iteration.push_back(static_cast<double>(it.compute_ns));
+      }
+      const StepOnset step = FindStepOnset(per_iteration);
+      if (step.iteration > 0) {
+        r.compute_onset = step.iteration;
+        r.compute_after_ns = static_cast<float>(step.after_mean);
+        r.compute_iterations = static_cast<uint32_t>(per_iteration.size());
+      }
+    }
     r.comm_ns = static_cast<float>(mean.communication_ns);
     r.iteration_ns = static_cast<float>(mean.duration_ns);
   }
@@ -566,21 +581,57 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
         if (c > 0) c = std::max(c - extra, 0.5f * c);
       }
     }
-    std::map<uint32_t, std::vector<float>> healthy, all;
+    // Each worker at its level from its own onset on (its window level without one): a device
+    // that slows down inside the window (throttled from iteration 9 of 12) is diluted to a
+    // quarter of its step over the window, under the relative-effect floor, and is compared
+    // at its level from the onset on with the group at theirs (a step on every worker, which
+    // no device fault makes, then makes no one stand out).
+    std::vector<float> level(n, 0);
+    for (uint32_t w = 0; w < n; ++w) {
+      const Record& r = records_[w];
+      level[w] = common[w] + (r.compute_onset > 0 ? r.compute_after_ns - r.compute_ns : 0.0f);
+    }
+    std::map<uint32_t, std::vector<float>> healthy, all, healthy_level, all_level;
     for (uint32_t w = 0; w < n; ++w) {
       if (common[w] <= 0) continue;
       const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
       all[g].push_back(common[w]);
-      if (!clocked[w]) healthy[g].push_back(common[w]);
+      all_level[g].push_back(level[w]);
+      if (!clocked[w]) {
+        healthy[g].push_back(common[w]);
+        healthy_level[g].push_back(level[w]);
+      }
     }
-    std::map<uint32_t, RobustCenter> centers;
-    auto center_of = [&](uint32_t w) -> const RobustCenter* {
+    std::map<uint32_t, RobustCenter> centers, level_centers;
+    auto center_in = [&](uint32_t w, std::map<uint32_t, std::vector<float>>& healthy_of,
+                         std::map<uint32_t, std::vector<float>>& all_of,
+                         std::map<uint32_t, RobustCenter>& cache) -> const RobustCenter* {
       const uint32_t g = ctx.worker_group ? (*ctx.worker_group)[w] : 0;
-      auto it = centers.find(g);
-      if (it != centers.end()) return &it->second;
-      std::vector<float>& v = healthy[g].size() >= kMinReference ? healthy[g] : all[g];
+      auto it = cache.find(g);
+      if (it != cache.end()) return &it->second;
+      std::vector<float>& v = healthy_of[g].size() >= kMinReference ? healthy_of[g] : all_of[g];
       if (v.size() < kMinReference) return nullptr;
-      return &centers.emplace(g, MedianAndMadInPlace(v)).first->second;
+      return &cache.emplace(g, MedianAndMadInPlace(v)).first->second;
+    };
+    auto center_of = [&](uint32_t w) { return center_in(w, healthy, all, centers); };
+    std::vector<uint32_t> onset_of(n, 0);
+    // A throttled device's excess from its onset on, when its window excess is under the
+    // floor; 0 when it has no onset, is not over the floor from then on either, or was
+    // already slower before it (then the fault did not begin there).
+    auto excess_after_onset = [&](uint32_t w, const RobustCenter& window) -> double {
+      const Record& r = records_[w];
+      if (r.compute_onset == 0 || r.compute_onset >= r.compute_iterations) return 0;
+      const RobustCenter* c = center_in(w, healthy_level, all_level, level_centers);
+      if (c == nullptr) return 0;
+      const double after = level[w] - c->median;
+      const double floor = std::max(
+          {kOutlierZ * RobustScale(*c, 0.01, 1000), kMinRelativeEffect * c->median, ctx.report_ns});
+      if (after < floor) return 0;
+      const double k = r.compute_onset;
+      const double its = r.compute_iterations;
+      const double before = (its * common[w] - (its - k) * level[w]) / k;
+      if (before - window.median > localize::kBeforeShare * after) return 0;
+      return after;
     };
     std::vector<uint32_t> throttled, slow;
     std::vector<float> excess(n, 0);
@@ -595,6 +646,12 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       const double scale = RobustScale(c, 0.01, 1000);
       const double e = common[w] - c.median;
       if (e < std::max({kOutlierZ * scale, kMinRelativeEffect * c.median, ctx.report_ns})) {
+        // Under the floor over the window: a throttled device may have slowed down inside it.
+        const double after = clocked[w] ? excess_after_onset(w, c) : 0;
+        if (after <= 0) continue;
+        excess[w] = static_cast<float>(after);
+        onset_of[w] = r.compute_onset;
+        throttled.push_back(w);
         continue;
       }
       excess[w] = static_cast<float>(e);
@@ -662,7 +719,24 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       f.lost_share = ctx.iteration_ns > 0 ? excess[w] / ctx.iteration_ns : 0;
       f.workers = ranks_of(culprits);
       const std::string who = WhoIsAtFault(culprits.size(), r.rank);
-      if (clock_evidence) {
+      if (clock_evidence && onset_of[w] > 0) {
+        // Slowed down inside the window: its level from then on, what it is judged by.
+        const double peers = r.compute_after_ns - excess[w];
+        f.title = fmt::format(
+            "{}: the GPU is throttled from iteration {} of {} on ({}), device compute {}/iter "
+            "vs {} on its peers (+{})",
+            who, onset_of[w] + 1, r.compute_iterations,
+            r.clock > 0
+                ? fmt::format("SM clock {:.0f} of {:.0f} MHz over the window", r.clock, r.clock_max)
+                : "throttle reasons set",
+            FormatDuration(r.compute_after_ns), FormatDuration(peers), FormatDuration(excess[w]));
+        f.evidence.push_back(
+            {"since when",
+             fmt::format("from iteration {} of {} on: device compute {}/iter (peers' median {}); "
+                         "before it at its peers' level; averaged over the window {}",
+                         onset_of[w] + 1, r.compute_iterations, FormatDuration(r.compute_after_ns),
+                         FormatDuration(peers), FormatDuration(r.compute_ns))});
+      } else if (clock_evidence) {
         f.title = fmt::format(
             "{}: the GPU is throttled ({}), device compute {}/iter vs {} on its peers (+{})", who,
             r.clock > 0 ? fmt::format("SM clock {:.0f} of {:.0f} MHz", r.clock, r.clock_max)

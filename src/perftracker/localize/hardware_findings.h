@@ -183,6 +183,11 @@ class HardwareFindings {
     int32_t rank = -1;
     uint32_t host = 0;
     float compute_ns = 0;
+    // Where its device compute per iteration steps up and stays up (FindStepOnset over the
+    // iterations; 0: no step), its level from then on and its iterations.
+    uint32_t compute_onset = 0;
+    float compute_after_ns = 0;
+    uint32_t compute_iterations = 0;
     float clock = -1, clock_max = -1, throttle = -1, temperature = -1, power = -1;
     float link_up = -1;
     float tcp_rate = -1;      // its TCP delivery rate, bytes/s (see Add)

