@@ -88,11 +88,42 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
       }
       return -1;
     };
+    // This worker's own enclosing ops (JobTable::WorkerEnclosingOp), where the job's workers
+    // disagree: an anomaly whose calls ran mostly inside another anomaly of this worker, whose
+    // time there holds all of its excess, hangs under it. Its excess is (at most) the other's
+    // time counted again: aten::mm of only the rank that runs an extra aten::matmul, where the
+    // others' aten::mm run in the backward pass, is evidence of that aten::matmul, not a second
+    // finding. (fid, op) pairs, by fid.
+    std::vector<std::pair<uint32_t, uint32_t>> local_parent;
+    for (const Anomaly& a : s) {
+      if (a.fid >= functions.size() || job.EnclosingOp(a.fid) != kNone) continue;
+      const uint32_t op = job.WorkerEnclosingOp(a.worker, a.fid);
+      if (op == kNone) continue;
+      for (const Anomaly& e : s) {
+        if (e.fid == op && a.excess() <= static_cast<double>(e.value)) {
+          local_parent.emplace_back(a.fid, op);
+          break;
+        }
+      }
+    }
+    std::sort(local_parent.begin(), local_parent.end());
+    auto up = [&](uint32_t fid) -> uint32_t {
+      auto it = std::lower_bound(local_parent.begin(), local_parent.end(),
+                                 std::pair<uint32_t, uint32_t>{fid, 0});
+      return it != local_parent.end() && it->first == fid ? it->second
+                                                          : job.CollapseParent(fid);
+    };
+    auto is_ancestor = [&](uint32_t ancestor, uint32_t fid) {
+      int depth = 0;
+      for (uint32_t a = up(fid); a != kNone && depth < kMaxDepth; a = up(a), ++depth) {
+        if (a == ancestor) return true;
+      }
+      return false;
+    };
     // Nearest unconsumed anomalous ancestor of s[i], or -1.
     auto nearest_ancestor = [&](size_t i) -> int {
       int depth = 0;
-      for (uint32_t a = job.CollapseParent(s[i].fid); a != kNone && depth < kMaxDepth;
-           a = job.CollapseParent(a), ++depth) {
+      for (uint32_t a = up(s[i].fid); a != kNone && depth < kMaxDepth; a = up(a), ++depth) {
         const int j = find(a);
         if (j >= 0) return j;
       }
@@ -120,8 +151,8 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
         for (size_t i = 0; i < s.size(); ++i) {
           if (consumed[i] || static_cast<int>(i) == anchor) continue;
           if (nearest_ancestor(i) != anchor) continue;
-          if (!at_anchor && !job.IsAncestor(cur.fid, s[i].fid)) continue;
-          const bool child = job.CollapseParent(s[i].fid) == cur.fid;
+          if (!at_anchor && !is_ancestor(cur.fid, s[i].fid)) continue;
+          const bool child = up(s[i].fid) == cur.fid;
           if (s[i].excess() < kExplainsMost * cur.excess() &&
               !(child && CarriesExcessOf(s[i], cur))) {
             continue;
@@ -133,7 +164,7 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
         }
         if (at_anchor) {
           for (size_t c = 0; c < cs.size(); ++c) {
-            if (job.CollapseParent(cs[c].fid) != cur.fid) continue;
+            if (up(cs[c].fid) != cur.fid) continue;
             if (cs[c].excess() < kExplainsMost * cur.excess() && !CarriesExcessOf(cs[c], cur)) {
               continue;
             }
@@ -181,8 +212,8 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
       };
       for (int p : path) note_kind(functions[node(p).fid].kind);
       int depth = 0;
-      for (uint32_t a = job.CollapseParent(node(path.front()).fid); a != kNone && depth < kMaxDepth;
-           a = job.CollapseParent(a), ++depth) {
+      for (uint32_t a = up(node(path.front()).fid); a != kNone && depth < kMaxDepth;
+           a = up(a), ++depth) {
         note_kind(functions[a].kind);
       }
       if (data) {
@@ -213,7 +244,7 @@ std::vector<WorkerFinding> CollapseCallPaths(const RuleContext& ctx,
         if (path[p] >= 0) consumed[static_cast<size_t>(path[p])] = true;
       }
       for (size_t i = 0; i < s.size(); ++i) {
-        if (consumed[i] || !job.IsAncestor(wf.named.fid, s[i].fid)) continue;
+        if (consumed[i] || !is_ancestor(wf.named.fid, s[i].fid)) continue;
         consumed[i] = true;
         const bool on_path = std::find(path.begin(), path.end(), static_cast<int>(i)) != path.end();
         if (!on_path) wf.children.push_back(s[i]);

@@ -381,11 +381,19 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   if (functions_.size() > first_new_fid) ResolveNewFunctions(worker, fids_, first_new_fid);
   // Enclosing ops (FunctionSummary::enclosing_op): a link holds only where every worker that
   // lists the function gives the same op.
+  // Each worker's own op is kept where it differs from the first worker's (WorkerEnclosingOp).
   enclosing_ops_.resize(functions_.size(), kEnclosingUnseen);
+  enclosing_first_.resize(functions_.size(), kEnclosingUnseen);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t e = worker.functions[i].enclosing_op;
     const uint32_t op = e < n && fids_[e] != fids_[i] ? fids_[e] : kNone;
     uint32_t& kept = enclosing_ops_[fids_[i]];
+    uint32_t& first = enclosing_first_[fids_[i]];
+    if (first == kEnclosingUnseen) {
+      first = op;
+    } else if (op != first) {
+      worker_enclosing_.push_back({w, fids_[i], op});
+    }
     if (kept == kEnclosingUnseen) {
       kept = op;
     } else if (kept != op) {
@@ -615,7 +623,23 @@ void JobTable::EndIngest() {
     if (enclosing_ops_[fid] < functions_.size())
       enclosing_links_.emplace_back(fid, enclosing_ops_[fid]);
   }
+  // The ops of the functions the workers disagree on: the first worker's per fid, and the
+  // others' where they differ from it (already in worker_enclosing_).
+  disputed_first_.clear();
+  for (const WorkerEnclosing& e : worker_enclosing_) {
+    uint32_t& first = enclosing_first_[e.fid];
+    if (first == kEnclosingUnseen) continue;  // already kept
+    disputed_first_.emplace_back(e.fid, first < functions_.size() ? first : kNone);
+    first = kEnclosingUnseen;
+  }
+  std::sort(disputed_first_.begin(), disputed_first_.end());
+  std::sort(worker_enclosing_.begin(), worker_enclosing_.end(),
+            [](const WorkerEnclosing& a, const WorkerEnclosing& b) {
+              return a.worker != b.worker ? a.worker < b.worker : a.fid < b.fid;
+            });
+  worker_enclosing_.shrink_to_fit();
   std::vector<uint32_t>().swap(enclosing_ops_);
+  std::vector<uint32_t>().swap(enclosing_first_);
   std::vector<FunctionRecord>().swap(straddling_);
   std::vector<uint32_t>().swap(metric_roots_);
   std::unordered_map<uint64_t, std::vector<uint32_t>>().swap(group_index_);
@@ -732,6 +756,18 @@ uint32_t JobTable::EnclosingOp(uint32_t fid) const {
   auto it = std::lower_bound(enclosing_links_.begin(), enclosing_links_.end(),
                              std::pair<uint32_t, uint32_t>{fid, 0});
   return it != enclosing_links_.end() && it->first == fid ? it->second : kNone;
+}
+
+uint32_t JobTable::WorkerEnclosingOp(uint32_t w, uint32_t fid) const {
+  auto first = std::lower_bound(disputed_first_.begin(), disputed_first_.end(),
+                                std::pair<uint32_t, uint32_t>{fid, 0});
+  if (first == disputed_first_.end() || first->first != fid) return kNone;
+  auto it = std::lower_bound(worker_enclosing_.begin(), worker_enclosing_.end(), w,
+                             [fid](const WorkerEnclosing& e, uint32_t worker) {
+                               return e.worker != worker ? e.worker < worker : e.fid < fid;
+                             });
+  if (it != worker_enclosing_.end() && it->worker == w && it->fid == fid) return it->op;
+  return first->second;
 }
 
 bool JobTable::IsAncestor(uint32_t ancestor, uint32_t fid) const {

@@ -229,6 +229,12 @@ class JobTable {
   // every worker that lists fid gives the same one as FunctionSummary::enclosing_op (the op
   // that enclosed most of its calls there), or kNone. After EndIngest().
   uint32_t EnclosingOp(uint32_t fid) const;
+  // Where the workers disagree on fid's enclosing op (EnclosingOp(fid) is kNone): the op that
+  // enclosed most of fid's calls on worker w, or kNone. A worker that runs an op inside code
+  // only it runs (aten::mm inside an extra aten::matmul, where its peers' aten::mm run in
+  // the backward pass) names that code; the call-path collapse uses it on that worker only.
+  // Meaningful for the functions w lists. After EndIngest().
+  uint32_t WorkerEnclosingOp(uint32_t w, uint32_t fid) const;
   // The caller the call-path collapse follows: fid's enclosing op where it has one (the
   // ops between fid and its key's parent), else its parent.
   uint32_t CollapseParent(uint32_t fid) const {
@@ -313,6 +319,18 @@ class JobTable {
   static constexpr uint32_t kEnclosingUnseen = kNone - 1;
   std::vector<uint32_t> enclosing_ops_;
   std::vector<std::pair<uint32_t, uint32_t>> enclosing_links_;
+  // By fid during the ingest: the enclosing op the first worker that listed it gave. Each
+  // later worker whose op differs from it is one WorkerEnclosing (sorted by worker and fid by
+  // EndIngest(), which keeps the first workers' ops of the disputed fids in disputed_first_,
+  // sorted): one entry per disagreement, none where the workers agree.
+  std::vector<uint32_t> enclosing_first_;
+  struct WorkerEnclosing {
+    uint32_t worker;
+    uint32_t fid;
+    uint32_t op;
+  };
+  std::vector<WorkerEnclosing> worker_enclosing_;
+  std::vector<std::pair<uint32_t, uint32_t>> disputed_first_;
   std::vector<double> p50s_;  // LastP50s()
   // Scratch of Add(): the worker's root functions that carry host metrics, in list order.
   std::vector<uint32_t> metric_roots_;

@@ -919,6 +919,59 @@ TEST(Localizer, OpsWithoutAnEnclosingOpStaySeparate) {
   EXPECT_EQ(chain_findings, 4);
 }
 
+// Four ranks traced without with_stack, shaped after tests/e2e's extra_function job: every
+// rank's aten::mm runs in the backward pass (inside AddmmBackward0), and rank 3 also calls a
+// plain Python function whose matrix products (aten::matmul > aten::mm) no other rank runs.
+// Rank 3's aten::mm then holds its backward and the extra products: its enclosing op is
+// aten::matmul there (most of its calls), AddmmBackward0 on the others, so the job has no
+// common link, and its excess is the extra aten::matmul's time counted again. One finding,
+// the code only rank 3 runs, with aten::mm as its evidence; not a second "rank 3 spends
+// ... in aten::mm" beside it (which, ranked by its cost, could come first: a clean-clone CI
+// run of e2e_diagnose on a busy machine). When rank 3's aten::mm is also slow in the
+// backward pass, more excess than the extra code's time, it stays a finding of its own.
+std::vector<WorkerSpec> ExtraMatmulOnRank3(double backward_mm_ms_on_rank3) {
+  std::vector<WorkerSpec> specs;
+  for (int r = 0; r < 4; ++r) {
+    WorkerSpec w;
+    w.rank = r;
+    w.iteration_ms = 100;
+    const bool extra = r == 3;
+    w.fn("torch_op:AddmmBackward0") = {"torch_op:AddmmBackward0", 22.0, 8};
+    if (extra) w.fn("torch_op:aten::matmul") = {"torch_op:aten::matmul", 30.0, 20};
+    FnSpec& mm = w.fn("torch_op:aten::mm");
+    mm.ms = extra ? backward_mm_ms_on_rank3 + 28.0 : 20.0;
+    mm.calls = extra ? 28 : 8;
+    mm.enclosing = extra ? "torch_op:aten::matmul" : "torch_op:AddmmBackward0";
+    w.fn("torch_op:aten::addmm") = {"torch_op:aten::addmm", 15.0, 4};
+    w.fn("collective:gloo:all_reduce") = {"collective:gloo:all_reduce", extra ? 8.0 : 38.0, 1};
+    specs.push_back(w);
+  }
+  return specs;
+}
+
+TEST(Localizer, AnOpInsideCodeOnlyOneRankRunsIsEvidenceOfThatCodeNotASecondFinding) {
+  {
+    const Diagnosis d = Diagnose(ExtraMatmulOnRank3(/*backward_mm_ms_on_rank3=*/20.0));
+    SCOPED_TRACE(Describe(d));
+    ASSERT_FALSE(d.findings.empty());
+    const Finding& f = d.findings[0];
+    EXPECT_EQ(f.code, "PT-FUNCTION-ONLY-ON-SOME");
+    EXPECT_EQ(f.function, "aten::matmul");
+    EXPECT_THAT(f.workers, ElementsAre(3));
+    for (const Finding& other : d.findings) {
+      EXPECT_NE(other.function, "aten::mm") << "the extra code counted twice: " << other.title;
+    }
+  }
+  {
+    // Rank 3's backward aten::mm 2x slower as well: +20 ms beyond the extra code's 30 ms.
+    const Diagnosis d = Diagnose(ExtraMatmulOnRank3(/*backward_mm_ms_on_rank3=*/40.0));
+    SCOPED_TRACE(Describe(d));
+    bool mm_finding = false;
+    for (const Finding& f : d.findings) mm_finding |= f.function == "aten::mm" && f.material;
+    EXPECT_TRUE(mm_finding);
+  }
+}
+
 TEST(Localizer, HealthyJobWithNoiseHasNoMaterialFinding) {
   DpJob job;
   job.ranks = 64;
