@@ -228,6 +228,7 @@ std::string EncodeWorkerSummary(const WorkerSummary& s) {
       o->set_onset_ns(f.onset_ns);
     }
     if (f.slack_after_ns > 0) o->set_slack_after_ns(f.slack_after_ns);
+    if (f.enclosing_op < s.functions.size()) o->set_enclosing_op(f.enclosing_op + 1);
     if (f.durations.count() > 0) EncodeSketch(f.durations, o->mutable_durations());
     for (const FunctionMetric& fm : f.metrics) {
       o->add_metric_ids(static_cast<uint32_t>(fm.metric));
@@ -425,6 +426,16 @@ StatusOr<WorkerSummary> DecodeWorkerSummary(std::string_view bytes, UnknownValue
       return WireDataLoss(kWhat, where + " (" + o.name + "): " + std::to_string(o.slack_after_ns) +
                                      " ns followed by a receive wait, of " +
                                      std::to_string(o.total_ns) + " ns in all");
+    }
+    if (f.enclosing_op() != 0) {
+      const uint32_t e = f.enclosing_op() - 1;
+      if (e >= num_functions || e == i) {
+        return WireDataLoss(kWhat, where + " (" + o.name + "): enclosing op index " +
+                                       std::to_string(e) + " is out of range (" +
+                                       std::to_string(num_functions) + " functions)");
+      }
+      // An op of a kind this decoder does not know is left out with its link.
+      o.enclosing_op = kept_index[e];
     }
     if (f.has_durations()) {
       const v1::QuantileSketch& d = f.durations();

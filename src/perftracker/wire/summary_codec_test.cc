@@ -74,6 +74,7 @@ WorkerSummary SampleSummary() {
   mm2.key = "torch_op:aten::mm";
   mm2.parent = FunctionSummary::kNoParent;
   mm2.event_flags = kEventFlagDeviceToDevice;
+  mm2.enclosing_op = 1;  // its calls ran inside the other aten::mm's (an op in an op)
   s.functions.push_back(mm2);
 
   // A key that does not follow the parent rule (hand-built): must travel explicitly.
@@ -159,6 +160,7 @@ void ExpectSummaryEq(const WorkerSummary& a, const WorkerSummary& b) {
     EXPECT_EQ(x.onset_iteration, y.onset_iteration);
     EXPECT_EQ(x.onset_ns, y.onset_ns);
     EXPECT_EQ(x.slack_after_ns, y.slack_after_ns);
+    EXPECT_EQ(x.enclosing_op, y.enclosing_op);
     ExpectSketchEq(x.durations, y.durations);
     ASSERT_EQ(x.metrics.size(), y.metrics.size());
     for (size_t m = 0; m < x.metrics.size(); ++m) {
@@ -451,6 +453,15 @@ TEST(SummaryCodecTest, SemanticCorruptionIsNamed) {
       << bad_slack.status().message();
 
   s = SampleSummary();
+  s.functions[3].enclosing_op = 3;  // itself
+  auto bad_enclosing = DecodeWorkerSummary(EncodeWorkerSummary(s));
+  ASSERT_FALSE(bad_enclosing.ok());
+  EXPECT_NE(bad_enclosing.status().message().find(
+                "function 3 (aten::mm): enclosing op index 3 is out of range"),
+            std::string::npos)
+      << bad_enclosing.status().message();
+
+  s = SampleSummary();
   s.collective_groups.calls[1].group = 2;  // the summary has 2 groups
   auto bad_group = DecodeWorkerSummary(EncodeWorkerSummary(s));
   ASSERT_FALSE(bad_group.ok());
@@ -562,6 +573,7 @@ TEST(SummaryCodecTest, AFunctionOfAnEventKindThisServerDoesNotKnowIsLeftOutWithI
   expected = SampleSummary();
   expected.functions.erase(expected.functions.begin(), expected.functions.begin() + 3);
   expected.functions[1].parent = 2;
+  expected.functions[0].enclosing_op = FunctionSummary::kNoParent;  // its op was left out
   expected.collective_groups.calls.clear();
   ExpectSummaryEq(expected, *decoded);
   EXPECT_EQ(decoded->Key(0), "torch_op:aten::mm");
