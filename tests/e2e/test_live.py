@@ -970,7 +970,13 @@ class LiveFaultTest(LiveChecks):
                 self.assertEqual(f["workers"], [rank], json.dumps(f, indent=1))
         found = [f for f in report["findings"] if f["code"] == "PT-CPU-CONTENTION"]
         for f in found:  # when it is reported, it must be right
-            self.assertEqual(f["workers"], [rank], json.dumps(f, indent=1))
+            # A minor one may name another rank: on a machine that other work loads, a rank
+            # of the three sharing the other CPU can wait longer per turn than its two
+            # neighbours too, and a small slowness of it then is contention, truly (a
+            # clean-clone CI run at f66ab7f, beside more load than two busy loops: rank 0 5.24
+            # against 3.93 ms per turn, minor). Whether rank 2 is named is asserted below.
+            if f["material"]:
+                self.assertEqual(f["workers"], [rank], json.dumps(f, indent=1))
             self.assertEqual(f["category"], "cpu_contention")
             self.assertIn("run-queue", json.dumps(f["evidence"]).lower(),
                           json.dumps(f, indent=1))
@@ -996,6 +1002,7 @@ class LiveFaultTest(LiveChecks):
         covered = window_share_after(report, busy_since)
         starved = (per_turn[rank] >= 1.5 * peers and extra >= 0.1 and
                    min(turns.values()) * 4.0 >= 150 and covered >= 0.75)
+        found = [f for f in found if f["workers"] == [rank]]
         if starved:
             self.assertTrue(found, "rank 2 was starved (run-queue wait per turn "
                             f"{per_turn[rank] * 1e3:.1f} ms vs peers' {peers * 1e3:.1f} ms) "
