@@ -615,6 +615,12 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
     };
     auto center_of = [&](uint32_t w) { return center_in(w, healthy, all, centers); };
     std::vector<uint32_t> onset_of(n, 0);
+    // The least excess over a group's center that counts: beyond its noise, a share of it,
+    // and what the report bothers with.
+    auto floor_of = [&](const RobustCenter& c) {
+      return std::max(
+          {kOutlierZ * RobustScale(c, 0.01, 1000), kMinRelativeEffect * c.median, ctx.report_ns});
+    };
     // A throttled device's excess from its onset on, when its window excess is under the
     // floor; 0 when it has no onset, is not over the floor from then on either, or was
     // already slower before it (then the fault did not begin there).
@@ -624,9 +630,7 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       const RobustCenter* c = center_in(w, healthy_level, all_level, level_centers);
       if (c == nullptr) return 0;
       const double after = level[w] - c->median;
-      const double floor = std::max(
-          {kOutlierZ * RobustScale(*c, 0.01, 1000), kMinRelativeEffect * c->median, ctx.report_ns});
-      if (after < floor) return 0;
+      if (after < floor_of(*c)) return 0;
       const double k = r.compute_onset;
       const double its = r.compute_iterations;
       const double before = (its * common[w] - (its - k) * level[w]) / k;
@@ -643,9 +647,8 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       if (center == nullptr) continue;
       const RobustCenter& c = *center;
       reference_median[w] = static_cast<float>(c.median + (r.compute_ns - common[w]));
-      const double scale = RobustScale(c, 0.01, 1000);
       const double e = common[w] - c.median;
-      if (e < std::max({kOutlierZ * scale, kMinRelativeEffect * c.median, ctx.report_ns})) {
+      if (e < floor_of(c)) {
         // Under the floor over the window: a throttled device may have slowed down inside it.
         const double after = clocked[w] ? excess_after_onset(w, c) : 0;
         if (after <= 0) continue;
