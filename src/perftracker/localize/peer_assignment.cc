@@ -178,6 +178,7 @@ PeerAssignment AssignPeerGroups(const JobTable& job, const LocalizerOptions& opt
                                 workers.size(), kMinPeers));
   }
 
+  out.worker_role = roles;
   out.group_wait_median.assign(num_groups, 0);
   out.group_work_median.assign(num_groups, 0);
   out.group_outside_wait_median.assign(num_groups, -1);

@@ -43,6 +43,9 @@ struct PeerAssignment {
   // Per group: the median of the workers' time outside waits (OutsideWaitNs), over the
   // workers that have it.
   std::vector<float> group_outside_wait_median;
+  // Per worker, its role (RolesOfWorkers: a pipeline stage, where the collectives' process
+  // groups say); empty when they do not.
+  std::vector<uint32_t> worker_role;
 };
 
 // A worker's time per iteration outside its waits: mean iteration less the outermost

@@ -20,6 +20,8 @@ constexpr uint32_t kCommStream = 3;
 // all-reduce of a rank whose last backward send was still in flight became a call inside the
 // send, under `backward`: a function "only on some" of its stage).
 constexpr uint32_t kSendStream = 4;
+// Process group ids (Event::group) when the job names them (ScenarioJob::process_groups).
+constexpr uint16_t kTpGroup = 1, kDpGroup = 2, kPpGroup = 3;
 
 // Nominal hardware (an H100-class node): SM clock, link rates in bytes/s.
 constexpr double kClockMaxMhz = 1980;
@@ -536,6 +538,28 @@ void ClusterSimulator::Impl::Emit(int32_t rank, EventSink& sink) const {
     if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
     return a.end_ns > b.end_ns;
   });
+  if (job_.process_groups) {
+    // This rank's groups: its tensor-parallel group (consecutive ranks of one replica of its
+    // stage), its data-parallel group (the same tp index of every replica of its stage) and
+    // its pipeline (the same place in every stage: sends and receives).
+    const int32_t stage = StageOf(rank), in_stage = rank % StageSize();
+    ProcessGroupInfo tp{kTpGroup, "tp", {}, 0, "nccl"}, dp{kDpGroup, "dp", {}, 0, "nccl"},
+        pp{kPpGroup, "pp", {}, 0, "nccl"};
+    const int32_t replica_first = stage * StageSize() + in_stage / job_.tp * job_.tp;
+    for (int32_t k = 0; k < job_.tp; ++k) tp.ranks.push_back(replica_first + k);
+    for (int32_t d = 0; d < job_.dp; ++d)
+      dp.ranks.push_back(stage * StageSize() + d * job_.tp + in_stage % job_.tp);
+    for (int32_t st = 0; st < job_.pp; ++st) pp.ranks.push_back(st * StageSize() + in_stage);
+    for (ProcessGroupInfo* g : {&tp, &dp, &pp}) {
+      g->size = static_cast<uint32_t>(g->ranks.size());
+      sink.OnProcessGroup(*g);
+    }
+    for (Event& e : events) {
+      if (e.function_id == fn_.tp_allreduce) e.group = kTpGroup;
+      if (e.function_id == fn_.dp_allreduce) e.group = kDpGroup;
+      if (e.function_id == fn_.send || e.function_id == fn_.recv) e.group = kPpGroup;
+    }
+  }
   for (const Event& e : events) sink.OnEvent(e);
 
   // Samples. A private generator per rank keeps Emit() deterministic and thread-safe.

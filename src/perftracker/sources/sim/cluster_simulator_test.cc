@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ struct Capture : EventSink {
   void OnTrack(const TrackInfo&) override {}
   void OnEvent(const Event& e) override { events.push_back(e); }
   void OnMetric(const MetricSample& s) override { samples.push_back(s); }
+  void OnProcessGroup(const ProcessGroupInfo& g) override { groups.push_back(g); }
+  std::vector<ProcessGroupInfo> groups;
 };
 
 Scenario Make(const std::string& faults) {
@@ -183,6 +186,48 @@ TEST(ClusterSimulatorTest, DeviceOnlyTraceHasNoHostEventsAndStillIterations) {
   WindowSummarizer summarizer(&sim.functions());
   sim.Emit(3, summarizer);
   EXPECT_EQ(summarizer.Finish().iterations.size(), 5u);
+}
+
+// With process_groups, each collective names its group as a torch 2.x trace does: rank 11 of
+// 16 with tp 2 and pp 2 (8 ranks a stage) is in stage 1, replica 1, tp index 1.
+TEST(ClusterSimulatorTest, ProcessGroupsAreTheRanksTensorDataAndPipelineGroups) {
+  auto s = ParseScenario(
+      R"({"name": "t", "job": {"ranks": 16, "tp": 2, "pp": 2, "gpus_per_host": 4,
+      "iterations": 3, "seed": 9, "process_groups": true}, "expect": {"healthy": true}})",
+      "t.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ClusterSimulator sim(*s);
+  sim.Run();
+  Capture c;
+  sim.Emit(11, c);
+  ASSERT_EQ(c.groups.size(), 3u);
+  std::map<std::string, std::vector<int32_t>> ranks;
+  std::map<uint16_t, std::string> name_of;
+  for (const ProcessGroupInfo& g : c.groups) {
+    ranks[g.name] = g.ranks;
+    name_of[g.id] = g.name;
+    EXPECT_EQ(g.size, g.ranks.size());
+  }
+  EXPECT_EQ(ranks["tp"], (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(ranks["dp"], (std::vector<int32_t>{9, 11, 13, 15}));
+  EXPECT_EQ(ranks["pp"], (std::vector<int32_t>{3, 11}));
+  std::set<std::string> seen;
+  for (const Event& e : c.events) {
+    if (e.kind != EventKind::kCollective) continue;
+    ASSERT_TRUE(name_of.count(e.group)) << sim.functions().Get(e.function_id).name;
+    const std::string name(sim.functions().Get(e.function_id).name);
+    const std::string& group = name_of[e.group];
+    seen.insert(group);
+    EXPECT_NE(name.find("(" + group), std::string::npos) << name << " in group " << group;
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"tp", "dp", "pp"}));
+  // Without the option, no groups: an older trace.
+  s->job.process_groups = false;
+  ClusterSimulator plain(*s);
+  plain.Run();
+  Capture p;
+  plain.Emit(11, p);
+  EXPECT_TRUE(p.groups.empty());
 }
 
 // Calls on one device stream run one after another, as CUDA runs them, so a consumer nests

@@ -178,7 +178,7 @@ class Parser {
         CheckKeys(job, "job",
                   {"ranks", "dp", "tp", "pp", "gpus_per_host", "model_params_b", "iterations",
                    "steps", "microbatches", "layers_per_stage", "noise", "seed", "host_trace",
-                   "loader_workers", "teardown_seconds", "roles"}));
+                   "process_groups", "loader_workers", "teardown_seconds", "roles"}));
     ScenarioJob& j = s.job;
     j.ranks = 0;
     constexpr int64_t kMaxRanks = 1 << 20;
@@ -205,6 +205,12 @@ class Parser {
       if (!job["host_trace"].is_boolean()) return Error("job.host_trace", "must be true or false");
       j.host_trace = job["host_trace"].get<bool>();
       if (!sim && !j.host_trace) return Error("job.host_trace", "only with executor sim");
+    }
+    if (job.contains("process_groups")) {
+      if (!job["process_groups"].is_boolean())
+        return Error("job.process_groups", "must be true or false");
+      j.process_groups = job["process_groups"].get<bool>();
+      if (!sim) return Error("job.process_groups", "only with executor sim");
     }
     PERFTRACKER_RETURN_IF_ERROR(String(job, "job", "roles", &j.roles));
     if (!j.roles.empty() && sim) return Error("job.roles", "only with executor real");

@@ -74,6 +74,10 @@ struct ScenarioJob {
   // sim: false = the trace holds device activity only (no host thread events; the
   // iteration markers are the GPU-side twins), as a GPU-only Kineto export.
   bool host_trace = true;
+  // sim: true = each collective names its process group (tp, dp, pp: the global ranks of its
+  // members, as torch 2.x Kineto traces' "Process Group Ranks" do); false = no groups, as an
+  // older trace.
+  bool process_groups = false;
   // real: "" (every rank runs the same model) or "two_models" (the first half of the ranks
   // trains one model, the second half another: two roles in one job).
   std::string roles;

@@ -129,6 +129,13 @@ TEST(ScenarioTest, ErrorsNameTheFileAndTheField) {
   EXPECT_EQ(ErrorOf(R"({"name": "a", "job": {"ranks": 8, "host_trace": 1}, )" + ok_expect + "}"),
             "scenarios/x.json: job.host_trace: must be true or false");
   EXPECT_EQ(
+      ErrorOf(R"({"name": "a", "job": {"ranks": 8, "process_groups": "yes"}, )" + ok_expect + "}"),
+      "scenarios/x.json: job.process_groups: must be true or false");
+  EXPECT_EQ(
+      ErrorOf(R"({"name": "a", "executor": "real", "job": {"ranks": 4, "process_groups": true}, )" +
+              ok_expect + "}"),
+      "scenarios/x.json: job.process_groups: only with executor sim");
+  EXPECT_EQ(
       ErrorOf(
           R"({"name": "a", "executor": "real", "job": {"ranks": 4}, "faults": [{"kind": "untraced_pause", "ranks": [1]}], )"
           R"("expect": {"findings": [{"code": "PT-STRAGGLER-UNTRACED"}]}})"),
