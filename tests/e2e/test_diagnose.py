@@ -58,8 +58,12 @@ SCENARIOS = {
     # Two roles: ranks 0-2 train one model, ranks 3-5 another.
     "two_models": ["--world-size", "6", "--roles", "two_models"],
     # The job's own torch.profiler.tensorboard_trace_handler files: no rank in them (issue 11).
+    # Ten extra runs of block2 (not the default four): what this scenario checks is the
+    # ranks of files without one, and on a machine that other work loads, four were within
+    # what preemption costs a rank elsewhere (a clean-clone CI run: rank 0's backward +17 ms).
     "tensorboard_slow_compute_rank2": ["--world-size", "3", "--fault", "slow_compute",
-                                       "--fault-rank", "2", "--tensorboard"],
+                                       "--fault-rank", "2", "--slow-repeats", "10",
+                                       "--tensorboard"],
     # The same with torch ops only (no record_function, no DDP: nothing user-level around the
     # forward's ops), the extra block2 work on rank 1 (issue 11 §2).
     "tensorboard_ops_only_rank1": ["--world-size", "3", "--sync", "allreduce", "--fault",
