@@ -26,18 +26,7 @@ void MarkOffCpuTime(const RuleContext& ctx, std::vector<WorkerFinding>& worker_f
            !f.run_queue_only && f.named.fid != kNone && f.contention_wait_ns < 0;
   };
   const auto culprits = CulpritsByGroupAndFunction(worker_findings, is_host_work);
-  // The whole process's run-queue wait per iteration (every thread's), -1 without it. The
-  // work of a host function may run on helper threads (torch's intra-op pool for a matrix
-  // product): its training thread then blocks waiting for them, and their wait for a CPU on
-  // a crowded host is the function's, not a sleep (e2e_live slow_compute in a clean-clone CI
-  // run beside other load: rank 2's training thread waited 12.5 ms/iter less for a CPU than
-  // its peers' and its process used only 15 of the 62 ms extra as CPU time).
-  auto process_rq = [](const WorkerRecord& w) {
-    return w.run_queue >= 0 && w.mean_iteration_ns > 0
-               ? static_cast<double>(w.run_queue) * w.mean_iteration_ns
-               : -1.0;
-  };
-  std::vector<float> cpu, run_queue, both, process_run_queue;
+  std::vector<float> cpu, run_queue, both;
   for (WorkerFinding& f : worker_findings) {
     if (!is_host_work(f)) continue;
     const double excess = f.excess();
@@ -54,8 +43,6 @@ void MarkOffCpuTime(const RuleContext& ctx, std::vector<WorkerFinding>& worker_f
     cpu.clear();
     run_queue.clear();
     both.clear();
-    process_run_queue.clear();
-    const double own_prq = process_rq(workers[f.named.worker]);
     for (uint32_t w : peers.members[g]) {
       if (std::binary_search(same.begin(), same.end(), w) || workers[w].has_device) continue;
       double c = 0, rq = 0;
@@ -63,22 +50,14 @@ void MarkOffCpuTime(const RuleContext& ctx, std::vector<WorkerFinding>& worker_f
       cpu.push_back(static_cast<float>(c));
       run_queue.push_back(static_cast<float>(rq));
       both.push_back(static_cast<float>(c + rq));
-      if (const double prq = process_rq(workers[w]); prq >= 0) {
-        process_run_queue.push_back(static_cast<float>(prq));
-      }
     }
     if (cpu.empty()) continue;
     const double peer_cpu = MedianInPlace(cpu);
     const double peer_rq = MedianInPlace(run_queue);
-    // Its threads' extra wait for a CPU: the training thread's, or the whole process's where
-    // that is more (helper threads doing its work).
-    double extra_rq = std::max(0.0, own_rq - peer_rq);
-    if (own_prq >= 0 && process_run_queue.size() == cpu.size()) {
-      extra_rq = std::max(extra_rq, own_prq - MedianInPlace(process_run_queue));
-    }
     // Window means; the excess is per iteration from the onset on (1x without one).
     const double scale = f.onset_scale();
-    const double on_cpu = (std::max(0.0, own_cpu - peer_cpu) + extra_rq) * scale;
+    const double on_cpu =
+        (std::max(0.0, own_cpu - peer_cpu) + std::max(0.0, own_rq - peer_rq)) * scale;
     if (on_cpu > kOnCpuShareOfExcess * excess) continue;
     // The others must wait for it: a worker that does in this function what its peers do in
     // others (another role, a different split of the work) uses the same CPU time, computes
