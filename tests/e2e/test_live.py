@@ -1000,7 +1000,11 @@ class LiveFaultTest(LiveChecks):
         # peers' (91 against 85-93 ms/iter) while the test measured 8.3 ms per turn against
         # 3.2. Asserted only when the busy processes ran for most of the window.
         covered = window_share_after(report, busy_since)
-        starved = (per_turn[rank] >= 1.5 * peers and extra >= 0.1 and
+        # The test's measurement spans other seconds than the window's samples: it asserts
+        # with a margin over the rule's 1.5x (a clean-clone CI run at 0b51f54, otherwise idle:
+        # 7.0 against 4.4 ms per turn measured, 1.59x, and no contention in the window's
+        # report).
+        starved = (per_turn[rank] >= 2.0 * peers and extra >= 0.1 and
                    min(turns.values()) * 4.0 >= 150 and covered >= 0.75)
         found = [f for f in found if f["workers"] == [rank]]
         if starved:
