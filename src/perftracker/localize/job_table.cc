@@ -379,25 +379,18 @@ void JobTable::Add(const WorkerSummary& worker, std::vector<std::string>& notes)
   listings_.resize(functions_.size());
   for (size_t i = 0; i < n; ++i) listings_[fids_[i]] = {w + 1, static_cast<uint32_t>(i), kNone};
   if (functions_.size() > first_new_fid) ResolveNewFunctions(worker, fids_, first_new_fid);
-  // Enclosing ops (FunctionSummary::enclosing_op): a link holds only where every worker that
-  // lists the function gives the same op.
-  // Each worker's own op is kept where it differs from the first worker's (WorkerEnclosingOp).
-  enclosing_ops_.resize(functions_.size(), kEnclosingUnseen);
+  // Enclosing ops (FunctionSummary::enclosing_op): the first worker's per function, and each
+  // later worker's where it differs (WorkerEnclosingOp). A link holds job-wide only where
+  // every worker that lists the function gives the same op: where none differs (EndIngest).
   enclosing_first_.resize(functions_.size(), kEnclosingUnseen);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t e = worker.functions[i].enclosing_op;
     const uint32_t op = e < n && fids_[e] != fids_[i] ? fids_[e] : kNone;
-    uint32_t& kept = enclosing_ops_[fids_[i]];
     uint32_t& first = enclosing_first_[fids_[i]];
     if (first == kEnclosingUnseen) {
       first = op;
     } else if (op != first) {
       worker_enclosing_.push_back({w, fids_[i], op});
-    }
-    if (kept == kEnclosingUnseen) {
-      kept = op;
-    } else if (kept != op) {
-      kept = kNone;
     }
   }
 
@@ -618,13 +611,9 @@ void JobTable::EndIngest() {
   std::vector<Listing>().swap(listings_);
   std::vector<uint32_t>().swap(fids_);
   std::vector<uint8_t>().swap(enclosing_);
-  enclosing_links_.clear();
-  for (uint32_t fid = 0; fid < enclosing_ops_.size(); ++fid) {
-    if (enclosing_ops_[fid] < functions_.size())
-      enclosing_links_.emplace_back(fid, enclosing_ops_[fid]);
-  }
   // The ops of the functions the workers disagree on: the first worker's per fid, and the
-  // others' where they differ from it (already in worker_enclosing_).
+  // others' where they differ from it (already in worker_enclosing_). What is left in
+  // enclosing_first_ is every worker's op: the job-wide links.
   disputed_first_.clear();
   for (const WorkerEnclosing& e : worker_enclosing_) {
     uint32_t& first = enclosing_first_[e.fid];
@@ -633,12 +622,16 @@ void JobTable::EndIngest() {
     first = kEnclosingUnseen;
   }
   std::sort(disputed_first_.begin(), disputed_first_.end());
+  enclosing_links_.clear();
+  for (uint32_t fid = 0; fid < enclosing_first_.size(); ++fid) {
+    if (enclosing_first_[fid] < functions_.size())
+      enclosing_links_.emplace_back(fid, enclosing_first_[fid]);
+  }
   std::sort(worker_enclosing_.begin(), worker_enclosing_.end(),
             [](const WorkerEnclosing& a, const WorkerEnclosing& b) {
               return a.worker != b.worker ? a.worker < b.worker : a.fid < b.fid;
             });
   worker_enclosing_.shrink_to_fit();
-  std::vector<uint32_t>().swap(enclosing_ops_);
   std::vector<uint32_t>().swap(enclosing_first_);
   std::vector<FunctionRecord>().swap(straddling_);
   std::vector<uint32_t>().swap(metric_roots_);

@@ -313,17 +313,15 @@ class JobTable {
   };
   std::vector<Listing> listings_;
   std::vector<uint32_t> fids_;  // scratch
-  // During the ingest, by fid: the enclosing op every worker that listed it gave
-  // (kEnclosingUnseen: none listed it yet; kNone: one gave none, or another one). EndIngest()
-  // keeps only the (fid, op) pairs, sorted, in enclosing_links_.
+  // By fid during the ingest: the enclosing op the first worker that listed it gave
+  // (kEnclosingUnseen: none listed it yet; kNone: it gave none). Each later worker whose op
+  // differs from it is one WorkerEnclosing: one entry per disagreement, none where the workers
+  // agree. EndIngest() sorts them by worker and fid, keeps the first workers' ops of the
+  // disputed fids in disputed_first_ and the undisputed (fid, op) pairs in enclosing_links_,
+  // both sorted.
   static constexpr uint32_t kEnclosingUnseen = kNone - 1;
-  std::vector<uint32_t> enclosing_ops_;
-  std::vector<std::pair<uint32_t, uint32_t>> enclosing_links_;
-  // By fid during the ingest: the enclosing op the first worker that listed it gave. Each
-  // later worker whose op differs from it is one WorkerEnclosing (sorted by worker and fid by
-  // EndIngest(), which keeps the first workers' ops of the disputed fids in disputed_first_,
-  // sorted): one entry per disagreement, none where the workers agree.
   std::vector<uint32_t> enclosing_first_;
+  std::vector<std::pair<uint32_t, uint32_t>> enclosing_links_;
   struct WorkerEnclosing {
     uint32_t worker;
     uint32_t fid;
