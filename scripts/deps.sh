@@ -4,6 +4,8 @@
 PERFTRACKER_DEPS=(
   # toolchain
   cmake ninja-build g++ pkg-config
+  # compiles each unchanged file once across clean builds (CMakeLists.txt, PERFTRACKER_CCACHE)
+  ccache
   # C++ libraries (cmake/Dependencies.cmake checks each one and names its package)
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev libspdlog-dev
   nlohmann-json3-dev libprotobuf-dev protobuf-compiler zlib1g-dev libzstd-dev

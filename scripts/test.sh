@@ -8,6 +8,11 @@ source scripts/deps.sh
 
 start=$SECONDS
 perftracker_install_deps
+# ccache (CMakeLists.txt, PERFTRACKER_CCACHE): paths under this checkout are hashed relative to
+# it, and not the build directory itself, so a clean clone elsewhere (CI's) reuses the objects
+# of an earlier build of the same sources. Debug info then names the first build's directory.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPERFTRACKER_SANITIZE=ON
 cmake --build build-asan -j "$(nproc)"
 built=$SECONDS
