@@ -819,9 +819,19 @@ class LiveFaultTest(LiveChecks):
         top = self.top_finding(report, run)
         self.assertEqual(top["workers"], [1], json.dumps(top, indent=1))
         self.assertIn("save_checkpoint", top["function"], json.dumps(top, indent=1))
+        self.assertTrue(top["material"], json.dumps(top, indent=1))
+        # The rule speaks only when the others wait for it, at least half its excess (a rank
+        # doing in one function what its peers do in others makes no one wait). On a
+        # saturated host they wait less: while rank 1 sleeps, the others get its CPU share
+        # (a clean-clone CI run beside a compile, 202 ms steps: 26.4 ms lost of 53.3). Then
+        # the finding stays "CPU", as the rule says, and the report shows why.
+        excess = float(re.search(r"\(\+([\d.]+) ms", top["title"]).group(1))
+        if top["lost_ms_per_iteration"] < 0.5 * excess:
+            log(f"sleeping_function: saturated host, the others waited "
+                f"{top['lost_ms_per_iteration']:.1f} of {excess:.1f} ms/iter: no off-CPU verdict")
+            return
         self.assertEqual(top["resource"], "off-CPU (blocked)", json.dumps(top, indent=1))
         self.assertIn("not computing", top["title"])
-        self.assertTrue(top["material"], json.dumps(top, indent=1))
 
     def test_slow_data_names_rank_and_data_loading(self):
         run = self.run_fault("slow_data", ["--fault", "slow_data", "--fault-rank", "1",
