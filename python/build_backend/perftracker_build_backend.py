@@ -69,8 +69,6 @@ def _build(build_dir):
            "-DPERFTRACKER_AGENT_ONLY=ON", "-DPython3_EXECUTABLE=" + sys.executable]
     if shutil.which("ninja"):
         cmd += ["-G", "Ninja"]
-    if shutil.which("ccache"):
-        cmd += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_C_COMPILER_LAUNCHER=ccache"]
     cmd += shlex.split(os.environ.get("PERFTRACKER_CMAKE_ARGS", ""))
     _run(cmd)
     _run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)])
