@@ -2,14 +2,10 @@
 # tree for PYTHON (another CPython than the full build's, e.g. pyenv's) with warnings as
 # errors, then runs the agent's Python tests on that interpreter (those needing torch skip
 # themselves when it lacks torch). Any failure fails the test.
-set(_launcher)
-find_program(_ccache ccache)
-if(_ccache)
-  set(_launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${_ccache} -DCMAKE_C_COMPILER_LAUNCHER=${_ccache})
-endif()
+# The tree compiles through ccache when it is installed (CMakeLists.txt, PERFTRACKER_CCACHE).
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${BUILD} -G Ninja
                         -DCMAKE_BUILD_TYPE=Release -DPERFTRACKER_AGENT_ONLY=ON
-                        -DPERFTRACKER_WERROR=ON -DPython3_EXECUTABLE=${PYTHON} ${_launcher}
+                        -DPERFTRACKER_WERROR=ON -DPython3_EXECUTABLE=${PYTHON}
                 RESULT_VARIABLE rc OUTPUT_QUIET)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "agent-only configure for ${PYTHON} failed (${rc})")
