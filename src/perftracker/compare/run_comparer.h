@@ -46,8 +46,8 @@
 // 2. Materiality per rank: |delta| >= max(material_share x scale x the rank's baseline
 //    iteration, noise_sigmas x hypot(scale x standard error of the rank's mean iteration in
 //    the baseline, the same in the current run)), scale being the rank's factor applied
-//    (scale_r above; 1 when none is): delta compares the current run with the baseline multiplied by it,
-//    so the baseline's noise and share are multiplied too. A slowdown measured on a machine
+//    (scale_r above; 1 when none is): delta compares the current run with the baseline multiplied
+//    by it, so the baseline's noise and share are multiplied too. A slowdown measured on a machine
 //    quieter than the baseline's (scale < 1) is not held to the busy baseline's noise; two
 //    healthy runs, the current one busier, are held to more. The standard error is the
 //    spread of one iteration (1.4826 x MAD of the iteration times) over sqrt(iterations).
@@ -55,6 +55,12 @@
 //    so the iteration's noise bounds it from above. On a quiet machine the share decides; on
 //    a loaded one (iterations that scatter by 20 %) the noise does. What shifts between two
 //    runs as a whole (load that comes and goes) is the shared scale's part, not a function's.
+//    A rank's material delta is a change only when the job shares it or the rank does not:
+//    the median delta over all ranks passes the median bar (every rank that passes is named),
+//    or the rank's delta passes its bar beyond the median of the other ranks' deltas. A rank
+//    that passes only as the high end of a change every rank made within the noise is not
+//    named (a CPU-heavy GEMM stretched x1.6-1.7 on every rank of a busier run, beyond the
+//    shared factor of x1.13, read +8.1 to +10.1 ms against a bar of 9.1 ms: "slower on rank 2").
 //
 // Waits. In synchronous training a rank's time in a collective (or a synchronization, or a
 // torch communication operator) is the collective's own part, which every rank spends, plus
