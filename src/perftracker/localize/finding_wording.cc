@@ -517,6 +517,9 @@ std::vector<RenderedFinding> FindingWording::Render(
     } else if (a.fid != kNone) {
       // Code only a minority runs: its time on the worst culprit (no peers to compare).
       r.function_time = {a.value, -1, -1, 0, functions[a.fid].on_device};
+    } else if (top.untraced_before != UINT32_MAX) {  // untraced time (PT-STRAGGLER-UNTRACED)
+      r.function_time.untraced_before_host_code =
+          OnHostThread(job.functions()[top.untraced_before].kind);
     }
     out.push_back(std::move(r));
   }

@@ -523,6 +523,16 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       bool inside = !f.workers.empty();
       for (int32_t r : f.workers) inside &= Contains(ranks, r);
       if (!inside && !any_worker) continue;
+      // Untraced time before the host thread's own code (a pause, Python the profiler did not
+      // record) on a worker the link does not serve is a second cause, not the link's doing;
+      // before a kernel, copy or collective, a late transfer may be what started it (held-out
+      // rnd-s3-037: rank 31's 8.4 ms pause before `forward` was taken into host 2's degraded
+      // NIC finding, which then claimed its cost; with process groups, untraced time before
+      // pp sends of rnd-s4-022 is the link's effect).
+      if (!inside && f.code == fc::kStragglerUntraced && ctx.function_times != nullptr &&
+          i < ctx.function_times->size() && (*ctx.function_times)[i].untraced_before_host_code) {
+        continue;
+      }
       drop[i] = true;
       lost = std::max(lost, f.lost_ns_per_iteration);
       if (into.function.empty() && !f.function.empty()) {

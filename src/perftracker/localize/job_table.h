@@ -170,6 +170,12 @@ inline bool IsUserLevel(EventKind kind) {
 inline bool IsWaitKind(EventKind kind) {
   return kind == EventKind::kCollective || kind == EventKind::kSync;
 }
+// A function of the host thread: its idle gap is the thread's own. A device stream idles
+// whenever its host is late, for traced reasons too.
+inline bool OnHostThread(EventKind kind) {
+  return kind != EventKind::kGpuKernel && kind != EventKind::kMemcpy &&
+         kind != EventKind::kMemset && kind != EventKind::kCollective;
+}
 inline bool IsHostWorkKind(EventKind kind) {
   return kind == EventKind::kPythonCall || kind == EventKind::kTorchOp ||
          kind == EventKind::kUserAnnotation || kind == EventKind::kKernelLaunch ||

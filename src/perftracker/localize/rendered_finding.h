@@ -25,6 +25,10 @@ struct NamedFunctionTime {
   // the median call from the onset on when the named function is the one that stepped; the
   // share of the window's iterations from the onset on turns excess_ns into a window mean.
   float onset_share = 1;
+  // PT-STRAGGLER-UNTRACED: its untraced time sits before a function of the host thread (a
+  // pause, code the profiler did not record: the thread's own), not before a kernel, copy or
+  // collective (where a late transfer may start it).
+  bool untraced_before_host_code = false;
 };
 
 struct RenderedFinding {

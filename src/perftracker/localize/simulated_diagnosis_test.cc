@@ -296,6 +296,27 @@ TEST(SimulatedDiagnosis, AGcStragglerIsNamedOnce) {
   EXPECT_EQ(about_26, 1);
 }
 
+// Held-out scenario rnd-s3-037 (--seed 3): an 8.4 ms untraced pause per step on rank 31 (host
+// 3) and a degraded NIC on host 2 (ranks 16-23). The pause is the host thread's own (before
+// `forward`): the NIC finding may not take it as evidence and claim its cost; both are named, the
+// pause on rank 31.
+TEST(SimulatedDiagnosis, AnUntracedPauseOnAnotherHostIsNotTheDegradedNicsEvidence) {
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 32, "tp": 8, "pp": 1,
+      "gpus_per_host": 8, "model_params_b": 7, "iterations": 12, "seed": 547316335,
+      "noise": 0.03},
+      "faults": [{"kind": "untraced_pause", "magnitude": 8.4, "ranks": [31]},
+                 {"kind": "nic_degraded", "start": 1, "magnitude": 2.53, "hosts": [2]}],
+      "expect": {"findings": [{"code": "PT-STRAGGLER-UNTRACED", "workers": [31]}]}})");
+  SCOPED_TRACE(Describe(d));
+  const Finding* untraced = FindCode(d, "PT-STRAGGLER-UNTRACED");
+  ASSERT_NE(untraced, nullptr);
+  EXPECT_EQ(untraced->workers, std::vector<int32_t>{31});
+  const Finding* nic = FindCode(d, "PT-NIC-DEGRADED");
+  ASSERT_NE(nic, nullptr);
+  for (const auto& e : nic->evidence)
+    EXPECT_EQ(e.value.find("PT-STRAGGLER-UNTRACED"), std::string::npos);
+}
+
 // Device-only traces (no host annotations): the backward GEMM holds two thirds of every
 // device's time, so of a slow device's excess too. The device is slow when the rest of its
 // kernels are slower by a similar ratio (rnd-s1-034, drawn by bench/random_scenarios.py: a

@@ -16,13 +16,6 @@ namespace {
 // median, bounded for groups of thousands).
 constexpr size_t kPlacePeers = 64;
 
-// A function of the host thread: its idle gap is the thread's own. A device stream idles
-// whenever its host is late, for traced reasons too.
-bool OnHostThread(EventKind kind) {
-  return kind != EventKind::kGpuKernel && kind != EventKind::kMemcpy &&
-         kind != EventKind::kMemset && kind != EventKind::kCollective;
-}
-
 // Where untraced time sits in w's iteration: the function whose calls w's thread starts after
 // the longest idle gap beyond its peers' (the summarizer's idle gap before top-level calls);
 // with host_thread_only, among the host thread's functions that most of the job runs (a gap
