@@ -219,12 +219,12 @@ class Walker {
     std::vector<double> all(pairs_.size());
     std::vector<size_t> order(pairs_.size());
     std::vector<size_t> position(pairs_.size());  // pair -> its place in `sorted`
+    std::vector<double> sorted(pairs_.size());
     for (auto it = material->begin(); it != material->end();) {
       MaterialRanks& m = it->second;
       for (size_t i = 0; i < pairs_.size(); ++i) all[i] = sign * Delta(i, it->first);
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return all[a] < all[b]; });
-      std::vector<double> sorted(all.size());
       for (size_t k = 0; k < order.size(); ++k) {
         sorted[k] = all[order[k]];
         position[order[k]] = k;
@@ -232,7 +232,7 @@ class Walker {
       const bool shared = MedianOf(sorted, sorted.size()) >= median_bar;
       MaterialRanks kept;
       for (size_t j = 0; j < m.ranks.size(); ++j) {
-        bool keep = shared || pairs_.size() == 1;
+        bool keep = shared;
         if (!keep) {
           const size_t pair = m.pairs[j];
           keep = all[pair] - MedianOf(sorted, position[pair]) >= pairs_[pair].bar_ns;

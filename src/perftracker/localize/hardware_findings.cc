@@ -505,6 +505,11 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
     return r;
   };
   auto material = [&](Finding& f) { f.material = f.lost_ns_per_iteration >= ctx.material_ns; };
+  // Finding i's named function's times (none given: the defaults, nothing named).
+  auto time_of = [&](size_t i) {
+    return ctx.function_times && i < ctx.function_times->size() ? (*ctx.function_times)[i]
+                                                                : localize::NamedFunctionTime{};
+  };
   auto name_hosts = [&](Finding& f, const std::vector<uint32_t>& culprits) {
     const std::string hosts = HostPhrase(culprits);
     if (hosts.empty()) return;
@@ -529,8 +534,7 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       // rnd-s3-037: rank 31's 8.4 ms pause before `forward` was taken into host 2's degraded
       // NIC finding, which then claimed its cost; with process groups, untraced time before
       // pp sends of rnd-s4-022 is the link's effect).
-      if (!inside && f.code == fc::kStragglerUntraced && ctx.function_times != nullptr &&
-          i < ctx.function_times->size() && (*ctx.function_times)[i].untraced_before_host_code) {
+      if (!inside && f.code == fc::kStragglerUntraced && time_of(i).untraced_before_host_code) {
         continue;
       }
       drop[i] = true;
@@ -579,11 +583,10 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
     for (size_t i = 0; i < findings.size(); ++i) {
       const Finding& f = *findings[i];
       if (drop[i] || f.code != fc::kFunctionOnlyOnSome || f.category != FindingCategory::kCompute ||
-          !ctx.function_times || i >= ctx.function_times->size() ||
-          !(*ctx.function_times)[i].on_device) {
+          !time_of(i).on_device) {
         continue;
       }
-      const float extra = std::max(0.0f, (*ctx.function_times)[i].ns);
+      const float extra = std::max(0.0f, time_of(i).ns);
       for (int32_t rank : f.workers) {
         const auto it = by_rank.find(rank);
         if (it == by_rank.end()) continue;
@@ -690,9 +693,7 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
             f.code == fc::kStragglerCompute ||
             (f.code == fc::kFunctionOnlyOnSome && f.category == FindingCategory::kCompute);
         if (drop[i] || !work || !Contains(f.workers, r.rank)) continue;
-        const localize::NamedFunctionTime t = ctx.function_times && i < ctx.function_times->size()
-                                                  ? (*ctx.function_times)[i]
-                                                  : localize::NamedFunctionTime{};
+        const localize::NamedFunctionTime t = time_of(i);
         // Extra code on the device is out of the comparison already (above).
         if (f.code == fc::kFunctionOnlyOnSome && t.on_device) continue;
         if (t.on_device && t.peer_ns > 0 && t.ns > t.peer_ns && t.excess_ns > 0) {
