@@ -262,26 +262,38 @@ class ProfilerTestBase(ProfilerJob):
                 return 1
             def main():
                 leaf()
+            leaves = 0
+            def drain():
+                # The collector's part: nothing else empties the main thread's ring, which
+                # holds 87,000 windows of 3 events (<module>, main, leaf); one window more
+                # would drop, by design (the C threads starve on a loaded machine and the
+                # loop waits for them: "3 != 0" dropped beside a sanitized test in CI).
+                got = _agent.read_shm(_agent.shm_path())
+                funcs = {f[0]: f for f in got["functions"]}
+                return sum(1 for e in got["events"] if e[4] == "python" and
+                           short(funcs[e[3]][3]) == "leaf" and
+                           short(funcs[funcs[e[3]][1]][3]) == "main")
             windows, wrong = 0, []
             deadline = time.monotonic() + 20
-            # Before the fix 8 of 10 jobs crashed within their first 5,000 windows (< 1 s):
-            # six times as many, bounded in time on a loaded machine.
-            while (windows < 30000 or made[0] < 5000) and time.monotonic() < deadline:
+            # Before the first fix 8 of 10 jobs crashed within their first 5,000 windows
+            # (< 1 s). A state CPython 3.11 lists with _initialized set and its cframe still
+            # NULL (the compiler's store order) crashed the profile hook's window start in
+            # 3 of 8 jobs of 100,000 windows: as many, bounded in time on a loaded machine.
+            while (windows < 100000 or made[0] < 5000) and time.monotonic() < deadline:
                 _agent.profile_start(60, HOOK)
                 main()
                 counts = _agent.profile_stop()
                 windows += 1
                 if counts["dropped"] != 0 or counts["hook"] != HOOK:
                     wrong.append(counts)
+                if windows % 20000 == 0:
+                    leaves += drain()
             stop = True
             for t in churners:
                 t.join()
-            got = _agent.read_shm(_agent.shm_path())
-            funcs = {f[0]: f for f in got["functions"]}
-            leaves = [e for e in got["events"] if e[4] == "python" and
-                      short(funcs[e[3]][3]) == "leaf" and short(funcs[funcs[e[3]][1]][3]) == "main"]
+            leaves += drain()
             report(counts=counts, windows=windows, made=made[0], wrong=wrong[:3],
-                   leaves=len(leaves))
+                   leaves=leaves)
         """)
         self.assertEqual(out["wrong"], [])
         self.assertEqual(out["leaves"], out["windows"], "main > leaf once per window")

@@ -766,9 +766,19 @@ struct ThreadRef {
 };
 
 // Whether `t` is initialized: false only for a state CPython 3.11 is still initializing.
-inline bool ThreadStateReady([[maybe_unused]] PyThreadState* t) {
+// Its `_initialized` flag alone does not say so: init_threadstate sets it last in the
+// source, but the compiler may order the plain stores as it likes, and Debian's 3.11.2
+// stores `_initialized = 1` before cframe, exc_info and the recursion limits (its
+// disassembly). A window then read a NULL cframe (SIGSEGV in PyThreadState_GetFrame, 2 of
+// 6 jobs of 300,000 windows beside ctypes threads, profile hook). So every field a walk or
+// a call reads is checked itself: the id, the cframe, and the next state (a listed state
+// other than the caller's own has one when it is the head: the caller's is older).
+inline bool ThreadStateReady([[maybe_unused]] PyThreadState* t, [[maybe_unused]] bool head) {
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-  return __atomic_load_n(&t->_initialized, __ATOMIC_ACQUIRE) != 0;
+  if (__atomic_load_n(&t->_initialized, __ATOMIC_ACQUIRE) == 0) return false;
+  if (__atomic_load_n(&t->id, __ATOMIC_ACQUIRE) == 0) return false;
+  if (__atomic_load_n(&t->cframe, __ATOMIC_ACQUIRE) == nullptr) return false;
+  return !head || t == PyThreadState_Get() || __atomic_load_n(&t->next, __ATOMIC_ACQUIRE) != nullptr;
 #else
   return true;
 #endif
@@ -784,7 +794,7 @@ std::vector<ThreadRef> ThreadSnapshot(PyInterpreterState* interp) {
     // each pass reads the list afresh.
     for (PyThreadState* t = PyInterpreterState_ThreadHead(interp); t != nullptr;
          t = PyThreadState_Next(t)) {
-      if (!ThreadStateReady(t)) {
+      if (!ThreadStateReady(t, out.empty())) {
         ready = false;
         break;
       }
