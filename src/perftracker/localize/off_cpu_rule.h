@@ -12,6 +12,14 @@
 // run-queue wait ΔRQ over the medians of its group's workers that are not culprits of the
 // same function (scaled to the finding's onset, as its excess is). The excess is off-CPU when
 //   - ΔCPU + ΔRQ is at most kOnCpuShareOfExcess of it;
+//   - so is its extra time inside torch ops (the outermost ops it runs, directly or through
+//     Python calls, over its peers' median; the function itself is no op): what the trace
+//     shows inside an op is compute, whatever the window means say. On a crowded host a
+//     computing rank's extra CPU second takes 2-3 s of wall time while its peers, woken
+//     from their all-reduce together, wait longer for a CPU than it does: in a clean-clone
+//     CI run extra linear layers in Block2.forward (+62 ms/iter) came with only +15 ms/iter
+//     of process CPU and 12.5 ms/iter *less* run-queue wait. A sleep, I/O or a lock in
+//     Python code runs no op;
 //   - the rest stands out of those peers' own spread of CPU + run-queue time per iteration
 //     (outlier_z robust sigmas, and in groups of up to 8 their whole range): on a crowded
 //     host these window means differ by milliseconds between ranks doing the same work, and
