@@ -317,6 +317,26 @@ TEST(SimulatedDiagnosis, AnUntracedPauseOnAnotherHostIsNotTheDegradedNicsEvidenc
     EXPECT_EQ(e.value.find("PT-STRAGGLER-UNTRACED"), std::string::npos);
 }
 
+// Held-out scenario rnd-s1-026 (--seed 1): rank 0's GEMMs 2.44x slower (pp 8, tp 2, 64 GPUs),
+// +72 ms/iter for the job. Its host thread, like every GPU worker's, launches and then waits in
+// one device sync for the rest of the iteration; the rule for a host function that ends by
+// waiting for another thread's collective judged the kernel by that thread's time outside
+// waits (~0 on every worker) and it cost "0 ns". A kernel runs no wait of the host thread.
+TEST(SimulatedDiagnosis, ASlowKernelIsNotCappedByItsHostThreadsDeviceSync) {
+  const Diagnosis d = Simulate(R"({"name": "t", "job": {"ranks": 64, "tp": 2, "pp": 8,
+      "gpus_per_host": 8, "model_params_b": 175, "iterations": 8, "seed": 562827510,
+      "noise": 0.0, "microbatches": 4},
+      "faults": [{"kind": "slow_compute", "magnitude": 2.44, "ranks": [0]}],
+      "expect": {"findings": [{"code": "PT-STRAGGLER-COMPUTE", "workers": [0]}]}})");
+  SCOPED_TRACE(Describe(d));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.code, "PT-STRAGGLER-COMPUTE");
+  EXPECT_EQ(f.workers, std::vector<int32_t>{0});
+  EXPECT_TRUE(f.material);
+  EXPECT_GT(f.lost_ns_per_iteration, 50e6);
+}
+
 // Device-only traces (no host annotations): the backward GEMM holds two thirds of every
 // device's time, so of a slow device's excess too. The device is slow when the rest of its
 // kernels are slower by a similar ratio (rnd-s1-034, drawn by bench/random_scenarios.py: a
