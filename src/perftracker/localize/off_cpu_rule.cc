@@ -28,13 +28,16 @@ double TimeInOpsUnder(const JobTable& job, uint32_t w, uint32_t fid) {
   double sum = 0;
   job.records().ForEach(wr.first_record, wr.num_records, [&](uint64_t, const FunctionRecord& r) {
     if (r.fid >= fns.size() || fns[r.fid].kind != EventKind::kTorchOp) return;
-    if (!job.IsAncestor(fid, r.fid)) return;
-    // Outermost: no op between it and fid.
-    for (uint32_t p = job.CollapseParent(r.fid); p != fid && p < fns.size();
-         p = job.CollapseParent(p)) {
+    // One walk up the collapse chain (JobTable::IsAncestor's): under fid, no op between.
+    int depth = 0;
+    for (uint32_t p = job.CollapseParent(r.fid); p < fns.size() && depth < kMaxDepth;
+         p = job.CollapseParent(p), ++depth) {
+      if (p == fid) {
+        sum += r.time_ns;
+        return;
+      }
       if (fns[p].kind == EventKind::kTorchOp) return;
     }
-    sum += r.time_ns;
   });
   return sum;
 }

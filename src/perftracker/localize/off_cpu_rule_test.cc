@@ -24,7 +24,7 @@ constexpr int kIterations = 40;
 
 struct Rank {
   double forward, backward, all_reduce, log_metrics, iteration;
-  double cpu, run_queue;  // per iteration, ms
+  double cpu, run_queue;       // per iteration, ms
   double log_metrics_ops = 0;  // of log_metrics, the time in a torch op it runs
 };
 

@@ -778,7 +778,8 @@ inline bool ThreadStateReady([[maybe_unused]] PyThreadState* t, [[maybe_unused]]
   if (__atomic_load_n(&t->_initialized, __ATOMIC_ACQUIRE) == 0) return false;
   if (__atomic_load_n(&t->id, __ATOMIC_ACQUIRE) == 0) return false;
   if (__atomic_load_n(&t->cframe, __ATOMIC_ACQUIRE) == nullptr) return false;
-  return !head || t == PyThreadState_Get() || __atomic_load_n(&t->next, __ATOMIC_ACQUIRE) != nullptr;
+  return !head || t == PyThreadState_Get() ||
+         __atomic_load_n(&t->next, __ATOMIC_ACQUIRE) != nullptr;
 #else
   return true;
 #endif
