@@ -155,20 +155,28 @@ CALLS_JOB = """
         bg.start()
         deadline = time.time() + 240
         next_late = next_fork = time.time()
-        passes = lates = 0
-        progress = open(sys.argv[2], "w")  # "time_ns passes late_threads" every 150 ms
+        passes = lates = hooked_passes = hooked_lates = 0
+        # "time_ns passes late_threads hooked_passes hooked_late_threads" every 150 ms; the
+        # hooked ones ran wholly while a window's hooks were on. A window opens when the agent's
+        # GIL worker gets the GIL, which a loaded machine delays past the window's start.
+        progress = open(sys.argv[2], "w")
         while not os.path.exists(STOP) and time.time() < deadline:
+            hooked = _agent.hooked_threads() > 0
             outer()
             passes += 1
+            hooked_passes += hooked and _agent.hooked_threads() > 0
             now = time.time()
             if now >= next_late:  # every 150 ms: a short thread and a full collection
                 next_late = now + 0.15
+                hooked = _agent.hooked_threads() > 0
                 t = threading.Thread(target=late_worker, name="late")
                 t.start()
                 t.join()
                 lates += 1
+                hooked_lates += hooked and _agent.hooked_threads() > 0
                 gc.collect()
-                progress.write("%d %d %d\\n" % (time.time_ns(), passes, lates))
+                progress.write("%d %d %d %d %d\\n" % (time.time_ns(), passes, lates,
+                                                       hooked_passes, hooked_lates))
                 progress.flush()
             if now >= next_fork:  # a fork during the window must not write into our rings
                 next_fork = now + 0.15
@@ -222,12 +230,14 @@ class WindowTest(AgentTestBase):
         self.assertEqual(before["events"], [], "nothing is recorded outside a window")
         self.assertEqual(before["rank"], 3)
 
-        # The window ends once the job has made 100 loop passes and 2 late threads in it (a
-        # 0.6 s window held 81 events, not the 100 asked for below, under a 0.3-core cap).
+        # The window ends once the job has made 100 loop passes and 2 late threads with the
+        # hooks on (a 0.6 s window held 81 events, not the 100 asked for below, under a
+        # 0.3-core cap; beside two busy loops a window opened so late that the 100 passes
+        # counted from its scheduled start held 27 calls of `inner`).
         start = time.time_ns() + 200_000_000
         collector.send({"type": "window", "window": 7, "start_ns": start,
                         "duration_ns": 600_000_000_000, "reason": "manual"})
-        self.wait_progress(p, progress, start, 100, 2)
+        self.wait_progress(p, progress, start, 0, 0, 100, 2)
         ended = time.time_ns()
         collector.send({"type": "end_window", "window": 7})
         _, _, done = collector.wait_for("window_done", timeout=60)
@@ -270,8 +280,10 @@ class WindowTest(AgentTestBase):
         self.assertTrue(any(e[3] in gc_ids for e in events))
 
         # After the window: nothing more is recorded, and no thread keeps the hook (while the
-        # job makes another 100 passes and 2 late threads).
-        self.wait_progress(p, progress, time.time_ns(), 100, 2)
+        # job makes another 100 passes and 2 late threads, none of them hooked).
+        after = self.wait_progress(p, progress, time.time_ns(), 1, 0, 0, 0)  # a row written now
+        now = self.wait_progress(p, progress, time.time_ns(), 100, 2, 0, 0)
+        self.assertEqual(now[2:], after[2:], "passes ran hooked after the window ended")
         self.assertEqual(_agent.read_shm(shm)["events"], [])
         open(stop, "w").close()
         rc, out, err = self.finish(p)
@@ -298,7 +310,7 @@ class WindowTest(AgentTestBase):
         start = time.time_ns()
         collector.send({"type": "window", "window": 1, "start_ns": start,
                         "duration_ns": 600_000_000_000, "reason": "manual"})
-        self.wait_progress(p, progress, start, 200, 0)
+        self.wait_progress(p, progress, start, 0, 0, 200, 0)
         collector.send({"type": "end_window", "window": 1})
         _, _, done = collector.wait_for("window_done", timeout=60)
         self.assertGreater(done["dropped"], 0)
