@@ -186,15 +186,20 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& worke
       named[wf.named.worker] = true;
     }
   }
-  // What it costs when another worker of its group is a material culprit (a work finding
-  // its peers wait for): a starved worker then delays the job only by reaching the
-  // collectives after that culprit, and then it waits in them less than its group does; so
-  // the job loses at most the group's median collective + sync wait less its own. A worker
-  // starved while it waited for the culprit anyway costs nothing (real-slow-data-r1, load
-  // 7-9: ranks 0 and 2 waited 1.15 ms per turn against 0.52 ms, "up to +10.5 ms", while all
-  // waited 35.8 ms/iter for rank 1's data). Without such a culprit the wait cannot cap it: a
-  // rank whose communication threads are starved lengthens every rank's collective alike,
-  // its own too.
+  // What it costs: a starved worker delays the job by reaching the collectives after its
+  // peers, and then it waits in them less than its group does; so the job loses at most the
+  // group's median collective + sync wait less its own. A worker starved while it waited for
+  // a culprit anyway costs nothing (real-slow-data-r1, load 7-9: ranks 0 and 2 waited 1.15 ms
+  // per turn against 0.52 ms, "up to +10.5 ms", while all waited 35.8 ms/iter for rank 1's
+  // data), nor does one starved while it waited for its GPU (rnd-s4-011: rank 195, a 9.8x
+  // slower host side, 45 % of its wall time runnable, "up to +379 ms", while its group
+  // waited 1.28 s/iter in collectives and it 1.25 s; the job lost nothing by it).
+  // The wait cannot cap it when its communication threads are starved too: they lengthen
+  // every member's collective alike, its own too (a DDP job on gloo: the starved rank's
+  // time goes into backward and the C++ all-reduce, and every rank waits as long). So the
+  // cap holds with a material culprit in the group (the starved worker then waits for it),
+  // with communication threads known not to be crowded, or, where they are not known, on a
+  // worker whose collectives run on its GPU, which a crowded CPU does not slow.
   std::vector<double> group_culprit(members.size(), 0);
   for (const auto& wf : worker_findings) {
     if (wf.dropped || wf.wait_type() || wf.run_queue_only) continue;
@@ -220,7 +225,12 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& worke
       wf.run_queue_only = true;
       wf.named = Anomaly::OfWorker(w, g, static_cast<uint32_t>(members[g].size()),
                                    c.extra * ctx.iteration_ns);
-      if (culprit && group_wait > 0) {
+      const auto comm_unslowed = [&] {
+        const Crowding comm =
+            CrowdingOf(workers, members[g], w, ContentionThreads::kCommunication, values);
+        return comm.known ? !Crowded(comm, kCrowdedRatio) : workers[w].has_device;
+      };
+      if (group_wait > 0 && (culprit || comm_unslowed())) {
         wf.lost_cap = std::max(0.0, group_wait - static_cast<double>(workers[w].wait_fn_ns));
         wf.contention_lateness = true;
       }

@@ -229,6 +229,58 @@ TEST(LiveFindingsTest, RunQueueDelayAloneNamesTheStarvedRank) {
   EXPECT_THAT(AllEvidence(f), HasSubstr("runnable but not running"));
 }
 
+// Regression (rnd-s4-011, held-out): a GPU job's rank whose host side was starved (45 % of
+// its wall time runnable against 2 % on its peers) while it waited for its GPU anyway. Its
+// peers waited for it no longer than it waited for them, so it cost the job nothing; the
+// report said "up to +379 ms, 43 % of the iteration" and ranked it above a flapping NIC.
+// The collectives of a GPU job run on the GPU, which a crowded CPU does not slow.
+TEST(LiveFindingsTest, AStarvedRankOfAGpuJobThatKeepsUpWithItsPeersCostsNothing) {
+  for (const bool gpu : {true, false}) {
+    SCOPED_TRACE(gpu ? "GPU job" : "host-only job");
+    Localizer loc;
+    for (int32_t r = 0; r < 4; ++r) {
+      WorkerSummary w = Worker(r, 110, DdpStep(50, 50), RunQueue(r == 2 ? 1.05 : 0.45));
+      w.has_device = gpu;
+      loc.Add(std::move(w));
+    }
+    const Diagnosis d = loc.Finish();
+    if (gpu) {
+      ExpectNothingMaterialAndRankCostsUnder(d, 2, 1);
+    } else {
+      // On gloo the starved rank's communication threads lengthen every rank's all-reduce,
+      // its own too (RunQueueDelayAloneNamesTheStarvedRank): its peers' wait cannot cap it.
+      ASSERT_FALSE(d.findings.empty());
+      EXPECT_EQ(d.findings[0].code, "PT-CPU-CONTENTION");
+      EXPECT_TRUE(d.findings[0].material);
+    }
+  }
+}
+
+// The same on a host-only job whose communication threads are measured: not crowded, they
+// did not slow the all-reduce, and the starved training thread kept up with its peers.
+// Crowded, they did, and the rank's contention is material.
+TEST(LiveFindingsTest, AStarvedRankCostsWhatItsPeersWaitUnlessItsCommunicationThreadsAreCrowded) {
+  for (const bool comm_crowded : {false, true}) {
+    SCOPED_TRACE(comm_crowded ? "communication threads crowded" : "not crowded");
+    Localizer loc;
+    for (int32_t r = 0; r < 4; ++r) {
+      std::vector<FunctionMetric> m = RunQueue(r == 2 ? 1.05 : 0.45);
+      m.push_back({Metric::kCommThreadRunQueueFraction, r == 2 && comm_crowded ? 0.6 : 0.2, 0.01});
+      m.push_back({Metric::kCommThreadTimeslicesPerSec, 200, 1});
+      loc.Add(Worker(r, 110, DdpStep(50, 50), m));
+    }
+    const Diagnosis d = loc.Finish();
+    if (!comm_crowded) {
+      ExpectNothingMaterialAndRankCostsUnder(d, 2, 1);
+    } else {
+      ASSERT_FALSE(d.findings.empty());
+      EXPECT_EQ(d.findings[0].code, "PT-CPU-CONTENTION");
+      EXPECT_THAT(d.findings[0].workers, ElementsAre(2));
+      EXPECT_TRUE(d.findings[0].material);
+    }
+  }
+}
+
 TEST(LiveFindingsTest, RunQueueDelayAloneAtOneAndAHalfTimesThePeersIsContention) {
   // Measured in e2e_live on an idle CI run: the starved rank 0.98 vs its peers' 0.62 (DDP
   // kept every rank in step, so no function of rank 2 looked slower).
