@@ -177,11 +177,14 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& worke
   // function, each one alone a little (real-cpu-contention-r3: Block2.forward +4 ms, 3 % of the
   // iteration, as the largest).
   std::vector<bool> named(workers.size(), false);
-  std::vector<double> contended(workers.size(), -1);  // largest relabelled excess
+  std::vector<double> contended(workers.size(), -1);       // largest relabelled excess
+  std::vector<double> contended_cost(workers.size(), -1);  // ... and cost
   for (const auto& wf : worker_findings) {
     if (wf.dropped || wf.wait_type()) continue;
     if (wf.code == fc::kCpuContention) {
       contended[wf.named.worker] = std::max(contended[wf.named.worker], wf.named.excess());
+      contended_cost[wf.named.worker] =
+          std::max(contended_cost[wf.named.worker], std::min(wf.named.excess(), wf.lost_cap));
     } else {
       named[wf.named.worker] = true;
     }
@@ -240,6 +243,10 @@ void MarkCpuContention(const RuleContext& ctx, std::vector<WorkerFinding>& worke
       // DataLoader.__next__ +3.90 ms, above a degraded NVLink host's +2.63 ms). They become
       // its evidence where it costs at least as much as each of them.
       const double cost = std::min(wf.named.excess(), wf.lost_cap);
+      // Capped under what a relabelled function of it costs, it says less than that finding,
+      // which names the function and the contention already: one cause, one finding
+      // (rnd-s4-026: rank 13's DataLoader.__next__ +10.2 ms, its run-queue finding 9.18 ms).
+      if (cost <= contended_cost[w]) continue;
       for (WorkerFinding& fn : worker_findings) {
         if (fn.dropped || fn.run_queue_only || fn.code != fc::kCpuContention ||
             fn.named.worker != w || std::min(fn.excess(), fn.lost_cap) > cost) {
