@@ -188,6 +188,9 @@ class HardwareFindings {
     uint32_t compute_onset = 0;
     float compute_after_ns = 0;
     uint32_t compute_iterations = 0;
+    // How much longer its iterations are from that onset on than before it (median against
+    // median): what the job loses per iteration by whatever began there, at most.
+    float iteration_step_ns = 0;
     float clock = -1, clock_max = -1, throttle = -1, temperature = -1, power = -1;
     float link_up = -1;
     float tcp_rate = -1;      // its TCP delivery rate, bytes/s (see Add)
