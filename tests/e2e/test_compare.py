@@ -15,6 +15,7 @@ Traces are generated with test_diagnose.py's cache (keyed by train_job.py and it
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -26,6 +27,13 @@ import test_diagnose as td  # noqa: E402  (shares its trace cache and helpers)
 # function takes ~1.5x as long). The traces say how long the ranks waited for a CPU
 # (perftracker.host_load), so compare can tell the machine from the job.
 td.SCENARIOS["healthy_loaded"] = ["--fault", "none", "--background-load", "2"]
+# The healthy job once more, generated right before healthy_loaded (setUpModule): the two
+# runs that must compare as unchanged are recorded a minute apart, not twenty. This VM's CPU
+# second itself varies with its neighbours, which neither the run-queue wait nor the steal
+# the traces record shows: in a CI run beside two busy loops, "healthy" (recorded by
+# e2e_diagnose 20 minutes earlier) took 0.45-0.53 s of CPU for the work that took 0.31-0.33 s
+# in healthy_loaded, so every function was x0.83 while the load said x1.45.
+td.SCENARIOS["healthy_pair"] = ["--fault", "none"]
 # block2's forward 9 times (8 extra runs) on every rank. With 4 (block2 ~5x) the fault read
 # only +5 to +20 ms per rank when the healthy baseline was recorded at a different load (ranks
 # 1-3 waited ~1.3x longer for a CPU then: block2 13.6 -> 19.9 ms on rank 1, under the 11 ms
@@ -33,6 +41,20 @@ td.SCENARIOS["healthy_loaded"] = ["--fault", "none", "--background-load", "2"]
 # is about naming a change that is there, not about the smallest one that can be seen.
 td.SCENARIOS["slow_compute_all"] = ["--fault", "slow_compute", "--fault-rank", "0,1,2,3",
                                     "--slow-repeats", "8"]
+
+
+def setUpModule():
+    try:
+        done = [os.path.join(td.traces(n), "DONE") for n in ("healthy_pair", "healthy_loaded")]
+        # Cached by an earlier run at another time (the cache outlives a run): recorded again,
+        # one right after the other.
+        if abs(os.path.getmtime(done[0]) - os.path.getmtime(done[1])) > 300:
+            for n in ("healthy_pair", "healthy_loaded"):
+                shutil.rmtree(td._TRACES.pop(n))
+            td.traces("healthy_pair")
+            td.traces("healthy_loaded")
+    except unittest.SkipTest:
+        pass  # no torch: the tests that need traces skip, the others run
 
 
 def compare_json(*args):
@@ -65,7 +87,7 @@ class CompareRealJobTest(unittest.TestCase):
     def test_two_healthy_runs_have_no_material_change(self):
         """The second healthy run is on a busier machine: whatever factor every function
         shares, the load the traces recorded explains it."""
-        for a, b in (("healthy", "healthy_loaded"), ("healthy_loaded", "healthy")):
+        for a, b in (("healthy_pair", "healthy_loaded"), ("healthy_loaded", "healthy_pair")):
             r, c = compare_json(td.traces(a), td.traces(b))
             self.assertEqual(r.rc, 0, r.describe())
             self.assertFalse(c["has_material_change"], json.dumps(c, indent=1)[:4000])
