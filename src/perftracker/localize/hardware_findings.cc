@@ -138,8 +138,8 @@ void HardwareFindings::Add(const WorkerSummary& worker, std::span<const double> 
           (i < step.iteration ? before : after)
               .push_back(static_cast<float>(worker.iterations[i].duration_ns));
         }
-        r.iteration_step_ns = static_cast<float>(
-            std::max(0.0, MedianInPlace(after) - MedianInPlace(before)));
+        r.iteration_step_ns =
+            static_cast<float>(std::max(0.0, MedianInPlace(after) - MedianInPlace(before)));
       }
     }
     r.comm_ns = static_cast<float>(mean.communication_ns);
@@ -523,6 +523,18 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
     f.title = fmt::format("host {}: {}", hosts, f.title);
     f.evidence.insert(f.evidence.begin(), Evidence{"hosts at fault", hosts});
   };
+  // Finding i becomes `into`'s evidence ("explains"), and is no finding of its own.
+  auto explains = [&](size_t i, Finding& into) {
+    drop[i] = true;
+    into.evidence.push_back(
+        {"explains", fmt::format("{}: {}", findings[i]->code, findings[i]->title)});
+  };
+  // `into` costs at least `lost` per iteration.
+  auto raise_lost = [&](Finding& into, double lost) {
+    if (lost <= into.lost_ns_per_iteration) return;
+    into.lost_ns_per_iteration = lost;
+    into.lost_share = ctx.iteration_ns > 0 ? lost / ctx.iteration_ns : 0;
+  };
   // Absorbs the findings with one of `codes` whose workers are all among `culprits` (or
   // any, with `any_worker`), returning the largest time they lost and the function named.
   auto absorb = [&](std::initializer_list<std::string_view> codes,
@@ -544,18 +556,14 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
       if (!inside && f.code == fc::kStragglerUntraced && time_of(i).untraced_before_host_code) {
         continue;
       }
-      drop[i] = true;
       lost = std::max(lost, f.lost_ns_per_iteration);
       if (into.function.empty() && !f.function.empty()) {
         into.function = f.function;
         into.function_key = f.function_key;
       }
-      into.evidence.push_back({"explains", fmt::format("{}: {}", f.code, f.title)});
+      explains(i, into);
     }
-    if (lost > into.lost_ns_per_iteration) {
-      into.lost_ns_per_iteration = lost;
-      into.lost_share = ctx.iteration_ns > 0 ? lost / ctx.iteration_ns : 0;
-    }
+    raise_lost(into, lost);
   };
 
   // --- Slow or throttled devices.
@@ -818,29 +826,28 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
     // every one material) is theirs too: each of its culprits has its device's cause. It
     // goes to the device finding that holds most of them.
     if (out.size() - first_device >= 2) {
+      std::vector<std::vector<int32_t>> device_ranks;
+      for (size_t d = first_device; d < out.size(); ++d) {
+        device_ranks.push_back(ranks_of(out[d].culprits));
+      }
       for (size_t i = 0; i < findings.size(); ++i) {
         const Finding& f = *findings[i];
         if (drop[i] || f.workers.empty() ||
             (f.code != fc::kStragglerCompute && f.code != fc::kStragglerSync)) {
           continue;
         }
-        size_t best = out.size(), best_n = 0, covered = 0;
-        for (size_t d = first_device; d < out.size(); ++d) {
-          const std::vector<int32_t> ranks = ranks_of(out[d].culprits);
+        size_t best = 0, best_n = 0, covered = 0;
+        for (size_t d = 0; d < device_ranks.size(); ++d) {
           size_t n = 0;
-          for (int32_t r : f.workers) n += Contains(ranks, r) ? 1 : 0;
+          for (int32_t r : f.workers) n += Contains(device_ranks[d], r) ? 1 : 0;
           covered += n;
           if (n > best_n) best = d, best_n = n;
         }
-        if (covered != f.workers.size() || best == out.size()) continue;
-        Finding& into = out[best].finding;
-        drop[i] = true;
-        into.evidence.push_back({"explains", fmt::format("{}: {}", f.code, f.title)});
-        if (f.lost_ns_per_iteration > into.lost_ns_per_iteration) {
-          into.lost_ns_per_iteration = f.lost_ns_per_iteration;
-          into.lost_share = ctx.iteration_ns > 0 ? f.lost_ns_per_iteration / ctx.iteration_ns : 0;
-          material(into);
-        }
+        if (covered != f.workers.size()) continue;
+        Finding& into = out[first_device + best].finding;
+        explains(i, into);
+        raise_lost(into, f.lost_ns_per_iteration);
+        material(into);
       }
     }
   }
@@ -1129,8 +1136,7 @@ std::vector<HardwareFindings::Added> HardwareFindings::Apply(const Context& ctx,
         bool covers = !bound.empty();
         for (int32_t r : bound) covers &= Contains(f.workers, r);
         if (f.workers.empty() || (2 * inside < f.workers.size() && !covers)) continue;
-        drop[j] = true;
-        findings[i]->evidence.push_back({"explains", fmt::format("{}: {}", f.code, f.title)});
+        explains(j, *findings[i]);
       }
     }
   }
