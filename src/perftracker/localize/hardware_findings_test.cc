@@ -89,6 +89,17 @@ std::vector<WorkerSummary> Job(int n, int per_host) {
   return ws;
 }
 
+// A 16-rank job whose rank 5 is throttled from iteration 8 of 10 on (its throttle reasons set
+// in 3 of 10 iterations' samples): 60 ms of device compute before, `after_ms` from then on.
+std::vector<WorkerSummary> JobThrottledLate(double after_ms) {
+  auto ws = Job(16, 4);
+  ws[5] = Worker(5, "node1", {60, 1838, 1980, 0x20 * 0.3, 1});
+  for (size_t i = 7; i < ws[5].iterations.size(); ++i) {
+    ws[5].iterations[i].compute_ns = static_cast<int64_t>(after_ms * 1e6);
+  }
+  return ws;
+}
+
 // Every worker's iterations from `from` on take `ns` longer: the job waits for a culprit.
 void SlowDownFrom(size_t from, int64_t ns, std::vector<WorkerSummary>& ws) {
   for (auto& w : ws) {
@@ -123,9 +134,7 @@ TEST(HardwareFindingsTest, AGpuThrottledFromALateIterationIsJudgedFromItsOnset) 
   // iteration 10 of 12, 21.6 % of the iteration, found nothing): 78 ms of device compute
   // against 60 ms from then on (+18 ms, 30 %), 5.4 ms (9 %) over the window, under the 10 %
   // relative-effect floor. Its throttle reasons are set in 3 of 10 iterations' samples.
-  auto ws = Job(16, 4);
-  ws[5] = Worker(5, "node1", {60, 1838, 1980, 0x20 * 0.3, 1});
-  for (size_t i = 7; i < ws[5].iterations.size(); ++i) ws[5].iterations[i].compute_ns = 78'000'000;
+  auto ws = JobThrottledLate(78);
   SlowDownFrom(7, 18'000'000, ws);  // the job waits for it
   const Diagnosis d = Localize(ws);
   ASSERT_FALSE(d.findings.empty());
@@ -150,9 +159,7 @@ TEST(HardwareFindingsTest, AGpuThrottledFromALateIterationIsJudgedFromItsOnset) 
 // the job from the onset on). Rank 5: 84 ms against 60 from iteration 8 of 10 on (+24 ms),
 // +7.2 ms (12 %) over the window.
 TEST(HardwareFindingsTest, AGpuThrottledFromALateIterationOverTheFloorIsJudgedFromItsOnset) {
-  auto ws = Job(16, 4);
-  ws[5] = Worker(5, "node1", {60, 1838, 1980, 0x20 * 0.3, 1});
-  for (size_t i = 7; i < ws[5].iterations.size(); ++i) ws[5].iterations[i].compute_ns = 84'000'000;
+  auto ws = JobThrottledLate(84);
   {
     // While the job waits for another culprit anyway (its iterations do not grow), it costs
     // no more than the window says (held-out rnd-s4-013: rank 8 throttled from iteration 8
